@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# Installs the Debian 12 packages pejit needs, and nothing when all are there.
+#
+#   tools/setup.sh            the build, the tests and the Tree-LSTM demo
+#   tools/setup.sh mlp        also the Fashion-MNIST data set (examples/mlp)
+#   tools/setup.sh bench      also PyTorch, the peer in bench/
+#
+# Idempotent and non-interactive; run as root on a fresh machine (apt-get
+# update runs only when something is missing).
+set -euo pipefail
+
+packages=(
+  bazel-bootstrap      # Bazel 4.2.3
+  bazel-rules-java     # rules_java for Bazel 4, so nothing is downloaded
+  g++ python3
+  llvm-19-dev          # LLVM 19 ORC LLJIT (shared libLLVM-19)
+  libtbb-dev           # oneTBB
+  libspdlog-dev libfmt-dev
+  libgtest-dev
+  libopenblas-dev
+  nlohmann-json3-dev
+  libcli11-dev
+  libbenchmark-dev
+)
+for group in "$@"; do
+  case "$group" in
+    mlp) packages+=(dataset-fashion-mnist) ;;
+    bench) packages+=(python3-torch) ;;
+    -h|--help) sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) echo "setup.sh: unknown group '$group' (known: mlp, bench)" >&2; exit 2 ;;
+  esac
+done
+
+missing=()
+for p in "${packages[@]}"; do
+  if [[ "$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null)" != "install ok installed" ]]; then
+    missing+=("$p")
+  fi
+done
+if ((${#missing[@]} == 0)); then
+  exit 0
+fi
+
+echo "setup.sh: installing ${missing[*]}" >&2
+if [[ $(id -u) -ne 0 ]]; then
+  echo "setup.sh: needs root to install packages; run: sudo $0 $*" >&2
+  exit 1
+fi
+export DEBIAN_FRONTEND=noninteractive
+apt_opts=(-o DPkg::Lock::Timeout=600 -o Acquire::Retries=3)
+apt-get "${apt_opts[@]}" update -qq
+apt-get "${apt_opts[@]}" install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+echo "setup.sh: done" >&2
