@@ -1,0 +1,196 @@
+// Operators of neural-network models: take (embedding lookup) and its
+// gradient scatter_add, one_hot, cross_entropy and nll over i64 labels.
+#include <cmath>
+#include <limits>
+
+#include "ops/defs/defs.h"
+
+namespace pejit {
+namespace {
+
+void CheckIndex(std::string_view op, int64_t index, int64_t size, const char* what) {
+  if (index < 0 || index >= size) {
+    throw OpError(op, "index " + std::to_string(index) + " is out of range for " + what + " of size " +
+                          std::to_string(size));
+  }
+}
+
+int64_t RowSize(const Shape& table) {
+  int64_t row = 1;
+  for (size_t i = 1; i < table.size(); ++i) row *= table[i];
+  return row;
+}
+
+std::vector<TensorType> TakeType(std::span<const TensorType> in, const Attrs&) {
+  const TensorType &table = in[0], &indices = in[1];
+  RequireDType("take", "indices", indices, {DType::kI64});
+  if (table.rank() == 0) throw OpError("take", "table must have rank >= 1, got " + table.ToString());
+  Shape out = indices.shape;
+  out.insert(out.end(), table.shape.begin() + 1, table.shape.end());
+  return {{table.dtype, out}};
+}
+
+void TakeKernel(std::span<const Tensor> in, std::span<Tensor> out, const Attrs&) {
+  const Tensor &table = in[0], &indices = in[1];
+  int64_t rows = table.shape()[0], row = RowSize(table.shape());
+  size_t row_bytes = row * SizeOf(table.dtype());
+  const int64_t* idx = indices.data<int64_t>();
+  const char* src = static_cast<const char*>(table.raw_data());
+  char* dst = static_cast<char*>(out[0].raw_data());
+  for (int64_t i = 0; i < indices.numel(); ++i) {
+    CheckIndex("take", idx[i], rows, "table rows");
+    std::copy_n(src + idx[i] * row_bytes, row_bytes, dst + i * row_bytes);
+  }
+}
+
+std::vector<TensorType> ScatterAddType(std::span<const TensorType> in, const Attrs& attrs) {
+  const TensorType &values = in[0], &indices = in[1];
+  RequireDType("scatter_add", "values", values, {DType::kF32, DType::kF64});
+  RequireDType("scatter_add", "indices", indices, {DType::kI64});
+  int64_t rows = attrs.GetInt("rows");
+  if (rows < 0) throw OpError("scatter_add", "rows must be >= 0");
+  bool prefix = values.rank() >= indices.rank();
+  for (int i = 0; prefix && i < indices.rank(); ++i) {
+    prefix = values.shape[i] == indices.shape[i] || values.shape[i] == kUnknownDim ||
+             indices.shape[i] == kUnknownDim;
+  }
+  if (!prefix) {
+    throw OpError("scatter_add", "values " + ShapeToString(values.shape) + " must start with the indices' shape " +
+                                     ShapeToString(indices.shape));
+  }
+  Shape out = {rows};
+  out.insert(out.end(), values.shape.begin() + indices.rank(), values.shape.end());
+  return {{values.dtype, out}};
+}
+
+void ScatterAddKernel(std::span<const Tensor> in, std::span<Tensor> out, const Attrs&) {
+  const Tensor &values = in[0], &indices = in[1];
+  int64_t rows = out[0].shape()[0], row = RowSize(out[0].shape());
+  const int64_t* idx = indices.data<int64_t>();
+  DispatchDType(values.dtype(), [&](auto zero) {
+    using T = decltype(zero);
+    if constexpr (std::is_floating_point_v<T>) {
+      const T* src = values.data<T>();
+      T* dst = out[0].data<T>();
+      std::fill_n(dst, out[0].numel(), T(0));
+      for (int64_t i = 0; i < indices.numel(); ++i) {
+        CheckIndex("scatter_add", idx[i], rows, "rows");
+        T* d = dst + idx[i] * row;
+        const T* s = src + i * row;
+        for (int64_t j = 0; j < row; ++j) d[j] += s[j];
+      }
+    }
+  });
+}
+
+void OneHotKernel(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& attrs) {
+  int64_t depth = attrs.GetInt("depth");
+  const int64_t* idx = in[0].data<int64_t>();
+  DispatchDType(out[0].dtype(), [&](auto zero) {
+    using T = decltype(zero);
+    T* dst = out[0].data<T>();
+    std::fill_n(dst, out[0].numel(), T(0));
+    for (int64_t i = 0; i < in[0].numel(); ++i) {
+      CheckIndex("one_hot", idx[i], depth, "depth");
+      dst[i * depth + idx[i]] = T(1);
+    }
+  });
+}
+
+// Shared by cross_entropy (on logits) and nll (on log-probabilities).
+std::vector<TensorType> LossType(std::string op, std::span<const TensorType> in) {
+  const TensorType &scores = in[0], &labels = in[1];
+  RequireDType(op, "scores", scores, {DType::kF32, DType::kF64});
+  RequireDType(op, "labels", labels, {DType::kI64});
+  if (scores.rank() != 2 || labels.rank() != 1) {
+    throw OpError(op, "needs scores (batch, classes) and labels (batch,), got scores " +
+                          ShapeToString(scores.shape) + " and labels " + ShapeToString(labels.shape));
+  }
+  if (scores.shape[0] != labels.shape[0] && scores.shape[0] != kUnknownDim && labels.shape[0] != kUnknownDim) {
+    throw OpError(op, "batch sizes differ: scores " + ShapeToString(scores.shape) + " vs labels " +
+                          ShapeToString(labels.shape));
+  }
+  return {{scores.dtype, {}}};
+}
+
+// Mean over the batch of -log softmax(scores)[label] (kLogits) or of
+// -scores[label] (scores already log-probabilities).
+template <bool kLogits>
+void LossKernel(std::span<const Tensor> in, std::span<Tensor> out, const Attrs&) {
+  const char* op = kLogits ? "cross_entropy" : "nll";
+  int64_t batch = in[0].shape()[0], classes = in[0].shape()[1];
+  const int64_t* labels = in[1].data<int64_t>();
+  DispatchDType(in[0].dtype(), [&](auto zero) {
+    using T = decltype(zero);
+    if constexpr (std::is_floating_point_v<T>) {
+      const T* s = in[0].data<T>();
+      double total = 0;
+      for (int64_t i = 0; i < batch; ++i) {
+        CheckIndex(op, labels[i], classes, "classes");
+        const T* row = s + i * classes;
+        double loss = -static_cast<double>(row[labels[i]]);
+        if constexpr (kLogits) {
+          T m = -std::numeric_limits<T>::infinity();
+          for (int64_t j = 0; j < classes; ++j) m = std::max(m, row[j]);
+          T sum = 0;
+          for (int64_t j = 0; j < classes; ++j) sum += std::exp(row[j] - m);
+          loss += static_cast<double>(m + std::log(sum));
+        }
+        total += loss;
+      }
+      out[0].data<T>()[0] = static_cast<T>(batch ? total / static_cast<double>(batch) : 0.0);
+    }
+  });
+}
+
+template <bool kLogits>
+std::vector<GradValue> LossGrad(GradBuilder& b, const GradContext& c) {
+  GradValue scores = c.inputs[0], labels = c.inputs[1], g = c.output_grads[0];
+  const TensorType& t = b.TypeOf(scores);
+  GradValue target = b.Emit("one_hot", {labels}, {{"depth", t.shape[1]}, {"dtype", t.dtype}});
+  GradValue scale = b.Div(g, b.ScalarConstant(static_cast<double>(std::max<int64_t>(1, t.shape[0])), t.dtype));
+  GradValue diff = kLogits ? b.Sub(b.Emit("softmax", {scores}), target) : b.Neg(target);
+  return {b.Mul(diff, scale), kNoGrad};
+}
+
+}  // namespace
+
+void RegisterNnOps(Registry& r) {
+  auto add = [&r](std::string name, std::vector<std::string> inputs, std::vector<AttrSpec> attrs, TypeRule infer,
+                  Kernel kernel, GradRule grad) {
+    OpDef op;
+    op.name = std::move(name);
+    op.input_names = std::move(inputs);
+    op.attrs = std::move(attrs);
+    op.fusion = FusionKind::kOpaque;
+    op.infer = std::move(infer);
+    op.kernel = std::move(kernel);
+    op.grad = std::move(grad);
+    AddOp(r, std::move(op));
+  };
+  add("take", {"table", "indices"}, {}, TakeType, TakeKernel,
+      [](GradBuilder& b, const GradContext& c) -> std::vector<GradValue> {
+        int64_t rows = b.TypeOf(c.inputs[0]).shape[0];
+        return {b.Emit("scatter_add", {c.output_grads[0], c.inputs[1]}, {{"rows", rows}}), kNoGrad};
+      });
+  add("scatter_add", {"values", "indices"}, {{"rows", AttrKind::kInt, std::nullopt}}, ScatterAddType,
+      ScatterAddKernel, [](GradBuilder& b, const GradContext& c) -> std::vector<GradValue> {
+        return {b.Emit("take", {c.output_grads[0], c.inputs[1]}), kNoGrad};
+      });
+  add("one_hot", {"indices"}, {{"depth", AttrKind::kInt, std::nullopt}, {"dtype", AttrKind::kDType, DType::kF32}},
+      [](std::span<const TensorType> in, const Attrs& attrs) -> std::vector<TensorType> {
+        RequireDType("one_hot", "indices", in[0], {DType::kI64});
+        if (attrs.GetInt("depth") < 0) throw OpError("one_hot", "depth must be >= 0");
+        Shape out = in[0].shape;
+        out.push_back(attrs.GetInt("depth"));
+        return {{attrs.GetDType("dtype"), out}};
+      },
+      OneHotKernel, nullptr);
+  add("cross_entropy", {"scores", "labels"}, {},
+      [](std::span<const TensorType> in, const Attrs&) { return LossType("cross_entropy", in); },
+      LossKernel<true>, LossGrad<true>);
+  add("nll", {"scores", "labels"}, {}, [](std::span<const TensorType> in, const Attrs&) { return LossType("nll", in); },
+      LossKernel<false>, LossGrad<false>);
+}
+
+}  // namespace pejit

@@ -1,0 +1,131 @@
+// \file The operator registry: one entry per operator, shared by every tier.
+//
+// An operator is defined once, in ops/defs/*.cc, with
+//   - its inputs' names and its typed attributes,
+//   - a shape/type rule (works with unknown `?` dims, for the IR's checker),
+//   - a reference kernel writing into preallocated outputs,
+//   - a gradient rule (vector-Jacobian product) written with registered
+//     operators against GradBuilder, so that the interpreter's tape (eagerly)
+//     and the compiler (into IR) derive gradients the same way,
+//   - a fusion kind and, for elementwise ops, the scalar it computes per
+//     element (what jit/ generates code from).
+#pragma once
+
+#include <functional>
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "ops/attrs.h"
+#include "ops/tensor.h"
+
+namespace pejit {
+
+// Bad input to an operator: what() is "op: message", e.g.
+// "matmul: inner dimensions differ: lhs (3, 4) vs rhs (5, 2)".
+class OpError : public std::runtime_error {
+ public:
+  OpError(std::string_view op, const std::string& message)
+      : std::runtime_error(std::string(op) + ": " + message) {}
+};
+
+// How an operator may be fused by jit/ (TVM's pattern kinds).
+enum class FusionKind : uint8_t {
+  kElementwise,  // out[i] = f(in[i]), same shapes
+  kBroadcast,    // elementwise after numpy broadcasting of the inputs
+  kInjective,    // each output element is one input element (reshape, slice, ...)
+  kReduction,    // reduces axes (sum, softmax, ...)
+  kGemm,         // matrix products, run by OpenBLAS
+  kOpaque,       // anything else (gather, scatter, loss)
+};
+std::string_view FusionKindName(FusionKind kind);
+
+// What one element of an elementwise/broadcast operator computes.
+#define PEJIT_SCALAR_OPS(X)                                                        \
+  X(kNone) X(kNeg) X(kExp) X(kLog) X(kTanh) X(kSigmoid) X(kRelu) X(kSqrt) X(kPow) \
+  X(kAdd) X(kSub) X(kMul) X(kDiv) X(kMaximum) X(kMinimum)                         \
+  X(kLess) X(kGreater) X(kEqual) X(kWhere) X(kCast) X(kCopy)
+enum class ScalarOp : uint8_t {
+#define PEJIT_ENUM_ITEM(name) name,
+  PEJIT_SCALAR_OPS(PEJIT_ENUM_ITEM)
+#undef PEJIT_ENUM_ITEM
+};
+
+// A value in the program a gradient rule is adding to: an eager tensor for the
+// interpreter's tape, a variable for the compiler.
+using GradValue = int32_t;
+inline constexpr GradValue kNoGrad = -1;
+
+struct OpDef;
+
+class GradBuilder {
+ public:
+  virtual ~GradBuilder() = default;
+  // Appends `op(inputs; attrs)` and returns its outputs. Attributes are
+  // normalized (validated, defaults filled) by the caller.
+  virtual std::vector<GradValue> EmitOp(const OpDef& op, std::span<const GradValue> inputs,
+                                        const Attrs& attrs) = 0;
+  virtual GradValue Constant(const Tensor& value) = 0;
+  virtual const TensorType& TypeOf(GradValue value) const = 0;
+
+  // Emits a registered single-output operator by name (attributes normalized here).
+  GradValue Emit(std::string_view op, std::initializer_list<GradValue> inputs, const Attrs& attrs = {});
+  GradValue Add(GradValue a, GradValue b) { return Emit("add", {a, b}); }
+  GradValue Sub(GradValue a, GradValue b) { return Emit("sub", {a, b}); }
+  GradValue Mul(GradValue a, GradValue b) { return Emit("mul", {a, b}); }
+  GradValue Div(GradValue a, GradValue b) { return Emit("div", {a, b}); }
+  GradValue Neg(GradValue a) { return Emit("neg", {a}); }
+  GradValue ScalarConstant(double value, DType dtype) { return Constant(Tensor::ScalarOf(dtype, value)); }
+  GradValue Zeros(const TensorType& type);
+  // Sums a broadcast gradient back to `shape` (identity when shapes agree).
+  GradValue SumTo(GradValue grad, const Shape& shape);
+  // Broadcasts `value` to `shape` (identity when shapes agree).
+  GradValue BroadcastTo(GradValue value, const Shape& shape);
+};
+
+struct GradContext {
+  std::span<const GradValue> inputs;
+  std::span<const GradValue> outputs;
+  // One per output; kNoGrad where nothing flows back into that output.
+  std::span<const GradValue> output_grads;
+  const Attrs& attrs;
+};
+
+// Returns one gradient per input: kNoGrad for inputs that get none (indices).
+using GradRule = std::function<std::vector<GradValue>(GradBuilder&, const GradContext&)>;
+using TypeRule =
+    std::function<std::vector<TensorType>(std::span<const TensorType> inputs, const Attrs& attrs)>;
+using Kernel = std::function<void(std::span<const Tensor> inputs, std::span<Tensor> outputs,
+                                  const Attrs& attrs)>;
+
+struct OpDef {
+  std::string name;
+  std::vector<std::string> input_names;  // a single "inputs..." name: variadic
+  std::vector<AttrSpec> attrs;
+  FusionKind fusion = FusionKind::kOpaque;
+  ScalarOp scalar = ScalarOp::kNone;
+  TypeRule infer;
+  Kernel kernel;
+  GradRule grad;  // null: not differentiable (comparisons, argmax, ...)
+
+  bool variadic() const { return input_names.size() == 1 && input_names[0].ends_with("..."); }
+  bool differentiable() const { return static_cast<bool>(grad); }
+};
+
+// The operator named `name`, or nullptr.
+const OpDef* FindOp(std::string_view name);
+// The operator named `name`; throws OpError ("unknown operator 'madd'; did you
+// mean 'add'?") when there is none.
+const OpDef& LookupOp(std::string_view name);
+std::vector<const OpDef*> AllOps();  // sorted by name
+
+// Checks attribute names and kinds against the op's schema and fills defaults
+// (an int given for a float attribute is converted). Throws OpError.
+Attrs NormalizeAttrs(const OpDef& op, const Attrs& attrs);
+// Checks the number of inputs and applies the type rule. Throws OpError.
+std::vector<TensorType> InferTypes(const OpDef& op, std::span<const TensorType> inputs,
+                                   const Attrs& normalized_attrs);
+
+}  // namespace pejit
