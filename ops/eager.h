@@ -26,7 +26,7 @@ class EagerGradBuilder final : public GradBuilder {
 
   std::vector<GradValue> EmitOp(const OpDef& op, std::span<const GradValue> inputs, const Attrs& attrs) override;
   GradValue Constant(const Tensor& value) override { return Add(value); }
-  const TensorType& TypeOf(GradValue value) const override { return values_.at(value).type(); }
+  TensorType TypeOf(GradValue value) const override { return values_.at(value).type(); }
 
  private:
   std::vector<Tensor> values_;

@@ -68,7 +68,8 @@ class GradBuilder {
   virtual std::vector<GradValue> EmitOp(const OpDef& op, std::span<const GradValue> inputs,
                                         const Attrs& attrs) = 0;
   virtual GradValue Constant(const Tensor& value) = 0;
-  virtual const TensorType& TypeOf(GradValue value) const = 0;
+  // By value: the builder may grow (and move its storage) while a rule runs.
+  virtual TensorType TypeOf(GradValue value) const = 0;
 
   // Emits a registered single-output operator by name (attributes normalized here).
   GradValue Emit(std::string_view op, std::initializer_list<GradValue> inputs, const Attrs& attrs = {});

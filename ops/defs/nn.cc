@@ -146,7 +146,7 @@ void LossKernel(std::span<const Tensor> in, std::span<Tensor> out, const Attrs&)
 template <bool kLogits>
 std::vector<GradValue> LossGrad(GradBuilder& b, const GradContext& c) {
   GradValue scores = c.inputs[0], labels = c.inputs[1], g = c.output_grads[0];
-  const TensorType& t = b.TypeOf(scores);
+  const TensorType t = b.TypeOf(scores);
   GradValue target = b.Emit("one_hot", {labels}, {{"depth", t.shape[1]}, {"dtype", t.dtype}});
   GradValue scale = b.Div(g, b.ScalarConstant(static_cast<double>(std::max<int64_t>(1, t.shape[0])), t.dtype));
   GradValue diff = kLogits ? b.Sub(b.Emit("softmax", {scores}), target) : b.Neg(target);

@@ -58,7 +58,7 @@ TypeRule ReduceType(std::string op, bool float_only) {
 
 // The output gradient reshaped to keepdims form, broadcast back to x's shape.
 GradValue SpreadBack(GradBuilder& b, const GradContext& c, GradValue g) {
-  const Shape& x_shape = b.TypeOf(c.inputs[0]).shape;
+  const Shape x_shape = b.TypeOf(c.inputs[0]).shape;
   Shape keep = KeepDimsShape("reduce", x_shape, c.attrs.GetInts("axes"));
   GradValue kept = b.Emit("reshape", {g}, {{"shape", keep}});
   return b.BroadcastTo(kept, x_shape);
@@ -110,7 +110,7 @@ void MaxKernel(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a
 
 std::vector<GradValue> MaxGrad(GradBuilder& b, const GradContext& c) {
   GradValue x = c.inputs[0];
-  const TensorType& xt = b.TypeOf(x);
+  const TensorType xt = b.TypeOf(x);
   Shape keep = KeepDimsShape("max", xt.shape, c.attrs.GetInts("axes"));
   GradValue y = b.BroadcastTo(b.Emit("reshape", {c.outputs[0]}, {{"shape", keep}}), xt.shape);
   // Ties share the gradient equally.
@@ -211,7 +211,7 @@ void RegisterReduceOps(Registry& r) {
       });
   add("mean", reduce_attrs, ReduceType("mean", true), MeanKernel,
       [](GradBuilder& b, const GradContext& c) -> std::vector<GradValue> {
-        const TensorType& x = b.TypeOf(c.inputs[0]);
+        const TensorType x = b.TypeOf(c.inputs[0]);
         int64_t out_numel = std::max<int64_t>(1, NumElements(b.TypeOf(c.outputs[0]).shape));
         double scale = 1.0 / static_cast<double>(std::max<int64_t>(1, NumElements(x.shape) / out_numel));
         return {SpreadBack(b, c, b.Mul(c.output_grads[0], b.ScalarConstant(scale, x.dtype)))};

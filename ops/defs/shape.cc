@@ -298,7 +298,7 @@ void SliceKernel(std::span<const Tensor> in, std::span<Tensor> out, const Attrs&
 }
 
 std::vector<GradValue> SliceGrad(GradBuilder& b, const GradContext& c) {
-  const Shape& shape = b.TypeOf(c.inputs[0]).shape;
+  const Shape shape = b.TypeOf(c.inputs[0]).shape;
   SliceBounds bounds = Bounds(shape, c.attrs);
   Ints before(shape.size()), after(shape.size());
   for (size_t i = 0; i < shape.size(); ++i) {
@@ -338,7 +338,7 @@ void PadKernel(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a
 }
 
 std::vector<GradValue> PadGrad(GradBuilder& b, const GradContext& c) {
-  const Shape& shape = b.TypeOf(c.inputs[0]).shape;
+  const Shape shape = b.TypeOf(c.inputs[0]).shape;
   const Ints& before = c.attrs.GetInts("before");
   Ints axes, begins, ends;
   for (size_t i = 0; i < shape.size(); ++i) {
