@@ -1,0 +1,170 @@
+// \file Expressions of the IR, and the C++ builder API that makes them.
+//
+// Nodes are immutable and shared through `Expr` handles; a variable is known
+// by its node's identity, its name is only a hint for printing. The type
+// checker records each node's type in `checked_type` once, before the
+// definition holding it is published in a Module; nothing else writes a node.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "ir/source.h"
+#include "ir/type.h"
+#include "ops/attrs.h"
+#include "ops/op.h"
+#include "ops/tensor.h"
+
+namespace pejit {
+
+enum class ExprKind : uint8_t {
+  kVar, kConstant, kOpCall, kCall, kLet, kIf, kTuple, kProj, kFunc, kGlobal, kCtor, kMatch,
+};
+
+struct ExprNode;
+using Expr = std::shared_ptr<const ExprNode>;
+
+struct ExprNode {
+  ExprNode(ExprKind k, SourceLoc l) : kind(k), loc(std::move(l)) {}
+  virtual ~ExprNode() = default;
+  const ExprKind kind;
+  const SourceLoc loc;
+  mutable Type checked_type;  // set by type checking
+};
+
+struct VarNode final : ExprNode {
+  VarNode(std::string n, Type a, SourceLoc l) : ExprNode(ExprKind::kVar, std::move(l)), name(std::move(n)), annotation(std::move(a)) {}
+  std::string name;  // without the '%'
+  Type annotation;   // may be null (let without annotation)
+};
+using Var = std::shared_ptr<const VarNode>;
+
+struct ConstantNode final : ExprNode {
+  ConstantNode(Tensor v, SourceLoc l) : ExprNode(ExprKind::kConstant, std::move(l)), value(std::move(v)) {}
+  Tensor value;
+};
+
+struct OpCallNode final : ExprNode {
+  OpCallNode(const OpDef* o, std::vector<Expr> a, Attrs at, SourceLoc l)
+      : ExprNode(ExprKind::kOpCall, std::move(l)), op(o), args(std::move(a)), attrs(std::move(at)) {}
+  const OpDef* op;
+  std::vector<Expr> args;
+  Attrs attrs;  // normalized against op's schema
+};
+
+struct CallNode final : ExprNode {
+  CallNode(Expr c, std::vector<Expr> a, SourceLoc l) : ExprNode(ExprKind::kCall, std::move(l)), callee(std::move(c)), args(std::move(a)) {}
+  Expr callee;  // a global, a function literal or any expression of function type
+  std::vector<Expr> args;
+};
+
+struct LetNode final : ExprNode {
+  LetNode(Var v, Expr val, Expr b, SourceLoc l)
+      : ExprNode(ExprKind::kLet, std::move(l)), var(std::move(v)), value(std::move(val)), body(std::move(b)) {}
+  Var var;
+  Expr value;
+  Expr body;
+};
+
+struct IfNode final : ExprNode {
+  IfNode(Expr c, Expr t, Expr e, SourceLoc l)
+      : ExprNode(ExprKind::kIf, std::move(l)), cond(std::move(c)), then_branch(std::move(t)), else_branch(std::move(e)) {}
+  Expr cond;  // a bool scalar tensor
+  Expr then_branch;
+  Expr else_branch;
+};
+
+struct TupleNode final : ExprNode {
+  TupleNode(std::vector<Expr> f, SourceLoc l) : ExprNode(ExprKind::kTuple, std::move(l)), fields(std::move(f)) {}
+  std::vector<Expr> fields;
+};
+
+struct ProjNode final : ExprNode {
+  ProjNode(Expr t, int i, SourceLoc l) : ExprNode(ExprKind::kProj, std::move(l)), tuple(std::move(t)), index(i) {}
+  Expr tuple;
+  int index;
+};
+
+// A function literal; free variables of the body are captured (a closure).
+struct FuncNode final : ExprNode {
+  FuncNode(std::vector<Var> p, Type r, Expr b, SourceLoc l)
+      : ExprNode(ExprKind::kFunc, std::move(l)), params(std::move(p)), ret_type(std::move(r)), body(std::move(b)) {}
+  std::vector<Var> params;  // annotated
+  Type ret_type;            // may be null: inferred
+  Expr body;
+};
+using Func = std::shared_ptr<const FuncNode>;
+
+// A reference to a module definition by name: resolved at each use against
+// the module version the call runs on, which is what makes recursion and
+// live redefinition work.
+struct GlobalNode final : ExprNode {
+  GlobalNode(std::string n, SourceLoc l) : ExprNode(ExprKind::kGlobal, std::move(l)), name(std::move(n)) {}
+  std::string name;  // without the '@'
+};
+
+struct CtorNode final : ExprNode {
+  CtorNode(TypeDefPtr a, int t, std::vector<Expr> f, SourceLoc l)
+      : ExprNode(ExprKind::kCtor, std::move(l)), adt(std::move(a)), tag(t), args(std::move(f)) {}
+  TypeDefPtr adt;
+  int tag;  // index into adt->ctors
+  std::vector<Expr> args;
+  const std::string& ctor_name() const { return adt->ctors[tag].name; }
+};
+
+enum class PatternKind : uint8_t { kWildcard, kVar, kCtor, kTuple };
+
+struct PatternNode;
+using Pattern = std::shared_ptr<const PatternNode>;
+
+struct PatternNode {
+  PatternKind kind;
+  SourceLoc loc;
+  Var var;                       // kVar
+  TypeDefPtr adt;                // kCtor
+  int tag = -1;                  // kCtor
+  std::vector<Pattern> fields;   // kCtor, kTuple
+};
+
+struct Clause {
+  Pattern pattern;
+  Expr body;
+};
+
+struct MatchNode final : ExprNode {
+  MatchNode(Expr s, std::vector<Clause> c, SourceLoc l)
+      : ExprNode(ExprKind::kMatch, std::move(l)), scrutinee(std::move(s)), clauses(std::move(c)) {}
+  Expr scrutinee;
+  std::vector<Clause> clauses;  // tried in order
+};
+
+// Downcast of an Expr whose kind is known; null for another kind.
+template <typename Node>
+const Node* As(const Expr& e) {
+  return dynamic_cast<const Node*>(e.get());
+}
+
+// ---- Builder API ------------------------------------------------------------
+// For programs made by code. Each takes an optional location; OpCall looks the
+// operator up and normalizes its attributes (throws OpError).
+
+Var MakeVar(std::string name, Type annotation = nullptr, SourceLoc loc = {});
+Expr MakeConstant(Tensor value, SourceLoc loc = {});
+Expr MakeOpCall(std::string_view op, std::vector<Expr> args, const Attrs& attrs = {}, SourceLoc loc = {});
+Expr MakeCall(Expr callee, std::vector<Expr> args, SourceLoc loc = {});
+Expr MakeLet(Var var, Expr value, Expr body, SourceLoc loc = {});
+Expr MakeIf(Expr cond, Expr then_branch, Expr else_branch, SourceLoc loc = {});
+Expr MakeTuple(std::vector<Expr> fields, SourceLoc loc = {});
+Expr MakeProj(Expr tuple, int index, SourceLoc loc = {});
+Func MakeFunc(std::vector<Var> params, Expr body, Type ret_type = nullptr, SourceLoc loc = {});
+Expr MakeGlobal(std::string name, SourceLoc loc = {});
+// Throws IrError when `adt` has no constructor named `ctor`.
+Expr MakeCtor(TypeDefPtr adt, const std::string& ctor, std::vector<Expr> args, SourceLoc loc = {});
+Expr MakeMatch(Expr scrutinee, std::vector<Clause> clauses, SourceLoc loc = {});
+Pattern WildcardPattern(SourceLoc loc = {});
+Pattern VarPattern(Var var);
+Pattern CtorPattern(TypeDefPtr adt, const std::string& ctor, std::vector<Pattern> fields, SourceLoc loc = {});
+Pattern TuplePattern(std::vector<Pattern> fields, SourceLoc loc = {});
+
+}  // namespace pejit
