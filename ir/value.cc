@@ -1,0 +1,185 @@
+#include "ir/value.h"
+
+#include <stdexcept>
+
+namespace pejit {
+
+Value::Value(Tensor t) : kind_(Kind::kTensor), tensor_(std::move(t)) {}
+
+Value Value::Tuple(std::vector<Value> fields) {
+  Value v;
+  v.kind_ = Kind::kTuple;
+  v.fields_ = std::make_shared<const std::vector<Value>>(std::move(fields));
+  return v;
+}
+
+Value Value::Adt(TypeDefPtr adt, int tag, std::vector<Value> fields) {
+  Value v;
+  v.kind_ = Kind::kAdt;
+  v.adt_ = std::move(adt);
+  v.tag_ = tag;
+  v.fields_ = std::make_shared<const std::vector<Value>>(std::move(fields));
+  return v;
+}
+
+Value Value::Function(std::shared_ptr<const Closure> closure) {
+  Value v;
+  v.kind_ = Kind::kClosure;
+  v.closure_ = std::move(closure);
+  return v;
+}
+
+const Tensor& Value::tensor() const {
+  if (kind_ != Kind::kTensor) throw std::logic_error("expected a tensor, got " + Describe());
+  return tensor_;
+}
+
+const std::vector<Value>& Value::fields() const {
+  if (kind_ != Kind::kTuple && kind_ != Kind::kAdt) throw std::logic_error("expected a tuple or ADT, got " + Describe());
+  return *fields_;
+}
+
+const Closure& Value::closure() const {
+  if (kind_ != Kind::kClosure) throw std::logic_error("expected a function, got " + Describe());
+  return *closure_;
+}
+
+namespace {
+
+std::string Render(const Value& v, bool numbers, int depth);
+
+// Deeper structure is elided: a message about a 100,000-deep tree stays short.
+constexpr int kMaxRenderDepth = 4;
+
+std::string Join(const std::vector<Value>& vs, bool numbers, int depth) {
+  if (depth >= kMaxRenderDepth) return "...";
+  std::string s;
+  for (size_t i = 0; i < vs.size(); ++i) s += (i ? ", " : "") + Render(vs[i], numbers, depth + 1);
+  return s;
+}
+
+std::string Render(const Value& v, bool numbers, int depth) {
+  switch (v.kind()) {
+    case Value::Kind::kNone: return "<none>";
+    case Value::Kind::kTensor: return numbers ? v.tensor().ToString() : v.tensor().type().ToString();
+    case Value::Kind::kTuple: {
+      std::string inner = Join(v.fields(), numbers, depth);
+      return "(" + inner + (v.fields().size() == 1 ? ",)" : ")");
+    }
+    case Value::Kind::kAdt:
+      return v.fields().empty() ? v.ctor_name() : v.ctor_name() + "(" + Join(v.fields(), numbers, depth) + ")";
+    case Value::Kind::kClosure: return v.closure().global.empty() ? "<closure>" : "@" + v.closure().global;
+  }
+  return "?";
+}
+
+}  // namespace
+
+std::string Value::Describe() const { return Render(*this, false, 0); }
+std::string Value::ToString() const { return Render(*this, true, 0); }
+
+namespace {
+
+// Iterative: values may be nested 100,000 deep.
+bool Compare(const Value& a, const Value& b, const std::function<bool(const Tensor&, const Tensor&)>& same) {
+  std::vector<std::pair<const Value*, const Value*>> stack = {{&a, &b}};
+  while (!stack.empty()) {
+    auto [x, y] = stack.back();
+    stack.pop_back();
+    if (x->kind() != y->kind()) return false;
+    switch (x->kind()) {
+      case Value::Kind::kNone: break;
+      case Value::Kind::kTensor:
+        if (!same(x->tensor(), y->tensor())) return false;
+        break;
+      case Value::Kind::kAdt:
+        if (x->adt()->name != y->adt()->name || x->tag() != y->tag()) return false;
+        [[fallthrough]];
+      case Value::Kind::kTuple:
+        if (x->fields().size() != y->fields().size()) return false;
+        for (size_t i = 0; i < x->fields().size(); ++i) stack.push_back({&x->fields()[i], &y->fields()[i]});
+        break;
+      case Value::Kind::kClosure:
+        if (&x->closure() != &y->closure()) return false;
+        break;
+    }
+  }
+  return true;
+}
+
+}  // namespace
+
+bool ValueEqual(const Value& a, const Value& b) {
+  return Compare(a, b, [](const Tensor& x, const Tensor& y) { return Equal(x, y); });
+}
+
+bool ValueAllClose(const Value& a, const Value& b, double rtol, double atol) {
+  return Compare(a, b, [&](const Tensor& x, const Tensor& y) { return AllClose(x, y, rtol, atol); });
+}
+
+void CheckValueType(const Value& root, const Type& root_type, const std::string& what) {
+  // An explicit stack: trees and lists may be nested 100,000 deep.
+  struct Item {
+    const Value* value;
+    Type type;
+    int parent;         // index into `items`, -1 for the root
+    std::string label;  // "field 1 of Node"
+  };
+  std::vector<Item> items = {{&root, root_type, -1, what}};
+  std::vector<int> stack = {0};
+  while (!stack.empty()) {
+    int index = stack.back();
+    stack.pop_back();
+    const Value& v = *items[index].value;
+    Type t = items[index].type;
+    auto fail = [&] {
+      std::string path = items[index].label;
+      for (int p = items[index].parent, depth = 0; p >= 0 && depth < 4; p = items[p].parent, ++depth) {
+        path += " of " + items[p].label;
+      }
+      throw std::invalid_argument(path + ": expected " + TypeToString(t) + ", got " + v.Describe());
+    };
+    auto push = [&](const Value& child, Type type, std::string label) {
+      items.push_back({&child, std::move(type), index, std::move(label)});
+      stack.push_back(static_cast<int>(items.size()) - 1);
+    };
+    switch (t->kind) {
+      case TypeKind::kTensor: {
+        if (!v.is_tensor()) fail();
+        const TensorType& want = AsTensor(t)->type;
+        const TensorType& got = v.tensor().type();
+        if (want.dtype != got.dtype || want.shape.size() != got.shape.size()) fail();
+        for (size_t i = 0; i < want.shape.size(); ++i) {
+          if (want.shape[i] != kUnknownDim && want.shape[i] != got.shape[i]) fail();
+        }
+        break;
+      }
+      case TypeKind::kTuple: {
+        const auto& fields = AsTuple(t)->fields;
+        if (v.kind() != Value::Kind::kTuple || v.fields().size() != fields.size()) fail();
+        for (size_t i = 0; i < fields.size(); ++i) push(v.fields()[i], fields[i], "field " + std::to_string(i));
+        break;
+      }
+      case TypeKind::kAdt: {
+        const AdtTypeNode* adt = AsAdt(t);
+        if (v.kind() != Value::Kind::kAdt || v.adt()->name != adt->name) fail();
+        std::map<std::string, Type> bindings;
+        for (size_t i = 0; i < adt->args.size() && i < v.adt()->params.size(); ++i) {
+          bindings[v.adt()->params[i]] = adt->args[i];
+        }
+        const CtorDef& ctor = v.adt()->ctors[v.tag()];
+        for (size_t i = 0; i < ctor.fields.size(); ++i) {
+          push(v.fields()[i], SubstituteTypeVars(ctor.fields[i], bindings),
+               "field " + std::to_string(i) + " of " + ctor.name);
+        }
+        break;
+      }
+      case TypeKind::kFunc:
+        if (v.kind() != Value::Kind::kClosure) fail();
+        break;
+      case TypeKind::kVar: break;
+    }
+  }
+}
+
+}  // namespace pejit

@@ -1,0 +1,72 @@
+// \file Runtime values of programs: tensors, tuples, ADT values, closures.
+//
+// Values are immutable handles, cheap to copy. They are what entries take and
+// return, what the interpreter computes with, and what the partial evaluator
+// splits into a static skeleton and dynamic tensor leaves.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "ir/expr.h"
+#include "ir/type.h"
+#include "ops/tensor.h"
+
+namespace pejit {
+
+class Value;
+
+// A function value: a function literal with the variables it captured, or a
+// module definition referred to by name (resolved when called).
+struct Closure {
+  Func func;                                              // null for a global
+  std::string global;                                     // set for a global
+  std::vector<std::pair<const VarNode*, Value>> captured; // free variables of func
+};
+
+class Value {
+ public:
+  enum class Kind : uint8_t { kNone, kTensor, kTuple, kAdt, kClosure };
+
+  Value() = default;
+  Value(Tensor t);  // NOLINT: a tensor is a value
+  static Value Tuple(std::vector<Value> fields);
+  static Value Adt(TypeDefPtr adt, int tag, std::vector<Value> fields);
+  static Value Function(std::shared_ptr<const Closure> closure);
+
+  Kind kind() const { return kind_; }
+  bool is_tensor() const { return kind_ == Kind::kTensor; }
+  const Tensor& tensor() const;                 // throws std::logic_error for other kinds
+  const std::vector<Value>& fields() const;     // tuple or ADT fields
+  const TypeDefPtr& adt() const { return adt_; }
+  int tag() const { return tag_; }
+  const std::string& ctor_name() const { return adt_->ctors[tag_].name; }
+  const Closure& closure() const;
+
+  // "Tensor[(2,), f32]", "(..., ...)", "Node(...)", "<closure>": for messages.
+  std::string Describe() const;
+  // Numbers included, for tests and the command line.
+  std::string ToString() const;
+
+ private:
+  Kind kind_ = Kind::kNone;
+  Tensor tensor_;
+  std::shared_ptr<const std::vector<Value>> fields_;
+  TypeDefPtr adt_;
+  int tag_ = -1;
+  std::shared_ptr<const Closure> closure_;
+};
+
+// Exact equality: same structure, bitwise-equal tensors. Closures compare by identity.
+bool ValueEqual(const Value& a, const Value& b);
+// Same structure, tensors AllClose.
+bool ValueAllClose(const Value& a, const Value& b, double rtol = 1e-5, double atol = 1e-8);
+
+// Checks that `v` is a value of type `t` (unknown dims match any size);
+// throws std::invalid_argument naming the path to the mismatch, e.g.
+// "field 1 of Node: expected Tensor[(), i64], got Tensor[(), f32]".
+void CheckValueType(const Value& v, const Type& t, const std::string& what = "value");
+
+}  // namespace pejit
