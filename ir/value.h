@@ -45,6 +45,16 @@ class Value {
   const std::string& ctor_name() const { return adt_->ctors[tag_].name; }
   const Closure& closure() const;
 
+  // The slot of this tensor on an autodiff tape (interp/tape.h), or -1 when
+  // no gradient can flow through it. Carried by the value so that the same
+  // buffer passed twice is still two leaves.
+  int64_t tape_id() const { return tape_id_; }
+  Value WithTapeId(int64_t id) const {
+    Value v = *this;
+    v.tape_id_ = id;
+    return v;
+  }
+
   // "Tensor[(2,), f32]", "(..., ...)", "Node(...)", "<closure>": for messages.
   std::string Describe() const;
   // Numbers included, for tests and the command line.
@@ -57,6 +67,7 @@ class Value {
   TypeDefPtr adt_;
   int tag_ = -1;
   std::shared_ptr<const Closure> closure_;
+  int64_t tape_id_ = -1;
 };
 
 // Exact equality: same structure, bitwise-equal tensors. Closures compare by identity.

@@ -1,0 +1,491 @@
+// The evaluation machine (a CEK machine, in the literature's terms):
+//
+//   1. Control is either an expression to evaluate or a value just computed.
+//   2. The environment is the current activation: one flat map from variable
+//      nodes to values per function call. Variables are unique nodes, so a
+//      flat map per call is exact, and closures copy the values of their free
+//      variables when they are made.
+//   3. The continuation is an explicit stack of frames, one per expression
+//      waiting for a subresult. A call pushes a Return frame that owns the
+//      caller's activation; a call in tail position (the top frame already a
+//      Return) replaces the activation instead, so loops run in constant space.
+//
+// Operator applications go through ops/ (RunOp) and, when a tape is active,
+// are recorded on it for reverse-mode autodiff.
+#include "interp/interpreter.h"
+
+#include <mutex>
+#include <shared_mutex>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "interp/tape.h"
+#include "ir/visitor.h"
+#include "ops/eager.h"
+
+namespace pejit {
+namespace {
+
+using Activation = std::unordered_map<const ExprNode*, Value>;
+
+// Free variables of function literals, computed once per node.
+class FreeVarCache {
+ public:
+  const std::vector<const VarNode*>& Get(const FuncNode* f) {
+    {
+      std::shared_lock lock(mu_);
+      auto it = cache_.find(f);
+      if (it != cache_.end()) return it->second;
+    }
+    std::vector<const VarNode*> free = Compute(f);
+    std::unique_lock lock(mu_);
+    return cache_.emplace(f, std::move(free)).first->second;
+  }
+
+ private:
+  static std::vector<const VarNode*> Compute(const FuncNode* f) {
+    std::unordered_set<const ExprNode*> bound, seen;
+    std::vector<const VarNode*> free;
+    for (const Var& p : f->params) bound.insert(p.get());
+    std::function<void(const Pattern&)> bind_pattern = [&](const Pattern& p) {
+      if (p->var) bound.insert(p->var.get());
+      for (const Pattern& sub : p->fields) bind_pattern(sub);
+    };
+    // Binders first (a variable is bound once, anywhere in the body), then uses.
+    PostOrderVisit(f->body, [&](const Expr& e) {
+      if (auto* let = As<LetNode>(e)) bound.insert(let->var.get());
+      if (auto* fn = As<FuncNode>(e)) {
+        for (const Var& p : fn->params) bound.insert(p.get());
+      }
+      if (auto* m = As<MatchNode>(e)) {
+        for (const Clause& c : m->clauses) bind_pattern(c.pattern);
+      }
+    });
+    PostOrderVisit(f->body, [&](const Expr& e) {
+      if (e->kind == ExprKind::kVar && !bound.count(e.get()) && seen.insert(e.get()).second) {
+        free.push_back(As<VarNode>(e));
+      }
+    });
+    return free;
+  }
+
+  std::shared_mutex mu_;
+  std::unordered_map<const FuncNode*, std::vector<const VarNode*>> cache_;
+};
+
+enum class FrameKind : uint8_t { kOpArgs, kCallee, kCallArgs, kLet, kIf, kTuple, kProj, kCtor, kMatch, kReturn };
+
+struct Frame {
+  FrameKind kind;
+  const ExprNode* node;
+  std::vector<Value> values;            // collected subresults
+  Value callee;                         // kCallArgs
+  std::unique_ptr<Activation> saved;    // kReturn: the caller's activation
+};
+
+bool Matches(const Pattern& p, const Value& v, Activation& act) {
+  switch (p->kind) {
+    case PatternKind::kWildcard: return true;
+    case PatternKind::kVar: act[p->var.get()] = v; return true;
+    case PatternKind::kTuple:
+      for (size_t i = 0; i < p->fields.size(); ++i) {
+        if (!Matches(p->fields[i], v.fields()[i], act)) return false;
+      }
+      return true;
+    case PatternKind::kCtor:
+      if (v.tag() != p->tag || v.adt()->name != p->adt->name) return false;
+      for (size_t i = 0; i < p->fields.size(); ++i) {
+        if (!Matches(p->fields[i], v.fields()[i], act)) return false;
+      }
+      return true;
+  }
+  return false;
+}
+
+class Machine {
+ public:
+  Machine(const ModuleSnapshot& module, FreeVarCache& free_vars, const InterpreterOptions& options, Tape* tape,
+          std::string entry)
+      : module_(module), free_vars_(free_vars), options_(options), tape_(tape), entry_(std::move(entry)) {}
+
+  Value Run(const Func& f, const std::vector<Value>& args) {
+    act_ = std::make_unique<Activation>();
+    for (size_t i = 0; i < f->params.size(); ++i) (*act_)[f->params[i].get()] = args[i];
+    return Eval(f->body);
+  }
+
+ private:
+  const ModuleSnapshot& module_;
+  FreeVarCache& free_vars_;
+  const InterpreterOptions& options_;
+  Tape* tape_;
+  std::string entry_;
+  std::unique_ptr<Activation> act_;
+  std::vector<Frame> stack_;
+
+  [[noreturn]] void Fail(const ExprNode* at, const std::string& message) {
+    throw EvalError("@" + entry_ + ": " + (at && at->loc.known() ? at->loc.ToString() + ": " : "") + message);
+  }
+
+  void Push(FrameKind kind, const ExprNode* node) {
+    if (static_cast<int64_t>(stack_.size()) >= options_.max_frames) {
+      Fail(node, "recursion too deep: more than " + std::to_string(options_.max_frames) +
+                     " interpreter frames (InterpreterOptions::max_frames)");
+    }
+    stack_.push_back(Frame{kind, node, {}, {}, nullptr});
+  }
+
+  Value ApplyOp(const OpCallNode* n, std::vector<Value> args) {
+    std::vector<Tensor> inputs;
+    inputs.reserve(args.size());
+    for (const Value& a : args) inputs.push_back(a.tensor());
+    std::vector<Tensor> outputs;
+    try {
+      outputs = RunOp(*n->op, inputs, n->attrs);
+    } catch (const OpError& e) {
+      Fail(n, e.what());
+    }
+    std::vector<Value> results;
+    if (tape_) {
+      results = tape_->Record(*n->op, n->attrs, args, std::move(outputs));
+    } else {
+      for (Tensor& t : outputs) results.emplace_back(std::move(t));
+    }
+    return results.size() == 1 ? results[0] : Value::Tuple(std::move(results));
+  }
+
+  Value MakeClosure(const FuncNode* f, const Expr& self) {
+    auto closure = std::make_shared<Closure>();
+    closure->func = std::static_pointer_cast<const FuncNode>(self);
+    for (const VarNode* v : free_vars_.Get(f)) closure->captured.emplace_back(v, Lookup(v));
+    return Value::Function(std::move(closure));
+  }
+
+  const Value& Lookup(const ExprNode* var) {
+    auto it = act_->find(var);
+    if (it == act_->end()) Fail(var, "variable %" + static_cast<const VarNode*>(var)->name + " has no value");
+    return it->second;
+  }
+
+  // Starts the call of `fn`; returns the body to evaluate.
+  Expr Enter(const ExprNode* call, const Value& fn, std::vector<Value> args) {
+    if (fn.kind() != Value::Kind::kClosure) Fail(call, "cannot call " + fn.Describe());
+    const Closure& c = fn.closure();
+    Func f = c.func;
+    if (!f) f = module_.Get(c.global).func;  // resolved on this call's snapshot
+    if (f->params.size() != args.size()) {
+      Fail(call, "function takes " + std::to_string(f->params.size()) + " arguments, got " + std::to_string(args.size()));
+    }
+    auto callee = std::make_unique<Activation>();
+    for (const auto& [var, value] : c.captured) (*callee)[var] = value;
+    for (size_t i = 0; i < args.size(); ++i) (*callee)[f->params[i].get()] = std::move(args[i]);
+    if (stack_.empty() || stack_.back().kind != FrameKind::kReturn) {
+      Push(FrameKind::kReturn, call);
+      stack_.back().saved = std::move(act_);
+    }
+    act_ = std::move(callee);
+    return f->body;
+  }
+
+  Value Eval(const Expr& root) {
+    Expr expr = root;
+    Value value;
+    bool have_value = false;
+    for (;;) {
+      if (!have_value) {
+        const ExprNode* n = expr.get();
+        switch (n->kind) {
+          case ExprKind::kVar: value = Lookup(n); have_value = true; break;
+          case ExprKind::kConstant: value = Value(As<ConstantNode>(expr)->value); have_value = true; break;
+          case ExprKind::kOpCall: {
+            const OpCallNode* op = As<OpCallNode>(expr);
+            if (op->args.empty()) {
+              value = ApplyOp(op, {});
+              have_value = true;
+            } else {
+              Push(FrameKind::kOpArgs, n);
+              expr = op->args[0];
+            }
+            break;
+          }
+          case ExprKind::kCall: Push(FrameKind::kCallee, n); expr = As<CallNode>(expr)->callee; break;
+          case ExprKind::kLet: Push(FrameKind::kLet, n); expr = As<LetNode>(expr)->value; break;
+          case ExprKind::kIf: Push(FrameKind::kIf, n); expr = As<IfNode>(expr)->cond; break;
+          case ExprKind::kTuple: {
+            const TupleNode* t = As<TupleNode>(expr);
+            if (t->fields.empty()) {
+              value = Value::Tuple({});
+              have_value = true;
+            } else {
+              Push(FrameKind::kTuple, n);
+              expr = t->fields[0];
+            }
+            break;
+          }
+          case ExprKind::kProj: Push(FrameKind::kProj, n); expr = As<ProjNode>(expr)->tuple; break;
+          case ExprKind::kFunc: value = MakeClosure(As<FuncNode>(expr), expr); have_value = true; break;
+          case ExprKind::kGlobal: {
+            auto closure = std::make_shared<Closure>();
+            closure->global = As<GlobalNode>(expr)->name;
+            value = Value::Function(std::move(closure));
+            have_value = true;
+            break;
+          }
+          case ExprKind::kCtor: {
+            const CtorNode* c = As<CtorNode>(expr);
+            if (c->args.empty()) {
+              value = Value::Adt(c->adt, c->tag, {});
+              have_value = true;
+            } else {
+              Push(FrameKind::kCtor, n);
+              expr = c->args[0];
+            }
+            break;
+          }
+          case ExprKind::kMatch: Push(FrameKind::kMatch, n); expr = As<MatchNode>(expr)->scrutinee; break;
+        }
+        continue;
+      }
+
+      // A value is ready: hand it to the innermost waiting frame.
+      if (stack_.empty()) return value;
+      Frame& top = stack_.back();
+      const ExprNode* n = top.node;
+      switch (top.kind) {
+        case FrameKind::kOpArgs: {
+          auto* op = static_cast<const OpCallNode*>(n);
+          top.values.push_back(std::move(value));
+          if (top.values.size() < op->args.size()) {
+            expr = op->args[top.values.size()];
+            have_value = false;
+          } else {
+            std::vector<Value> args = std::move(top.values);
+            stack_.pop_back();
+            value = ApplyOp(op, std::move(args));
+          }
+          break;
+        }
+        case FrameKind::kCallee: {
+          auto* call = static_cast<const CallNode*>(n);
+          if (call->args.empty()) {
+            stack_.pop_back();
+            expr = Enter(n, value, {});
+            have_value = false;
+          } else {
+            top.kind = FrameKind::kCallArgs;
+            top.callee = std::move(value);
+            expr = call->args[0];
+            have_value = false;
+          }
+          break;
+        }
+        case FrameKind::kCallArgs: {
+          auto* call = static_cast<const CallNode*>(n);
+          top.values.push_back(std::move(value));
+          if (top.values.size() < call->args.size()) {
+            expr = call->args[top.values.size()];
+          } else {
+            Value fn = std::move(top.callee);
+            std::vector<Value> args = std::move(top.values);
+            stack_.pop_back();
+            expr = Enter(n, fn, std::move(args));
+          }
+          have_value = false;
+          break;
+        }
+        case FrameKind::kLet: {
+          auto* let = static_cast<const LetNode*>(n);
+          (*act_)[let->var.get()] = std::move(value);
+          stack_.pop_back();
+          expr = let->body;
+          have_value = false;
+          break;
+        }
+        case FrameKind::kIf: {
+          auto* i = static_cast<const IfNode*>(n);
+          stack_.pop_back();
+          bool cond = value.tensor().data<bool>()[0];
+          expr = cond ? i->then_branch : i->else_branch;
+          have_value = false;
+          break;
+        }
+        case FrameKind::kTuple: {
+          auto* t = static_cast<const TupleNode*>(n);
+          top.values.push_back(std::move(value));
+          if (top.values.size() < t->fields.size()) {
+            expr = t->fields[top.values.size()];
+            have_value = false;
+          } else {
+            value = Value::Tuple(std::move(top.values));
+            stack_.pop_back();
+          }
+          break;
+        }
+        case FrameKind::kProj: {
+          auto* p = static_cast<const ProjNode*>(n);
+          stack_.pop_back();
+          Value field = value.fields()[p->index];
+          value = std::move(field);
+          break;
+        }
+        case FrameKind::kCtor: {
+          auto* c = static_cast<const CtorNode*>(n);
+          top.values.push_back(std::move(value));
+          if (top.values.size() < c->args.size()) {
+            expr = c->args[top.values.size()];
+            have_value = false;
+          } else {
+            value = Value::Adt(c->adt, c->tag, std::move(top.values));
+            stack_.pop_back();
+          }
+          break;
+        }
+        case FrameKind::kMatch: {
+          auto* m = static_cast<const MatchNode*>(n);
+          stack_.pop_back();
+          const Clause* chosen = nullptr;
+          for (const Clause& c : m->clauses) {
+            if (Matches(c.pattern, value, *act_)) {
+              chosen = &c;
+              break;
+            }
+          }
+          if (!chosen) Fail(n, "no clause of match fits " + value.Describe());
+          expr = chosen->body;
+          have_value = false;
+          break;
+        }
+        case FrameKind::kReturn: {
+          act_ = std::move(top.saved);
+          stack_.pop_back();
+          break;
+        }
+      }
+    }
+  }
+};
+
+// Gradient leaves of an argument: its float tensors, depth first.
+void CollectLeaves(const Value& v, std::vector<const Value*>& out) {
+  if (v.is_tensor()) {
+    out.push_back(&v);
+  } else if (v.kind() == Value::Kind::kTuple || v.kind() == Value::Kind::kAdt) {
+    for (const Value& f : v.fields()) CollectLeaves(f, out);
+  }
+}
+
+// `v` with each tensor leaf replaced by the next of `leaves`.
+Value Rebuild(const Value& v, std::vector<Value>::const_iterator& next) {
+  if (v.is_tensor()) return *next++;
+  if (v.kind() == Value::Kind::kTuple || v.kind() == Value::Kind::kAdt) {
+    std::vector<Value> fields;
+    for (const Value& f : v.fields()) fields.push_back(Rebuild(f, next));
+    return v.kind() == Value::Kind::kTuple ? Value::Tuple(std::move(fields))
+                                           : Value::Adt(v.adt(), v.tag(), std::move(fields));
+  }
+  return v;
+}
+
+}  // namespace
+
+struct Interpreter::Impl {
+  InterpreterOptions options;
+  mutable FreeVarCache free_vars;
+};
+
+Interpreter::Interpreter(InterpreterOptions options) : impl_(std::make_unique<Impl>()) { impl_->options = options; }
+Interpreter::~Interpreter() = default;
+
+namespace {
+
+const Definition& EntryOf(const ModuleSnapshot& module, const std::string& entry) {
+  const Definition* d = module.Find(entry);
+  if (!d) {
+    try {
+      module.Get(entry);  // for the "did you mean" message
+    } catch (const IrError& e) {
+      throw EvalError(e.what());
+    }
+  }
+  return *d;
+}
+
+void CheckArgs(const std::string& entry, const Func& f, const std::vector<Value>& args) {
+  if (f->params.size() != args.size()) {
+    throw EvalError("@" + entry + " takes " + std::to_string(f->params.size()) + " argument" +
+                    (f->params.size() == 1 ? "" : "s") + ", got " + std::to_string(args.size()));
+  }
+  for (size_t i = 0; i < args.size(); ++i) {
+    try {
+      CheckValueType(args[i], f->params[i]->annotation, "argument " + std::to_string(i) + " (%" + f->params[i]->name + ")");
+    } catch (const std::invalid_argument& e) {
+      throw EvalError("@" + entry + ": " + e.what());
+    }
+  }
+}
+
+}  // namespace
+
+Value Interpreter::Call(const ModuleSnapshot& module, const std::string& entry, const std::vector<Value>& args) const {
+  const Definition& d = EntryOf(module, entry);
+  CheckArgs(entry, d.func, args);
+  Machine m(module, impl_->free_vars, impl_->options, nullptr, entry);
+  return m.Run(d.func, args);
+}
+
+Value Interpreter::Apply(const ModuleSnapshot& module, const Func& f, const std::vector<Value>& args,
+                         const std::string& what) const {
+  CheckArgs(what, f, args);
+  Machine m(module, impl_->free_vars, impl_->options, nullptr, what);
+  return m.Run(f, args);
+}
+
+Interpreter::ValueAndGrad Interpreter::CallWithGrad(const ModuleSnapshot& module, const std::string& entry,
+                                                    const std::vector<Value>& args, const std::vector<int>& wrt) const {
+  const Definition& d = EntryOf(module, entry);
+  CheckArgs(entry, d.func, args);
+  // (1) Put the float tensors of the chosen arguments on a tape.
+  Tape tape;
+  std::vector<Value> traced = args;
+  std::vector<std::vector<Value>> leaves(wrt.size());
+  for (size_t k = 0; k < wrt.size(); ++k) {
+    int i = wrt[k];
+    if (i < 0 || i >= static_cast<int>(args.size())) {
+      throw EvalError("@" + entry + ": wrt index " + std::to_string(i) + " is not an argument (it takes " +
+                      std::to_string(args.size()) + ")");
+    }
+    std::vector<const Value*> tensors;
+    CollectLeaves(args[i], tensors);
+    std::vector<Value> watched;
+    for (const Value* t : tensors) watched.push_back(IsFloat(t->tensor().dtype()) ? tape.Watch(*t) : *t);
+    auto next = std::cbegin(watched);
+    traced[i] = Rebuild(args[i], next);
+    leaves[k] = std::move(watched);
+  }
+  // (2) Run, recording.
+  Machine m(module, impl_->free_vars, impl_->options, &tape, entry);
+  Value loss = m.Run(d.func, traced);
+  if (!loss.is_tensor() || loss.tensor().rank() != 0 || loss.tensor().dtype() != DType::kF32) {
+    throw EvalError("@" + entry + ": value_and_grad needs a scalar f32 loss (Tensor[(), f32]), got " + loss.Describe());
+  }
+  // (3) One backward pass for all leaves; gradients in the shape of each argument.
+  std::vector<Value> float_leaves;
+  for (const auto& arg_leaves : leaves) {
+    for (const Value& leaf : arg_leaves) {
+      if (leaf.tape_id() >= 0) float_leaves.push_back(leaf);
+    }
+  }
+  std::vector<Tensor> grads = tape.Backward(loss, float_leaves);
+  ValueAndGrad out;
+  out.value = Value(loss.tensor());
+  size_t g = 0;
+  for (size_t k = 0; k < wrt.size(); ++k) {
+    std::vector<Value> replaced;
+    for (const Value& leaf : leaves[k]) replaced.push_back(leaf.tape_id() >= 0 ? Value(grads[g++]) : Value(leaf.tensor()));
+    auto next = std::cbegin(replaced);
+    out.grads.push_back(Rebuild(args[wrt[k]], next));
+  }
+  return out;
+}
+
+}  // namespace pejit

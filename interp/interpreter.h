@@ -1,0 +1,69 @@
+// \file Tier 0: the reference interpreter, with tape autodiff.
+//
+// Runs any definition of a module on runtime values and gives the answer
+// every other tier is checked against. It never recurses on the native stack
+// for program recursion: evaluation is a machine with an explicit stack of
+// continuation frames, so a tree 100,000 deep evaluates, and a runaway
+// recursion stops at `max_frames` with an error naming the limit.
+//
+// An Interpreter holds no state that calls share but a cache of closures'
+// free variables (behind a lock): any number of threads may call it at once.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "ir/module.h"
+#include "ir/value.h"
+
+namespace pejit {
+
+// A failure while running an entry. what() names the entry, and the source
+// location or argument at fault:
+//   "@loss: argument 1 (%labels): expected Tensor[(?,), i64], got Tensor[(3,), f32]"
+//   "@loss: t.pj:7:12: take: index 12 is out of range for table rows of size 10"
+class EvalError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+struct InterpreterOptions {
+  // Continuation frames a call may stack up (each program call level uses a
+  // few); past it the call fails instead of exhausting memory.
+  int64_t max_frames = 20'000'000;
+};
+
+class Interpreter {
+ public:
+  explicit Interpreter(InterpreterOptions options = {});
+  ~Interpreter();
+
+  // Runs definition `entry` of `module` on `args` (checked against its
+  // parameter types). Throws EvalError.
+  Value Call(const ModuleSnapshot& module, const std::string& entry, const std::vector<Value>& args) const;
+
+  struct ValueAndGrad {
+    Value value;              // the loss
+    std::vector<Value> grads; // one per index of `wrt`, shaped like that argument
+  };
+  // Runs `entry` recording a tape, then returns its value (a scalar f32 loss)
+  // and the gradients with respect to arguments `wrt` — tensors, or tuples
+  // and ADT values of tensors (a parameter tuple), returned in the same
+  // structure. Non-float leaves get no gradient (their slot holds the leaf).
+  ValueAndGrad CallWithGrad(const ModuleSnapshot& module, const std::string& entry, const std::vector<Value>& args,
+                            const std::vector<int>& wrt) const;
+
+  // Applies a function (e.g. a residual program not in any module) to `args`;
+  // its globals are resolved in `module`. `what` names it in errors.
+  Value Apply(const ModuleSnapshot& module, const Func& f, const std::vector<Value>& args,
+              const std::string& what = "function") const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace pejit
