@@ -4,6 +4,16 @@
 
 namespace pejit {
 
+LetNode::~LetNode() {
+  Expr next = std::move(body);
+  while (next && next.use_count() == 1 && next->kind == ExprKind::kLet) {
+    // Sole owner of the next let: take its body before it is freed.
+    auto* let = const_cast<LetNode*>(static_cast<const LetNode*>(next.get()));
+    Expr after = std::move(let->body);
+    next = std::move(after);
+  }
+}
+
 Var MakeVar(std::string name, Type annotation, SourceLoc loc) {
   return std::make_shared<VarNode>(std::move(name), std::move(annotation), std::move(loc));
 }

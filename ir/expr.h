@@ -62,6 +62,9 @@ struct CallNode final : ExprNode {
 struct LetNode final : ExprNode {
   LetNode(Var v, Expr val, Expr b, SourceLoc l)
       : ExprNode(ExprKind::kLet, std::move(l)), var(std::move(v)), value(std::move(val)), body(std::move(b)) {}
+  // Frees a let-chain with a loop: residual programs are chains of tens of
+  // thousands of lets, too deep to free recursively.
+  ~LetNode() override;
   Var var;
   Expr value;
   Expr body;

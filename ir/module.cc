@@ -19,7 +19,9 @@ const Definition* ModuleSnapshot::Find(std::string_view name) const {
 
 const Definition& ModuleSnapshot::Get(std::string_view name) const {
   if (const Definition* d = Find(name)) return *d;
-  throw IrError({}, "unknown definition '@" + std::string(name) + "'" + DidYouMean(name, Names()));
+  std::vector<std::string> globals;
+  for (const std::string& n : Names()) globals.push_back("@" + n);
+  throw IrError({}, "unknown definition '@" + std::string(name) + "'" + DidYouMean("@" + std::string(name), globals));
 }
 
 TypeDefPtr ModuleSnapshot::FindType(std::string_view name) const {

@@ -147,7 +147,9 @@ class Checker {
   Type GlobalType(const std::string& name, const SourceLoc& loc) {
     Type t = env_.global_type(name, loc);
     if (!t) {
-      throw IrError(loc, "unknown definition '@" + name + "'" + DidYouMean(name, env_.global_names()));
+      std::vector<std::string> globals;
+      for (const std::string& n : env_.global_names()) globals.push_back("@" + n);
+      throw IrError(loc, "unknown definition '@" + name + "'" + DidYouMean("@" + name, globals));
     }
     return t;
   }

@@ -6,6 +6,22 @@ namespace pejit {
 
 Value::Value(Tensor t) : kind_(Kind::kTensor), tensor_(std::move(t)) {}
 
+Value::~Value() {
+  if (!fields_ || fields_.use_count() != 1) return;
+  std::vector<std::shared_ptr<const std::vector<Value>>> pending;
+  pending.push_back(std::move(fields_));
+  while (!pending.empty()) {
+    std::shared_ptr<const std::vector<Value>> fields = std::move(pending.back());
+    pending.pop_back();
+    if (fields.use_count() != 1) continue;  // someone else still holds it
+    // Sole owner: detach grandchildren before the vector is freed, so that
+    // freeing it recurses at most one level.
+    for (Value& v : const_cast<std::vector<Value>&>(*fields)) {
+      if (v.fields_ && v.fields_.use_count() == 1) pending.push_back(std::move(v.fields_));
+    }
+  }
+}
+
 Value Value::Tuple(std::vector<Value> fields) {
   Value v;
   v.kind_ = Kind::kTuple;

@@ -32,6 +32,13 @@ class Value {
 
   Value() = default;
   Value(Tensor t);  // NOLINT: a tensor is a value
+  Value(const Value&) = default;
+  Value(Value&&) = default;
+  Value& operator=(const Value&) = default;
+  Value& operator=(Value&&) = default;
+  // Tears nested values down with a loop: a 100,000-deep tree must not
+  // overflow the native stack when it is freed.
+  ~Value();
   static Value Tuple(std::vector<Value> fields);
   static Value Adt(TypeDefPtr adt, int tag, std::vector<Value> fields);
   static Value Function(std::shared_ptr<const Closure> closure);

@@ -1,0 +1,125 @@
+// The `pejit` command line: check and run .pj programs (later: pe, compile, trace).
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+
+#include "interp/interpreter.h"
+#include "ir/json.h"
+#include "ir/module.h"
+
+namespace pejit {
+namespace {
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw std::runtime_error("cannot read " + path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+Snapshot Load(const std::string& path) {
+  Module m;
+  m.AddSource(ReadFile(path), path);
+  return m.snapshot();
+}
+
+std::vector<int> ParseIndices(const std::string& list) {
+  std::vector<int> out;
+  std::stringstream ss(list);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    try {
+      size_t used = 0;
+      out.push_back(std::stoi(item, &used));
+      if (used != item.size()) throw std::invalid_argument(item);
+    } catch (const std::exception&) {
+      throw std::runtime_error("--wrt: '" + item + "' is not an argument index");
+    }
+  }
+  return out;
+}
+
+int Check(const std::string& file) {
+  Snapshot s = Load(file);
+  std::printf("%s: ok, %zu definitions, %zu types\n", file.c_str(), s->definitions().size(), s->types().size());
+  return 0;
+}
+
+int Run(const std::string& file, const std::string& entry, const std::string& args_file, bool grad,
+        const std::string& wrt_list) {
+  Snapshot s = Load(file);
+  const Definition& d = s->Get(entry);
+  nlohmann::json args_json;
+  try {
+    args_json = nlohmann::json::parse(args_file == "-" ? std::string(std::istreambuf_iterator<char>(std::cin), {})
+                                                       : ReadFile(args_file));
+  } catch (const nlohmann::json::parse_error& e) {
+    throw std::runtime_error(args_file + ": not valid JSON: " + e.what());
+  }
+  if (!args_json.is_array()) throw std::runtime_error(args_file + ": expected a JSON array of arguments");
+  if (args_json.size() != d.func->params.size()) {
+    throw std::runtime_error("@" + entry + " takes " + std::to_string(d.func->params.size()) + " arguments, " +
+                             args_file + " has " + std::to_string(args_json.size()));
+  }
+  std::vector<Value> args;
+  auto types = [&](const std::string& n) { return s->FindType(n); };
+  for (size_t i = 0; i < args_json.size(); ++i) {
+    args.push_back(ValueFromJson(args_json[i], d.func->params[i]->annotation, types,
+                                 "args[" + std::to_string(i) + "] (%" + d.func->params[i]->name + ")"));
+  }
+  Interpreter interp;
+  nlohmann::json out;
+  if (grad) {
+    std::vector<int> wrt = wrt_list.empty() ? std::vector<int>{} : ParseIndices(wrt_list);
+    if (wrt.empty()) {
+      for (size_t i = 0; i < args.size(); ++i) wrt.push_back(static_cast<int>(i));
+    }
+    Interpreter::ValueAndGrad r = interp.CallWithGrad(*s, entry, args, wrt);
+    out["value"] = ValueToJson(r.value);
+    out["grads"] = nlohmann::json::array();
+    for (const Value& g : r.grads) out["grads"].push_back(ValueToJson(g));
+    out["wrt"] = wrt;
+  } else {
+    out["value"] = ValueToJson(interp.Call(*s, entry, args));
+  }
+  std::printf("%s\n", out.dump().c_str());
+  return 0;
+}
+
+}  // namespace
+}  // namespace pejit
+
+int main(int argc, char** argv) {
+  CLI::App app{"pejit: run and inspect programs of the pejit language (.pj files)"};
+  app.require_subcommand(1);
+
+  std::string file, entry, args_file, wrt;
+  bool grad = false;
+  CLI::App* check = app.add_subcommand("check", "Parse and type-check a .pj file; errors as file:line:col");
+  check->add_option("file", file, "the .pj program")->required()->check(CLI::ExistingFile);
+
+  CLI::App* run = app.add_subcommand("run", "Run an entry on JSON arguments in the interpreter; print JSON");
+  run->add_option("file", file, "the .pj program")->required()->check(CLI::ExistingFile);
+  run->add_option("--entry", entry, "the definition to call, without '@'")->required();
+  run->add_option("--args", args_file,
+                  "JSON array of arguments ('-' for standard input); tensors as "
+                  "{\"dtype\",\"shape\",\"data\"}, ADT values as {\"ctor\",\"fields\"}, tuples as arrays")
+      ->required();
+  run->add_flag("--grad", grad, "also compute gradients of the (scalar f32) result");
+  run->add_option("--wrt", wrt, "comma-separated argument indices to differentiate (default: all)");
+
+  CLI11_PARSE(app, argc, argv);
+  try {
+    if (check->parsed()) return pejit::Check(file);
+    if (run->parsed()) return pejit::Run(file, entry, args_file, grad, wrt);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "pejit: %s\n", e.what());
+    return 1;
+  }
+  return 2;
+}
