@@ -33,6 +33,12 @@ Type Join(const Type& a, const Type& b) {
   return a;  // compatible function/ADT types: keep the first
 }
 
+// Where to report a problem with `e` as used in `parent`: a variable node
+// carries the location of its declaration, so its parent's is used instead.
+const SourceLoc& UseLoc(const Expr& e, const ExprNode* parent) {
+  return e->kind == ExprKind::kVar ? parent->loc : e->loc;
+}
+
 class Checker {
  public:
   Checker(const TypeEnv& env, std::string name) : env_(env), name_(std::move(name)) {}
@@ -52,7 +58,7 @@ class Checker {
     }
     Type body = Infer(f->body, want);
     if (f->ret_type && !TypeCompatible(f->ret_type, body)) {
-      throw IrError(f->body->loc, "result of " + Where() + " is " + TypeToString(body) + ", but its declared type is " +
+      throw IrError(UseLoc(f->body, f), "result of " + Where() + " is " + TypeToString(body) + ", but its declared type is " +
                                       TypeToString(f->ret_type));
     }
     return FuncTy(std::move(params), f->ret_type ? f->ret_type : body);
@@ -68,7 +74,7 @@ class Checker {
       if (var->annotation) CheckTypeWellFormed(var->annotation, env_, var->loc);
       Type value = Infer(let->value, var->annotation);
       if (var->annotation && !TypeCompatible(var->annotation, value)) {
-        throw IrError(let->value->loc, "%" + var->name + " is declared " + TypeToString(var->annotation) +
+        throw IrError(UseLoc(let->value, let), "%" + var->name + " is declared " + TypeToString(var->annotation) +
                                            " but bound to " + TypeToString(value));
       }
       Bind(var, var->annotation ? var->annotation : value);
@@ -108,7 +114,7 @@ class Checker {
         const IfNode* n = As<IfNode>(e);
         Type cond = Infer(n->cond, nullptr);
         if (!TypeEqual(cond, ScalarTy(DType::kBool))) {
-          throw IrError(n->cond->loc, "condition of if must be Tensor[(), bool], got " + TypeToString(cond));
+          throw IrError(UseLoc(n->cond, n), "condition of if must be Tensor[(), bool], got " + TypeToString(cond));
         }
         Type a = Infer(n->then_branch, expected);
         Type b = Infer(n->else_branch, expected ? expected : a);
@@ -160,7 +166,7 @@ class Checker {
       Type t = Infer(n->args[i], nullptr);
       const TensorTypeNode* tensor = AsTensor(t);
       if (!tensor) {
-        throw IrError(n->args[i]->loc, "input " + std::to_string(i) + " of " + n->op->name +
+        throw IrError(UseLoc(n->args[i], n), "input " + std::to_string(i) + " of " + n->op->name +
                                            " must be a tensor, got " + TypeToString(t));
       }
       inputs.push_back(tensor->type);
@@ -189,7 +195,7 @@ class Checker {
     for (size_t i = 0; i < n->args.size(); ++i) {
       Type arg = Infer(n->args[i], f->params[i]);
       if (!TypeCompatible(f->params[i], arg)) {
-        throw IrError(n->args[i]->loc, "argument " + std::to_string(i) + " of " + what + " must be " +
+        throw IrError(UseLoc(n->args[i], n), "argument " + std::to_string(i) + " of " + what + " must be " +
                                            TypeToString(f->params[i]) + ", got " + TypeToString(arg));
       }
     }
@@ -253,7 +259,7 @@ class Checker {
     for (size_t i = 0; i < n->args.size(); ++i) {
       Type arg = Infer(n->args[i], SubstituteTypeVars(ctor.fields[i], b));
       if (!Unify(ctor.fields[i], arg, b)) {
-        throw IrError(n->args[i]->loc, "field " + std::to_string(i) + " of " + ctor.name + " must be " +
+        throw IrError(UseLoc(n->args[i], n), "field " + std::to_string(i) + " of " + ctor.name + " must be " +
                                            TypeToString(SubstituteTypeVars(ctor.fields[i], b)) + ", got " +
                                            TypeToString(arg));
       }
@@ -310,7 +316,7 @@ class Checker {
       CheckPattern(c.pattern, scrutinee);
       Type t = Infer(c.body, expected ? expected : result);
       if (result && !TypeCompatible(result, t)) {
-        throw IrError(c.body->loc, "clauses of match differ: " + TypeToString(result) + " vs " + TypeToString(t));
+        throw IrError(UseLoc(c.body, n), "clauses of match differ: " + TypeToString(result) + " vs " + TypeToString(t));
       }
       result = result ? Join(result, t) : t;
     }

@@ -8,7 +8,7 @@
 
 namespace pejit {
 
-// Levenshtein distance between a and b.
+// Edit distance between a and b, a swap of neighbours counting as one edit.
 size_t EditDistance(std::string_view a, std::string_view b);
 
 // The candidate closest to `name`, if it is close enough to be a likely typo

@@ -1,0 +1,146 @@
+// Type and shape inference: what a definition's type is, and which programs
+// are refused, with the message and the file:line:col of the culprit. (A
+// variable is reported at the expression using it: its node carries the
+// location where it was declared.)
+#include <gtest/gtest.h>
+
+#include "ir/module.h"
+
+namespace pejit {
+namespace {
+
+// The type of @name after adding `text` to a fresh module.
+std::string TypeOf(const std::string& text, const std::string& name) {
+  Module m;
+  m.AddSource(text, "t.pj");
+  return TypeToString(m.snapshot()->Get(name).type);
+}
+
+// The error adding `text` gives, or "" when it type-checks.
+std::string ErrorOf(const std::string& text) {
+  Module m;
+  try {
+    m.AddSource(text, "t.pj");
+  } catch (const IrError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(TypeCheck, ResultTypesAreInferredThroughOperators) {
+  EXPECT_EQ(TypeOf("def @f(%x: Tensor[(3, 4), f32], %w: Tensor[(4, 5), f32]) {\n"
+                   "  let %y = matmul(%x, %w);\n"
+                   "  sum(%y, axes=[1])\n"
+                   "}",
+                   "f"),
+            "fn(Tensor[(3, 4), f32], Tensor[(4, 5), f32]) -> Tensor[(3,), f32]");
+}
+
+TEST(TypeCheck, UnknownDimensionsFlowThrough) {
+  EXPECT_EQ(TypeOf("def @f(%x: Tensor[(?, 4), f32], %b: Tensor[(4,), f32]) { relu(add(%x, %b)) }", "f"),
+            "fn(Tensor[(?, 4), f32], Tensor[(4,), f32]) -> Tensor[(?, 4), f32]");
+}
+
+TEST(TypeCheck, AKnownShapeMayBePassedForAnUnknownOne) {
+  EXPECT_EQ(TypeOf("def @g(%x: Tensor[(?, 4), f32]) { %x }\n"
+                   "def @f(%x: Tensor[(2, 4), f32]) { @g(%x) }",
+                   "f"),
+            "fn(Tensor[(2, 4), f32]) -> Tensor[(?, 4), f32]");
+}
+
+TEST(TypeCheck, TuplesProjectionsAndClosures) {
+  EXPECT_EQ(TypeOf("def @f(%x: Tensor[(2,), f32]) {\n"
+                   "  let %double = fn (%y: Tensor[(2,), f32]) { add(%y, %y) };\n"
+                   "  let %pair = (%double(%x), 1);\n"
+                   "  %pair.1\n"
+                   "}",
+                   "f"),
+            "fn(Tensor[(2,), f32]) -> Tensor[(), i64]");
+}
+
+TEST(TypeCheck, MatchOverATreeBindsFieldTypes) {
+  EXPECT_EQ(TypeOf("type Tree { Leaf(Tensor[(), i64]), Node(Tree, Tree) }\n"
+                   "def @size(%t: Tree) -> Tensor[(), i64] {\n"
+                   "  match (%t) { Leaf(_) => 1, Node(%l, %r) => add(@size(%l), @size(%r)) }\n"
+                   "}",
+                   "size"),
+            "fn(Tree) -> Tensor[(), i64]");
+}
+
+TEST(TypeCheck, TypeParametersAreInferredFromFieldsOrTheExpectedType) {
+  const std::string list = "type List[T] { Nil, Cons(T, List[T]) }\n";
+  EXPECT_EQ(TypeOf(list + "def @one(%x: Tensor[(2,), f32]) { let %nil: List[Tensor[(2,), f32]] = Nil; Cons(%x, %nil) }",
+                   "one"),
+            "fn(Tensor[(2,), f32]) -> List[Tensor[(2,), f32]]");
+  EXPECT_EQ(TypeOf(list + "def @empty() -> List[Tensor[(), i64]] { Nil }", "empty"), "fn() -> List[Tensor[(), i64]]");
+  EXPECT_EQ(ErrorOf(list + "def @bad() { Nil }"),
+            "t.pj:2:14: cannot infer type parameter T of List for Nil; annotate it, e.g. let %x: List[...] = ...");
+}
+
+TEST(TypeCheck, MutualRecursionNeedsDeclaredResultTypes) {
+  EXPECT_EQ(TypeOf("def @even(%n: Tensor[(), i64]) -> Tensor[(), bool] {\n"
+                   "  if (equal(%n, 0)) { true } else { @odd(sub(%n, 1)) }\n"
+                   "}\n"
+                   "def @odd(%n: Tensor[(), i64]) -> Tensor[(), bool] {\n"
+                   "  if (equal(%n, 0)) { false } else { @even(sub(%n, 1)) }\n"
+                   "}",
+                   "odd"),
+            "fn(Tensor[(), i64]) -> Tensor[(), bool]");
+  EXPECT_EQ(ErrorOf("def @loop(%n: Tensor[(), i64]) { @loop(%n) }"),
+            "t.pj:1:34: @loop is recursive; declare its result type: def @loop(...) -> T { ... }");
+}
+
+TEST(TypeCheckErrors, OperatorShapeErrorsPointAtTheCall) {
+  EXPECT_EQ(ErrorOf("def @f(%a: Tensor[(3, 4), f32], %b: Tensor[(5, 2), f32]) {\n"
+                    "  matmul(%a, %b)\n"
+                    "}"),
+            "t.pj:2:3: matmul: inner dimensions differ: lhs (3, 4) vs rhs (5, 2)");
+}
+
+TEST(TypeCheckErrors, OperatorInputsMustBeTensors) {
+  EXPECT_EQ(ErrorOf("def @f(%a: Tensor[(3,), f32]) { exp((%a, %a)) }"),
+            "t.pj:1:37: input 0 of exp must be a tensor, got (Tensor[(3,), f32], Tensor[(3,), f32])");
+}
+
+TEST(TypeCheckErrors, IfNeedsABoolScalarAndMatchingBranches) {
+  EXPECT_EQ(ErrorOf("def @f(%a: Tensor[(3,), f32]) { if (%a) { 1 } else { 2 } }"),
+            "t.pj:1:33: condition of if must be Tensor[(), bool], got Tensor[(3,), f32]");
+  EXPECT_EQ(ErrorOf("def @f(%c: Tensor[(), bool]) { if (%c) { 1 } else { 2.0 } }"),
+            "t.pj:1:32: branches of if differ: Tensor[(), i64] vs Tensor[(), f32]");
+}
+
+TEST(TypeCheckErrors, CallsCheckArityAndArgumentTypes) {
+  const std::string g = "def @g(%x: Tensor[(2,), f32]) { %x }\n";
+  EXPECT_EQ(ErrorOf(g + "def @f(%x: Tensor[(2,), f32]) { @g(%x, %x) }"),
+            "t.pj:2:33: @g takes 1 argument, got 2");
+  EXPECT_EQ(ErrorOf(g + "def @f(%x: Tensor[(3,), f32]) { @g(%x) }"),
+            "t.pj:2:33: argument 0 of @g must be Tensor[(2,), f32], got Tensor[(3,), f32]");
+}
+
+TEST(TypeCheckErrors, UnknownDefinitionsSuggestTheClosest) {
+  EXPECT_EQ(ErrorOf("def @loss(%x: Tensor[(), f32]) { %x }\n"
+                    "def @f(%x: Tensor[(), f32]) { @lsos(%x) }"),
+            "t.pj:2:31: unknown definition '@lsos'; did you mean '@loss'?");
+}
+
+TEST(TypeCheckErrors, ConstructorsAndPatternsCheckTheirFields) {
+  const std::string tree = "type Tree { Leaf(Tensor[(), i64]), Node(Tree, Tree) }\n";
+  EXPECT_EQ(ErrorOf(tree + "def @f(%x: Tensor[(), f32]) { Leaf(%x) }"),
+            "t.pj:2:31: field 0 of Leaf must be Tensor[(), i64], got Tensor[(), f32]");
+  EXPECT_EQ(ErrorOf(tree + "def @f(%x: Tensor[(), f32]) { match (%x) { Leaf(_) => 1 } }"),
+            "t.pj:2:44: constructor Leaf of Tree cannot match Tensor[(), f32]");
+  EXPECT_EQ(ErrorOf(tree + "def @f(%t: Tree) { match (%t) { Leaf(_) => 1, Node(_, _) => 2.0 } }"),
+            "t.pj:2:61: clauses of match differ: Tensor[(), i64] vs Tensor[(), f32]");
+}
+
+TEST(TypeCheckErrors, DeclaredTypesAreEnforced) {
+  EXPECT_EQ(ErrorOf("def @f(%x: Tensor[(2,), f32]) -> Tensor[(3,), f32] { %x }"),
+            "t.pj:1:1: result of @f is Tensor[(2,), f32], but its declared type is Tensor[(3,), f32]");
+  EXPECT_EQ(ErrorOf("def @f(%x: Tensor[(2,), f32]) { let %y: Tensor[(2,), i64] = %x; %y }"),
+            "t.pj:1:33: %y is declared Tensor[(2,), i64] but bound to Tensor[(2,), f32]");
+  EXPECT_EQ(ErrorOf("def @f(%x: Tensor[(2,), f32]) { (%x, %x).2 }"),
+            "t.pj:1:41: tuple (Tensor[(2,), f32], Tensor[(2,), f32]) has no field 2");
+}
+
+}  // namespace
+}  // namespace pejit
