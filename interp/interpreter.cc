@@ -17,7 +17,6 @@
 #include <mutex>
 #include <shared_mutex>
 #include <unordered_map>
-#include <unordered_set>
 
 #include "interp/tape.h"
 #include "ir/visitor.h"
@@ -37,38 +36,12 @@ class FreeVarCache {
       auto it = cache_.find(f);
       if (it != cache_.end()) return it->second;
     }
-    std::vector<const VarNode*> free = Compute(f);
+    std::vector<const VarNode*> free = FreeVars(*f);
     std::unique_lock lock(mu_);
     return cache_.emplace(f, std::move(free)).first->second;
   }
 
  private:
-  static std::vector<const VarNode*> Compute(const FuncNode* f) {
-    std::unordered_set<const ExprNode*> bound, seen;
-    std::vector<const VarNode*> free;
-    for (const Var& p : f->params) bound.insert(p.get());
-    std::function<void(const Pattern&)> bind_pattern = [&](const Pattern& p) {
-      if (p->var) bound.insert(p->var.get());
-      for (const Pattern& sub : p->fields) bind_pattern(sub);
-    };
-    // Binders first (a variable is bound once, anywhere in the body), then uses.
-    PostOrderVisit(f->body, [&](const Expr& e) {
-      if (auto* let = As<LetNode>(e)) bound.insert(let->var.get());
-      if (auto* fn = As<FuncNode>(e)) {
-        for (const Var& p : fn->params) bound.insert(p.get());
-      }
-      if (auto* m = As<MatchNode>(e)) {
-        for (const Clause& c : m->clauses) bind_pattern(c.pattern);
-      }
-    });
-    PostOrderVisit(f->body, [&](const Expr& e) {
-      if (e->kind == ExprKind::kVar && !bound.count(e.get()) && seen.insert(e.get()).second) {
-        free.push_back(As<VarNode>(e));
-      }
-    });
-    return free;
-  }
-
   std::shared_mutex mu_;
   std::unordered_map<const FuncNode*, std::vector<const VarNode*>> cache_;
 };

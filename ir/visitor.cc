@@ -58,6 +58,32 @@ void PostOrderVisit(const Expr& root, const std::function<void(const Expr&)>& fn
   }
 }
 
+std::vector<const VarNode*> FreeVars(const FuncNode& f) {
+  std::unordered_set<const ExprNode*> bound, seen;
+  std::vector<const VarNode*> free;
+  for (const Var& p : f.params) bound.insert(p.get());
+  std::function<void(const Pattern&)> bind_pattern = [&](const Pattern& p) {
+    if (p->var) bound.insert(p->var.get());
+    for (const Pattern& sub : p->fields) bind_pattern(sub);
+  };
+  // Binders first (each variable is bound once, anywhere in the body), then uses.
+  PostOrderVisit(f.body, [&](const Expr& e) {
+    if (auto* let = As<LetNode>(e)) bound.insert(let->var.get());
+    if (auto* fn = As<FuncNode>(e)) {
+      for (const Var& p : fn->params) bound.insert(p.get());
+    }
+    if (auto* m = As<MatchNode>(e)) {
+      for (const Clause& c : m->clauses) bind_pattern(c.pattern);
+    }
+  });
+  PostOrderVisit(f.body, [&](const Expr& e) {
+    if (e->kind == ExprKind::kVar && !bound.count(e.get()) && seen.insert(e.get()).second) {
+      free.push_back(As<VarNode>(e));
+    }
+  });
+  return free;
+}
+
 std::vector<std::string> ReferencedGlobals(const Expr& e) {
   std::vector<std::string> names;
   PostOrderVisit(e, [&](const Expr& n) {

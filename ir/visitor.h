@@ -19,6 +19,9 @@ namespace pejit {
 // before parents (pattern variables are not visited).
 void PostOrderVisit(const Expr& e, const std::function<void(const Expr&)>& fn);
 
+// Variables used in f's body but bound outside f: what a closure captures.
+std::vector<const VarNode*> FreeVars(const FuncNode& f);
+
 // Names of the globals that e refers to, sorted, without duplicates.
 std::vector<std::string> ReferencedGlobals(const Expr& e);
 
