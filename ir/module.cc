@@ -119,6 +119,15 @@ uint64_t Module::Replace(const std::string& name, const Func& f) {
   return snapshot()->Get(name).version;
 }
 
+std::vector<std::string> Module::AddAll(const std::vector<std::pair<std::string, Func>>& defs) {
+  std::lock_guard<std::mutex> lock(edit_mu_);
+  Snapshot base = snapshot();
+  for (const auto& [name, f] : defs) {
+    if (base->Find(name)) throw IrError(f->loc, "@" + name + " is already defined; use Replace to change it");
+  }
+  return Commit(*base, {}, defs, ModuleEdit::Kind::kAdd);
+}
+
 void Module::Remove(const std::string& name) {
   std::lock_guard<std::mutex> lock(edit_mu_);
   Snapshot base = snapshot();

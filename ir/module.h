@@ -96,6 +96,8 @@ class Module {
   // Replaces an existing definition. Callers that no longer type-check with
   // the new one make the replacement fail.
   uint64_t Replace(const std::string& name, const Func& f);
+  // Adds several new definitions at once; they may call each other.
+  std::vector<std::string> AddAll(const std::vector<std::pair<std::string, Func>>& defs);
   // Removes a definition that nothing else calls.
   void Remove(const std::string& name);
   // Parses a .pj text and adds all its types and definitions at once (they

@@ -1,0 +1,259 @@
+// Partial evaluation: the residual program, run on the dynamic leaves, gives
+// exactly what the original gives on the arguments; what is static is gone.
+#include <gtest/gtest.h>
+
+#include "interp/interpreter.h"
+#include "ir/parser.h"
+#include "ir/printer.h"
+#include "ir/structural.h"
+#include "ir/visitor.h"
+#include "ops/random.h"
+#include "pe/partial_eval.h"
+
+namespace pejit {
+namespace {
+
+constexpr char kProgram[] = R"(
+type Tree { Leaf(Tensor[(), i64]), Node(Tree, Tree) }
+type List[T] { Nil, Cons(T, List[T]) }
+
+def @cell(%x: Tensor[(1, 4), f32], %hs: Tensor[(1, 3), f32], %c_sum: Tensor[(1, 3), f32],
+          %p: (Tensor[(12, 4), f32], Tensor[(12, 3), f32], Tensor[(12,), f32])) -> (Tensor[(1, 3), f32], Tensor[(1, 3), f32]) {
+  let %gates = add(dense(%x, %p.0, %p.2), matmul(%hs, %p.1, transpose_b=true));
+  let %i = sigmoid(slice(%gates, axes=[1], begins=[0], ends=[3]));
+  let %o = sigmoid(slice(%gates, axes=[1], begins=[3], ends=[6]));
+  let %u = tanh(slice(%gates, axes=[1], begins=[6], ends=[9]));
+  let %f = sigmoid(slice(%gates, axes=[1], begins=[9], ends=[12]));
+  let %c = add(mul(%i, %u), mul(%f, %c_sum));
+  (mul(%o, tanh(%c)), %c)
+}
+
+def @tree(%t: Tree, %emb: Tensor[(?, 4), f32], %p: (Tensor[(12, 4), f32], Tensor[(12, 3), f32], Tensor[(12,), f32]))
+    -> (Tensor[(1, 3), f32], Tensor[(1, 3), f32]) {
+  match (%t) {
+    Leaf(%w) => {
+      let %zero = broadcast_to(0f32, shape=[1, 3]);
+      @cell(take(%emb, reshape(%w, shape=[1])), %zero, %zero, %p)
+    },
+    Node(%l, %r) => {
+      let %a = @tree(%l, %emb, %p);
+      let %b = @tree(%r, %emb, %p);
+      @cell(broadcast_to(0f32, shape=[1, 4]), add(%a.0, %b.0), add(%a.1, %b.1), %p)
+    },
+  }
+}
+
+def @forward(%t: Tree, %emb: Tensor[(?, 4), f32], %p: (Tensor[(12, 4), f32], Tensor[(12, 3), f32], Tensor[(12,), f32]))
+    -> Tensor[(1, 3), f32] {
+  let %root = @tree(%t, %emb, %p);
+  %root.0
+}
+
+# Uses the same encoding twice: it must be computed once.
+def @twice(%t: Tree, %emb: Tensor[(?, 4), f32], %p: (Tensor[(12, 4), f32], Tensor[(12, 3), f32], Tensor[(12,), f32])) {
+  add(@forward(%t, %emb, %p), @forward(%t, %emb, %p))
+}
+
+def @count_down(%n: Tensor[(), i64], %acc: Tensor[(), f32]) -> Tensor[(), f32] {
+  if (greater(%n, 0)) { @count_down(sub(%n, 1), mul(%acc, 2f32)) } else { %acc }
+}
+
+def @map(%f: fn(Tensor[(2,), f32]) -> Tensor[(2,), f32], %xs: List[Tensor[(2,), f32]]) -> List[Tensor[(2,), f32]] {
+  match (%xs) { Nil => Nil, Cons(%x, %rest) => Cons(%f(%x), @map(%f, %rest)) }
+}
+
+def @scaled(%xs: List[Tensor[(2,), f32]], %k: Tensor[(2,), f32]) -> List[Tensor[(2,), f32]] {
+  @map(fn (%x: Tensor[(2,), f32]) -> Tensor[(2,), f32] { mul(%x, %k) }, %xs)
+}
+
+def @static_sum(%n: Tensor[(), i64]) -> Tensor[(), i64] {
+  if (greater(%n, 0)) { add(%n, @static_sum(sub(%n, 1))) } else { 0 }
+}
+)";
+
+class PartialEvalTest : public testing::Test {
+ protected:
+  void SetUp() override { module_.AddSource(kProgram, "pe.pj"); }
+  Snapshot snap() const { return module_.snapshot(); }
+  TypeDefPtr tree() const { return snap()->FindType("Tree"); }
+  Value Leaf(int64_t w) const { return Value::Adt(tree(), 0, {Value(Tensor::FromVector<int64_t>({}, {w}))}); }
+  Value Node(Value l, Value r) const { return Value::Adt(tree(), 1, {std::move(l), std::move(r)}); }
+
+  // A random binary tree with `leaves` leaves and words in [0, vocab).
+  Value RandomTree(Rng& rng, int leaves, int vocab) const {
+    if (leaves == 1) return Leaf(rng.NextInt(0, vocab));
+    int left = static_cast<int>(rng.NextInt(1, leaves));
+    return Node(RandomTree(rng, left, vocab), RandomTree(rng, leaves - left, vocab));
+  }
+  static Value Params(Rng& rng) {
+    return Value::Tuple({Value(RandomUniform(rng, {12, 4}, -1, 1)), Value(RandomUniform(rng, {12, 3}, -1, 1)),
+                         Value(RandomUniform(rng, {12}, -1, 1))});
+  }
+
+  // Partially evaluates `entry` and checks the residual against the original.
+  Residual CheckResidual(const std::string& entry, const std::vector<Value>& args,
+                         const std::vector<bool>& static_args = {}, const PeOptions& options = {}) {
+    Residual r = PartialEvaluate(*snap(), entry, args, static_args, options);
+    Snapshot residual = r.ToModule();  // type-checks
+    std::vector<Value> leaves;
+    for (const Tensor& t : Flatten(args, static_args)) leaves.emplace_back(t);
+    Value expected = interp_.Call(*snap(), entry, args);
+    Value got = interp_.Call(*residual, "main", leaves);
+    EXPECT_TRUE(ValueEqual(got, expected)) << "residual: " << got.ToString() << "\noriginal: " << expected.ToString()
+                                           << "\n" << r.ToText();
+    return r;
+  }
+
+  static int Count(const Residual& r, const std::string& op) {
+    int n = 0;
+    auto count = [&](const Func& f) {
+      PostOrderVisit(f->body, [&](const Expr& e) {
+        if (auto* call = As<OpCallNode>(e); call && call->op->name == op) ++n;
+      });
+    };
+    count(r.main);
+    for (const auto& [_, f] : r.functions) count(f);
+    return n;
+  }
+
+  Module module_;
+  Interpreter interp_;
+};
+
+TEST_F(PartialEvalTest, RecursionOverAStaticTreeUnrollsToOneCellPerNode) {
+  Rng rng(1);
+  Value t = Node(Node(Leaf(0), Leaf(2)), Node(Leaf(1), Node(Leaf(2), Leaf(0))));  // 5 leaves, 4 inner nodes
+  Residual r = CheckResidual("forward", {t, Value(RandomUniform(rng, {3, 4}, -1, 1)), Params(rng)});
+  EXPECT_TRUE(r.functions.empty());               // no calls left: straight-line code
+  EXPECT_EQ(Count(r, "dense"), 9);                // one cell per node
+  EXPECT_EQ(Count(r, "matmul"), 9);
+  EXPECT_EQ(Count(r, "take"), 5);                 // one embedding lookup per leaf
+  EXPECT_EQ(Count(r, "broadcast_to"), 0);         // static: folded
+  EXPECT_EQ(r.stats.params, 5 + 1 + 3);           // words, embeddings, parameters
+  EXPECT_EQ(r.stats.unfoldings, 1 + 9 + 9);       // forward, tree per node, cell per node
+}
+
+TEST_F(PartialEvalTest, AValueUsedTwiceIsComputedOnce) {
+  Rng rng(2);
+  Value t = Node(Leaf(0), Leaf(1));
+  Residual r = CheckResidual("twice", {t, Value(RandomUniform(rng, {2, 4}, -1, 1)), Params(rng)});
+  EXPECT_EQ(Count(r, "dense"), 3);
+  EXPECT_EQ(r.stats.shared_calls, 1);
+}
+
+TEST_F(PartialEvalTest, ALoopOnADynamicCounterBecomesAResidualFunction) {
+  Residual r = CheckResidual("count_down", {Value(Tensor::FromVector<int64_t>({}, {5})), Value(Tensor::Scalar(1.5f))});
+  ASSERT_EQ(r.functions.size(), 1u);
+  // The residual function calls itself.
+  bool recursive = false;
+  PostOrderVisit(r.functions[0].second->body, [&](const Expr& e) {
+    if (auto* g = As<GlobalNode>(e); g && g->name == r.functions[0].first) recursive = true;
+  });
+  EXPECT_TRUE(recursive);
+  // And it is right for other counts too (the residual does not depend on 5).
+  Snapshot m = r.ToModule();
+  Value out = interp_.Call(*m, "main", {Value(Tensor::FromVector<int64_t>({}, {3})), Value(Tensor::Scalar(1.0f))});
+  EXPECT_EQ(out.tensor().item(), 8.0);
+}
+
+TEST_F(PartialEvalTest, AllStaticInputsFoldToAConstant) {
+  Residual r = CheckResidual("static_sum", {Value(Tensor::FromVector<int64_t>({}, {10}))}, {true});
+  EXPECT_EQ(r.stats.residual_ops, 0);
+  EXPECT_EQ(r.stats.params, 0);
+  ASSERT_EQ(r.main->body->kind, ExprKind::kConstant);
+  EXPECT_EQ(As<ConstantNode>(r.main->body)->value.item(), 55);
+}
+
+TEST_F(PartialEvalTest, HigherOrderFunctionsAndClosuresAreAppliedAway) {
+  TypeDefPtr list = snap()->FindType("List");
+  Rng rng(3);
+  Value xs = Value::Adt(list, 0, {});
+  for (int i = 0; i < 4; ++i) xs = Value::Adt(list, 1, {Value(RandomUniform(rng, {2}, -1, 1)), xs});
+  Residual r = CheckResidual("scaled", {xs, Value(RandomUniform(rng, {2}, -1, 1))});
+  EXPECT_EQ(Count(r, "mul"), 4);
+  EXPECT_TRUE(r.functions.empty());
+}
+
+TEST_F(PartialEvalTest, TheResidualIsOrdinaryIrThatPrintsAndParsesBack) {
+  Rng rng(4);
+  Residual r = PartialEvaluate(*snap(), "forward", {Node(Leaf(0), Leaf(1)), Value(RandomUniform(rng, {2, 4}, -1, 1)), Params(rng)});
+  std::string text = r.ToText();
+  Module m;
+  m.AddSource(text, "residual.pj");
+  EXPECT_TRUE(StructuralEqual(m.snapshot()->Get("main").func, r.main)) << text;
+}
+
+TEST_F(PartialEvalTest, FuelRunningOutLeavesCallsToResidualFunctions) {
+  Rng rng(5);
+  Value t = Node(Node(Leaf(0), Leaf(1)), Node(Leaf(1), Leaf(0)));
+  PeOptions little;
+  little.fuel = 3;
+  Residual r = CheckResidual("forward", {t, Value(RandomUniform(rng, {2, 4}, -1, 1)), Params(rng)}, {}, little);
+  EXPECT_FALSE(r.functions.empty());
+  EXPECT_EQ(r.stats.unfoldings, 3);
+}
+
+TEST_F(PartialEvalTest, ResidualSizeBudgetIsEnforced) {
+  Rng rng(6);
+  Value t = Node(Node(Leaf(0), Leaf(1)), Leaf(0));
+  PeOptions small;
+  small.max_residual_ops = 20;
+  try {
+    PartialEvaluate(*snap(), "forward", {t, Value(RandomUniform(rng, {2, 4}, -1, 1)), Params(rng)}, {}, small);
+    FAIL() << "expected PeFailure";
+  } catch (const PeFailure& e) {
+    EXPECT_STREQ(e.what(), "residual over 20 operators (PeOptions::max_residual_ops)");
+  }
+}
+
+TEST_F(PartialEvalTest, AVeryDeepTreeFailsCleanlyInsteadOfCrashing) {
+  Value t = Leaf(0);
+  for (int i = 0; i < 100000; ++i) t = Node(Leaf(0), t);
+  Rng rng(7);
+  try {
+    PartialEvaluate(*snap(), "forward", {t, Value(RandomUniform(rng, {1, 4}, -1, 1)), Params(rng)});
+    FAIL() << "expected PeFailure";
+  } catch (const PeFailure& e) {
+    EXPECT_NE(std::string(e.what()).find("PeOptions::max_stack_bytes"), std::string::npos) << e.what();
+  }
+}
+
+TEST_F(PartialEvalTest, SignaturesDependOnStructureNotOnDynamicContents) {
+  Rng rng(8);
+  Value emb = Value(RandomUniform(rng, {3, 4}, -1, 1));
+  Value p = Params(rng);
+  Signature a = ComputeSignature({Node(Leaf(0), Leaf(1)), emb, p});
+  Signature b = ComputeSignature({Node(Leaf(2), Leaf(2)), Value(RandomUniform(rng, {3, 4}, -1, 1)), Params(rng)});
+  Signature c = ComputeSignature({Node(Leaf(0), Node(Leaf(1), Leaf(2))), emb, p});
+  Signature d = ComputeSignature({Node(Leaf(0), Leaf(1)), Value(RandomUniform(rng, {4, 4}, -1, 1)), p});
+  EXPECT_EQ(a, b);
+  EXPECT_NE(a, c);
+  EXPECT_NE(a, d);
+  EXPECT_EQ(a.ShortHash().size(), 8u);
+  // A static argument's value is part of the signature.
+  EXPECT_NE(ComputeSignature({Value(Tensor::Scalar(1.0f))}, {true}), ComputeSignature({Value(Tensor::Scalar(2.0f))}, {true}));
+  EXPECT_EQ(ComputeSignature({Value(Tensor::Scalar(1.0f))}), ComputeSignature({Value(Tensor::Scalar(2.0f))}));
+}
+
+TEST_F(PartialEvalTest, FlattenGivesTheDynamicLeavesInOrder) {
+  Tensor e = Tensor::Zeros(DType::kF32, {3, 4});
+  std::vector<Tensor> leaves = Flatten({Node(Leaf(7), Leaf(9)), Value(e)});
+  ASSERT_EQ(leaves.size(), 3u);
+  EXPECT_EQ(leaves[0].item(), 7);
+  EXPECT_EQ(leaves[1].item(), 9);
+  EXPECT_EQ(leaves[2].raw_data(), e.raw_data());
+  EXPECT_EQ(Flatten({Value(e), Value(e)}, {true, false}).size(), 1u);
+}
+
+TEST_F(PartialEvalTest, RandomTreesAgreeWithTheInterpreter) {
+  Rng rng(2024);
+  for (int trial = 0; trial < 20; ++trial) {
+    SCOPED_TRACE("trial " + std::to_string(trial));
+    Value t = RandomTree(rng, static_cast<int>(rng.NextInt(1, 12)), 6);
+    Residual r = CheckResidual("forward", {t, Value(RandomUniform(rng, {6, 4}, -1, 1)), Params(rng)});
+    EXPECT_TRUE(r.functions.empty());
+  }
+}
+
+}  // namespace
+}  // namespace pejit
