@@ -1,4 +1,4 @@
-// The `pejit` command line: check and run .pj programs (later: pe, compile, trace).
+// The `pejit` command line: check, run and partially evaluate .pj programs.
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
@@ -10,6 +10,7 @@
 #include "interp/interpreter.h"
 #include "ir/json.h"
 #include "ir/module.h"
+#include "pe/partial_eval.h"
 
 namespace pejit {
 namespace {
@@ -50,10 +51,9 @@ int Check(const std::string& file) {
   return 0;
 }
 
-int Run(const std::string& file, const std::string& entry, const std::string& args_file, bool grad,
-        const std::string& wrt_list) {
-  Snapshot s = Load(file);
-  const Definition& d = s->Get(entry);
+// The arguments of `entry` from a JSON file holding an array of them.
+std::vector<Value> LoadArgs(const ModuleSnapshot& s, const std::string& entry, const std::string& args_file) {
+  const Definition& d = s.Get(entry);
   nlohmann::json args_json;
   try {
     args_json = nlohmann::json::parse(args_file == "-" ? std::string(std::istreambuf_iterator<char>(std::cin), {})
@@ -67,11 +67,18 @@ int Run(const std::string& file, const std::string& entry, const std::string& ar
                              args_file + " has " + std::to_string(args_json.size()));
   }
   std::vector<Value> args;
-  auto types = [&](const std::string& n) { return s->FindType(n); };
+  auto types = [&](const std::string& n) { return s.FindType(n); };
   for (size_t i = 0; i < args_json.size(); ++i) {
     args.push_back(ValueFromJson(args_json[i], d.func->params[i]->annotation, types,
                                  "args[" + std::to_string(i) + "] (%" + d.func->params[i]->name + ")"));
   }
+  return args;
+}
+
+int Run(const std::string& file, const std::string& entry, const std::string& args_file, bool grad,
+        const std::string& wrt_list) {
+  Snapshot s = Load(file);
+  std::vector<Value> args = LoadArgs(*s, entry, args_file);
   Interpreter interp;
   nlohmann::json out;
   if (grad) {
@@ -88,6 +95,30 @@ int Run(const std::string& file, const std::string& entry, const std::string& ar
     out["value"] = ValueToJson(interp.Call(*s, entry, args));
   }
   std::printf("%s\n", out.dump().c_str());
+  return 0;
+}
+
+int PartialEval(const std::string& file, const std::string& entry, const std::string& args_file,
+                const std::string& static_list, const PeOptions& options) {
+  Snapshot s = Load(file);
+  std::vector<Value> args = LoadArgs(*s, entry, args_file);
+  std::vector<bool> static_args(args.size(), false);
+  for (int i : static_list.empty() ? std::vector<int>{} : ParseIndices(static_list)) {
+    if (i < 0 || i >= static_cast<int>(args.size())) {
+      throw std::runtime_error("--static: @" + entry + " has no argument " + std::to_string(i));
+    }
+    static_args[i] = true;
+  }
+  Residual r = PartialEvaluate(*s, entry, args, static_args, options);
+  std::printf("%s", r.ToText().c_str());
+  const PeStats& st = r.stats;
+  std::printf(
+      "# signature %s: %lld residual ops, %lld params, %lld residual functions, %lld unfoldings, "
+      "%lld folded ops, %lld shared calls, PE %.3f ms\n",
+      ComputeSignature(args, static_args).ShortHash().c_str(), static_cast<long long>(st.residual_ops),
+      static_cast<long long>(st.params), static_cast<long long>(st.residual_functions),
+      static_cast<long long>(st.unfoldings), static_cast<long long>(st.folded_ops),
+      static_cast<long long>(st.shared_calls), st.seconds * 1e3);
   return 0;
 }
 
@@ -113,10 +144,23 @@ int main(int argc, char** argv) {
   run->add_flag("--grad", grad, "also compute gradients of the (scalar f32) result");
   run->add_option("--wrt", wrt, "comma-separated argument indices to differentiate (default: all)");
 
+  std::string static_list;
+  pejit::PeOptions pe_options;
+  CLI::App* pe = app.add_subcommand("pe", "Partially evaluate an entry against the static structure of JSON "
+                                          "arguments; print the residual program and its counts");
+  pe->add_option("file", file, "the .pj program")->required()->check(CLI::ExistingFile);
+  pe->add_option("--entry", entry, "the definition to specialize, without '@'")->required();
+  pe->add_option("--args", args_file, "JSON array of arguments, as for `run`")->required();
+  pe->add_option("--static", static_list, "comma-separated argument indices whose whole value is static");
+  pe->add_option("--fuel", pe_options.fuel, "function bodies to unfold before residualizing calls")
+      ->capture_default_str();
+  pe->add_option("--max-ops", pe_options.max_residual_ops, "operators the residual may hold")->capture_default_str();
+
   CLI11_PARSE(app, argc, argv);
   try {
     if (check->parsed()) return pejit::Check(file);
     if (run->parsed()) return pejit::Run(file, entry, args_file, grad, wrt);
+    if (pe->parsed()) return pejit::PartialEval(file, entry, args_file, static_list, pe_options);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "pejit: %s\n", e.what());
     return 1;
