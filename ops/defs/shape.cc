@@ -1,5 +1,5 @@
 // Injective operators that move elements without computing on them:
-// transpose, reshape, expand_dims, squeeze, concat, stack, split, slice, pad,
+// transpose, reshape, expand_dims, squeeze, concat, stack, split, chunk, slice, pad,
 // broadcast_to, and sum_to (broadcast_to's gradient, a reduction).
 #include <cstring>
 #include <numeric>
@@ -217,6 +217,23 @@ std::vector<TensorType> SplitType(std::span<const TensorType> in, const Attrs& a
                                ", not to dimension " + std::to_string(axis) + " of x " + ShapeToString(in[0].shape));
   }
   return out;
+}
+
+// chunk: split into `chunks` equal pieces (sizes follow from the input, so a
+// model can split gates without knowing its hidden size).
+std::vector<TensorType> ChunkType(std::span<const TensorType> in, const Attrs& attrs) {
+  if (in[0].rank() == 0) throw OpError("chunk", "cannot chunk a scalar");
+  int axis = NormalizeAxis("chunk", attrs.GetInt("axis"), in[0].rank());
+  int64_t chunks = attrs.GetInt("chunks");
+  if (chunks < 1) throw OpError("chunk", "chunks must be >= 1, got " + std::to_string(chunks));
+  int64_t dim = in[0].shape[axis];
+  if (Known(dim) && dim % chunks != 0) {
+    throw OpError("chunk", "dimension " + std::to_string(axis) + " of x " + ShapeToString(in[0].shape) +
+                               " does not divide into " + std::to_string(chunks) + " chunks");
+  }
+  TensorType piece = in[0];
+  piece.shape[axis] = Known(dim) ? dim / chunks : kUnknownDim;
+  return std::vector<TensorType>(chunks, piece);
 }
 
 void SplitKernel(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& attrs) {
@@ -444,6 +461,8 @@ void RegisterShapeOps(Registry& r) {
         return SliceBack(b, c.output_grads[0], c.inputs, axis, true);
       });
   add("split", {"x"}, {{"axis", AttrKind::kInt, int64_t{0}}, {"sizes", AttrKind::kInts, std::nullopt}}, SplitType,
+      SplitKernel, SplitGrad);
+  add("chunk", {"x"}, {{"chunks", AttrKind::kInt, std::nullopt}, {"axis", AttrKind::kInt, int64_t{0}}}, ChunkType,
       SplitKernel, SplitGrad);
   add("slice", {"x"},
       {{"axes", AttrKind::kInts, std::nullopt}, {"begins", AttrKind::kInts, std::nullopt},

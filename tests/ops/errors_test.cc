@@ -78,6 +78,8 @@ TEST(OpErrors, ShapeOperatorsExplainTheMismatch) {
             "slice: bounds [1, 6) are out of range for axis 0 of x (4,)");
   EXPECT_EQ(ErrorOf([] { CallOp("transpose", {F({2, 3})}, {{"perm", Ints{0, 0}}}); }),
             "transpose: perm [0, 0] is not a permutation of the 2 axes of x (2, 3)");
+  EXPECT_EQ(ErrorOf([] { RunOp(LookupOp("chunk"), std::vector<Tensor>{F({2, 5})}, NormalizeAttrs(LookupOp("chunk"), {{"chunks", int64_t{3}}, {"axis", int64_t{1}}})); }),
+            "chunk: dimension 1 of x (2, 5) does not divide into 3 chunks");
   EXPECT_EQ(ErrorOf([] { CallOp("squeeze", {F({2, 3})}, {{"axes", Ints{1}}}); }),
             "squeeze: axis 1 of x (2, 3) is not 1");
 }

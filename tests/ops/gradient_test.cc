@@ -145,6 +145,7 @@ std::vector<GradCase> AllCases() {
   add("concat", "concat", {U(rng, {2, 3}), U(rng, {2, 1}), U(rng, {2, 2})}, {{"axis", int64_t{1}}}, {0, 1, 2});
   add("stack", "stack", {U(rng, {2, 3}), U(rng, {2, 3})}, {{"axis", int64_t{1}}}, {0, 1});
   add("split", "split", {U(rng, {5, 2})}, {{"axis", int64_t{0}}, {"sizes", Ints{2, 3}}}, {0});
+  add("chunk", "chunk", {U(rng, {2, 6})}, {{"axis", int64_t{1}}, {"chunks", int64_t{3}}}, {0});
   add("slice", "slice", {U(rng, {4, 5})}, {{"axes", Ints{1, 0}}, {"begins", Ints{1, -3}}, {"ends", Ints{-1, 4}}}, {0});
   add("pad", "pad", {U(rng, {2, 3})}, {{"before", Ints{1, 0}}, {"after", Ints{0, 2}}}, {0});
   add("broadcast_to", "broadcast_to", {U(rng, {3, 1})}, {{"shape", Ints{2, 3, 4}}}, {0});

@@ -815,6 +815,35 @@ TEST(SplitKernel, CutsAlongTheAxisIntoPiecesOfTheGivenSizes) {
   }
 }
 
+TEST(ChunkKernel, CutsAlongTheAxisIntoEqualPieces) {
+  Rng rng(kSeed);
+  for (DType dtype : kAllTypes) {
+    for (int trial = 0; trial < 12; ++trial) {
+      Shape shape = RandomShape(rng, 1, 4, 4);
+      const int rank = static_cast<int>(shape.size());
+      const int axis = static_cast<int>(rng.NextInt(0, rank));
+      const int64_t chunks = rng.NextInt(1, 4);
+      shape[axis] *= chunks;  // divisible
+      Tensor x = RandomValues(rng, dtype, shape);
+      Attrs attrs = {{"axis", int64_t{axis}}, {"chunks", chunks}};
+      SCOPED_TRACE(Describe("chunk", {x}, attrs));
+      std::vector<Tensor> out = RunKernel("chunk", {x}, attrs);
+      ASSERT_EQ(static_cast<int64_t>(out.size()), chunks);
+      const int64_t size = shape[axis] / chunks;
+      for (int64_t j = 0; j < chunks; ++j) {
+        Shape piece = shape;
+        piece[axis] = size;
+        Expected want = Gather(x, piece, [&](const Shape& i) {
+          Shape from = i;
+          from[axis] += j * size;
+          return Flat(from, shape);
+        });
+        EXPECT_TRUE(Matches(out[j], want, Tol::kExact)) << "output " << j;
+      }
+    }
+  }
+}
+
 // Checks slice(x) against the region [lo, hi) of each axis; `begins`/`ends`
 // are the attributes as given (possibly negative).
 void CheckSlice(const Tensor& x, const Ints& axes, const Ints& begins, const Ints& ends, const Shape& lo,
