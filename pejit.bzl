@@ -20,3 +20,16 @@ def pejit_cc_test(name, copts = [], deps = [], **kwargs):
         deps = deps + ["//third_party:gtest_main"],
         **kwargs
     )
+
+def pejit_embed_text(name, src, symbol):
+    """A .cc defining `const char pejit::<symbol>[]` with the contents of `src`.
+
+    Lets a program carry a .pj model without finding files at run time.
+    """
+    native.genrule(
+        name = name,
+        srcs = [src],
+        outs = [name + ".cc"],
+        cmd = ("(echo 'namespace pejit { extern const char {s}[]; const char {s}[] = R\"PEJIT_EMBED('; " +
+               "cat $<; echo ')PEJIT_EMBED\"; }') > $@").replace("{s}", symbol),
+    )
