@@ -23,7 +23,9 @@ struct ParsedProgram {
 };
 
 // Finds a type defined outside the text being parsed (in the module it will
-// be added to); null when there is none.
+// be added to); null when there is none. A constructor the text does not
+// declare is looked up too: by its own name (a lookup may answer with the
+// type declaring it), then among the constructors of the types the text names.
 using TypeLookup = std::function<TypeDefPtr(const std::string& name)>;
 
 // Parses a whole file. `filename` appears in error locations.

@@ -9,7 +9,15 @@ namespace {
 
 class EqualChecker {
  public:
-  bool Equal(const Expr& a, const Expr& b) {
+  bool Equal(const Expr& a_in, const Expr& b_in) {
+    // Let-chains in a loop: residual programs are chains of thousands of lets.
+    Expr a = a_in, b = b_in;
+    while (a != b && a && b && a->kind == ExprKind::kLet && b->kind == ExprKind::kLet) {
+      auto *x = As<LetNode>(a), *y = As<LetNode>(b);
+      if (!Equal(x->value, y->value) || !Bind(x->var, y->var)) return false;
+      a = x->body;
+      b = y->body;
+    }
     if (a == b) return true;
     if (!a || !b || a->kind != b->kind) return false;
     switch (a->kind) {
@@ -27,10 +35,7 @@ class EqualChecker {
         auto *x = As<CallNode>(a), *y = As<CallNode>(b);
         return Equal(x->callee, y->callee) && All(x->args, y->args);
       }
-      case ExprKind::kLet: {
-        auto *x = As<LetNode>(a), *y = As<LetNode>(b);
-        return Equal(x->value, y->value) && Bind(x->var, y->var) && Equal(x->body, y->body);
-      }
+      case ExprKind::kLet: return false;  // handled above
       case ExprKind::kIf: {
         auto *x = As<IfNode>(a), *y = As<IfNode>(b);
         return Equal(x->cond, y->cond) && Equal(x->then_branch, y->then_branch) &&
@@ -100,7 +105,15 @@ class EqualChecker {
 
 class Hasher {
  public:
-  size_t Hash(const Expr& e) {
+  size_t Hash(const Expr& e_in) {
+    Expr e = e_in;
+    while (e->kind == ExprKind::kLet) {  // let-chains in a loop
+      auto* n = As<LetNode>(e);
+      Mix(static_cast<size_t>(ExprKind::kLet));
+      Hash(n->value);
+      Bind(n->var);
+      e = n->body;
+    }
     Mix(static_cast<size_t>(e->kind));
     switch (e->kind) {
       case ExprKind::kVar: {
@@ -130,13 +143,7 @@ class Hasher {
         for (const Expr& a : n->args) Hash(a);
         break;
       }
-      case ExprKind::kLet: {
-        auto* n = As<LetNode>(e);
-        Hash(n->value);
-        Bind(n->var);
-        Hash(n->body);
-        break;
-      }
+      case ExprKind::kLet: break;  // handled above
       case ExprKind::kIf: {
         auto* n = As<IfNode>(e);
         Hash(n->cond);
@@ -183,9 +190,12 @@ class Hasher {
  private:
   size_t h_ = 0x6a09e667;
   std::unordered_map<const ExprNode*, size_t> bound_;
+  size_t bindings_ = 0;
 
   void Mix(size_t v) { h_ ^= v + 0x9e3779b97f4a7c15ull + (h_ << 6) + (h_ >> 2); }
-  void Bind(const Var& v) { bound_[v.get()] = bound_.size() + 1; }
+  // Binding order numbers bound variables; a variable bound again (a shared
+  // subtree) gets a new number, as its re-parsed copy would.
+  void Bind(const Var& v) { bound_[v.get()] = ++bindings_; }
   void HashPattern(const Pattern& p) {
     Mix(static_cast<size_t>(p->kind));
     if (p->kind == PatternKind::kVar) Bind(p->var);

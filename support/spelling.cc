@@ -21,7 +21,8 @@ size_t EditDistance(std::string_view a, std::string_view b) {
 
 std::optional<std::string> ClosestMatch(std::string_view name,
                                         const std::vector<std::string>& candidates) {
-  size_t limit = std::max<size_t>(1, name.size() / 3);
+  // A third of the name's length, rounded up: "Lief" is two edits from "Leaf".
+  size_t limit = std::max<size_t>(1, (name.size() + 2) / 3);
   std::optional<std::string> best;
   size_t best_distance = limit + 1;
   for (const auto& c : candidates) {

@@ -12,7 +12,7 @@ namespace pejit {
 size_t EditDistance(std::string_view a, std::string_view b);
 
 // The candidate closest to `name`, if it is close enough to be a likely typo
-// (at most a third of the name's length away, and at least one edit).
+// (at most a third of the name's length away, rounded up, and at least one edit).
 std::optional<std::string> ClosestMatch(std::string_view name,
                                         const std::vector<std::string>& candidates);
 
