@@ -27,23 +27,32 @@ namespace {
 
 using Activation = std::unordered_map<const ExprNode*, Value>;
 
-// Free variables of function literals, computed once per node.
+// Free variables of function literals, computed once per node. Entries are
+// keyed by address and checked against a weak pointer: a node freed after a
+// module edit may have its address reused by another.
 class FreeVarCache {
  public:
-  const std::vector<const VarNode*>& Get(const FuncNode* f) {
+  using Vars = std::shared_ptr<const std::vector<const VarNode*>>;
+
+  Vars Get(const Func& f) {
     {
       std::shared_lock lock(mu_);
-      auto it = cache_.find(f);
-      if (it != cache_.end()) return it->second;
+      auto it = cache_.find(f.get());
+      if (it != cache_.end() && it->second.node.lock() == f) return it->second.vars;
     }
-    std::vector<const VarNode*> free = FreeVars(*f);
+    Vars vars = std::make_shared<const std::vector<const VarNode*>>(FreeVars(*f));
     std::unique_lock lock(mu_);
-    return cache_.emplace(f, std::move(free)).first->second;
+    cache_[f.get()] = Entry{f, vars};
+    return vars;
   }
 
  private:
+  struct Entry {
+    std::weak_ptr<const FuncNode> node;
+    Vars vars;
+  };
   std::shared_mutex mu_;
-  std::unordered_map<const FuncNode*, std::vector<const VarNode*>> cache_;
+  std::unordered_map<const FuncNode*, Entry> cache_;
 };
 
 enum class FrameKind : uint8_t { kOpArgs, kCallee, kCallArgs, kLet, kIf, kTuple, kProj, kCtor, kMatch, kReturn };
@@ -127,10 +136,10 @@ class Machine {
     return results.size() == 1 ? results[0] : Value::Tuple(std::move(results));
   }
 
-  Value MakeClosure(const FuncNode* f, const Expr& self) {
+  Value MakeClosure(const Expr& self) {
     auto closure = std::make_shared<Closure>();
     closure->func = std::static_pointer_cast<const FuncNode>(self);
-    for (const VarNode* v : free_vars_.Get(f)) closure->captured.emplace_back(v, Lookup(v));
+    for (const VarNode* v : *free_vars_.Get(closure->func)) closure->captured.emplace_back(v, Lookup(v));
     return Value::Function(std::move(closure));
   }
 
@@ -196,7 +205,7 @@ class Machine {
             break;
           }
           case ExprKind::kProj: Push(FrameKind::kProj, n); expr = As<ProjNode>(expr)->tuple; break;
-          case ExprKind::kFunc: value = MakeClosure(As<FuncNode>(expr), expr); have_value = true; break;
+          case ExprKind::kFunc: value = MakeClosure(expr); have_value = true; break;
           case ExprKind::kGlobal: {
             auto closure = std::make_shared<Closure>();
             closure->global = As<GlobalNode>(expr)->name;

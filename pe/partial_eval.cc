@@ -163,9 +163,13 @@ using Env = std::unordered_map<const ExprNode*, PValue>;
 // A let-list being filled, with the calls already answered in it.
 struct Scope {
   std::vector<std::pair<Var, Expr>> lets;
-  std::unordered_map<uint64_t, std::vector<std::pair<std::vector<const PVal*>, PValue>>> calls;
+  // Calls answered in this scope, by callee and argument identity. The
+  // arguments are held, so their addresses stay theirs.
+  std::unordered_map<uint64_t, std::vector<std::pair<std::vector<PValue>, PValue>>> calls;
   bool function_root = false;                       // the body of a residual function
-  std::unordered_map<const void*, Var> constants;   // function roots: tensors materialized once
+  // Function roots: tensors materialized once. The tensor is kept alive with
+  // its variable, so that its buffer's address cannot be reused by another.
+  std::unordered_map<const void*, std::pair<Tensor, Var>> constants;
   std::vector<std::pair<Var, Expr>> constant_lets;
 };
 
@@ -264,10 +268,10 @@ class PartialEvaluator {
       }
     }
     auto found = root->constants.find(t.raw_data());
-    if (found != root->constants.end()) return found->second;
+    if (found != root->constants.end()) return found->second.second;
     Var v = MakeVar("const_" + std::to_string(next_var_++), TensorTy(t.type()));
     root->constant_lets.push_back({v, MakeConstant(t)});
-    root->constants.emplace(t.raw_data(), v);
+    root->constants.emplace(t.raw_data(), std::make_pair(t, v));
     return v;
   }
 
@@ -549,13 +553,13 @@ class PartialEvaluator {
 
     // (a) The same call, on the same argument values, already answered in scope.
     uint64_t key = std::hash<const void*>{}(f.get());
-    std::vector<const PVal*> identity;
+    std::vector<PValue> identity;
     for (const PValue& a : args) {
-      identity.push_back(a.get());
+      identity.push_back(a);
       key = Mix(key, std::hash<const void*>{}(a.get()));
     }
     if (callee->kind == PVal::Kind::kClosure) {
-      identity.push_back(callee.get());
+      identity.push_back(callee);
       key = Mix(key, std::hash<const void*>{}(callee.get()));
     }
     for (auto scope = scopes_.rbegin(); scope != scopes_.rend(); ++scope) {
