@@ -293,11 +293,18 @@ class Printer {
       return it == holder_.end() || it->second == nullptr || it->second == v;
     };
     if (free_for_v(base)) return base;
-    for (int k = 1;; ++k) {
+    // Resume numbering where this base left off: residual programs name
+    // thousands of variables alike, and probing from 1 each time is quadratic.
+    int& next = next_suffix_[base];
+    for (int k = std::max(next, 1);; ++k) {
       std::string n = base + "_" + std::to_string(k);
-      if (free_for_v(n)) return n;
+      if (free_for_v(n)) {
+        next = k + 1;
+        return n;
+      }
     }
   }
+  mutable std::unordered_map<std::string, int> next_suffix_;
 
   std::string Bind(const Var& var) {
     const VarNode* v = var.get();
@@ -319,6 +326,12 @@ class Printer {
         names_[u.var] = *u.old_name;
       } else {
         names_.erase(u.var);
+      }
+      // Its suffix is free again: let the next variable of that base take it.
+      if (size_t cut = u.name.rfind('_'); cut != std::string::npos && cut + 1 < u.name.size()) {
+        auto it = next_suffix_.find(u.name.substr(0, cut));
+        int k = std::atoi(u.name.c_str() + cut + 1);
+        if (it != next_suffix_.end() && k > 0 && k < it->second) it->second = k;
       }
       undo_.pop_back();
     }

@@ -46,18 +46,25 @@ Attrs::Attrs(std::initializer_list<std::pair<std::string, AttrValue>> items) {
   for (const auto& [name, value] : items) Set(name, value);
 }
 
+const Attrs::Items& Attrs::items() const {
+  static const Items kNone;
+  return items_ ? *items_ : kNone;
+}
+
 void Attrs::Set(std::string name, AttrValue value) {
-  auto it = std::lower_bound(items_.begin(), items_.end(), name,
+  auto items = std::make_shared<Items>(this->items());
+  auto it = std::lower_bound(items->begin(), items->end(), name,
                              [](const auto& item, const std::string& n) { return item.first < n; });
-  if (it != items_.end() && it->first == name) {
+  if (it != items->end() && it->first == name) {
     it->second = std::move(value);
   } else {
-    items_.insert(it, {std::move(name), std::move(value)});
+    items->insert(it, {std::move(name), std::move(value)});
   }
+  items_ = std::move(items);
 }
 
 const AttrValue* Attrs::Find(std::string_view name) const {
-  for (const auto& [n, v] : items_) {
+  for (const auto& [n, v] : items()) {
     if (n == name) return &v;
   }
   return nullptr;
@@ -87,7 +94,7 @@ DType Attrs::GetDType(std::string_view name) const { return Get<DType>(*this, na
 size_t Attrs::Hash() const {
   size_t h = 0x51ed27;
   auto mix = [&h](size_t v) { h ^= v + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2); };
-  for (const auto& [name, value] : items_) {
+  for (const auto& [name, value] : items()) {
     mix(std::hash<std::string>{}(name));
     mix(value.index());
     mix(std::hash<std::string>{}(AttrValueToString(value)));
@@ -97,7 +104,7 @@ size_t Attrs::Hash() const {
 
 std::string Attrs::ToString() const {
   std::string s;
-  for (const auto& [name, value] : items_) {
+  for (const auto& [name, value] : items()) {
     if (!s.empty()) s += ", ";
     s += name + "=" + AttrValueToString(value);
   }

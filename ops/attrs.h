@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <utility>
@@ -22,6 +23,8 @@ std::string AttrValueToString(const AttrValue& value);  // true, 3, 0.5, [0, 1],
 
 // A name-sorted list of attributes. Equality and hashing are structural, so
 // two calls with the same attributes are recognized as the same computation.
+// Copies share one immutable list (copy on write): every emitted operator
+// call carries its attributes, and programs have tens of thousands of them.
 class Attrs {
  public:
   Attrs() = default;
@@ -29,8 +32,9 @@ class Attrs {
 
   void Set(std::string name, AttrValue value);
   const AttrValue* Find(std::string_view name) const;
-  bool empty() const { return items_.empty(); }
-  const std::vector<std::pair<std::string, AttrValue>>& items() const { return items_; }
+  using Items = std::vector<std::pair<std::string, AttrValue>>;
+  bool empty() const { return !items_ || items_->empty(); }
+  const Items& items() const;
 
   // Typed getters; throw std::logic_error when the attribute is missing or of
   // another kind (the registry has already validated against the op schema).
@@ -42,10 +46,10 @@ class Attrs {
 
   size_t Hash() const;
   std::string ToString() const;  // "axis=1, keepdims=true"
-  friend bool operator==(const Attrs&, const Attrs&) = default;
+  friend bool operator==(const Attrs& a, const Attrs& b) { return a.items_ == b.items_ || a.items() == b.items(); }
 
  private:
-  std::vector<std::pair<std::string, AttrValue>> items_;
+  std::shared_ptr<const Items> items_;
 };
 
 // One attribute an operator accepts; without a default it is required.

@@ -225,18 +225,18 @@ class PartialEvaluator {
   PeStats stats_;
   std::vector<Scope> scopes_;
   std::string hint_;  // name for the next emitted variable
-  int64_t next_var_ = 0;
   // Unfoldings in progress, by function and argument skeleton: a repeat is a loop.
-  std::unordered_map<uint64_t, std::vector<std::vector<PValue>>> active_;
+  std::unordered_map<uint64_t, std::vector<const std::vector<PValue>*>> active_;
   std::vector<Specialization> specializations_;
   std::vector<std::pair<std::string, Func>> residual_functions_;
 
   // ---- Building the residual ---------------------------------------------------
 
+  // Named after the source variable it stands for; the printer makes names unique.
   Var NewVar(const Type& type) {
-    std::string name = hint_.empty() ? "t" : hint_;
+    Var v = MakeVar(hint_.empty() ? "t" : std::move(hint_), type);
     hint_.clear();
-    return MakeVar(name + "_" + std::to_string(next_var_++), type);
+    return v;
   }
 
   Var Emit(Expr value, const Type& type) {
@@ -269,7 +269,7 @@ class PartialEvaluator {
     }
     auto found = root->constants.find(t.raw_data());
     if (found != root->constants.end()) return found->second.second;
-    Var v = MakeVar("const_" + std::to_string(next_var_++), TensorTy(t.type()));
+    Var v = MakeVar("const", TensorTy(t.type()));
     root->constant_lets.push_back({v, MakeConstant(t)});
     root->constants.emplace(t.raw_data(), std::make_pair(t, v));
     return v;
@@ -582,9 +582,9 @@ class PartialEvaluator {
     bool loop = false;
     auto active = active_.find(skeleton);
     if (active != active_.end()) {
-      for (const auto& running : active->second) {
-        bool same = running.size() == args.size();
-        for (size_t i = 0; same && i < args.size(); ++i) same = SameSkeleton(running[i], args[i]);
+      for (const std::vector<PValue>* running : active->second) {
+        bool same = running->size() == args.size();
+        for (size_t i = 0; same && i < args.size(); ++i) same = SameSkeleton((*running)[i], args[i]);
         loop |= same;
       }
     }
@@ -600,7 +600,7 @@ class PartialEvaluator {
         for (const auto& [var, v] : callee->captured) env[var] = v;
       }
       for (size_t i = 0; i < args.size(); ++i) env[f->params[i].get()] = args[i];
-      active_[skeleton].push_back(args);
+      active_[skeleton].push_back(&args);
       try {
         result = Eval(f->body, env);
       } catch (...) {
@@ -658,7 +658,8 @@ class PartialEvaluator {
     uint64_t skeleton = std::hash<const void*>{}(f.get());
     for (size_t i = 0; i + 1 < general.size(); ++i) skeleton = Mix(skeleton, general[i]->skeleton);
     if (callee->kind == PVal::Kind::kClosure) skeleton = Mix(skeleton, callee->skeleton);
-    active_[skeleton].push_back(std::vector<PValue>(general.begin(), general.end() - 1));
+    std::vector<PValue> general_args(general.begin(), general.end() - 1);
+    active_[skeleton].push_back(&general_args);
     scopes_.push_back(Scope{});
     scopes_.back().function_root = true;
     PValue result = Eval(f->body, env);
