@@ -1,0 +1,63 @@
+// \file The JIT: residual programs to native code, through LLVM ORC.
+//
+// One JitSession per engine owns an ORC LLJIT for the host CPU. Compile()
+// lowers a residual program (jit/plan.h), emits one LLVM module with one
+// function running the whole plan — fused elementwise kernels as loops that
+// LLVM vectorizes, other operators and GEMMs through the runtime ABI
+// (jit/runtime.h) — optimizes it with the new pass manager and adds it under a
+// resource tracker of its own, so that dropping the Executable frees its code.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "ir/expr.h"
+#include "jit/executable.h"
+#include "jit/plan.h"
+
+namespace pejit {
+
+struct CompileOptions {
+  LowerOptions lower;
+  int opt_level = 3;  // 0-3, the new pass manager's default pipelines
+  // Debug: overwrite each arena buffer with NaN right after its last use, so
+  // that a memory plan sharing bytes between live buffers shows up as wrong
+  // answers.
+  bool poison_dead_buffers = false;
+  bool keep_ir = false;   // fill CompileReport::llvm_ir (optimized)
+  bool keep_asm = false;  // fill CompileReport::assembly
+};
+
+struct CompileReport {
+  std::string plan;        // Plan::ToString()
+  std::string llvm_ir;
+  std::string assembly;
+  int kernels = 0;
+  int fused_kernels = 0;
+  int64_t arena_bytes = 0, buffer_bytes = 0;
+  size_t code_bytes = 0;
+  double lower_ms = 0, codegen_ms = 0, optimize_ms = 0, machine_code_ms = 0;
+};
+
+class JitSession {
+ public:
+  // Throws JitFailure when LLVM cannot target the host.
+  static std::unique_ptr<JitSession> Create();
+  ~JitSession();
+
+  // Compiles `program` (straight-line tensor code; see jit/plan.h). Safe to
+  // call from many threads at once. Throws JitFailure.
+  ExecutablePtr Compile(const Func& program, const CompileOptions& options = {}, CompileReport* report = nullptr);
+
+  const std::string& host_cpu() const;
+  // Compiled modules whose code is still loaded (their Executables alive).
+  int live_modules() const;
+
+  struct State;  // opaque: the LLJIT, shared with the executables it made
+
+ private:
+  explicit JitSession(std::shared_ptr<State> state);
+  std::shared_ptr<State> state_;  // shared with executables: code outlives the session if held
+};
+
+}  // namespace pejit

@@ -1,0 +1,42 @@
+// \file What a specialization compiles to: a function of the dynamic leaves.
+//
+// An Executable runs a residual program (pe/) on its parameters, the dynamic
+// leaves of a call's arguments in Flatten order, and returns the tensors of
+// its result, depth first. It is immutable and safe to call from many threads
+// at once; holders share it, and its code is released when the last lets go.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "ir/type.h"
+#include "ops/tensor.h"
+
+namespace pejit {
+
+// A program the JIT will not compile; what() says why. The call stays on the
+// interpreter.
+class JitFailure : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+class Executable {
+ public:
+  virtual ~Executable() = default;
+  // Throws std::invalid_argument when inputs do not match the parameters.
+  virtual std::vector<Tensor> Run(std::span<const Tensor> inputs) const = 0;
+  // The program's result type: tensors nested in tuples.
+  virtual const Type& result_type() const = 0;
+  // Bytes of machine code and constant data held (0 when not native).
+  virtual size_t code_bytes() const = 0;
+  // "native" or "residual-interpreter": the tier it runs in, for stats and logs.
+  virtual const char* tier() const = 0;
+};
+using ExecutablePtr = std::shared_ptr<const Executable>;
+
+}  // namespace pejit

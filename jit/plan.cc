@@ -1,0 +1,557 @@
+#include "jit/plan.h"
+
+#include <algorithm>
+#include <cstring>
+#include <functional>
+#include <map>
+#include <set>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "ir/printer.h"
+#include "ops/eager.h"
+
+namespace pejit {
+namespace {
+
+// ---- The straight-line form every pass works on ----------------------------------
+
+struct Binding {
+  Var var;
+  Expr value;  // an operator call, a tuple of atoms, or a projection of a variable
+};
+
+struct Straight {
+  std::vector<Var> params;
+  std::vector<Binding> bindings;
+  Expr result;  // an atom or a tuple (nested) of atoms
+};
+
+bool IsAtom(const Expr& e) { return e->kind == ExprKind::kVar || e->kind == ExprKind::kConstant; }
+
+void CheckResult(const Expr& e) {
+  if (IsAtom(e)) return;
+  if (auto* t = As<TupleNode>(e)) {
+    for (const Expr& f : t->fields) CheckResult(f);
+    return;
+  }
+  throw JitFailure(e->loc.ToString() + ": the result must be tensors in tuples, not an ADT value or a computation");
+}
+
+Straight Decompose(const Func& f) {
+  Straight s;
+  s.params = f->params;
+  for (const Var& p : f->params) {
+    if (!AsTensor(p->annotation) || !AsTensor(p->annotation)->type.IsFullyKnown()) {
+      throw JitFailure("parameter %" + p->name + " is not a tensor of known shape");
+    }
+  }
+  Expr e = f->body;
+  while (e->kind == ExprKind::kLet) {
+    const LetNode* let = As<LetNode>(e);
+    const Expr& v = let->value;
+    bool ok = IsAtom(v);
+    if (auto* call = As<OpCallNode>(v)) {
+      ok = std::all_of(call->args.begin(), call->args.end(), IsAtom);
+    } else if (auto* t = As<TupleNode>(v)) {
+      ok = std::all_of(t->fields.begin(), t->fields.end(), IsAtom);
+    } else if (auto* p = As<ProjNode>(v)) {
+      ok = p->tuple->kind == ExprKind::kVar;
+    }
+    if (!ok) {
+      std::string what = v->kind == ExprKind::kIf ? "a dynamic if" : v->kind == ExprKind::kCall ? "a call" :
+                         v->kind == ExprKind::kMatch ? "a match" : "a nested expression";
+      throw JitFailure(v->loc.ToString() + ": cannot compile " + what + " (%" + let->var->name +
+                       "); only straight-line tensor code is compiled");
+    }
+    if (!let->var->annotation) throw JitFailure("%" + let->var->name + " has no type");
+    s.bindings.push_back({let->var, v});
+    e = let->body;
+  }
+  CheckResult(e);
+  s.result = e;
+  return s;
+}
+
+Func Recompose(const Straight& s) {
+  Expr body = s.result;
+  for (auto it = s.bindings.rbegin(); it != s.bindings.rend(); ++it) body = MakeLet(it->var, it->value, body);
+  return MakeFunc(s.params, body);
+}
+
+// Rewrites the atoms of an expression through `subst`.
+Expr Substitute(const Expr& e, const std::unordered_map<const ExprNode*, Expr>& subst) {
+  if (e->kind == ExprKind::kVar) {
+    auto it = subst.find(e.get());
+    return it == subst.end() ? e : it->second;
+  }
+  auto all = [&](const std::vector<Expr>& es, bool& changed) {
+    std::vector<Expr> out;
+    for (const Expr& x : es) {
+      out.push_back(Substitute(x, subst));
+      changed |= out.back() != x;
+    }
+    return out;
+  };
+  bool changed = false;
+  if (auto* c = As<OpCallNode>(e)) {
+    auto args = all(c->args, changed);
+    return changed ? std::make_shared<OpCallNode>(c->op, std::move(args), c->attrs, c->loc) : e;
+  }
+  if (auto* t = As<TupleNode>(e)) {
+    auto fields = all(t->fields, changed);
+    return changed ? MakeTuple(std::move(fields), t->loc) : e;
+  }
+  if (auto* p = As<ProjNode>(e)) {
+    Expr tuple = Substitute(p->tuple, subst);
+    if (tuple == p->tuple) return e;
+    if (auto* t = As<TupleNode>(tuple)) return t->fields[p->index];
+    return MakeProj(tuple, p->index, p->loc);
+  }
+  return e;
+}
+
+TensorType TensorTypeOf(const Expr& atom) {
+  if (auto* c = As<ConstantNode>(atom)) return c->value.type();
+  const TensorTypeNode* t = AsTensor(As<VarNode>(atom)->annotation);
+  if (!t) throw JitFailure("%" + As<VarNode>(atom)->name + " is not a tensor");
+  return t->type;
+}
+
+}  // namespace
+
+// ---- Passes ------------------------------------------------------------------------
+
+Func FoldConstants(const Func& program) {
+  Straight s = Decompose(program);
+  std::unordered_map<const ExprNode*, Expr> subst;
+  std::vector<Binding> kept;
+  for (Binding b : s.bindings) {
+    b.value = Substitute(b.value, subst);
+    if (IsAtom(b.value)) {
+      subst[b.var.get()] = b.value;
+      continue;
+    }
+    auto* call = As<OpCallNode>(b.value);
+    bool constant = call && std::all_of(call->args.begin(), call->args.end(),
+                                        [](const Expr& a) { return a->kind == ExprKind::kConstant; });
+    if (!constant) {
+      if (auto* p = As<ProjNode>(b.value); p && p->tuple->kind == ExprKind::kTuple) {
+        subst[b.var.get()] = As<TupleNode>(p->tuple)->fields[p->index];
+        continue;
+      }
+      kept.push_back(b);
+      continue;
+    }
+    std::vector<Tensor> inputs;
+    for (const Expr& a : call->args) inputs.push_back(As<ConstantNode>(a)->value);
+    std::vector<Tensor> out = RunOp(*call->op, inputs, call->attrs);
+    if (out.size() == 1) {
+      subst[b.var.get()] = MakeConstant(out[0], call->loc);
+    } else {
+      std::vector<Expr> fields;
+      for (const Tensor& t : out) fields.push_back(MakeConstant(t, call->loc));
+      subst[b.var.get()] = MakeTuple(std::move(fields));
+    }
+  }
+  s.bindings = std::move(kept);
+  s.result = Substitute(s.result, subst);
+  return Recompose(s);
+}
+
+Func EliminateCommonSubexpressions(const Func& program) {
+  Straight s = Decompose(program);
+  std::unordered_map<const ExprNode*, Expr> subst;
+  // Key: operator, attributes and argument identities (constants by value).
+  std::map<std::string, Var> seen;
+  auto key_of = [](const Expr& value) {
+    std::string key;
+    auto add_atom = [&](const Expr& a) {
+      if (auto* c = As<ConstantNode>(a)) {
+        key += "c" + c->value.type().ToString() + ":";
+        key.append(static_cast<const char*>(c->value.raw_data()), c->value.nbytes());
+      } else {
+        char buf[32];
+        std::snprintf(buf, sizeof buf, "v%p", static_cast<const void*>(a.get()));
+        key += buf;
+      }
+      key += ';';
+    };
+    if (auto* c = As<OpCallNode>(value)) {
+      key = c->op->name + "(" + c->attrs.ToString() + ")";
+      for (const Expr& a : c->args) add_atom(a);
+    } else if (auto* p = As<ProjNode>(value)) {
+      key = "." + std::to_string(p->index);
+      add_atom(p->tuple);
+    } else if (auto* t = As<TupleNode>(value)) {
+      key = "tuple";
+      for (const Expr& f : t->fields) add_atom(f);
+    }
+    return key;
+  };
+  std::vector<Binding> kept;
+  for (Binding b : s.bindings) {
+    b.value = Substitute(b.value, subst);
+    if (IsAtom(b.value)) {
+      subst[b.var.get()] = b.value;
+      continue;
+    }
+    std::string key = key_of(b.value);
+    auto it = seen.find(key);
+    if (it != seen.end()) {
+      subst[b.var.get()] = it->second;
+      continue;
+    }
+    seen.emplace(std::move(key), b.var);
+    kept.push_back(b);
+  }
+  s.bindings = std::move(kept);
+  s.result = Substitute(s.result, subst);
+  return Recompose(s);
+}
+
+Func EliminateDeadCode(const Func& program) {
+  Straight s = Decompose(program);
+  std::unordered_set<const ExprNode*> live;
+  std::function<void(const Expr&)> mark = [&](const Expr& e) {
+    if (e->kind == ExprKind::kVar) live.insert(e.get());
+    if (auto* c = As<OpCallNode>(e)) for (const Expr& a : c->args) mark(a);
+    if (auto* t = As<TupleNode>(e)) for (const Expr& f : t->fields) mark(f);
+    if (auto* p = As<ProjNode>(e)) mark(p->tuple);
+  };
+  mark(s.result);
+  std::vector<Binding> kept;
+  for (auto it = s.bindings.rbegin(); it != s.bindings.rend(); ++it) {
+    if (!live.count(it->var.get())) continue;
+    mark(it->value);
+    kept.push_back(*it);
+  }
+  std::reverse(kept.begin(), kept.end());
+  s.bindings = std::move(kept);
+  return Recompose(s);
+}
+
+// ---- Lowering ------------------------------------------------------------------------
+
+namespace {
+
+bool Fusible(const OpCallNode* call) {
+  FusionKind k = call->op->fusion;
+  return (k == FusionKind::kElementwise || k == FusionKind::kBroadcast) && call->op->scalar != ScalarOp::kNone;
+}
+
+class Lowering {
+ public:
+  explicit Lowering(const LowerOptions& options) : options_(options) {}
+
+  Plan Run(const Func& program) {
+    Func f = program;
+    Decompose(f);  // checks
+    f = FoldConstants(f);
+    if (options_.cse) f = EliminateCommonSubexpressions(f);
+    f = EliminateDeadCode(f);
+    Straight s = Decompose(f);
+
+    for (size_t i = 0; i < s.params.size(); ++i) {
+      int b = NewBuffer(PlanBuffer::Kind::kParam, TensorTypeOf(s.params[i]), s.params[i]->name);
+      plan_.buffers[b].param = static_cast<int>(i);
+      plan_.params.push_back(b);
+      buffers_of_[s.params[i].get()] = {b};
+    }
+    CountUses(s);
+    for (const Binding& b : s.bindings) LowerBinding(b);
+    LowerResult(s.result);
+    plan_.result_type = ResultType(s.result);
+    Lifetimes();
+    PlanMemory();
+    return std::move(plan_);
+  }
+
+ private:
+  const LowerOptions& options_;
+  Plan plan_;
+  std::unordered_map<const ExprNode*, std::vector<int>> buffers_of_;  // var → its buffers
+  std::unordered_map<const ExprNode*, const OpCallNode*> producer_;    // var → fusible op computing it
+  std::unordered_map<const ExprNode*, int> uses_;
+  std::unordered_set<const ExprNode*> inlined_;                          // fused into their consumer
+  std::unordered_map<const ExprNode*, int> constant_buffers_;
+
+  int NewBuffer(PlanBuffer::Kind kind, TensorType type, std::string name) {
+    PlanBuffer b;
+    b.kind = kind;
+    b.type = std::move(type);
+    b.name = std::move(name);
+    plan_.buffers.push_back(std::move(b));
+    return static_cast<int>(plan_.buffers.size()) - 1;
+  }
+
+  void CountUses(const Straight& s) {
+    std::function<void(const Expr&)> count = [&](const Expr& e) {
+      if (e->kind == ExprKind::kVar) ++uses_[e.get()];
+      if (auto* c = As<OpCallNode>(e)) for (const Expr& a : c->args) count(a);
+      if (auto* t = As<TupleNode>(e)) for (const Expr& f : t->fields) count(f);
+      if (auto* p = As<ProjNode>(e)) count(p->tuple);
+    };
+    for (const Binding& b : s.bindings) count(b.value);
+    count(s.result);
+    count(s.result);  // results are used outside: never inlined
+    if (!options_.fuse) return;
+    // A fusible value with one use, by a fusible operator of the same shape,
+    // is computed inside that operator's kernel.
+    std::unordered_map<const ExprNode*, TensorType> types;
+    for (const Binding& b : s.bindings) {
+      auto* call = As<OpCallNode>(b.value);
+      if (!call || !Fusible(call)) continue;
+      producer_[b.var.get()] = call;
+      TensorType out = TensorTypeOf(b.var);
+      for (const Expr& a : call->args) {
+        if (a->kind != ExprKind::kVar || !producer_.count(a.get()) || uses_[a.get()] != 1) continue;
+        if (TensorTypeOf(a).shape == out.shape) inlined_.insert(a.get());
+      }
+    }
+  }
+
+  int BufferOfAtom(const Expr& atom) {
+    if (auto* c = As<ConstantNode>(atom)) {
+      auto it = constant_buffers_.find(atom.get());
+      if (it != constant_buffers_.end()) return it->second;
+      int b = NewBuffer(PlanBuffer::Kind::kConstant, c->value.type(), "const");
+      plan_.buffers[b].constant = c->value;
+      constant_buffers_[atom.get()] = b;
+      return b;
+    }
+    auto it = buffers_of_.find(atom.get());
+    if (it == buffers_of_.end() || it->second.size() != 1) {
+      throw JitFailure("%" + As<VarNode>(atom)->name + " is not a tensor computed before its use");
+    }
+    return it->second[0];
+  }
+
+  // The per-element expression of `call` into `nodes`; returns its node index.
+  int Inline(const OpCallNode* call, DType out_dtype, PlanStep& step) {
+    std::vector<int> args;
+    for (const Expr& a : call->args) {
+      if (a->kind == ExprKind::kVar && inlined_.count(a.get())) {
+        const OpCallNode* inner = producer_.at(a.get());
+        args.push_back(Inline(inner, TensorTypeOf(a).dtype, step));
+        step.fused_ops.push_back(inner->op->name);
+        continue;
+      }
+      FusedNode leaf;
+      leaf.dtype = TensorTypeOf(a).dtype;
+      if (auto* c = As<ConstantNode>(a); c && c->value.numel() == 1) {
+        leaf.kind = FusedNode::Kind::kImmediate;
+        leaf.immediate = c->value.ElementAsDouble(0);
+      } else {
+        leaf.kind = FusedNode::Kind::kLoad;
+        leaf.buffer = BufferOfAtom(a);
+        step.inputs.push_back(leaf.buffer);
+      }
+      step.nodes.push_back(leaf);
+      args.push_back(static_cast<int>(step.nodes.size()) - 1);
+    }
+    FusedNode n;
+    n.kind = FusedNode::Kind::kOp;
+    n.op = call->op->scalar;
+    n.args = std::move(args);
+    n.dtype = out_dtype;
+    if (n.op == ScalarOp::kPow) n.param = call->attrs.GetFloat("exponent");
+    step.nodes.push_back(std::move(n));
+    return static_cast<int>(step.nodes.size()) - 1;
+  }
+
+  void LowerBinding(const Binding& b) {
+    const VarNode* var = b.var.get();
+    if (IsAtom(b.value)) {
+      buffers_of_[var] = {BufferOfAtom(b.value)};
+      return;
+    }
+    if (auto* p = As<ProjNode>(b.value)) {
+      buffers_of_[var] = {buffers_of_.at(p->tuple.get()).at(p->index)};
+      return;
+    }
+    if (auto* t = As<TupleNode>(b.value)) {
+      std::vector<int> bufs;
+      for (const Expr& f : t->fields) bufs.push_back(BufferOfAtom(f));
+      buffers_of_[var] = bufs;
+      return;
+    }
+    const OpCallNode* call = As<OpCallNode>(b.value);
+    if (inlined_.count(var)) return;  // computed inside its consumer's kernel
+    std::vector<int> outs;
+    if (const TensorTypeNode* t = AsTensor(b.var->annotation)) {
+      outs.push_back(NewBuffer(PlanBuffer::Kind::kArena, t->type, b.var->name));
+    } else if (const TupleTypeNode* tuple = AsTuple(b.var->annotation)) {
+      for (size_t i = 0; i < tuple->fields.size(); ++i) {
+        outs.push_back(NewBuffer(PlanBuffer::Kind::kArena, AsTensor(tuple->fields[i])->type,
+                                 b.var->name + "." + std::to_string(i)));
+      }
+    }
+    buffers_of_[var] = outs;
+
+    PlanStep step;
+    if (options_.fuse && Fusible(call)) {
+      step.kind = PlanStep::Kind::kFused;
+      step.outputs = outs;
+      Inline(call, TensorTypeOf(b.var).dtype, step);
+      step.fused_ops.push_back(call->op->name);
+      std::sort(step.inputs.begin(), step.inputs.end());
+      step.inputs.erase(std::unique(step.inputs.begin(), step.inputs.end()), step.inputs.end());
+    } else {
+      step.kind = PlanStep::Kind::kKernel;
+      step.op = call->op;
+      step.attrs = call->attrs;
+      for (const Expr& a : call->args) step.inputs.push_back(BufferOfAtom(a));
+      step.outputs = outs;
+      // Moving bytes without changing them: view the input instead of copying.
+      FusionKind k = call->op->fusion;
+      bool reshape_like = k == FusionKind::kInjective &&
+                          (call->op->name == "reshape" || call->op->name == "expand_dims" ||
+                           call->op->name == "squeeze");
+      if (reshape_like) {
+        plan_.buffers[outs[0]].kind = PlanBuffer::Kind::kAlias;
+        plan_.buffers[outs[0]].alias_of = step.inputs[0];
+        return;
+      }
+    }
+    plan_.steps.push_back(std::move(step));
+  }
+
+  // The buffer `b` reads its bytes from, following aliases.
+  int Root(int b) const {
+    while (plan_.buffers[b].kind == PlanBuffer::Kind::kAlias) b = plan_.buffers[b].alias_of;
+    return b;
+  }
+
+  void LowerResult(const Expr& result) {
+    std::vector<int> atoms;
+    std::function<void(const Expr&)> collect = [&](const Expr& e) {
+      if (auto* t = As<TupleNode>(e)) {
+        for (const Expr& f : t->fields) collect(f);
+      } else {
+        atoms.push_back(BufferOfAtom(e));
+      }
+    };
+    collect(result);
+    std::unordered_set<int> taken;
+    for (int b : atoms) {
+      PlanBuffer& buf = plan_.buffers[b];
+      int index = static_cast<int>(plan_.results.size());
+      // A result is a fresh tensor the caller owns: computed ones are written
+      // there directly; parameters, constants, views and repeats are copied.
+      if (buf.kind == PlanBuffer::Kind::kArena && taken.insert(b).second) {
+        buf.kind = PlanBuffer::Kind::kResult;
+        buf.result = index;
+        plan_.results.push_back(b);
+        continue;
+      }
+      int copy = NewBuffer(PlanBuffer::Kind::kResult, buf.type, "result" + std::to_string(index));
+      plan_.buffers[copy].result = index;
+      PlanStep step;
+      step.kind = PlanStep::Kind::kKernel;
+      step.op = &LookupOp("copy");
+      step.inputs = {b};
+      step.outputs = {copy};
+      plan_.steps.push_back(std::move(step));
+      plan_.results.push_back(copy);
+    }
+  }
+
+  Type ResultType(const Expr& e) {
+    if (auto* t = As<TupleNode>(e)) {
+      std::vector<Type> fields;
+      for (const Expr& f : t->fields) fields.push_back(ResultType(f));
+      return TupleTy(std::move(fields));
+    }
+    return TensorTy(TensorTypeOf(e));
+  }
+
+  void Lifetimes() {
+    for (size_t s = 0; s < plan_.steps.size(); ++s) {
+      int step = static_cast<int>(s);
+      for (int b : plan_.steps[s].outputs) {
+        PlanBuffer& buf = plan_.buffers[b];
+        if (buf.first_step < 0) buf.first_step = step;
+        buf.last_step = std::max(buf.last_step, step);
+      }
+      for (int b : plan_.steps[s].inputs) {
+        PlanBuffer& root = plan_.buffers[Root(b)];
+        root.last_step = std::max(root.last_step, step);
+      }
+    }
+  }
+
+  // First fit by offset among the buffers alive at the same time.
+  void PlanMemory() {
+    std::vector<int> order;
+    for (size_t b = 0; b < plan_.buffers.size(); ++b) {
+      if (plan_.buffers[b].kind == PlanBuffer::Kind::kArena) order.push_back(static_cast<int>(b));
+    }
+    std::stable_sort(order.begin(), order.end(),
+                     [&](int a, int b) { return plan_.buffers[a].first_step < plan_.buffers[b].first_step; });
+    auto aligned = [](int64_t n) { return (n + 63) / 64 * 64; };
+    std::multimap<int64_t, int> placed;  // offset → buffer, of buffers possibly still alive
+    int64_t arena = 0;
+    for (int b : order) {
+      PlanBuffer& buf = plan_.buffers[b];
+      plan_.buffer_bytes += aligned(buf.bytes());
+      for (auto it = placed.begin(); it != placed.end();) {
+        it = plan_.buffers[it->second].last_step < buf.first_step ? placed.erase(it) : std::next(it);
+      }
+      int64_t offset = 0, size = std::max<int64_t>(64, aligned(buf.bytes()));
+      for (const auto& [start, other] : placed) {
+        if (start >= offset + size) break;
+        offset = std::max(offset, start + std::max<int64_t>(64, aligned(plan_.buffers[other].bytes())));
+      }
+      buf.offset = offset;
+      placed.emplace(offset, b);
+      arena = std::max(arena, offset + size);
+    }
+    plan_.arena_bytes = arena;
+  }
+};
+
+}  // namespace
+
+Plan Lower(const Func& program, const LowerOptions& options) { return Lowering(options).Run(program); }
+
+std::string Plan::ToString() const {
+  auto name = [&](int b) {
+    const PlanBuffer& buf = buffers[b];
+    return "%" + buf.name + "#" + std::to_string(b);
+  };
+  auto where = [&](int b) -> std::string {
+    const PlanBuffer& buf = buffers[b];
+    switch (buf.kind) {
+      case PlanBuffer::Kind::kParam: return "param " + std::to_string(buf.param);
+      case PlanBuffer::Kind::kConstant: return "constant";
+      case PlanBuffer::Kind::kArena: return "arena+" + std::to_string(buf.offset);
+      case PlanBuffer::Kind::kResult: return "result " + std::to_string(buf.result);
+      case PlanBuffer::Kind::kAlias: return "view of " + name(buf.alias_of);
+    }
+    return "?";
+  };
+  std::string out = "# " + std::to_string(steps.size()) + " kernels, arena " + std::to_string(arena_bytes) +
+                    " bytes (intermediates side by side: " + std::to_string(buffer_bytes) + " bytes)\n";
+  for (size_t i = 0; i < params.size(); ++i) {
+    out += "param " + name(params[i]) + ": " + buffers[params[i]].type.ToString() + "\n";
+  }
+  for (const PlanStep& s : steps) {
+    std::string outs;
+    for (int b : s.outputs) outs += (outs.empty() ? "" : ", ") + name(b) + " [" + where(b) + "]";
+    std::string ins;
+    for (int b : s.inputs) ins += (ins.empty() ? "" : ", ") + name(b);
+    if (s.kind == PlanStep::Kind::kKernel) {
+      out += "kernel " + outs + " = " + s.op->name + "(" + ins + (s.attrs.empty() ? "" : "; " + s.attrs.ToString()) + ")\n";
+    } else {
+      std::string ops;
+      for (const std::string& o : s.fused_ops) ops += (ops.empty() ? "" : ", ") + o;
+      out += "fused  " + outs + " = {" + ops + "}(" + ins + ")  " + buffers[s.outputs[0]].type.ToString() + "\n";
+    }
+  }
+  std::string res;
+  for (int b : results) res += (res.empty() ? "" : ", ") + name(b);
+  return out + "return " + res + "\n";
+}
+
+}  // namespace pejit

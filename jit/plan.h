@@ -1,0 +1,94 @@
+// \file The compiler's middle end: a residual program lowered to a plan of
+// kernels over buffers, with its memory laid out in one arena.
+//
+// Lowering runs these passes, each small and testable alone (jit/plan.cc):
+//   1. Check: the program is straight-line tensor code (lets of operator
+//      calls, tuples and projections) with fully known shapes.
+//   2. Simplify: constant folding, common-subexpression elimination, dead-code
+//      elimination.
+//   3. Fuse: trees of elementwise/broadcast operators whose inner results have
+//      one use become one kernel (one loop nest, no intermediate buffers).
+//   4. Alias: reshape-like operators reuse their input's buffer.
+//   5. Plan memory: every intermediate buffer gets an offset in one arena;
+//      buffers whose lifetimes do not overlap share bytes.
+// The plan prints as text (`pejit compile --emit fused`) and is what codegen
+// (jit/codegen.cc) turns into LLVM IR.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "ir/expr.h"
+#include "jit/executable.h"
+#include "ops/op.h"
+
+namespace pejit {
+
+struct PlanBuffer {
+  enum class Kind : uint8_t { kParam, kConstant, kArena, kResult, kAlias };
+  Kind kind;
+  TensorType type;
+  int param = -1;         // kParam: parameter index
+  Tensor constant;        // kConstant
+  int64_t offset = 0;     // kArena: byte offset in the arena
+  int result = -1;        // kResult: index among the result tensors
+  int alias_of = -1;      // kAlias: buffer whose bytes it views
+  int first_step = -1, last_step = -1;  // lifetime, in steps
+  std::string name;       // for printing
+
+  int64_t bytes() const { return NumElements(type.shape) * static_cast<int64_t>(SizeOf(type.dtype)); }
+};
+
+// One node of a fused kernel's per-element expression.
+struct FusedNode {
+  enum class Kind : uint8_t { kLoad, kImmediate, kOp };
+  Kind kind;
+  int buffer = -1;           // kLoad
+  double immediate = 0;      // kImmediate (a scalar constant)
+  ScalarOp op = ScalarOp::kNone;  // kOp
+  double param = 0;          // kOp: pow's exponent
+  std::vector<int> args;     // kOp: indices of earlier nodes
+  DType dtype = DType::kF32; // the node's element type
+};
+
+struct PlanStep {
+  enum class Kind : uint8_t { kKernel, kFused };
+  Kind kind;
+  // kKernel: a registered operator's kernel, called through the runtime.
+  const OpDef* op = nullptr;
+  Attrs attrs;
+  std::vector<int> inputs, outputs;  // buffers
+  // kFused: `nodes` computes outputs[0] elementwise over its shape.
+  std::vector<FusedNode> nodes;
+  std::vector<std::string> fused_ops;  // names of the operators fused, in order
+};
+
+struct Plan {
+  std::vector<PlanBuffer> buffers;
+  std::vector<PlanStep> steps;
+  std::vector<int> params;    // buffer per parameter
+  std::vector<int> results;   // buffer per result tensor (depth first)
+  Type result_type;
+  int64_t arena_bytes = 0;    // after sharing
+  int64_t buffer_bytes = 0;   // all intermediates side by side
+
+  int kernels() const { return static_cast<int>(steps.size()); }
+  std::string ToString() const;
+};
+
+struct LowerOptions {
+  bool fuse = true;
+  bool cse = true;
+};
+
+// Lowers a residual program; throws JitFailure naming what it cannot compile.
+Plan Lower(const Func& program, const LowerOptions& options = {});
+
+// The passes, exposed for tests: each takes a straight-line program and
+// returns an equivalent one (same parameters).
+Func FoldConstants(const Func& program);
+Func EliminateCommonSubexpressions(const Func& program);
+Func EliminateDeadCode(const Func& program);
+
+}  // namespace pejit

@@ -1,0 +1,189 @@
+// The JIT: compiled residual programs give the interpreter's answers; fusion,
+// memory planning, vectorization and code release do what they promise.
+#include <gtest/gtest.h>
+
+#include <thread>
+
+#include "examples/treelstm/listops.h"
+#include "examples/treelstm/model.h"
+#include "interp/interpreter.h"
+#include "jit/compiler.h"
+#include "ops/random.h"
+#include "pe/partial_eval.h"
+
+namespace pejit {
+namespace {
+
+// The result tensors of a value, depth first.
+void Leaves(const Value& v, std::vector<Tensor>& out) {
+  if (v.is_tensor()) {
+    out.push_back(v.tensor());
+  } else {
+    for (const Value& f : v.fields()) Leaves(f, out);
+  }
+}
+
+class CompilerTest : public testing::Test {
+ protected:
+  static void SetUpTestSuite() { session_ = JitSession::Create().release(); }
+  static void TearDownTestSuite() { delete session_; }
+
+  Snapshot Load(const std::string& text) {
+    module_.AddSource(text, "t.pj");
+    return module_.snapshot();
+  }
+
+  // Compiles the residual of `entry` on `args` and checks it against the interpreter.
+  CompileReport CheckCompiled(const Snapshot& s, const std::string& entry, const std::vector<Value>& args,
+                              CompileOptions options = {}) {
+    Residual r = PartialEvaluate(*s, entry, args);
+    CompileReport report;
+    ExecutablePtr exe = session_->Compile(r.main, options, &report);
+    std::vector<Tensor> got = exe->Run(Flatten(args));
+    std::vector<Tensor> want;
+    Leaves(interp_.Call(*s, entry, args), want);
+    EXPECT_EQ(got.size(), want.size());
+    for (size_t i = 0; i < want.size() && i < got.size(); ++i) {
+      EXPECT_TRUE(AllClose(got[i], want[i], 1e-4, 1e-6))
+          << "result " << i << ": compiled " << got[i].ToString() << " vs interpreted " << want[i].ToString()
+          << "\n" << report.plan;
+    }
+    return report;
+  }
+
+  static JitSession* session_;
+  Module module_;
+  Interpreter interp_;
+};
+JitSession* CompilerTest::session_ = nullptr;
+
+TEST_F(CompilerTest, ElementwiseBroadcastingAndReductionsMatchTheInterpreter) {
+  Snapshot s = Load(R"(
+def @f(%x: Tensor[(4, 5), f32], %b: Tensor[(5,), f32], %k: Tensor[(), f32]) {
+  let %y = sigmoid(add(mul(%x, %k), %b));
+  let %z = where(greater(%y, 0.5), tanh(%y), neg(exp(%y)));
+  (sum(%z, axes=[1]), relu(sub(%z, %b)), pow(%y, exponent=3.0))
+})");
+  Rng rng(1);
+  CompileReport r = CheckCompiled(s, "f", {Value(RandomUniform(rng, {4, 5}, -2, 2)), Value(RandomUniform(rng, {5}, -1, 1)),
+                                            Value(Tensor::Scalar(0.7f))});
+  EXPECT_GE(r.fused_kernels, 2);
+}
+
+TEST_F(CompilerTest, TreeLstmLossOnListOpsMinibatches) {
+  Snapshot s = Load(std::string(treelstm::ModelSource()));
+  listops::Splits data = listops::GenerateSplits(5, 8, 0, 0);
+  std::vector<const listops::Example*> batch;
+  for (const auto& ex : data.train) batch.push_back(&ex);
+  treelstm::Batch b = treelstm::MakeBatch(batch, *s);
+  Rng rng(2);
+  Value params = treelstm::InitParams(rng, {listops::kVocabularySize, 16, 12, 10});
+  CompileReport r = CheckCompiled(s, "loss", {b.trees, b.labels, params});
+  CheckCompiled(s, "infer", {b.trees, params});
+  // Gate nonlinearities and state updates: at most two fused kernels per cell.
+  EXPECT_LE(r.fused_kernels, 2 * b.nodes + 2 * b.nodes);  // cells, plus forget gates of children
+  EXPECT_LT(r.arena_bytes, r.buffer_bytes);
+}
+
+TEST_F(CompilerTest, ATreeLstmCellFusesIntoTwoKernels) {
+  Snapshot s = Load(R"(
+def @cell(%iou: Tensor[(1, 12), f32], %fc: Tensor[(1, 4), f32]) {
+  let %g = chunk(%iou, chunks=3, axis=1);
+  let %c = add(mul(sigmoid(%g.0), tanh(%g.2)), %fc);
+  (mul(sigmoid(%g.1), tanh(%c)), %c)
+})");
+  Rng rng(3);
+  CompileReport r = CheckCompiled(s, "cell", {Value(RandomUniform(rng, {1, 12}, -1, 1)), Value(RandomUniform(rng, {1, 4}, -1, 1))});
+  EXPECT_EQ(r.fused_kernels, 2) << r.plan;
+  EXPECT_EQ(r.kernels, 3) << r.plan;  // chunk, then the two fused kernels
+}
+
+TEST_F(CompilerTest, PoisoningDeadBuffersChangesNothing) {
+  Snapshot s = Load(std::string(treelstm::ModelSource()));
+  listops::Splits data = listops::GenerateSplits(9, 5, 0, 0);
+  std::vector<const listops::Example*> batch;
+  for (const auto& ex : data.train) batch.push_back(&ex);
+  treelstm::Batch b = treelstm::MakeBatch(batch, *s);
+  Rng rng(4);
+  CompileOptions poison;
+  poison.poison_dead_buffers = true;
+  CheckCompiled(s, "loss", {b.trees, b.labels, treelstm::InitParams(rng, {listops::kVocabularySize, 8, 6, 10})},
+                poison);
+}
+
+TEST_F(CompilerTest, ElementwiseLoopsAreVectorized) {
+  Snapshot s = Load("def @f(%x: Tensor[(1024,), f32], %y: Tensor[(1024,), f32]) { add(mul(%x, %y), %y) }");
+  Rng rng(5);
+  CompileOptions keep;
+  keep.keep_ir = true;
+  CompileReport r = CheckCompiled(s, "f", {Value(RandomUniform(rng, {1024}, -1, 1)), Value(RandomUniform(rng, {1024}, -1, 1))},
+                                  keep);
+  EXPECT_NE(r.llvm_ir.find(" x float>"), std::string::npos) << r.llvm_ir;
+}
+
+TEST_F(CompilerTest, KernelErrorsAtRunTimeAreReported) {
+  Snapshot s = Load("def @f(%t: Tensor[(3, 2), f32], %i: Tensor[(2,), i64]) { take(%t, %i) }");
+  Residual r = PartialEvaluate(*s, "f", {Value(Tensor::Zeros(DType::kF32, {3, 2})), Value(Tensor::FromVector<int64_t>({2}, {0, 1}))});
+  ExecutablePtr exe = session_->Compile(r.main);
+  try {
+    exe->Run(std::vector<Tensor>{Tensor::Zeros(DType::kF32, {3, 2}), Tensor::FromVector<int64_t>({2}, {0, 7})});
+    FAIL() << "expected an error";
+  } catch (const std::runtime_error& e) {
+    EXPECT_STREQ(e.what(), "take: index 7 is out of range for table rows of size 3");
+  }
+  EXPECT_THROW(exe->Run(std::vector<Tensor>{Tensor::Zeros(DType::kF32, {3, 2})}), std::invalid_argument);
+}
+
+TEST_F(CompilerTest, ProgramsWithControlFlowAreRefusedWithAReason) {
+  Snapshot s = Load(R"(
+def @count(%n: Tensor[(), i64], %x: Tensor[(), f32]) -> Tensor[(), f32] {
+  if (greater(%n, 0)) { @count(sub(%n, 1), mul(%x, 2f32)) } else { %x }
+})");
+  Residual r = PartialEvaluate(*s, "count", {Value(Tensor::FromVector<int64_t>({}, {3})), Value(Tensor::Scalar(1.0f))});
+  try {
+    session_->Compile(r.main);
+    FAIL() << "expected JitFailure";
+  } catch (const JitFailure& e) {
+    EXPECT_NE(std::string(e.what()).find("cannot compile a dynamic if"), std::string::npos) << e.what();
+  }
+}
+
+TEST_F(CompilerTest, CodeIsFreedWhenTheLastHolderLetsGo) {
+  Snapshot s = Load("def @f(%x: Tensor[(8,), f32]) { exp(%x) }");
+  Residual r = PartialEvaluate(*s, "f", {Value(Tensor::Zeros(DType::kF32, {8}))});
+  int before = session_->live_modules();
+  ExecutablePtr exe = session_->Compile(r.main);
+  EXPECT_EQ(session_->live_modules(), before + 1);
+  std::atomic<bool> go{false};
+  std::thread holder([held = exe, &go] {
+    while (!go.load()) std::this_thread::yield();
+    // The engine dropped it, but this call still holds it: it must still run.
+    EXPECT_EQ(held->Run(std::vector<Tensor>{Tensor::Zeros(DType::kF32, {8})})[0].ElementAsDouble(0), 1.0);
+  });
+  exe.reset();
+  EXPECT_EQ(session_->live_modules(), before + 1);
+  go.store(true);
+  holder.join();
+  EXPECT_EQ(session_->live_modules(), before);
+}
+
+TEST_F(CompilerTest, ManyThreadsRunOneExecutable) {
+  Snapshot s = Load("def @f(%x: Tensor[(64,), f32]) { sum(tanh(mul(%x, %x))) }");
+  Rng rng(6);
+  Tensor x = RandomUniform(rng, {64}, -1, 1);
+  Residual r = PartialEvaluate(*s, "f", {Value(x)});
+  ExecutablePtr exe = session_->Compile(r.main);
+  Tensor want = exe->Run(std::vector<Tensor>{x})[0];
+  std::vector<std::thread> threads;
+  std::atomic<int> agree{0};
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&] {
+      for (int i = 0; i < 100; ++i) agree += Equal(exe->Run(std::vector<Tensor>{x})[0], want);
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(agree.load(), 400);
+}
+
+}  // namespace
+}  // namespace pejit
