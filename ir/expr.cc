@@ -4,14 +4,27 @@
 
 namespace pejit {
 
+namespace {
+// Let bodies being freed by this thread's outermost ~LetNode (see there).
+thread_local std::vector<Expr>* t_let_graveyard = nullptr;
+}  // namespace
+
 LetNode::~LetNode() {
-  Expr next = std::move(body);
-  while (next && next.use_count() == 1 && next->kind == ExprKind::kLet) {
-    // Sole owner of the next let: take its body before it is freed.
-    auto* let = const_cast<LetNode*>(static_cast<const LetNode*>(next.get()));
-    Expr after = std::move(let->body);
-    next = std::move(after);
+  if (t_let_graveyard) {
+    t_let_graveyard->push_back(std::move(body));
+    return;
   }
+  // Releasing a body may free a let, whose destructor queues its own body
+  // here: the chain is freed in a loop, however long.
+  std::vector<Expr> pending;
+  pending.push_back(std::move(body));
+  t_let_graveyard = &pending;
+  while (!pending.empty()) {
+    Expr next = std::move(pending.back());
+    pending.pop_back();
+    next.reset();
+  }
+  t_let_graveyard = nullptr;
 }
 
 Var MakeVar(std::string name, Type annotation, SourceLoc loc) {

@@ -6,20 +6,29 @@ namespace pejit {
 
 Value::Value(Tensor t) : kind_(Kind::kTensor), tensor_(std::move(t)) {}
 
+namespace {
+// Values being freed by this thread's outermost ~Value: nested ones are queued
+// here instead of freed recursively.
+thread_local std::vector<std::shared_ptr<const std::vector<Value>>>* t_value_graveyard = nullptr;
+}  // namespace
+
 Value::~Value() {
-  if (!fields_ || fields_.use_count() != 1) return;
+  if (!fields_) return;
+  if (t_value_graveyard) {
+    t_value_graveyard->push_back(std::move(fields_));
+    return;
+  }
+  // Dropping a reference is the shared_ptr's own (properly ordered) business;
+  // when it frees the vector, the Values inside queue their fields here.
   std::vector<std::shared_ptr<const std::vector<Value>>> pending;
   pending.push_back(std::move(fields_));
+  t_value_graveyard = &pending;
   while (!pending.empty()) {
-    std::shared_ptr<const std::vector<Value>> fields = std::move(pending.back());
+    std::shared_ptr<const std::vector<Value>> next = std::move(pending.back());
     pending.pop_back();
-    if (fields.use_count() != 1) continue;  // someone else still holds it
-    // Sole owner: detach grandchildren before the vector is freed, so that
-    // freeing it recurses at most one level.
-    for (Value& v : const_cast<std::vector<Value>&>(*fields)) {
-      if (v.fields_ && v.fields_.use_count() == 1) pending.push_back(std::move(v.fields_));
-    }
+    next.reset();
   }
+  t_value_graveyard = nullptr;
 }
 
 Value Value::Tuple(std::vector<Value> fields) {
