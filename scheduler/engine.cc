@@ -1,0 +1,885 @@
+// The engine: the call path and the jobs of code_cache.h, on a oneTBB arena.
+//
+// The numbers (1)-(6) and (J1)-(J6) are the steps of the essay in
+// code_cache.h. Threads: any number of callers; the workers of one
+// tbb::task_arena, each running one job at a time; the module's editing
+// thread, which runs OnEdit. Everything they share is behind the cache's and
+// the queue's locks, or in atomics; the only hand-off TSan cannot see is TBB
+// passing a task to a worker, annotated in Spawn.
+#include "scheduler/engine.h"
+
+#include <tbb/global_control.h>
+#include <tbb/info.h>
+#include <tbb/task_arena.h>
+
+#include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <stdexcept>
+
+#include "jit/autodiff.h"
+#include "scheduler/code_cache.h"
+#include "scheduler/job_queue.h"
+#include "scheduler/residual_executable.h"
+#include "support/parallel.h"
+
+namespace pejit {
+
+struct EntryState {
+  explicit EntryState(std::string n) : name(std::move(n)) {}
+  const std::string name;
+
+  std::atomic<int64_t> calls_interpreter{0}, calls_residual{0}, calls_native{0};
+  std::atomic<int64_t> hits{0}, misses{0}, compiled{0}, failed{0}, evicted{0}, invalidated{0}, cancelled{0},
+      prefetched{0};
+
+  // The entry's definition versions in the newest snapshot seen so far.
+  std::mutex versions_mu;
+  uint64_t versions_generation = 0;
+  VersionsPtr versions;
+};
+
+namespace {
+
+// TBB hands a task to a worker through synchronization TSan cannot see
+// (libtbb is not instrumented); this address carries that edge.
+char task_handoff;
+
+void Count(std::atomic<int64_t>& c, int64_t n = 1) { c.fetch_add(n, std::memory_order_relaxed); }
+
+std::string ModeOf(const std::vector<int>* wrt) {
+  if (!wrt) return "value";
+  std::string mode = "grad:";
+  for (size_t k = 0; k < wrt->size(); ++k) mode += (k ? "," : "") + std::to_string((*wrt)[k]);
+  return mode;
+}
+
+// Compiled code can serve a grad call when every wrt index names a distinct
+// dynamic argument; anything else is tier 0's to accept or reject.
+bool CompilableWrt(const std::vector<int>& wrt, size_t nargs, const std::vector<bool>& static_args) {
+  std::vector<bool> seen(nargs, false);
+  for (int i : wrt) {
+    if (i < 0 || static_cast<size_t>(i) >= nargs || seen[i]) return false;
+    if (static_cast<size_t>(i) < static_args.size() && static_args[i]) return false;
+    seen[i] = true;
+  }
+  return true;
+}
+
+// The dynamic leaves in Flatten order, and where each argument's begin.
+struct Leaves {
+  std::vector<Tensor> all;
+  std::vector<size_t> offset;  // per argument; static ones get none
+};
+
+Leaves FlattenByArgument(const std::vector<Value>& args, const std::vector<bool>& static_args) {
+  Leaves l;
+  l.offset.resize(args.size(), 0);
+  for (size_t i = 0; i < args.size(); ++i) {
+    l.offset[i] = l.all.size();
+    if (i < static_args.size() && static_args[i]) continue;
+    for (Tensor& t : Flatten({args[i]})) l.all.push_back(std::move(t));
+  }
+  return l;
+}
+
+size_t LeafCount(const Leaves& l, size_t i) {
+  return (i + 1 < l.offset.size() ? l.offset[i + 1] : l.all.size()) - l.offset[i];
+}
+
+// Flat indices of the float leaves of the wrt arguments, ascending: what
+// Differentiate is asked for, and the order of the gradients it returns.
+std::vector<int> FloatWrtLeaves(const Leaves& l, const std::vector<int>& wrt) {
+  std::vector<int> out;
+  for (int i : wrt) {
+    for (size_t j = 0; j < LeafCount(l, i); ++j) {
+      size_t flat = l.offset[i] + j;
+      if (IsFloat(l.all[flat].dtype())) out.push_back(static_cast<int>(flat));
+    }
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+// A value of tensor-tree type `t` from the result tensors, depth first.
+Value FromTensors(const Type& t, const std::vector<Tensor>& out, size_t& pos) {
+  if (AsTensor(t)) return Value(out.at(pos++));
+  std::vector<Value> fields;
+  for (const Type& f : AsTuple(t)->fields) fields.push_back(FromTensors(f, out, pos));
+  return Value::Tuple(std::move(fields));
+}
+
+// `like` with its tensor leaves replaced by `leaves`, in order (as
+// Interpreter::CallWithGrad rebuilds gradients).
+Value Rebuild(const Value& like, const std::vector<Value>& leaves, size_t& pos) {
+  if (like.is_tensor()) return leaves.at(pos++);
+  if (like.kind() == Value::Kind::kTuple || like.kind() == Value::Kind::kAdt) {
+    std::vector<Value> fields;
+    for (const Value& f : like.fields()) fields.push_back(Rebuild(f, leaves, pos));
+    return like.kind() == Value::Kind::kTuple ? Value::Tuple(std::move(fields))
+                                              : Value::Adt(like.adt(), like.tag(), std::move(fields));
+  }
+  return like;
+}
+
+// A copy of `root` with tuples and constructor values of its own (tensors
+// and closures shared). A job keeps such a copy, not the caller's: Value's
+// destructor takes apart nested values it believes it owns alone after a
+// relaxed use_count() check, which does not order the caller's earlier reads
+// before a worker's teardown (ThreadSanitizer reports it; see ir/value.cc).
+Value CopySkeleton(const Value& root) {
+  struct Frame {
+    const Value* value;
+    std::vector<Value> fields;  // rebuilt so far
+  };
+  auto composite = [](const Value& v) {
+    return v.kind() == Value::Kind::kTuple || v.kind() == Value::Kind::kAdt;
+  };
+  std::vector<Frame> stack;
+  stack.push_back({&root, {}});
+  Value result;
+  while (!stack.empty()) {
+    const Value& v = *stack.back().value;
+    size_t done = stack.back().fields.size();
+    if (composite(v) && done < v.fields().size()) {
+      stack.push_back({&v.fields()[done], {}});  // (a new frame: no references into `stack` kept)
+      continue;
+    }
+    Value built = v;
+    if (composite(v)) {
+      std::vector<Value> fields = std::move(stack.back().fields);
+      built = v.kind() == Value::Kind::kTuple ? Value::Tuple(std::move(fields))
+                                              : Value::Adt(v.adt(), v.tag(), std::move(fields));
+    }
+    stack.pop_back();
+    if (stack.empty()) {
+      result = std::move(built);
+    } else {
+      stack.back().fields.push_back(std::move(built));
+    }
+  }
+  return result;
+}
+
+// What the interpreter checks before a call, so that a job never specializes
+// arguments tier 0 would reject.
+void CheckArguments(const std::string& entry, const FuncNode& f, const std::vector<Value>& args) {
+  if (f.params.size() != args.size()) {
+    throw std::invalid_argument("@" + entry + " takes " + std::to_string(f.params.size()) +
+                                " arguments, got " + std::to_string(args.size()));
+  }
+  for (size_t i = 0; i < args.size(); ++i) {
+    CheckValueType(args[i], f.params[i]->annotation,
+                   "argument " + std::to_string(i) + " (%" + f.params[i]->name + ")");
+  }
+}
+
+CodeStatus::State ToCodeState(SlotState s) {
+  switch (s) {
+    case SlotState::kCold: return CodeStatus::State::kCold;
+    case SlotState::kPending: return CodeStatus::State::kPending;
+    case SlotState::kReady: return CodeStatus::State::kReady;
+    case SlotState::kFailed: return CodeStatus::State::kFailed;
+  }
+  return CodeStatus::State::kNone;
+}
+
+}  // namespace
+
+const char* CodeStateName(CodeStatus::State s) {
+  switch (s) {
+    case CodeStatus::State::kNone: return "none";
+    case CodeStatus::State::kCold: return "cold";
+    case CodeStatus::State::kPending: return "pending";
+    case CodeStatus::State::kReady: return "ready";
+    case CodeStatus::State::kFailed: return "failed";
+  }
+  return "?";
+}
+
+class EngineImpl {
+ public:
+  explicit EngineImpl(EngineOptions options);
+  ~EngineImpl();
+
+  // One call of an entry, from steps (1)-(2) on.
+  struct Request {
+    EntryState& entry;
+    const std::vector<bool>& static_args;
+    const std::vector<Value>& args;
+    const std::vector<int>* wrt;  // null: value mode
+    Snapshot snapshot;
+    SlotKey key;
+    bool cacheable = false;
+    std::string uncacheable;  // why not, when not
+  };
+
+  ValueAndGrad Run(Request& r);
+  void Prefetch(Request& r);
+  CodeStatus WaitReady(Request& r);
+  CodeStatus Status(Request& r);
+  EntryState& State(const std::string& name);
+
+  Module module;
+  const EngineOptions options;
+  int workers;
+  CodeCache cache;
+  JobQueue queue;
+
+ private:
+  void Prepare(Request& r);
+  std::optional<ValueAndGrad> RunCompiled(Request& r, Slot& slot);
+  ValueAndGrad RunInterpreter(Request& r);
+  SlotPtr Miss(Request& r, SlotPtr slot);
+  SlotPtr Insert(Request& r, SlotState initial, bool* inserted);
+  void Enqueue(Request& r, const SlotPtr& slot, JobPriority priority);
+  bool Promote(Request& r, const SlotPtr& slot, JobPriority priority);
+  void Spawn();
+  void WorkerTask();
+  void RunJob(Job& job);
+  void Cancel(Job& job, const char* why);
+  void Wait(const Slot& slot);
+  void NotifyWaiters();
+  void ReportEvictions(const std::vector<Eviction>& evicted);
+  void OnEdit(const ModuleEdit& edit);
+  static CodeStatus StatusOf(const Slot& slot);
+
+  // Events: built only when a sink wants them.
+  bool On(EventKind kind) const { return sink_ && sink_->Wants(kind); }
+  Event Make(EventKind kind, const std::string& entry, const Signature* sig, int64_t start_us = 0,
+             int64_t duration_us = 0) const;
+  void Emit(const Event& e) const;
+
+  Interpreter interpreter_;
+  CompileFn compile_;
+  EventSink* sink_;
+  std::unique_ptr<tbb::global_control> parallelism_;
+  tbb::task_arena arena_;
+
+  std::mutex entries_mu_;
+  std::map<std::string, std::unique_ptr<EntryState>, std::less<>> entries_;
+
+  // Tasks handed to the arena and not yet finished; shutdown waits for 0.
+  std::mutex tasks_mu_;
+  std::condition_variable tasks_cv_;
+  int64_t outstanding_ = 0;
+  std::atomic<bool> stopping_{false};
+
+  // wait_ready and policy sync sleep here until a slot leaves pending.
+  std::mutex wait_mu_;
+  std::condition_variable wait_cv_;
+};
+
+namespace {
+
+int DefaultWorkers() { return std::max(1, tbb::info::default_concurrency() - 1); }
+
+}  // namespace
+
+EngineImpl::EngineImpl(EngineOptions opts)
+    : options(std::move(opts)),
+      workers(options.workers > 0 ? options.workers : DefaultWorkers()),
+      cache(CacheLimits{options.code_cache_bytes, std::max(1, options.max_specializations_per_entry),
+                        std::max(1, options.max_tracked_signatures_per_entry)}),
+      interpreter_(options.interpreter),
+      compile_(options.compile ? options.compile : CompileFn(CompileWithResidualInterpreter)),
+      sink_(options.events.get()),
+      arena_(workers, /*reserved_for_masters=*/0) {
+  // TBB starts at most default_concurrency − 1 workers unless told otherwise
+  // (process-wide: the smallest live global_control wins).
+  if (workers > tbb::info::default_concurrency() - 1) {
+    parallelism_ = std::make_unique<tbb::global_control>(tbb::global_control::max_allowed_parallelism,
+                                                         static_cast<size_t>(workers) + 1);
+  }
+  arena_.initialize();
+  module.Subscribe([this](const ModuleEdit& edit) { OnEdit(edit); });
+}
+
+EngineImpl::~EngineImpl() {
+  stopping_.store(true);
+  // Queued jobs are cancelled now; running ones finish (a compile cannot be
+  // interrupted) and every task handed to TBB returns before members go.
+  for (const JobPtr& job : queue.TakeAll()) Cancel(*job, "the engine shut down");
+  std::unique_lock<std::mutex> lock(tasks_mu_);
+  tasks_cv_.wait(lock, [&] { return outstanding_ == 0; });
+}
+
+EntryState& EngineImpl::State(const std::string& name) {
+  std::lock_guard<std::mutex> lock(entries_mu_);
+  auto& state = entries_[name];
+  if (!state) state = std::make_unique<EntryState>(name);
+  return *state;
+}
+
+// ---- Events ------------------------------------------------------------------------
+
+Event EngineImpl::Make(EventKind kind, const std::string& entry, const Signature* sig, int64_t start_us,
+                       int64_t duration_us) const {
+  Event e{};
+  e.kind = kind;
+  e.entry = entry;
+  if (sig) e.signature = sig->ShortHash();
+  e.thread = ThreadNumber();
+  e.start_us = start_us ? start_us : NowMicros();
+  e.duration_us = duration_us;
+  return e;
+}
+
+void EngineImpl::Emit(const Event& e) const {
+  try {
+    sink_->Emit(e);
+  } catch (...) {
+    // A sink's failure must not change what the engine computes.
+  }
+}
+
+// ---- The call path -------------------------------------------------------------------
+
+void EngineImpl::Prepare(Request& r) {
+  // (1) The snapshot this call runs on, and the entry's definition versions in it.
+  r.snapshot = module.snapshot();
+  if (options.policy.kind == Policy::Kind::kInterpreter) {
+    r.uncacheable = "policy interpreter never compiles";
+    return;
+  }
+  if (r.wrt && !CompilableWrt(*r.wrt, r.args.size(), r.static_args)) {
+    r.uncacheable = "wrt must name distinct dynamic arguments";
+    return;
+  }
+  VersionsPtr versions;
+  {
+    std::lock_guard<std::mutex> lock(r.entry.versions_mu);
+    if (r.entry.versions && r.entry.versions_generation == r.snapshot->generation())
+      versions = r.entry.versions;
+  }
+  if (!versions) {
+    if (!r.snapshot->Find(r.entry.name)) {
+      r.uncacheable = "no definition @" + r.entry.name;
+      return;
+    }
+    versions = DefinitionVersions::Of(*r.snapshot, r.entry.name);
+    std::lock_guard<std::mutex> lock(r.entry.versions_mu);
+    if (r.snapshot->generation() >= r.entry.versions_generation) {
+      r.entry.versions_generation = r.snapshot->generation();
+      r.entry.versions = versions;
+    }
+  }
+  // (2) The signature.
+  try {
+    r.key = SlotKey{&r.entry, ModeOf(r.wrt), ComputeSignature(r.args, r.static_args), std::move(versions)};
+  } catch (const std::invalid_argument& e) {
+    r.uncacheable = e.what();  // a function value among dynamic arguments: tier 0 only
+    return;
+  }
+  r.cacheable = true;
+}
+
+ValueAndGrad EngineImpl::Run(Request& r) {
+  Prepare(r);
+  if (!r.cacheable) return RunInterpreter(r);
+  // (3) Look the slot up.
+  SlotPtr slot = cache.Find(r.key);
+  // (4) Ready: run the compiled code.
+  if (slot && slot->Load() == SlotState::kReady) {
+    if (auto out = RunCompiled(r, *slot)) return std::move(*out);
+  }
+  // (5) A miss: queue a job per policy.
+  slot = Miss(r, std::move(slot));
+  if (slot && options.policy.kind == Policy::Kind::kSync) {
+    Wait(*slot);
+    if (slot->Load() == SlotState::kReady) {
+      if (auto out = RunCompiled(r, *slot)) return std::move(*out);
+    }
+  }
+  // (6) Tier 0.
+  return RunInterpreter(r);
+}
+
+std::optional<ValueAndGrad> EngineImpl::RunCompiled(Request& r, Slot& slot) {
+  int64_t start = sink_ ? NowMicros() : 0;
+  // Our own reference: eviction or invalidation may unlink the slot while
+  // this call runs, but the code stays until the last holder lets go.
+  ExecutablePtr exec = slot.exec;
+  std::string failure;
+  ValueAndGrad out;
+  try {
+    Leaves leaves = FlattenByArgument(r.args, r.static_args);
+    std::vector<Tensor> result = exec->Run(leaves.all);
+    if (!r.wrt) {
+      size_t pos = 0;
+      out.value = FromTensors(exec->result_type(), result, pos);
+      if (pos != result.size()) throw std::logic_error("more result tensors than the result type has");
+    } else {
+      std::vector<int> floats = FloatWrtLeaves(leaves, *r.wrt);
+      if (result.size() != 1 + floats.size()) {
+        throw std::logic_error("expected the loss and " + std::to_string(floats.size()) + " gradients, got " +
+                               std::to_string(result.size()) + " tensors");
+      }
+      // Gradient of flat leaf floats[g] is result[1 + g].
+      std::vector<int> grad_of(leaves.all.size(), -1);
+      for (size_t g = 0; g < floats.size(); ++g) grad_of[floats[g]] = static_cast<int>(g) + 1;
+      out.value = Value(result[0]);
+      for (int i : *r.wrt) {
+        std::vector<Value> replaced;
+        for (size_t j = 0; j < LeafCount(leaves, i); ++j) {
+          size_t flat = leaves.offset[i] + j;
+          replaced.emplace_back(grad_of[flat] >= 0 ? result[grad_of[flat]] : leaves.all[flat]);
+        }
+        size_t pos = 0;
+        out.grads.push_back(Rebuild(r.args[i], replaced, pos));
+      }
+    }
+  } catch (const std::exception& e) {
+    failure = e.what();
+  }
+  if (!failure.empty()) {
+    // Failure isolation: this call and later ones go to tier 0, which gives
+    // the same answer or the proper error.
+    if (cache.FailReady(slot, "run: " + failure)) {
+      Count(r.entry.failed);
+      if (On(EventKind::kFailed)) {
+        Event e = Make(EventKind::kFailed, r.entry.name, &r.key.signature);
+        e.fields.push_back({"reason", slot.reason});
+        Emit(e);
+      }
+      NotifyWaiters();
+    }
+    return std::nullopt;
+  }
+  Count(r.entry.hits);
+  Count(slot.tier == "residual-interpreter" ? r.entry.calls_residual : r.entry.calls_native);
+  if (sink_) {
+    int64_t end = NowMicros();
+    if (On(EventKind::kHit)) {
+      Event e = Make(EventKind::kHit, r.entry.name, &r.key.signature, start);
+      e.fields.push_back({"tier", slot.tier});
+      Emit(e);
+    }
+    if (On(EventKind::kCall)) {
+      Event e = Make(EventKind::kCall, r.entry.name, &r.key.signature, start, end - start);
+      e.fields.push_back({"tier", slot.tier});
+      e.fields.push_back({"mode", std::string(r.wrt ? "grad" : "value")});
+      Emit(e);
+    }
+  }
+  return out;
+}
+
+ValueAndGrad EngineImpl::RunInterpreter(Request& r) {
+  int64_t start = sink_ ? NowMicros() : 0;
+  Count(r.entry.calls_interpreter);
+  ValueAndGrad out;
+  if (r.wrt) {
+    out = interpreter_.CallWithGrad(*r.snapshot, r.entry.name, r.args, *r.wrt);
+  } else {
+    out.value = interpreter_.Call(*r.snapshot, r.entry.name, r.args);
+  }
+  if (On(EventKind::kCall)) {
+    Event e = Make(EventKind::kCall, r.entry.name, r.cacheable ? &r.key.signature : nullptr, start,
+                   NowMicros() - start);
+    e.fields.push_back({"tier", std::string("interpreter")});
+    e.fields.push_back({"mode", std::string(r.wrt ? "grad" : "value")});
+    Emit(e);
+  }
+  return out;
+}
+
+SlotPtr EngineImpl::Insert(Request& r, SlotState initial, bool* inserted) {
+  std::vector<Eviction> evicted;
+  SlotPtr slot =
+      cache.FindOrInsert(r.key, r.entry.name, initial, r.snapshot->generation(), module, inserted, &evicted);
+  ReportEvictions(evicted);
+  return slot;
+}
+
+SlotPtr EngineImpl::Miss(Request& r, SlotPtr slot) {
+  Count(r.entry.misses);
+  if (On(EventKind::kMiss)) {
+    Event e = Make(EventKind::kMiss, r.entry.name, &r.key.signature);
+    e.fields.push_back({"state", std::string(slot ? SlotStateName(slot->Load()) : "new")});
+    e.fields.push_back({"policy", options.policy.ToString()});
+    Emit(e);
+  }
+  bool hot = options.policy.kind == Policy::Kind::kHot;
+  bool inserted = false;
+  if (!slot) {
+    slot = Insert(r, hot ? SlotState::kCold : SlotState::kPending, &inserted);
+    if (!slot) return nullptr;  // raced with an edit: this call's definitions are already gone
+    if (inserted && !hot) {
+      Enqueue(r, slot, JobPriority::kMiss);
+      return slot;
+    }
+  }
+  SlotState state = slot->Load();
+  if (state == SlotState::kPending) {
+    queue.Raise(slot.get());  // most recently missed first
+  } else if (state == SlotState::kCold) {
+    int64_t calls = slot->calls.fetch_add(1, std::memory_order_relaxed) + 1;
+    if (!hot || calls >= options.policy.hot_calls) Promote(r, slot, JobPriority::kMiss);
+  }
+  return slot;
+}
+
+bool EngineImpl::Promote(Request& r, const SlotPtr& slot, JobPriority priority) {
+  SlotState cold = SlotState::kCold;
+  // Only the thread that moves the slot out of cold queues its job (guarantee c).
+  if (!slot->state.compare_exchange_strong(cold, SlotState::kPending, std::memory_order_acq_rel))
+    return false;
+  Enqueue(r, slot, priority);
+  return true;
+}
+
+void EngineImpl::Enqueue(Request& r, const SlotPtr& slot, JobPriority priority) {
+  auto job = std::make_shared<Job>();
+  job->slot = slot;
+  job->snapshot = r.snapshot;
+  job->args.reserve(r.args.size());
+  for (const Value& a : r.args) job->args.push_back(CopySkeleton(a));
+  job->static_args = r.static_args;
+  job->grad = r.wrt != nullptr;
+  if (r.wrt) job->wrt = *r.wrt;
+  job->enqueued_us = NowMicros();
+  if (!queue.Push(std::move(job), priority)) return;
+  if (On(EventKind::kEnqueue)) {
+    Event e = Make(EventKind::kEnqueue, r.entry.name, &r.key.signature);
+    e.fields.push_back({"priority", std::string(priority == JobPriority::kMiss ? "miss" : "prefetch")});
+    e.fields.push_back({"queue", static_cast<int64_t>(queue.size())});
+    e.fields.push_back({"mode", r.key.mode});
+    Emit(e);
+  }
+  Spawn();
+}
+
+void EngineImpl::Spawn() {
+  {
+    std::lock_guard<std::mutex> lock(tasks_mu_);
+    ++outstanding_;
+  }
+  // One task per queued job; each takes whichever job is most urgent when it
+  // starts, so TBB's own (FIFO) order does not matter.
+  TsanRelease(&task_handoff);
+  arena_.enqueue([this] {
+    TsanAcquire(&task_handoff);
+    WorkerTask();
+  });
+}
+
+void EngineImpl::WorkerTask() {
+  if (JobPtr job = queue.Pop()) RunJob(*job);
+  // The last touch of `this`: under the lock, so the destructor cannot see
+  // zero and free the engine before notify_all returns.
+  std::lock_guard<std::mutex> lock(tasks_mu_);
+  if (--outstanding_ == 0) tasks_cv_.notify_all();
+}
+
+void EngineImpl::Cancel(Job& job, const char* why) {
+  Slot& slot = *job.slot;
+  EntryState& entry = *slot.key.entry;
+  ReportEvictions(cache.Fail(slot, std::string("cancelled: ") + why));
+  Count(entry.cancelled);
+  if (On(EventKind::kCancel)) {
+    Event e = Make(EventKind::kCancel, entry.name, &slot.key.signature);
+    e.fields.push_back({"reason", std::string(why)});
+    Emit(e);
+  }
+  NotifyWaiters();
+}
+
+void EngineImpl::RunJob(Job& job) {
+  Slot& slot = *job.slot;
+  EntryState& entry = *slot.key.entry;
+  const Signature& sig = slot.key.signature;
+  // (J1) Drop out when nobody can use the result.
+  SlotDrop dropped = slot.dropped.load(std::memory_order_acquire);
+  if (stopping_.load()) return Cancel(job, "the engine shut down");
+  if (dropped == SlotDrop::kInvalidated) return Cancel(job, "a definition it uses changed");
+  int64_t job_start = NowMicros();
+  const char* stage = "arguments";
+  ExecutablePtr exec;
+  try {
+    const Definition& def = job.snapshot->Get(entry.name);
+    CheckArguments(entry.name, *def.func, job.args);
+    stage = "result";
+    const FuncTypeNode* type = AsFunc(def.type);
+    if (!job.grad && !IsTensorTree(type->ret)) {
+      throw JitFailure("@" + entry.name + " returns " + TypeToString(type->ret) +
+                       "; only results of tensors nested in tuples are compiled");
+    }
+    // (J2) Partial evaluation on the call's own snapshot.
+    stage = "pe";
+    int64_t start = NowMicros();
+    Residual residual = PartialEvaluate(*job.snapshot, entry.name, job.args, job.static_args, options.pe);
+    if (On(EventKind::kPe)) {
+      Event e = Make(EventKind::kPe, entry.name, &sig, start, NowMicros() - start);
+      e.fields.push_back({"residual_ops", residual.stats.residual_ops});
+      e.fields.push_back({"params", residual.stats.params});
+      e.fields.push_back({"unfoldings", residual.stats.unfoldings});
+      Emit(e);
+    }
+    // (J3) What the compiled tiers take: straight-line tensor code.
+    if (!residual.functions.empty()) {
+      throw JitFailure("the residual calls " + std::to_string(residual.functions.size()) +
+                       " residual function(s) (a loop on dynamic data, or PE fuel ran out); not compiled");
+    }
+    size_t expected_results = CountTensorLeaves(type->ret);
+    if (job.grad) {
+      stage = "autodiff";
+      start = NowMicros();
+      std::vector<int> floats = FloatWrtLeaves(FlattenByArgument(job.args, job.static_args), job.wrt);
+      residual.main = Differentiate(residual.main, floats);
+      expected_results = 1 + floats.size();
+      if (On(EventKind::kAutodiff)) {
+        Event e = Make(EventKind::kAutodiff, entry.name, &sig, start, NowMicros() - start);
+        e.fields.push_back({"wrt_leaves", static_cast<int64_t>(floats.size())});
+        Emit(e);
+      }
+    }
+    // (J4) Compile.
+    stage = "compile";
+    if (options.before_compile) options.before_compile(CompileInfo{entry.name, sig, job.grad, job.wrt});
+    start = NowMicros();
+    exec = compile_(residual);
+    if (!exec) throw JitFailure("the compile hook returned no executable");
+    if (!IsTensorTree(exec->result_type()) || CountTensorLeaves(exec->result_type()) != expected_results) {
+      throw JitFailure("the compiled code returns " + TypeToString(exec->result_type()) + ", expected " +
+                       std::to_string(expected_results) + " tensors");
+    }
+    if (On(EventKind::kCompile)) {
+      Event e = Make(EventKind::kCompile, entry.name, &sig, start, NowMicros() - start);
+      e.fields.push_back({"tier", std::string(exec->tier())});
+      e.fields.push_back({"code_bytes", static_cast<int64_t>(exec->code_bytes())});
+      Emit(e);
+    }
+  } catch (const std::exception& ex) {
+    std::string reason = std::string(stage) + ": " + ex.what();
+    ReportEvictions(cache.Fail(slot, reason));
+    Count(entry.failed);
+    if (On(EventKind::kFailed)) {
+      Event e = Make(EventKind::kFailed, entry.name, &sig, job_start, NowMicros() - job_start);
+      e.fields.push_back({"reason", reason});
+      e.fields.push_back({"mode", slot.key.mode});
+      Emit(e);
+    }
+    NotifyWaiters();
+    return;
+  }
+  // (J5) The swap, and (J6) eviction. Waiters wake after the evictions are
+  // counted and the evicted slots released by this thread.
+  {
+    std::vector<Eviction> evicted = cache.Publish(slot, exec);
+    Count(entry.compiled);
+    if (On(EventKind::kSwap)) {
+      Event e = Make(EventKind::kSwap, entry.name, &sig, job_start, NowMicros() - job_start);
+      e.fields.push_back({"tier", slot.tier});
+      e.fields.push_back({"code_bytes", static_cast<int64_t>(slot.bytes)});
+      e.fields.push_back({"wait_us", job_start - job.enqueued_us});
+      e.fields.push_back({"mode", slot.key.mode});
+      Emit(e);
+    }
+    ReportEvictions(evicted);
+  }
+  NotifyWaiters();
+}
+
+void EngineImpl::ReportEvictions(const std::vector<Eviction>& evicted) {
+  for (const Eviction& ev : evicted) {
+    EntryState& entry = *ev.slot->key.entry;
+    bool ready = ev.slot->Load() == SlotState::kReady;
+    if (ready) Count(entry.evicted);
+    if (On(EventKind::kEvict)) {
+      Event e = Make(EventKind::kEvict, entry.name, &ev.slot->key.signature);
+      e.fields.push_back({"reason", std::string(ev.reason)});
+      e.fields.push_back({"state", std::string(SlotStateName(ev.slot->Load()))});
+      e.fields.push_back({"bytes", static_cast<int64_t>(ready ? ev.slot->bytes : 0)});
+      Emit(e);
+    }
+  }
+}
+
+void EngineImpl::OnEdit(const ModuleEdit& edit) {
+  std::vector<SlotPtr> dropped = cache.Invalidate(edit);
+  std::map<EntryState*, int64_t> per_entry;
+  for (const SlotPtr& slot : dropped) per_entry[slot->key.entry]++;
+  std::string changed;
+  for (const std::string& name : edit.changed) changed += (changed.empty() ? "@" : ", @") + name;
+  for (const auto& [entry, n] : per_entry) {
+    Count(entry->invalidated, n);
+    if (On(EventKind::kInvalidate)) {
+      Event e = Make(EventKind::kInvalidate, entry->name, nullptr);
+      e.fields.push_back({"definitions", changed});
+      e.fields.push_back({"slots", n});
+      Emit(e);
+    }
+  }
+}
+
+// ---- Waiting ------------------------------------------------------------------------
+
+void EngineImpl::NotifyWaiters() {
+  // Taking the lock orders this after a waiter's check of the slot state.
+  { std::lock_guard<std::mutex> lock(wait_mu_); }
+  wait_cv_.notify_all();
+}
+
+void EngineImpl::Wait(const Slot& slot) {
+  std::unique_lock<std::mutex> lock(wait_mu_);
+  wait_cv_.wait(lock, [&] {
+    SlotState s = slot.Load();
+    return s == SlotState::kReady || s == SlotState::kFailed;
+  });
+}
+
+CodeStatus EngineImpl::StatusOf(const Slot& slot) {
+  CodeStatus status;
+  status.state = ToCodeState(slot.Load());
+  if (status.state == CodeStatus::State::kReady) {
+    status.tier = slot.tier;
+    status.code_bytes = slot.bytes;
+  } else if (status.state == CodeStatus::State::kFailed) {
+    status.reason = slot.reason;
+  }
+  return status;
+}
+
+void EngineImpl::Prefetch(Request& r) {
+  Prepare(r);
+  if (!r.cacheable) return;
+  bool inserted = false;
+  SlotPtr slot = Insert(r, SlotState::kPending, &inserted);
+  bool queued = false;
+  if (slot && inserted) {
+    Enqueue(r, slot, JobPriority::kPrefetch);
+    queued = true;
+  } else if (slot && slot->Load() == SlotState::kCold) {
+    queued = Promote(r, slot, JobPriority::kPrefetch);
+  }
+  if (queued) Count(r.entry.prefetched);
+  if (On(EventKind::kPrefetch)) {
+    Event e = Make(EventKind::kPrefetch, r.entry.name, &r.key.signature);
+    e.fields.push_back({"state", std::string(queued ? "queued"
+                                             : slot ? SlotStateName(slot->Load())
+                                                    : "stale")});
+    Emit(e);
+  }
+}
+
+CodeStatus EngineImpl::WaitReady(Request& r) {
+  for (;;) {
+    Prepare(r);
+    if (!r.cacheable) return CodeStatus{CodeStatus::State::kNone, r.uncacheable, "", 0};
+    bool inserted = false;
+    SlotPtr slot = Insert(r, SlotState::kPending, &inserted);
+    if (!slot) continue;  // raced with an edit: again on the new snapshot
+    if (inserted) {
+      Enqueue(r, slot, JobPriority::kMiss);
+    } else if (slot->Load() == SlotState::kCold) {
+      Promote(r, slot, JobPriority::kMiss);
+    } else if (slot->Load() == SlotState::kPending) {
+      queue.Raise(slot.get());
+    }
+    Wait(*slot);
+    // Specialized for definitions that changed meanwhile: the next call could
+    // not use it, so wait for the code of the current ones.
+    if (slot->dropped.load(std::memory_order_acquire) == SlotDrop::kInvalidated && !stopping_.load())
+      continue;
+    return StatusOf(*slot);
+  }
+}
+
+CodeStatus EngineImpl::Status(Request& r) {
+  Prepare(r);
+  if (!r.cacheable) return CodeStatus{CodeStatus::State::kNone, r.uncacheable, "", 0};
+  SlotPtr slot = cache.Find(r.key, /*touch=*/false);
+  return slot ? StatusOf(*slot) : CodeStatus{};
+}
+
+// ---- Public API ------------------------------------------------------------------------
+
+Engine::Engine(EngineOptions options) : impl_(std::make_unique<EngineImpl>(std::move(options))) {}
+Engine::~Engine() = default;
+
+Module& Engine::module() { return impl_->module; }
+const EngineOptions& Engine::options() const { return impl_->options; }
+
+Entry Engine::entry(const std::string& name, EntryOptions options) {
+  const Definition& def = impl_->module.snapshot()->Get(name);
+  size_t arity = def.func->params.size();
+  std::vector<bool> static_args(arity, false);
+  for (int i : options.static_argnums) {
+    if (i < 0 || static_cast<size_t>(i) >= arity) {
+      throw std::invalid_argument("static_argnums: @" + name + " takes " + std::to_string(arity) +
+                                  " arguments; there is no argument " + std::to_string(i));
+    }
+    static_args[i] = true;
+  }
+  return Entry(impl_.get(), &impl_->State(name), std::move(static_args));
+}
+
+EngineStats Engine::stats() const {
+  return EngineStats{impl_->cache.bytes(), impl_->cache.size(), impl_->queue.size(), impl_->workers};
+}
+
+const std::string& Entry::name() const { return state_->name; }
+
+Value Entry::call(const std::vector<Value>& args) const {
+  EngineImpl::Request r{*state_, static_args_, args, nullptr, {}, {}, false, {}};
+  return engine_->Run(r).value;
+}
+
+ValueAndGrad Entry::value_and_grad(const std::vector<Value>& args, const std::vector<int>& wrt) const {
+  EngineImpl::Request r{*state_, static_args_, args, &wrt, {}, {}, false, {}};
+  return engine_->Run(r);
+}
+
+void Entry::prefetch(const std::vector<Value>& args) const {
+  EngineImpl::Request r{*state_, static_args_, args, nullptr, {}, {}, false, {}};
+  engine_->Prefetch(r);
+}
+
+void Entry::prefetch(const std::vector<Value>& args, const std::vector<int>& wrt) const {
+  EngineImpl::Request r{*state_, static_args_, args, &wrt, {}, {}, false, {}};
+  engine_->Prefetch(r);
+}
+
+CodeStatus Entry::wait_ready(const std::vector<Value>& args) const {
+  EngineImpl::Request r{*state_, static_args_, args, nullptr, {}, {}, false, {}};
+  return engine_->WaitReady(r);
+}
+
+CodeStatus Entry::wait_ready(const std::vector<Value>& args, const std::vector<int>& wrt) const {
+  EngineImpl::Request r{*state_, static_args_, args, &wrt, {}, {}, false, {}};
+  return engine_->WaitReady(r);
+}
+
+CodeStatus Entry::status(const std::vector<Value>& args) const {
+  EngineImpl::Request r{*state_, static_args_, args, nullptr, {}, {}, false, {}};
+  return engine_->Status(r);
+}
+
+CodeStatus Entry::status(const std::vector<Value>& args, const std::vector<int>& wrt) const {
+  EngineImpl::Request r{*state_, static_args_, args, &wrt, {}, {}, false, {}};
+  return engine_->Status(r);
+}
+
+EntryStats Entry::stats() const {
+  auto get = [](const std::atomic<int64_t>& c) { return c.load(std::memory_order_relaxed); };
+  const EntryState& s = *state_;
+  EntryStats out;
+  out.calls_interpreter = get(s.calls_interpreter);
+  out.calls_residual_interpreter = get(s.calls_residual);
+  out.calls_native = get(s.calls_native);
+  out.hits = get(s.hits);
+  out.misses = get(s.misses);
+  out.compiled = get(s.compiled);
+  out.failed = get(s.failed);
+  out.evicted = get(s.evicted);
+  out.invalidated = get(s.invalidated);
+  out.cancelled = get(s.cancelled);
+  out.prefetched = get(s.prefetched);
+  return out;
+}
+
+}  // namespace pejit

@@ -1,0 +1,188 @@
+// \file The tiered Engine: what users call. The one header a program includes.
+//
+// Functions run in the interpreter at once while a oneTBB worker pool
+// partially evaluates and compiles them against each call's structure; the
+// compiled code is swapped in when it is ready, and a call whose code is not
+// ready runs in the interpreter instead of waiting (see code_cache.h for the
+// call path and the swap protocol).
+//
+//   pejit::Engine engine({.policy = pejit::Policy::Parse("eager")});
+//   engine.module().AddSource(text, "model.pj");
+//   pejit::Entry loss = engine.entry("loss");
+//   auto [value, grads] = loss.value_and_grad({trees, labels, params}, {2});
+//
+// docs/api.md has a whole training loop.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "interp/interpreter.h"
+#include "ir/module.h"
+#include "ir/value.h"
+#include "jit/executable.h"
+#include "pe/partial_eval.h"
+#include "pe/signature.h"
+#include "scheduler/events.h"
+#include "scheduler/policy.h"
+
+namespace pejit {
+
+// What a compile hook is asked to build, for hooks and tests that want to know.
+struct CompileInfo {
+  std::string entry;
+  Signature signature;
+  bool grad = false;
+  std::vector<int> wrt;  // grad mode: the argument indices
+};
+
+// Turns a residual program (in grad mode already differentiated: its main
+// returns (loss, gradients...)) into an Executable. Throws (JitFailure or
+// anything else) to refuse; the slot then fails with the message as reason.
+using CompileFn = std::function<ExecutablePtr(const Residual& residual)>;
+
+struct EngineOptions {
+  // Background workers; 0: hardware threads − 1, at least 1.
+  int workers = 0;
+  Policy policy = Policy::Eager();
+  // Sum of Executable::code_bytes() over the ready specializations; past it
+  // the least recently used are evicted.
+  size_t code_cache_bytes = size_t{256} << 20;
+  // Ready specializations kept per entry (LRU beyond).
+  int max_specializations_per_entry = 64;
+  // Signatures tracked per entry while cold (hot:N) or failed (LRU beyond).
+  int max_tracked_signatures_per_entry = 1024;
+  PeOptions pe;
+  InterpreterOptions interpreter;
+  // Null: CompileWithResidualInterpreter (scheduler/residual_executable.h).
+  CompileFn compile;
+  // Runs on the worker just before `compile` (tests use it to make a compile slow or fail).
+  std::function<void(const CompileInfo&)> before_compile;
+  // Receives the engine's events (scheduler/events.h); null: none, at no cost.
+  std::shared_ptr<EventSink> events;
+};
+
+struct EntryOptions {
+  // Arguments whose whole value (tensor contents included) becomes part of
+  // the signature, like jax.jit's static_argnums: specialized on, not passed.
+  std::vector<int> static_argnums;
+};
+
+struct EntryStats {
+  int64_t calls_interpreter = 0;           // tier 0
+  int64_t calls_residual_interpreter = 0;  // residual programs in the interpreter
+  int64_t calls_native = 0;                // any other compiled tier (LLVM)
+  int64_t hits = 0;                        // calls that found ready code
+  int64_t misses = 0;                      // calls that did not (policy interpreter: not counted)
+  int64_t compiled = 0;                    // specializations published
+  int64_t failed = 0;                      // specializations that failed (the job, or their code at run time)
+  int64_t evicted = 0;                     // ready slots evicted by the budgets
+  int64_t invalidated = 0;                 // slots dropped by module edits
+  int64_t cancelled = 0;                   // queued jobs dropped (edits, shutdown)
+  int64_t prefetched = 0;                  // prefetch requests that queued a job
+
+  int64_t calls() const { return calls_interpreter + calls_residual_interpreter + calls_native; }
+  int64_t calls_compiled() const { return calls_residual_interpreter + calls_native; }
+};
+
+// Where one signature's code stands.
+struct CodeStatus {
+  enum class State : uint8_t {
+    kNone,     // no slot (never seen, evicted, invalidated, or policy interpreter)
+    kCold,     // seen, below the hot:N threshold
+    kPending,  // being specialized
+    kReady,    // compiled code serves it
+    kFailed,   // refused; `reason` says why
+  };
+  State state = State::kNone;
+  std::string reason;  // kFailed; kNone from wait_ready: why nothing was compiled
+  std::string tier;    // kReady: "residual-interpreter", "native"
+  size_t code_bytes = 0;
+
+  bool ready() const { return state == State::kReady; }
+  bool failed() const { return state == State::kFailed; }
+};
+const char* CodeStateName(CodeStatus::State s);
+
+using ValueAndGrad = Interpreter::ValueAndGrad;
+
+class EngineImpl;   // engine.cc
+struct EntryState;  // engine.cc
+
+// A handle on one entry of an engine's module. Cheap to copy; valid while
+// its Engine lives. All methods may be called from many threads at once.
+class Entry {
+ public:
+  const std::string& name() const;
+
+  // Runs the entry: compiled code when this signature's is ready, the
+  // interpreter otherwise (policy sync: after compiling). Throws EvalError
+  // like Interpreter::Call.
+  Value call(const std::vector<Value>& args) const;
+  // The loss (a scalar f32) and its gradients with respect to arguments
+  // `wrt`, each in the structure of its argument, exactly as
+  // Interpreter::CallWithGrad returns them.
+  ValueAndGrad value_and_grad(const std::vector<Value>& args, const std::vector<int>& wrt) const;
+
+  // Queues the specialization of these arguments' signature, to run when the
+  // workers are idle; returns at once. No effect under policy interpreter.
+  void prefetch(const std::vector<Value>& args) const;
+  void prefetch(const std::vector<Value>& args, const std::vector<int>& wrt) const;
+
+  // Blocks until that signature's code is ready or has failed, queueing its
+  // job first when there is none (any policy but interpreter, whose answer is
+  // kNone at once). For tests and benchmarks.
+  CodeStatus wait_ready(const std::vector<Value>& args) const;
+  CodeStatus wait_ready(const std::vector<Value>& args, const std::vector<int>& wrt) const;
+
+  // Where that signature's code stands now; never blocks or queues.
+  CodeStatus status(const std::vector<Value>& args) const;
+  CodeStatus status(const std::vector<Value>& args, const std::vector<int>& wrt) const;
+
+  EntryStats stats() const;
+
+ private:
+  friend class Engine;
+  Entry(EngineImpl* engine, EntryState* state, std::vector<bool> static_args)
+      : engine_(engine), state_(state), static_args_(std::move(static_args)) {}
+  EngineImpl* engine_;
+  EntryState* state_;
+  std::vector<bool> static_args_;
+};
+
+struct EngineStats {
+  size_t code_bytes = 0;  // held by ready specializations in the cache
+  size_t slots = 0;       // specializations in the cache, any state
+  size_t queued = 0;      // jobs waiting for a worker
+  int workers = 0;
+};
+
+class Engine {
+ public:
+  explicit Engine(EngineOptions options = {});
+  // Cancels queued jobs, waits for the running ones (at most `workers`;
+  // a compile is not interrupted), and frees everything.
+  ~Engine();
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  // The live module: add, replace and remove definitions at any time; edits
+  // invalidate the specializations that used what changed.
+  Module& module();
+
+  // The entry `name` of the module (throws IrError when there is none, and
+  // std::invalid_argument for a bad static_argnums).
+  Entry entry(const std::string& name, EntryOptions options = {});
+
+  EngineStats stats() const;
+  const EngineOptions& options() const;
+
+ private:
+  std::unique_ptr<EngineImpl> impl_;
+};
+
+}  // namespace pejit

@@ -1,0 +1,106 @@
+// \file What the engine reports while it works: events, and the sinks that receive them.
+//
+// Every event the engine emits is named once, in PEJIT_EVENTS below (LuaJIT
+// keeps its trace-abort reasons the same way): the enum, the name printed in
+// logs and the one-line meaning all come from that table. The engine builds
+// an Event only when a sink is installed and wants that kind, so with no sink
+// (the default) an event costs one pointer test.
+//
+// Issue 9 adds the spdlog and JSON-lines sinks; they implement EventSink.
+#pragma once
+
+#include <cstdint>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <variant>
+#include <vector>
+
+namespace pejit {
+
+// X(enumerator, "name", "what it means; its fields")
+#define PEJIT_EVENTS(X)                                                                                    \
+  X(kCall, "call", "a call ran; tier (interpreter, residual-interpreter, native), mode")                   \
+  X(kHit, "hit", "a call found ready code for its signature; tier")                                        \
+  X(kMiss, "miss", "a call found no ready code; state (new, cold, pending, failed), policy")               \
+  X(kEnqueue, "enqueue", "a specialization job was queued; priority (miss, prefetch), queue (length)")     \
+  X(kPrefetch, "prefetch", "prefetch asked for a signature; state it found")                               \
+  X(kPe, "pe", "partial evaluation of one job; residual_ops, params, unfoldings")                          \
+  X(kAutodiff, "autodiff", "the residual was differentiated (grad mode); wrt_leaves")                      \
+  X(kCompile, "compile", "the compile hook ran; tier, code_bytes")                                         \
+  X(kSwap, "swap", "compiled code was published into its slot; tier, code_bytes, wait_us (queue wait)")    \
+  X(kFailed, "failed", "a job failed; the slot stays on the interpreter until the module changes; reason") \
+  X(kCancel, "cancel", "a queued job was dropped before it ran; reason (shutdown, invalidated)")           \
+  X(kEvict, "evict", "a ready slot left the code cache; reason (budget, entry-max, tracked-max), bytes")   \
+  X(kInvalidate, "invalidate", "a module edit dropped an entry's slots; definitions, slots")
+
+enum class EventKind : uint8_t {
+#define PEJIT_EVENT_ENUM(e, name, doc) e,
+  PEJIT_EVENTS(PEJIT_EVENT_ENUM)
+#undef PEJIT_EVENT_ENUM
+};
+
+inline constexpr int kEventKinds = 0
+#define PEJIT_EVENT_COUNT(e, name, doc) +1
+    PEJIT_EVENTS(PEJIT_EVENT_COUNT)
+#undef PEJIT_EVENT_COUNT
+    ;
+
+// "swap", "miss", ...: the name logs and traces use.
+std::string_view EventName(EventKind kind);
+// The table's one-line description of the event and its fields.
+std::string_view EventDoc(EventKind kind);
+// The kind named `name`; false when there is none.
+bool ParseEventName(std::string_view name, EventKind* kind);
+
+using FieldValue = std::variant<int64_t, double, std::string>;
+
+struct Event {
+  EventKind kind;
+  std::string entry;        // the entry's name; empty for engine-wide events
+  std::string signature;    // Signature::ShortHash(), "" when none
+  uint64_t thread = 0;      // small per-process thread number (1, 2, ...), stable for a thread's life
+  int64_t start_us = 0;     // steady clock, microseconds
+  int64_t duration_us = 0;  // 0 for instant events
+  std::vector<std::pair<std::string, FieldValue>> fields;
+
+  std::string_view name() const { return EventName(kind); }
+  // The field `key`, or null.
+  const FieldValue* Find(std::string_view key) const;
+  // A field as text ("" when absent): for tests and log lines.
+  std::string Text(std::string_view key) const;
+};
+
+// Receives the engine's events, from the training thread and the workers at
+// once: implementations must be thread safe, and should be quick (a worker
+// waits for Emit to return).
+class EventSink {
+ public:
+  virtual ~EventSink() = default;
+  // Asked before an event is built; false makes that event free.
+  virtual bool Wants(EventKind kind) const { return true; }
+  virtual void Emit(const Event& event) = 0;
+};
+
+// Keeps every event in memory, in emission order; for tests.
+class RecordingSink final : public EventSink {
+ public:
+  void Emit(const Event& event) override;
+  std::vector<Event> events() const;
+  // Events of one kind (and entry, when given).
+  std::vector<Event> Of(EventKind kind, std::string_view entry = {}) const;
+  int Count(EventKind kind, std::string_view entry = {}) const;
+  void Clear();
+
+ private:
+  mutable std::mutex mu_;
+  std::vector<Event> events_;
+};
+
+// Microseconds on the steady clock: Event::start_us.
+int64_t NowMicros();
+// This thread's Event::thread number.
+uint64_t ThreadNumber();
+
+}  // namespace pejit

@@ -1,0 +1,428 @@
+// The tiered engine: calls never wait for a compile, compiled code takes
+// over once it is ready, policies decide when to compile, jobs are ordered by
+// urgency, and shutdown does not wait for queued work.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <future>
+#include <mutex>
+#include <set>
+#include <string>
+
+#include "tests/scheduler/fixtures.h"
+
+namespace pejit {
+namespace {
+
+using namespace testing_scheduler;
+using namespace std::chrono_literals;
+using State = CodeStatus::State;
+
+class EngineTest : public testing::Test {
+ protected:
+  // Builds the engine with `options`, loads the program, and makes arguments.
+  void Start(EngineOptions options) {
+    events_ = std::make_shared<RecordingSink>();
+    if (!options.events) options.events = events_;
+    engine_ = std::make_unique<Engine>(std::move(options));
+    engine_->module().AddSource(kProgram, "program.pj");
+    Rng rng(5);
+    emb_ = RandomMatrix(rng, 10, 4);
+  }
+  std::vector<Value> TreeArgs(int leaves, int shape = 0) {
+    return {MakeTree(*engine_->module().snapshot(), leaves, shape, 10), emb_};
+  }
+  Value Reference(const std::string& entry, const std::vector<Value>& args) {
+    return Interpreter().Call(*engine_->module().snapshot(), entry, args);
+  }
+
+  std::shared_ptr<RecordingSink> events_;
+  std::unique_ptr<Engine> engine_;
+  Value emb_;
+};
+
+// (a) With a compile that takes 2 s, calls made while it runs return at
+// once from the interpreter; after wait_ready the compiled code serves them.
+TEST_F(EngineTest, CallsDuringASlowCompileRunInTheInterpreterThenCompiledCodeTakesOver) {
+  std::atomic<bool> compile_started{false}, compile_finished{false};
+  EngineOptions options;
+  options.workers = 1;
+  options.policy = Policy::Eager();
+  options.before_compile = [&](const CompileInfo&) {
+    compile_started = true;
+    std::this_thread::sleep_for(2s);
+  };
+  options.compile = [&](const Residual& r) {
+    ExecutablePtr e = CompileWithResidualInterpreter(r);
+    compile_finished = true;
+    return e;
+  };
+  Start(std::move(options));
+  Entry loss = engine_->entry("loss");
+  std::vector<Value> args = TreeArgs(5);
+  Value expected = Reference("loss", args);
+
+  EXPECT_TRUE(ValueEqual(loss.call(args), expected));  // the miss: queues the job, runs tier 0
+  ASSERT_TRUE(Eventually([&] { return compile_started.load(); }));
+  for (int i = 0; i < 5; ++i) {
+    EXPECT_TRUE(ValueEqual(loss.call(args), expected));
+    EXPECT_FALSE(compile_finished) << "call " << i << " waited for the compile";
+  }
+  EXPECT_EQ(loss.status(args).state, State::kPending);
+  EntryStats s = loss.stats();
+  EXPECT_EQ(s.calls_interpreter, 6);
+  EXPECT_EQ(s.calls_compiled(), 0);
+  EXPECT_EQ(s.misses, 6);
+
+  CodeStatus ready = loss.wait_ready(args);
+  EXPECT_TRUE(compile_finished);
+  ASSERT_EQ(ready.state, State::kReady) << ready.reason;
+  EXPECT_EQ(ready.tier, "residual-interpreter");
+  EXPECT_GT(ready.code_bytes, 0u);
+
+  EXPECT_TRUE(ValueAllClose(loss.call(args), expected, 1e-6));
+  s = loss.stats();
+  EXPECT_EQ(s.calls_interpreter, 6);
+  EXPECT_EQ(s.calls_residual_interpreter, 1);
+  EXPECT_EQ(s.hits, 1);
+  EXPECT_EQ(s.compiled, 1);
+
+  // One signature, one job, its stages in the order of the pipeline (the
+  // misses of the calls in between interleave with them).
+  std::vector<std::string> order;
+  for (const Event& e : events_->events()) {
+    if (e.kind != EventKind::kCall && (e.kind != EventKind::kMiss || order.empty()))
+      order.emplace_back(e.name());
+  }
+  EXPECT_EQ(order, (std::vector<std::string>{"miss", "enqueue", "pe", "compile", "swap", "hit"}));
+  EXPECT_EQ(events_->Count(EventKind::kEnqueue), 1);
+}
+
+TEST_F(EngineTest, CallsReportTheirTierAndDurationAsEvents) {
+  Start(Options(Policy::Sync()));
+  Entry other = engine_->entry("other");
+  Rng rng(3);
+  std::vector<Value> args = {RandomMatrix(rng, 2, 3), RandomMatrix(rng, 3, 2)};
+  other.call(args);
+  std::vector<Event> calls = events_->Of(EventKind::kCall, "other");
+  ASSERT_EQ(calls.size(), 1u);
+  EXPECT_EQ(calls[0].Text("tier"), "residual-interpreter");
+  EXPECT_EQ(calls[0].Text("mode"), "value");
+  EXPECT_EQ(calls[0].signature, ComputeSignature(args).ShortHash());
+  EXPECT_GE(calls[0].duration_us, 0);
+  EXPECT_GT(calls[0].thread, 0u);
+}
+
+// Compiled results are the interpreter's, in the entry's result structure
+// (a tuple here), for values and for gradients in each argument's structure.
+TEST_F(EngineTest, CompiledCodeReturnsWhatTheInterpreterReturns) {
+  Start(Options(Policy::Sync()));
+  Entry other = engine_->entry("other");
+  Rng rng(3);
+  std::vector<Value> args = {RandomMatrix(rng, 2, 3), RandomMatrix(rng, 3, 2)};
+  Value v = other.call(args);
+  EXPECT_TRUE(ValueAllClose(v, Reference("other", args), 1e-6));
+  ASSERT_EQ(v.kind(), Value::Kind::kTuple);
+  EXPECT_EQ(other.stats().calls_residual_interpreter, 1);
+
+  Entry loss = engine_->entry("loss");
+  std::vector<Value> targs = TreeArgs(4, 1);
+  ValueAndGrad got = loss.value_and_grad(targs, {1, 0});
+  ValueAndGrad want = Interpreter().CallWithGrad(*engine_->module().snapshot(), "loss", targs, {1, 0});
+  ASSERT_EQ(loss.stats().calls_residual_interpreter, 1) << loss.status(targs, {1, 0}).reason;
+  EXPECT_TRUE(ValueAllClose(got.value, want.value, 1e-5));
+  ASSERT_EQ(got.grads.size(), 2u);
+  EXPECT_TRUE(ValueAllClose(got.grads[0], want.grads[0], 1e-5, 1e-6));
+  // The tree has no float leaves: its "gradient" is the tree itself, as in tier 0.
+  EXPECT_TRUE(ValueEqual(got.grads[1], want.grads[1]));
+}
+
+// (f) hot:N compiles a signature at its N-th call, not before.
+TEST_F(EngineTest, HotPolicyCompilesOnlyAfterNCalls) {
+  std::atomic<int> compiles{0};
+  Start(Options(Policy::Parse("hot:3"), [&](EngineOptions& o) {
+    o.compile = [&](const Residual& r) {
+      compiles++;
+      return CompileWithResidualInterpreter(r);
+    };
+  }));
+  Entry loss = engine_->entry("loss");
+  std::vector<Value> args = TreeArgs(3);
+  loss.call(args);
+  loss.call(args);
+  EXPECT_EQ(loss.status(args).state, State::kCold);
+  EXPECT_EQ(events_->Count(EventKind::kEnqueue), 0);
+  EXPECT_EQ(engine_->stats().queued, 0u);
+
+  loss.call(args);  // the third: queued now
+  EXPECT_EQ(events_->Count(EventKind::kEnqueue), 1);
+  ASSERT_TRUE(Eventually([&] { return loss.status(args).state == State::kReady; }));
+  EXPECT_EQ(compiles, 1);
+  loss.call(args);
+  EntryStats s = loss.stats();
+  EXPECT_EQ(s.calls_interpreter, 3);
+  EXPECT_EQ(s.calls_residual_interpreter, 1);
+}
+
+TEST_F(EngineTest, SyncPolicyCompilesBeforeTheFirstCall) {
+  Start(Options(Policy::Sync()));
+  Entry loss = engine_->entry("loss");
+  std::vector<Value> args = TreeArgs(6);
+  EXPECT_TRUE(ValueAllClose(loss.call(args), Reference("loss", args), 1e-6));
+  EntryStats s = loss.stats();
+  EXPECT_EQ(s.calls_interpreter, 0);
+  EXPECT_EQ(s.calls_residual_interpreter, 1);
+}
+
+TEST_F(EngineTest, InterpreterPolicyNeverCompiles) {
+  Start(Options(Policy::Interpreter()));
+  Entry loss = engine_->entry("loss");
+  std::vector<Value> args = TreeArgs(3);
+  loss.prefetch(args);
+  CodeStatus s = loss.wait_ready(args);
+  EXPECT_EQ(s.state, State::kNone);
+  EXPECT_EQ(s.reason, "policy interpreter never compiles");
+  EXPECT_TRUE(ValueEqual(loss.call(args), Reference("loss", args)));
+  EXPECT_EQ(loss.stats().calls_interpreter, 1);
+  EXPECT_EQ(loss.stats().misses, 0);
+  EXPECT_EQ(engine_->stats().slots, 0u);
+}
+
+// Jobs for the signature missed most recently go first; prefetched ones wait
+// until no missed job is left, in the order they were asked for.
+TEST_F(EngineTest, MostRecentMissFirstAndPrefetchWhenIdle) {
+  std::promise<void> gate;
+  std::shared_future<void> open = gate.get_future().share();
+  std::mutex mu;
+  std::vector<std::string> order;
+  Start(Options(Policy::Eager(), [&](EngineOptions& o) {
+    o.before_compile = [&](const CompileInfo& info) {
+      bool first;
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        first = order.empty();
+        order.push_back(info.signature.ShortHash());
+      }
+      if (first) open.wait();  // hold the only worker until everything is queued
+    };
+  }));
+  Entry loss = engine_->entry("loss");
+  auto sig = [&](const std::vector<Value>& a) { return ComputeSignature(a).ShortHash(); };
+  std::vector<Value> blocker = TreeArgs(2), a = TreeArgs(3), b = TreeArgs(4), c = TreeArgs(5),
+                     d = TreeArgs(6);
+  loss.call(blocker);
+  ASSERT_TRUE(Eventually([&] {
+    std::lock_guard<std::mutex> lock(mu);
+    return !order.empty();
+  }));
+  loss.prefetch(a);
+  loss.prefetch(b);
+  loss.call(c);
+  loss.call(d);
+  EXPECT_EQ(engine_->stats().queued, 4u);
+  gate.set_value();
+  // (Not wait_ready: a caller blocked on a signature raises its job too.)
+  for (const auto& args : {a, b, c, d}) {
+    EXPECT_TRUE(Eventually([&] { return loss.status(args).ready(); }));
+  }
+  std::lock_guard<std::mutex> lock(mu);
+  EXPECT_EQ(order, (std::vector<std::string>{sig(blocker), sig(d), sig(c), sig(a), sig(b)}));
+  EXPECT_EQ(loss.stats().prefetched, 2);
+}
+
+TEST_F(EngineTest, AMissRaisesAPrefetchedJob) {
+  std::promise<void> gate;
+  std::shared_future<void> open = gate.get_future().share();
+  std::mutex mu;
+  std::vector<std::string> order;
+  Start(Options(Policy::Eager(), [&](EngineOptions& o) {
+    o.before_compile = [&](const CompileInfo& info) {
+      bool first;
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        first = order.empty();
+        order.push_back(info.signature.ShortHash());
+      }
+      if (first) open.wait();
+    };
+  }));
+  Entry loss = engine_->entry("loss");
+  std::vector<Value> blocker = TreeArgs(2), a = TreeArgs(3), b = TreeArgs(4);
+  loss.call(blocker);
+  ASSERT_TRUE(Eventually([&] {
+    std::lock_guard<std::mutex> lock(mu);
+    return !order.empty();
+  }));
+  loss.prefetch(a);
+  loss.prefetch(b);
+  loss.call(b);  // the training loop reached b before its prefetch ran
+  gate.set_value();
+  for (const auto& args : {a, b}) {
+    EXPECT_TRUE(Eventually([&] { return loss.status(args).ready(); }));
+  }
+  std::lock_guard<std::mutex> lock(mu);
+  ASSERT_EQ(order.size(), 3u);
+  EXPECT_EQ(order[1], ComputeSignature(b).ShortHash());
+  EXPECT_EQ(events_->Count(EventKind::kEnqueue), 3);  // b was queued once
+}
+
+// Static arguments are specialized on: each value is a signature of its own,
+// and it is not a parameter of the compiled code.
+TEST_F(EngineTest, StaticArgumentsArePartOfTheSignature) {
+  Start(Options(Policy::Sync()));
+  Entry scale = engine_->entry("scale", {.static_argnums = {1}});
+  Value x(Tensor::FromVector<float>({3}, {1, 2, 3}));
+  Value two(Tensor::Scalar(2)), three(Tensor::Scalar(3));
+  EXPECT_TRUE(ValueEqual(scale.call({x, two}), Value(Tensor::FromVector<float>({3}, {2, 4, 6}))));
+  EXPECT_TRUE(ValueEqual(scale.call({x, three}), Value(Tensor::FromVector<float>({3}, {3, 6, 9}))));
+  EXPECT_TRUE(ValueEqual(scale.call({x, two}), Value(Tensor::FromVector<float>({3}, {2, 4, 6}))));
+  EntryStats s = scale.stats();
+  EXPECT_EQ(s.compiled, 2);
+  EXPECT_EQ(s.calls_residual_interpreter, 3);
+
+  // Without the marking, both values share one signature (statistics are
+  // per entry name, whatever the marking).
+  Entry dynamic = engine_->entry("scale");
+  dynamic.call({x, two});
+  dynamic.call({x, three});
+  EXPECT_EQ(dynamic.stats().compiled, 3);
+}
+
+TEST_F(EngineTest, EntriesAreCheckedByName) {
+  Start(Options(Policy::Eager()));
+  try {
+    engine_->entry("los");
+    FAIL() << "no error";
+  } catch (const std::exception& e) {
+    EXPECT_NE(std::string(e.what()).find("did you mean '@loss'?"), std::string::npos) << e.what();
+  }
+  try {
+    engine_->entry("scale", {.static_argnums = {2}});
+    FAIL() << "no error";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_STREQ(e.what(), "static_argnums: @scale takes 2 arguments; there is no argument 2");
+  }
+}
+
+TEST_F(EngineTest, BadArgumentsFailAsInTheInterpreterAndAreNeverCompiled) {
+  Start(Options(Policy::Sync()));
+  Entry scale = engine_->entry("scale");
+  std::vector<Value> bad = {Value(Tensor::FromVector<int64_t>({2}, {1, 2})), Value(Tensor::Scalar(2))};
+  EXPECT_THROW(scale.call(bad), EvalError);
+  CodeStatus s = scale.status(bad);
+  EXPECT_EQ(s.state, State::kFailed);
+  EXPECT_EQ(s.reason.rfind("arguments: argument 0 (%x)", 0), 0u) << s.reason;
+  EXPECT_THROW(scale.call(bad), EvalError);
+}
+
+// (g) Shutdown cancels queued jobs and waits only for the running one.
+TEST(EngineShutdown, CancelsQueuedJobsAndNeverRunsOneAfterward) {
+  auto events = std::make_shared<RecordingSink>();
+  std::atomic<int> started{0};
+  constexpr int kSignatures = 8;
+  auto engine = std::make_unique<Engine>(Options(Policy::Eager(), [&](EngineOptions& o) {
+    o.before_compile = [&](const CompileInfo&) {
+      started++;
+      // The first job runs on until shutdown has cancelled the rest (so that
+      // none can start before), then a while longer.
+      Eventually([&] { return events->Count(EventKind::kCancel) == kSignatures - 1; });
+      std::this_thread::sleep_for(300ms);
+    };
+    o.events = events;
+  }));
+  engine->module().AddSource(kProgram, "program.pj");
+  Entry loss = engine->entry("loss");
+  Rng rng(1);
+  Value emb = RandomMatrix(rng, 10, 4);
+  for (int n = 2; n < 2 + kSignatures; ++n)
+    loss.call({MakeTree(*engine->module().snapshot(), n, 0, 10), emb});
+  ASSERT_TRUE(Eventually([&] { return started > 0; }));
+
+  auto begin = std::chrono::steady_clock::now();
+  engine.reset();
+  auto took = std::chrono::steady_clock::now() - begin;
+  EXPECT_EQ(started, 1);
+  EXPECT_EQ(events->Count(EventKind::kCancel), kSignatures - 1);
+  EXPECT_LT(took, 300ms * (kSignatures - 1) / 2) << "shutdown waited for queued jobs";
+  std::this_thread::sleep_for(400ms);
+  EXPECT_EQ(started, 1);  // nothing ran after the engine was gone
+}
+
+TEST(EngineShutdown, AnIdleEngineStopsAtOnce) {
+  for (int i = 0; i < 20; ++i) {
+    EngineOptions options;
+    options.workers = 2;
+    Engine engine(options);
+    engine.module().AddSource(kProgram, "program.pj");
+    Rng rng(1);
+    engine.entry("loss").prefetch(
+        {MakeTree(*engine.module().snapshot(), 3, i, 10), RandomMatrix(rng, 10, 4)});
+  }
+}
+
+TEST(Policy, ParsesEachPolicyAndRefusesOthersClearly) {
+  EXPECT_EQ(Policy::Parse("eager"), Policy::Eager());
+  EXPECT_EQ(Policy::Parse("interpreter"), Policy::Interpreter());
+  EXPECT_EQ(Policy::Parse("sync"), Policy::Sync());
+  EXPECT_EQ(Policy::Parse("hot:25"), Policy::Hot(25));
+  for (const char* text : {"eager", "hot:1", "hot:1000", "interpreter", "sync"}) {
+    EXPECT_EQ(Policy::Parse(text).ToString(), text);
+  }
+  auto message = [](const char* text) {
+    try {
+      Policy::Parse(text);
+    } catch (const std::invalid_argument& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_EQ(
+      message("egaer"),
+      "unknown policy 'egaer' (did you mean 'eager'?); expected eager, hot:N (N >= 1), interpreter or sync");
+  EXPECT_EQ(message("jit"), "unknown policy 'jit'; expected eager, hot:N (N >= 1), interpreter or sync");
+  EXPECT_EQ(message("hot:0"), "bad policy 'hot:0': N in hot:N must be a whole number >= 1");
+  EXPECT_EQ(message("hot:"), "bad policy 'hot:': N in hot:N must be a whole number >= 1");
+  EXPECT_EQ(message("hot:3x"), "bad policy 'hot:3x': N in hot:N must be a whole number >= 1");
+  EXPECT_THROW(Policy::Hot(0), std::invalid_argument);
+}
+
+TEST(Events, EveryKindHasOneDistinctNameInTheTable) {
+  std::set<std::string_view> names;
+  for (int i = 0; i < kEventKinds; ++i) {
+    EventKind kind = static_cast<EventKind>(i);
+    EXPECT_TRUE(names.insert(EventName(kind)).second) << EventName(kind);
+    EXPECT_FALSE(EventDoc(kind).empty());
+    EventKind parsed;
+    ASSERT_TRUE(ParseEventName(EventName(kind), &parsed));
+    EXPECT_EQ(parsed, kind);
+  }
+  EventKind unused;
+  EXPECT_FALSE(ParseEventName("swapped", &unused));
+  for (const char* name : {"call", "hit", "miss", "enqueue", "prefetch", "pe", "autodiff", "compile", "swap",
+                           "failed", "cancel", "evict", "invalidate"}) {
+    EXPECT_TRUE(names.count(name)) << name;
+  }
+}
+
+// With no sink, nothing is built; a sink that wants nothing gets nothing.
+TEST(Events, ASinkReceivesOnlyTheKindsItWants) {
+  struct SwapsOnly final : EventSink {
+    bool Wants(EventKind kind) const override { return kind == EventKind::kSwap; }
+    void Emit(const Event& e) override {
+      std::lock_guard<std::mutex> lock(mu);
+      names.emplace_back(e.name());
+    }
+    std::mutex mu;
+    std::vector<std::string> names;
+  };
+  auto sink = std::make_shared<SwapsOnly>();
+  Engine engine(Options(Policy::Sync(), [&](EngineOptions& o) { o.events = sink; }));
+  engine.module().AddSource(kProgram, "program.pj");
+  Rng rng(1);
+  engine.entry("loss").call({MakeTree(*engine.module().snapshot(), 3, 0, 10), RandomMatrix(rng, 10, 4)});
+  std::lock_guard<std::mutex> lock(sink->mu);
+  EXPECT_EQ(sink->names, (std::vector<std::string>{"swap"}));
+}
+
+}  // namespace
+}  // namespace pejit
