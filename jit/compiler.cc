@@ -1,17 +1,22 @@
 // Codegen and the ORC session.
 //
-// The generated function for a plan is
-//   i32 main(ptr ctx, ptr params, ptr results, ptr arena)
+// The generated module for a plan has
+//   void main(ptr ctx, ptr params, ptr results, ptr arena)
 // where params/results are arrays of tensor data pointers and arena is the
-// call's own scratch memory (so concurrent calls share nothing mutable). Its
-// body follows the plan's steps in order:
-//   (1) a fused step becomes a loop nest over the output's shape (adjacent
-//       dimensions merged where every operand allows it), computing the
-//       fused expression per element in registers;
+// call's own scratch memory (so concurrent calls share nothing mutable):
+//   (1) each distinct fused kernel (same expression, shapes and strides)
+//       becomes one function, a loop nest over the output's shape (adjacent
+//       dimensions merged where every operand allows it) that LLVM optimizes
+//       and vectorizes; every step using it calls it with its buffers;
 //   (2) any other step calls pejit_rt_kernel(ctx, step, ptrs), which runs the
 //       operator's registered kernel (OpenBLAS for GEMMs) on views of the
-//       buffers; a non-zero return (the kernel threw) returns at once;
+//       buffers; a kernel that throws records the error in ctx, later kernel
+//       calls do nothing, and Run reports it;
 //   (3) with poisoning on, buffers past their last use are overwritten.
+// main is one straight-line block of calls and is not optimized (optnone):
+// residual programs have tens of thousands of steps, and optimizing one huge
+// function is what makes compile times explode; the kernels it calls are
+// few, small and deduplicated, and get the full -O3 pipeline.
 // Elementwise math calls the same libm functions as the reference kernels,
 // without fast-math, so compiled and interpreted values agree exactly.
 #include "jit/compiler.h"
@@ -36,6 +41,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <map>
 #include <mutex>
 
 namespace pejit {
@@ -78,7 +84,7 @@ namespace {
 
 class NativeExecutable final : public Executable {
  public:
-  using MainFn = int32_t (*)(CallContext*, void* const*, void* const*, char*);
+  using MainFn = void (*)(CallContext*, void* const*, void* const*, char*);
 
   NativeExecutable(Plan plan, std::shared_ptr<JitSession::State> state, llvm::orc::ResourceTrackerSP tracker,
                    MainFn fn, size_t code_bytes)
@@ -117,7 +123,8 @@ class NativeExecutable final : public Executable {
     std::unique_ptr<char, decltype(&std::free)> arena(
         static_cast<char*>(std::aligned_alloc(64, std::max<int64_t>(64, plan_.arena_bytes))), &std::free);
     CallContext ctx{this, {}};
-    if (fn_(&ctx, params.data(), result_ptrs.data(), arena.get()) != 0) throw std::runtime_error(ctx.error);
+    fn_(&ctx, params.data(), result_ptrs.data(), arena.get());
+    if (!ctx.error.empty()) throw std::runtime_error(ctx.error);
     return results;
   }
 
@@ -154,14 +161,13 @@ class NativeExecutable final : public Executable {
 
 // ---- The runtime ABI called by generated code ---------------------------------------
 
-extern "C" int32_t pejit_rt_kernel(void* ctx, int64_t step, void* const* ptrs) {
+extern "C" void pejit_rt_kernel(void* ctx, int64_t step, void* const* ptrs) {
   auto* call = static_cast<pejit::CallContext*>(ctx);
+  if (!call->error.empty()) return;  // an earlier kernel failed: the call's results are void
   try {
     call->exe->RunKernel(step, ptrs);
-    return 0;
   } catch (const std::exception& e) {
     call->error = e.what();
-    return 1;
   }
 }
 
@@ -181,12 +187,17 @@ class Codegen {
     ptr_ = b_.getPtrTy();
     i64_ = b_.getInt64Ty();
     i32_ = b_.getInt32Ty();
-    fn_ = llvm::Function::Create(llvm::FunctionType::get(i32_, {ptr_, ptr_, ptr_, ptr_}, false),
+    fn_ = llvm::Function::Create(llvm::FunctionType::get(b_.getVoidTy(), {ptr_, ptr_, ptr_, ptr_}, false),
                                  llvm::Function::ExternalLinkage, name, m_);
     fn_->addFnAttr(llvm::Attribute::NoUnwind);
-    rt_kernel_ = m_.getOrInsertFunction("pejit_rt_kernel", llvm::FunctionType::get(i32_, {ptr_, i64_, ptr_}, false));
+    fn_->addFnAttr(llvm::Attribute::OptimizeNone);
+    fn_->addFnAttr(llvm::Attribute::NoInline);
+    rt_kernel_ = m_.getOrInsertFunction("pejit_rt_kernel",
+                                        llvm::FunctionType::get(b_.getVoidTy(), {ptr_, i64_, ptr_}, false));
     rt_poison_ = m_.getOrInsertFunction("pejit_rt_poison", llvm::FunctionType::get(b_.getVoidTy(), {ptr_, i64_}, false));
   }
+
+  int distinct_kernels() const { return static_cast<int>(kernels_.size()); }
 
   void Emit() {
     auto args = fn_->arg_begin();
@@ -194,51 +205,47 @@ class Codegen {
     llvm::Value* params = args++;
     llvm::Value* results = args++;
     llvm::Value* arena = args++;
-    entry_ = llvm::BasicBlock::Create(ctx_, "entry", fn_);
-    fail_ = llvm::BasicBlock::Create(ctx_, "fail", fn_);
-    b_.SetInsertPoint(fail_);
-    b_.CreateRet(b_.getInt32(1));
-    b_.SetInsertPoint(entry_);
+    b_.SetInsertPoint(llvm::BasicBlock::Create(ctx_, "entry", fn_));
 
-    // Every buffer's address, computed once.
+    // Buffer addresses are computed where each step uses them, not once at
+    // the top: tens of thousands of values live across the whole function
+    // would make register allocation the slowest part of compiling.
     size_t max_ptrs = 1;
     for (const PlanStep& s : plan_.steps) max_ptrs = std::max(max_ptrs, s.inputs.size() + s.outputs.size());
-    ptr_array_ = b_.CreateAlloca(ptr_, b_.getInt64(max_ptrs), "ptrs");
-    addresses_.resize(plan_.buffers.size(), nullptr);
-    for (size_t i = 0; i < plan_.buffers.size(); ++i) {
-      const PlanBuffer& buf = plan_.buffers[i];
-      switch (buf.kind) {
-        case PlanBuffer::Kind::kParam:
-          addresses_[i] = b_.CreateLoad(ptr_, b_.CreateConstGEP1_64(ptr_, params, buf.param), buf.name);
-          break;
-        case PlanBuffer::Kind::kResult:
-          addresses_[i] = b_.CreateLoad(ptr_, b_.CreateConstGEP1_64(ptr_, results, buf.result), buf.name);
-          break;
-        case PlanBuffer::Kind::kArena:
-          addresses_[i] = b_.CreateConstGEP1_64(b_.getInt8Ty(), arena, buf.offset, buf.name);
-          break;
-        case PlanBuffer::Kind::kConstant:
-          addresses_[i] = b_.CreateIntToPtr(b_.getInt64(reinterpret_cast<uint64_t>(buf.constant.raw_data())), ptr_);
-          break;
-        case PlanBuffer::Kind::kAlias: break;
-      }
-    }
-    for (size_t i = 0; i < plan_.buffers.size(); ++i) {
-      size_t root = i;
-      while (plan_.buffers[root].kind == PlanBuffer::Kind::kAlias) root = plan_.buffers[root].alias_of;
-      addresses_[i] = addresses_[root];
-    }
 
-    for (size_t s = 0; s < plan_.steps.size(); ++s) {
-      const PlanStep& step = plan_.steps[s];
-      if (step.kind == PlanStep::Kind::kFused) {
-        EmitFused(step);
-      } else {
-        EmitKernelCall(ctx, static_cast<int64_t>(s), step);
+    // The steps go into functions of kStepsPerPart steps each, which main
+    // calls in order: register allocation is quadratic in the calls one
+    // function makes, so one function of 20,000 calls takes minutes to compile.
+    constexpr size_t kStepsPerPart = 256;
+    llvm::BasicBlock* main_block = b_.GetInsertBlock();
+    for (size_t start = 0; start < plan_.steps.size(); start += kStepsPerPart) {
+      llvm::Function* part = llvm::Function::Create(fn_->getFunctionType(), llvm::Function::InternalLinkage,
+                                                    "part_" + std::to_string(start / kStepsPerPart), m_);
+      part->addFnAttr(llvm::Attribute::NoUnwind);
+      part->addFnAttr(llvm::Attribute::OptimizeNone);
+      part->addFnAttr(llvm::Attribute::NoInline);
+      b_.SetInsertPoint(main_block);
+      b_.CreateCall(part, {ctx, params, results, arena});
+      auto part_args = part->arg_begin();
+      ctx_arg_ = part_args++;
+      params_arg_ = part_args++;
+      results_arg_ = part_args++;
+      arena_arg_ = part_args++;
+      b_.SetInsertPoint(llvm::BasicBlock::Create(ctx_, "entry", part));
+      ptr_array_ = b_.CreateAlloca(ptr_, b_.getInt64(max_ptrs), "ptrs");
+      for (size_t s = start; s < std::min(plan_.steps.size(), start + kStepsPerPart); ++s) {
+        const PlanStep& step = plan_.steps[s];
+        if (step.kind == PlanStep::Kind::kFused) {
+          CallFused(step);
+        } else {
+          EmitKernelCall(ctx_arg_, static_cast<int64_t>(s), step);
+        }
+        if (poison_) EmitPoison(static_cast<int>(s));
       }
-      if (poison_) EmitPoison(static_cast<int>(s));
+      b_.CreateRetVoid();
     }
-    b_.CreateRet(b_.getInt32(0));
+    b_.SetInsertPoint(main_block);
+    b_.CreateRetVoid();
   }
 
  private:
@@ -248,27 +255,40 @@ class Codegen {
   llvm::IRBuilder<> b_;
   bool poison_;
   llvm::Type *ptr_, *i64_, *i32_;
-  llvm::Function* fn_;
+  llvm::Function* fn_;          // main
+  llvm::Function* kernel_fn_ = nullptr;  // the fused kernel being emitted
   llvm::FunctionCallee rt_kernel_, rt_poison_;
-  llvm::BasicBlock *entry_ = nullptr, *fail_ = nullptr;
   llvm::Value* ptr_array_ = nullptr;
-  std::vector<llvm::Value*> addresses_;
+  llvm::Value *ctx_arg_ = nullptr, *params_arg_ = nullptr, *results_arg_ = nullptr, *arena_arg_ = nullptr;
+
+  // The address of buffer `i`'s data, computed at the insertion point.
+  llvm::Value* Address(int i) {
+    while (plan_.buffers[i].kind == PlanBuffer::Kind::kAlias) i = plan_.buffers[i].alias_of;
+    const PlanBuffer& buf = plan_.buffers[i];
+    switch (buf.kind) {
+      case PlanBuffer::Kind::kParam: return b_.CreateLoad(ptr_, b_.CreateConstGEP1_64(ptr_, params_arg_, buf.param));
+      case PlanBuffer::Kind::kResult: return b_.CreateLoad(ptr_, b_.CreateConstGEP1_64(ptr_, results_arg_, buf.result));
+      case PlanBuffer::Kind::kArena: return b_.CreateConstGEP1_64(b_.getInt8Ty(), arena_arg_, buf.offset);
+      case PlanBuffer::Kind::kConstant:
+        return b_.CreateIntToPtr(b_.getInt64(reinterpret_cast<uint64_t>(buf.constant.raw_data())), ptr_);
+      case PlanBuffer::Kind::kAlias: break;
+    }
+    return nullptr;
+  }
+  std::map<std::string, llvm::Function*> kernels_;  // fused kernels by signature
 
   void EmitKernelCall(llvm::Value* ctx, int64_t index, const PlanStep& step) {
     int k = 0;
-    for (int buf : step.inputs) b_.CreateStore(addresses_[buf], b_.CreateConstGEP1_64(ptr_, ptr_array_, k++));
-    for (int buf : step.outputs) b_.CreateStore(addresses_[buf], b_.CreateConstGEP1_64(ptr_, ptr_array_, k++));
-    llvm::Value* rc = b_.CreateCall(rt_kernel_, {ctx, b_.getInt64(index), ptr_array_});
-    llvm::BasicBlock* next = llvm::BasicBlock::Create(ctx_, "after_" + step.op->name, fn_);
-    b_.CreateCondBr(b_.CreateICmpNE(rc, b_.getInt32(0)), fail_, next);
-    b_.SetInsertPoint(next);
+    for (int buf : step.inputs) b_.CreateStore(Address(buf), b_.CreateConstGEP1_64(ptr_, ptr_array_, k++));
+    for (int buf : step.outputs) b_.CreateStore(Address(buf), b_.CreateConstGEP1_64(ptr_, ptr_array_, k++));
+    b_.CreateCall(rt_kernel_, {ctx, b_.getInt64(index), ptr_array_});
   }
 
   void EmitPoison(int step) {
     for (size_t i = 0; i < plan_.buffers.size(); ++i) {
       const PlanBuffer& buf = plan_.buffers[i];
       if (buf.kind == PlanBuffer::Kind::kArena && buf.last_step == step && buf.bytes() > 0) {
-        b_.CreateCall(rt_poison_, {addresses_[i], b_.getInt64(buf.bytes())});
+        b_.CreateCall(rt_poison_, {Address(static_cast<int>(i)), b_.getInt64(buf.bytes())});
       }
     }
   }
@@ -365,8 +385,8 @@ class Codegen {
   // A loop over [0, n) around `body(index)`; leaves the builder after the loop.
   void Loop(llvm::Value* n, const std::function<void(llvm::Value*)>& body) {
     llvm::BasicBlock* pre = b_.GetInsertBlock();
-    llvm::BasicBlock* head = llvm::BasicBlock::Create(ctx_, "loop", fn_);
-    llvm::BasicBlock* exit = llvm::BasicBlock::Create(ctx_, "loop_end", fn_);
+    llvm::BasicBlock* head = llvm::BasicBlock::Create(ctx_, "loop", kernel_fn_);
+    llvm::BasicBlock* exit = llvm::BasicBlock::Create(ctx_, "loop_end", kernel_fn_);
     b_.CreateCondBr(b_.CreateICmpSGT(n, b_.getInt64(0)), head, exit);
     b_.SetInsertPoint(head);
     llvm::PHINode* i = b_.CreatePHI(i64_, 2, "i");
@@ -378,10 +398,50 @@ class Codegen {
     b_.SetInsertPoint(exit);
   }
 
-  void EmitFused(const PlanStep& step) {
+  // Calls the fused kernel for `step`, emitting it first if no earlier step
+  // has the same one. Its arguments: the output, then each load's buffer.
+  void CallFused(const PlanStep& step) {
+    const PlanBuffer& out = plan_.buffers[step.outputs[0]];
+    if (NumElements(out.type.shape) == 0) return;
+    std::string key = out.type.ToString() + "|";
+    std::vector<llvm::Value*> args = {Address(step.outputs[0])};
+    for (const FusedNode& n : step.nodes) {
+      key += std::to_string(static_cast<int>(n.kind)) + "," + std::to_string(static_cast<int>(n.op)) + "," +
+             std::to_string(static_cast<int>(n.dtype)) + ",";
+      char imm[64];
+      std::snprintf(imm, sizeof imm, "%a,%a", n.immediate, n.param);
+      key += imm;
+      for (int a : n.args) key += "," + std::to_string(a);
+      if (n.kind == FusedNode::Kind::kLoad) {
+        key += "," + ShapeToString(plan_.buffers[n.buffer].type.shape);
+        args.push_back(Address(n.buffer));
+      }
+      key += ";";
+    }
+    llvm::Function*& kernel = kernels_[key];
+    if (!kernel) {
+      llvm::IRBuilderBase::InsertPointGuard guard(b_);
+      std::vector<llvm::Type*> params(args.size(), ptr_);
+      kernel = llvm::Function::Create(llvm::FunctionType::get(b_.getVoidTy(), params, false),
+                                      llvm::Function::InternalLinkage, "fused_" + std::to_string(kernels_.size()), m_);
+      kernel->addFnAttr(llvm::Attribute::NoUnwind);
+      kernel->addFnAttr(llvm::Attribute::NoInline);
+      // Distinct buffers: lets LLVM vectorize without runtime alias checks.
+      for (unsigned i = 0; i < params.size(); ++i) kernel->addParamAttr(i, llvm::Attribute::NoAlias);
+      kernel_fn_ = kernel;
+      b_.SetInsertPoint(llvm::BasicBlock::Create(ctx_, "entry", kernel));
+      std::vector<llvm::Value*> kernel_args;
+      for (auto& a : kernel->args()) kernel_args.push_back(&a);
+      EmitFused(step, kernel_args);
+      b_.CreateRetVoid();
+    }
+    b_.CreateCall(kernel, args);
+  }
+
+  // The body of a fused kernel: `ptrs` are its output, then its loads.
+  void EmitFused(const PlanStep& step, const std::vector<llvm::Value*>& ptrs) {
     const PlanBuffer& out = plan_.buffers[step.outputs[0]];
     const Shape& shape = out.type.shape;
-    if (NumElements(shape) == 0) return;
     // Strides (elements) of every load, broadcast to the output's shape.
     std::vector<int> loads;
     for (size_t i = 0; i < step.nodes.size(); ++i) {
@@ -419,7 +479,7 @@ class Codegen {
     std::vector<llvm::Value*> iv;
     std::function<void(size_t)> nest = [&](size_t d) {
       if (d == dims.size()) {
-        EmitElement(step, loads, merged, out_strides, iv);
+        EmitElement(step, loads, merged, out_strides, iv, ptrs);
         return;
       }
       Loop(b_.getInt64(dims[d]), [&](llvm::Value* i) {
@@ -432,7 +492,8 @@ class Codegen {
   }
 
   void EmitElement(const PlanStep& step, const std::vector<int>& loads, const std::vector<Shape>& strides,
-                   const Shape& out_strides, const std::vector<llvm::Value*>& iv) {
+                   const Shape& out_strides, const std::vector<llvm::Value*>& iv,
+                   const std::vector<llvm::Value*>& ptrs) {
     auto offset = [&](const Shape& st) {
       llvm::Value* o = b_.getInt64(0);
       for (size_t d = 0; d < iv.size(); ++d) {
@@ -447,7 +508,8 @@ class Codegen {
       switch (n.kind) {
         case FusedNode::Kind::kLoad: {
           llvm::Type* t = ElementType(n.dtype);
-          llvm::Value* p = b_.CreateGEP(t, addresses_[n.buffer], offset(strides[load_index++]));
+          llvm::Value* p = b_.CreateGEP(t, ptrs[1 + load_index], offset(strides[load_index]));
+          ++load_index;
           llvm::Value* x = b_.CreateLoad(t, p);
           values[i] = n.dtype == DType::kBool ? b_.CreateICmpNE(x, b_.getInt8(0)) : x;
           break;
@@ -460,7 +522,7 @@ class Codegen {
     llvm::Value* result = values.back();
     if (out.type.dtype == DType::kBool) result = b_.CreateZExt(result, b_.getInt8Ty());
     llvm::Type* t = ElementType(out.type.dtype);
-    b_.CreateStore(result, b_.CreateGEP(t, addresses_[step.outputs[0]], offset(out_strides)));
+    b_.CreateStore(result, b_.CreateGEP(t, ptrs[0], offset(out_strides)));
   }
 };
 
@@ -550,7 +612,9 @@ ExecutablePtr JitSession::Compile(const Func& program, const CompileOptions& opt
   llvm::orc::LLJIT& jit = *state_->jit;
   module->setDataLayout(jit.getDataLayout());
   module->setTargetTriple(jit.getTargetTriple().str());
-  Codegen(plan, *module, name, options.poison_dead_buffers).Emit();
+  Codegen codegen(plan, *module, name, options.poison_dead_buffers);
+  codegen.Emit();
+  r.distinct_fused_kernels = codegen.distinct_kernels();
   std::string errors;
   llvm::raw_string_ostream es(errors);
   if (llvm::verifyModule(*module, &es)) throw JitFailure("generated invalid LLVM IR: " + errors);

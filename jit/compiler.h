@@ -34,6 +34,7 @@ struct CompileReport {
   std::string assembly;
   int kernels = 0;
   int fused_kernels = 0;
+  int distinct_fused_kernels = 0;  // fused kernels emitted once and shared by every step alike
   int64_t arena_bytes = 0, buffer_bytes = 0;
   size_t code_bytes = 0;
   double lower_ms = 0, codegen_ms = 0, optimize_ms = 0, machine_code_ms = 0;

@@ -4,6 +4,7 @@
 #include <cstring>
 #include <functional>
 #include <map>
+#include <queue>
 #include <set>
 #include <unordered_map>
 #include <unordered_set>
@@ -297,16 +298,22 @@ class Lowering {
     count(s.result);  // results are used outside: never inlined
     if (!options_.fuse) return;
     // A fusible value with one use, by a fusible operator of the same shape,
-    // is computed inside that operator's kernel.
-    std::unordered_map<const ExprNode*, TensorType> types;
-    for (const Binding& b : s.bindings) {
+    // is computed inside that operator's kernel, unless that is far away:
+    // computing it later keeps its inputs alive until then (a gradient summed
+    // over a whole tree would otherwise hold every partial sum in memory).
+    constexpr size_t kFusionWindow = 16;  // bindings between producer and consumer
+    std::unordered_map<const ExprNode*, size_t> position;
+    for (size_t i = 0; i < s.bindings.size(); ++i) {
+      const Binding& b = s.bindings[i];
+      position[b.var.get()] = i;
       auto* call = As<OpCallNode>(b.value);
       if (!call || !Fusible(call)) continue;
       producer_[b.var.get()] = call;
       TensorType out = TensorTypeOf(b.var);
       for (const Expr& a : call->args) {
         if (a->kind != ExprKind::kVar || !producer_.count(a.get()) || uses_[a.get()] != 1) continue;
-        if (TensorTypeOf(a).shape == out.shape) inlined_.insert(a.get());
+        if (TensorTypeOf(a).shape != out.shape || i - position.at(a.get()) > kFusionWindow) continue;
+        inlined_.insert(a.get());
       }
     }
   }
@@ -481,7 +488,9 @@ class Lowering {
     }
   }
 
-  // First fit by offset among the buffers alive at the same time.
+  // Buffers in order of definition; each takes the lowest free range of the
+  // arena that fits (first fit), and gives it back after its last use.
+  // Free ranges are kept merged, so this is O(n log n) in buffers.
   void PlanMemory() {
     std::vector<int> order;
     for (size_t b = 0; b < plan_.buffers.size(); ++b) {
@@ -489,25 +498,56 @@ class Lowering {
     }
     std::stable_sort(order.begin(), order.end(),
                      [&](int a, int b) { return plan_.buffers[a].first_step < plan_.buffers[b].first_step; });
-    auto aligned = [](int64_t n) { return (n + 63) / 64 * 64; };
-    std::multimap<int64_t, int> placed;  // offset → buffer, of buffers possibly still alive
-    int64_t arena = 0;
+    auto size_of = [&](int b) { return std::max<int64_t>(64, (plan_.buffers[b].bytes() + 63) / 64 * 64); };
+    std::map<int64_t, int64_t> free_ranges;  // offset → size, merged
+    int64_t top = 0;                         // the arena's end
+    using Expiry = std::pair<int, int>;      // (last step, buffer)
+    std::priority_queue<Expiry, std::vector<Expiry>, std::greater<>> alive;
+    auto release = [&](int b) {
+      int64_t offset = plan_.buffers[b].offset, size = size_of(b);
+      auto next = free_ranges.lower_bound(offset);
+      if (next != free_ranges.end() && next->first == offset + size) {
+        size += next->second;
+        next = free_ranges.erase(next);
+      }
+      if (next != free_ranges.begin()) {
+        auto prev = std::prev(next);
+        if (prev->first + prev->second == offset) {
+          prev->second += size;
+          return;
+        }
+      }
+      free_ranges.emplace(offset, size);
+    };
     for (int b : order) {
       PlanBuffer& buf = plan_.buffers[b];
-      plan_.buffer_bytes += aligned(buf.bytes());
-      for (auto it = placed.begin(); it != placed.end();) {
-        it = plan_.buffers[it->second].last_step < buf.first_step ? placed.erase(it) : std::next(it);
+      int64_t size = size_of(b);
+      plan_.buffer_bytes += size;
+      while (!alive.empty() && alive.top().first < buf.first_step) {
+        release(alive.top().second);
+        alive.pop();
       }
-      int64_t offset = 0, size = std::max<int64_t>(64, aligned(buf.bytes()));
-      for (const auto& [start, other] : placed) {
-        if (start >= offset + size) break;
-        offset = std::max(offset, start + std::max<int64_t>(64, aligned(plan_.buffers[other].bytes())));
+      auto fit = std::find_if(free_ranges.begin(), free_ranges.end(), [&](const auto& r) { return r.second >= size; });
+      if (fit != free_ranges.end()) {
+        buf.offset = fit->first;
+        int64_t rest = fit->second - size;
+        free_ranges.erase(fit);
+        if (rest > 0) free_ranges.emplace(buf.offset + size, rest);
+      } else {
+        // Grow the arena, reusing a free range that ends at the top.
+        buf.offset = top;
+        if (!free_ranges.empty()) {
+          auto last = std::prev(free_ranges.end());
+          if (last->first + last->second == top) {
+            buf.offset = last->first;
+            free_ranges.erase(last);
+          }
+        }
+        top = buf.offset + size;
       }
-      buf.offset = offset;
-      placed.emplace(offset, b);
-      arena = std::max(arena, offset + size);
+      alive.push({buf.last_step, b});
     }
-    plan_.arena_bytes = arena;
+    plan_.arena_bytes = top;
   }
 };
 

@@ -1,7 +1,9 @@
-// The `pejit` command line: check, run and partially evaluate .pj programs.
+// The `pejit` command line: check, run, partially evaluate and compile .pj programs.
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
@@ -10,6 +12,8 @@
 #include "interp/interpreter.h"
 #include "ir/json.h"
 #include "ir/module.h"
+#include "jit/autodiff.h"
+#include "jit/compiler.h"
 #include "pe/partial_eval.h"
 
 namespace pejit {
@@ -122,6 +126,58 @@ int PartialEval(const std::string& file, const std::string& entry, const std::st
   return 0;
 }
 
+// The leaves of Flatten(args) that belong to arguments `wrt` and are float.
+std::vector<int> GradientLeaves(const std::vector<Value>& args, const std::vector<int>& wrt) {
+  std::vector<int> leaves;
+  int index = 0;
+  for (size_t i = 0; i < args.size(); ++i) {
+    bool wanted = std::find(wrt.begin(), wrt.end(), static_cast<int>(i)) != wrt.end();
+    for (const Tensor& t : Flatten({args[i]})) {
+      if (wanted && IsFloat(t.dtype())) leaves.push_back(index);
+      ++index;
+    }
+  }
+  return leaves;
+}
+
+int Compile(const std::string& file, const std::string& entry, const std::string& args_file, bool grad,
+            const std::string& wrt_list, const std::string& emit, int opt_level) {
+  Snapshot s = Load(file);
+  std::vector<Value> args = LoadArgs(*s, entry, args_file);
+  auto t0 = std::chrono::steady_clock::now();
+  Residual r = PartialEvaluate(*s, entry, args);
+  double pe_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  Func program = r.main;
+  double ad_ms = 0;
+  if (grad) {
+    std::vector<int> wrt = wrt_list.empty() ? std::vector<int>{} : ParseIndices(wrt_list);
+    if (wrt.empty()) {
+      for (size_t i = 0; i < args.size(); ++i) wrt.push_back(static_cast<int>(i));
+    }
+    t0 = std::chrono::steady_clock::now();
+    program = Differentiate(r.main, GradientLeaves(args, wrt));
+    ad_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  }
+  auto session = JitSession::Create();
+  CompileOptions options;
+  options.opt_level = opt_level;
+  options.keep_ir = emit == "llvm";
+  options.keep_asm = emit == "asm";
+  CompileReport report;
+  ExecutablePtr exe = session->Compile(program, options, &report);
+  if (emit == "fused") std::printf("%s", report.plan.c_str());
+  if (emit == "llvm") std::printf("%s", report.llvm_ir.c_str());
+  if (emit == "asm") std::printf("%s", report.assembly.c_str());
+  std::printf(
+      "# %s for %s: %d kernels (%d fused, %d distinct fused), arena %.1f KiB (buffers side by side %.1f KiB), "
+      "code %.1f KiB\n# times: pe %.2f ms, autodiff %.2f ms, passes %.2f ms, llvm ir %.2f ms, llvm opt %.2f ms, "
+      "machine code %.2f ms\n",
+      entry.c_str(), session->host_cpu().c_str(), report.kernels, report.fused_kernels, report.distinct_fused_kernels,
+      report.arena_bytes / 1024.0, report.buffer_bytes / 1024.0, report.code_bytes / 1024.0, pe_ms, ad_ms,
+      report.lower_ms, report.codegen_ms, report.optimize_ms, report.machine_code_ms);
+  return 0;
+}
+
 }  // namespace
 }  // namespace pejit
 
@@ -156,11 +212,28 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   pe->add_option("--max-ops", pe_options.max_residual_ops, "operators the residual may hold")->capture_default_str();
 
+  std::string emit = "fused";
+  int opt_level = 3;
+  CLI::App* compile = app.add_subcommand("compile", "Specialize an entry to JSON arguments and compile it with "
+                                                    "LLVM; print the fused plan, LLVM IR or assembly, with counts "
+                                                    "and timings");
+  compile->add_option("file", file, "the .pj program")->required()->check(CLI::ExistingFile);
+  compile->add_option("--entry", entry, "the definition to compile, without '@'")->required();
+  compile->add_option("--args", args_file, "JSON array of arguments, as for `run`")->required();
+  compile->add_flag("--grad", grad, "compile the loss and its gradients (the result must be a scalar f32)");
+  compile->add_option("--wrt", wrt, "comma-separated argument indices to differentiate (default: all)");
+  compile->add_option("--emit", emit, "what to print: fused (the plan with kernel boundaries), llvm "
+                                      "(optimized LLVM IR) or asm")
+      ->check(CLI::IsMember({"fused", "llvm", "asm"}))
+      ->capture_default_str();
+  compile->add_option("-O", opt_level, "LLVM optimization level")->check(CLI::Range(0, 3))->capture_default_str();
+
   CLI11_PARSE(app, argc, argv);
   try {
     if (check->parsed()) return pejit::Check(file);
     if (run->parsed()) return pejit::Run(file, entry, args_file, grad, wrt);
     if (pe->parsed()) return pejit::PartialEval(file, entry, args_file, static_list, pe_options);
+    if (compile->parsed()) return pejit::Compile(file, entry, args_file, grad, wrt, emit, opt_level);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "pejit: %s\n", e.what());
     return 1;
