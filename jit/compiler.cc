@@ -220,7 +220,7 @@ class Codegen {
     llvm::BasicBlock* main_block = b_.GetInsertBlock();
     for (size_t start = 0; start < plan_.steps.size(); start += kStepsPerPart) {
       llvm::Function* part = llvm::Function::Create(fn_->getFunctionType(), llvm::Function::InternalLinkage,
-                                                    "part_" + std::to_string(start / kStepsPerPart), m_);
+                                                    fn_->getName() + "_part_" + std::to_string(start / kStepsPerPart), m_);
       part->addFnAttr(llvm::Attribute::NoUnwind);
       part->addFnAttr(llvm::Attribute::OptimizeNone);
       part->addFnAttr(llvm::Attribute::NoInline);
@@ -423,7 +423,8 @@ class Codegen {
       llvm::IRBuilderBase::InsertPointGuard guard(b_);
       std::vector<llvm::Type*> params(args.size(), ptr_);
       kernel = llvm::Function::Create(llvm::FunctionType::get(b_.getVoidTy(), params, false),
-                                      llvm::Function::InternalLinkage, "fused_" + std::to_string(kernels_.size()), m_);
+                                      llvm::Function::InternalLinkage,
+                                      fn_->getName() + "_fused_" + std::to_string(kernels_.size()), m_);
       kernel->addFnAttr(llvm::Attribute::NoUnwind);
       kernel->addFnAttr(llvm::Attribute::NoInline);
       // Distinct buffers: lets LLVM vectorize without runtime alias checks.
@@ -568,7 +569,11 @@ std::unique_ptr<JitSession> JitSession::Create() {
   auto state = std::make_shared<State>();
   auto jtmb = Unwrap(llvm::orc::JITTargetMachineBuilder::detectHost(), "detecting the host CPU");
   state->cpu = jtmb.getCPU();
-  state->jit = Unwrap(llvm::orc::LLJITBuilder().setJITTargetMachineBuilder(jtmb).create(), "creating LLJIT");
+  // Workers compile at once: each compile needs a TargetMachine of its own
+  // (LLJIT's default shares one, which corrupts objects built concurrently).
+  state->jit = Unwrap(
+      llvm::orc::LLJITBuilder().setJITTargetMachineBuilder(jtmb).setSupportConcurrentCompilation(true).create(),
+      "creating LLJIT");
   llvm::orc::LLJIT& jit = *state->jit;
   // libm (tanhf, expf, ...) from the process; the runtime ABI by address.
   jit.getMainJITDylib().addGenerator(Unwrap(

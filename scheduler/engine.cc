@@ -7,6 +7,7 @@
 // the queue's locks, or in atomics; the only hand-off TSan cannot see is TBB
 // passing a task to a worker, annotated in Spawn.
 #include "scheduler/engine.h"
+#include "scheduler/native_compile.h"
 
 #include <tbb/global_control.h>
 #include <tbb/info.h>
@@ -285,7 +286,7 @@ EngineImpl::EngineImpl(EngineOptions opts)
       cache(CacheLimits{options.code_cache_bytes, std::max(1, options.max_specializations_per_entry),
                         std::max(1, options.max_tracked_signatures_per_entry)}),
       interpreter_(options.interpreter),
-      compile_(options.compile ? options.compile : CompileFn(CompileWithResidualInterpreter)),
+      compile_(options.compile ? options.compile : CompileNative(JitSession::Create())),
       sink_(options.events.get()),
       arena_(workers, /*reserved_for_masters=*/0) {
   // TBB starts at most default_concurrency − 1 workers unless told otherwise

@@ -58,7 +58,7 @@ struct EngineOptions {
   int max_tracked_signatures_per_entry = 1024;
   PeOptions pe;
   InterpreterOptions interpreter;
-  // Null: CompileWithResidualInterpreter (scheduler/residual_executable.h).
+  // Null: native code with LLVM (CompileNative, scheduler/native_compile.h).
   CompileFn compile;
   // Runs on the worker just before `compile` (tests use it to make a compile slow or fail).
   std::function<void(const CompileInfo&)> before_compile;

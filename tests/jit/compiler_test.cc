@@ -185,5 +185,23 @@ TEST_F(CompilerTest, ManyThreadsRunOneExecutable) {
   EXPECT_EQ(agree.load(), 400);
 }
 
+// Workers compile at once on one session: every module must come out whole.
+TEST_F(CompilerTest, ManyThreadsCompileAtOnce) {
+  Snapshot s = Load("def @g(%x: Tensor[(16,), f32], %y: Tensor[(16,), f32]) { tanh(add(mul(%x, %y), exp(%y))) }");
+  Rng rng(7);
+  std::vector<Value> args = {Value(RandomUniform(rng, {16}, -1, 1)), Value(RandomUniform(rng, {16}, -1, 1))};
+  Func main = PartialEvaluate(*s, "g", args).main;
+  Tensor want = session_->Compile(main)->Run(Flatten(args))[0];
+  std::atomic<int> agree{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&] {
+      for (int i = 0; i < 5; ++i) agree += Equal(session_->Compile(main)->Run(Flatten(args))[0], want);
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(agree.load(), 20);
+}
+
 }  // namespace
 }  // namespace pejit

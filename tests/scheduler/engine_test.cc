@@ -83,7 +83,7 @@ TEST_F(EngineTest, CallsDuringASlowCompileRunInTheInterpreterThenCompiledCodeTak
   EXPECT_TRUE(ValueAllClose(loss.call(args), expected, 1e-6));
   s = loss.stats();
   EXPECT_EQ(s.calls_interpreter, 6);
-  EXPECT_EQ(s.calls_residual_interpreter, 1);
+  EXPECT_EQ(s.calls_compiled(), 1);
   EXPECT_EQ(s.hits, 1);
   EXPECT_EQ(s.compiled, 1);
 
@@ -106,7 +106,7 @@ TEST_F(EngineTest, CallsReportTheirTierAndDurationAsEvents) {
   other.call(args);
   std::vector<Event> calls = events_->Of(EventKind::kCall, "other");
   ASSERT_EQ(calls.size(), 1u);
-  EXPECT_EQ(calls[0].Text("tier"), "residual-interpreter");
+  EXPECT_EQ(calls[0].Text("tier"), "native");
   EXPECT_EQ(calls[0].Text("mode"), "value");
   EXPECT_EQ(calls[0].signature, ComputeSignature(args).ShortHash());
   EXPECT_GE(calls[0].duration_us, 0);
@@ -123,13 +123,13 @@ TEST_F(EngineTest, CompiledCodeReturnsWhatTheInterpreterReturns) {
   Value v = other.call(args);
   EXPECT_TRUE(ValueAllClose(v, Reference("other", args), 1e-6));
   ASSERT_EQ(v.kind(), Value::Kind::kTuple);
-  EXPECT_EQ(other.stats().calls_residual_interpreter, 1);
+  EXPECT_EQ(other.stats().calls_compiled(), 1);
 
   Entry loss = engine_->entry("loss");
   std::vector<Value> targs = TreeArgs(4, 1);
   ValueAndGrad got = loss.value_and_grad(targs, {1, 0});
   ValueAndGrad want = Interpreter().CallWithGrad(*engine_->module().snapshot(), "loss", targs, {1, 0});
-  ASSERT_EQ(loss.stats().calls_residual_interpreter, 1) << loss.status(targs, {1, 0}).reason;
+  ASSERT_EQ(loss.stats().calls_compiled(), 1) << loss.status(targs, {1, 0}).reason;
   EXPECT_TRUE(ValueAllClose(got.value, want.value, 1e-5));
   ASSERT_EQ(got.grads.size(), 2u);
   EXPECT_TRUE(ValueAllClose(got.grads[0], want.grads[0], 1e-5, 1e-6));
@@ -161,7 +161,7 @@ TEST_F(EngineTest, HotPolicyCompilesOnlyAfterNCalls) {
   loss.call(args);
   EntryStats s = loss.stats();
   EXPECT_EQ(s.calls_interpreter, 3);
-  EXPECT_EQ(s.calls_residual_interpreter, 1);
+  EXPECT_EQ(s.calls_compiled(), 1);
 }
 
 TEST_F(EngineTest, SyncPolicyCompilesBeforeTheFirstCall) {
@@ -171,7 +171,7 @@ TEST_F(EngineTest, SyncPolicyCompilesBeforeTheFirstCall) {
   EXPECT_TRUE(ValueAllClose(loss.call(args), Reference("loss", args), 1e-6));
   EntryStats s = loss.stats();
   EXPECT_EQ(s.calls_interpreter, 0);
-  EXPECT_EQ(s.calls_residual_interpreter, 1);
+  EXPECT_EQ(s.calls_compiled(), 1);
 }
 
 TEST_F(EngineTest, InterpreterPolicyNeverCompiles) {
@@ -278,7 +278,7 @@ TEST_F(EngineTest, StaticArgumentsArePartOfTheSignature) {
   EXPECT_TRUE(ValueEqual(scale.call({x, two}), Value(Tensor::FromVector<float>({3}, {2, 4, 6}))));
   EntryStats s = scale.stats();
   EXPECT_EQ(s.compiled, 2);
-  EXPECT_EQ(s.calls_residual_interpreter, 3);
+  EXPECT_EQ(s.calls_compiled(), 3);
 
   // Without the marking, both values share one signature (statistics are
   // per entry name, whatever the marking).
