@@ -1,22 +1,19 @@
 // Codegen and the ORC session.
 //
-// The generated module for a plan has
-//   void main(ptr ctx, ptr params, ptr results, ptr arena)
-// where params/results are arrays of tensor data pointers and arena is the
-// call's own scratch memory (so concurrent calls share nothing mutable):
-//   (1) each distinct fused kernel (same expression, shapes and strides)
-//       becomes one function, a loop nest over the output's shape (adjacent
-//       dimensions merged where every operand allows it) that LLVM optimizes
-//       and vectorizes; every step using it calls it with its buffers;
-//   (2) any other step calls pejit_rt_kernel(ctx, step, ptrs), which runs the
-//       operator's registered kernel (OpenBLAS for GEMMs) on views of the
-//       buffers; a kernel that throws records the error in ctx, later kernel
-//       calls do nothing, and Run reports it;
-//   (3) with poisoning on, buffers past their last use are overwritten.
-// main is one straight-line block of calls and is not optimized (optnone):
-// residual programs have tens of thousands of steps, and optimizing one huge
-// function is what makes compile times explode; the kernels it calls are
-// few, small and deduplicated, and get the full -O3 pipeline.
+// A plan (jit/plan.h) becomes one LLVM module holding its distinct fused
+// kernels, and a table of steps that the Executable walks:
+//   (1) each distinct fused kernel (same expression, shapes and strides) is one
+//       function `void k(ptr* buffers)` (output first, then each load): a loop
+//       nest over the output's shape, adjacent dimensions merged where every
+//       operand allows it, optimized at -O3 for the host CPU and vectorized;
+//       every step computing the same thing calls the same function;
+//   (2) any other step runs the operator's registered kernel (OpenBLAS for
+//       GEMMs) on views of the buffers;
+//   (3) a call gets its own arena, so concurrent calls share nothing mutable.
+// The steps are a table, not generated code, because residual programs have
+// tens of thousands of them and only tens of distinct kernels: emitting a
+// call per step made machine-code generation (register allocation over
+// thousands of calls) the slowest part of compiling, by seconds.
 // Elementwise math calls the same libm functions as the reference kernels,
 // without fast-math, so compiled and interpreted values agree exactly.
 #include "jit/compiler.h"
@@ -60,14 +57,6 @@ void Check(llvm::Error err, const std::string& what) {
   if (err) throw JitFailure(what + ": " + llvm::toString(std::move(err)));
 }
 
-class NativeExecutable;
-
-// What one call of a compiled function shares with the runtime.
-struct CallContext {
-  const NativeExecutable* exe;
-  std::string error;
-};
-
 // Object code bytes of the module being materialized on this thread.
 thread_local size_t g_object_bytes = 0;
 
@@ -82,14 +71,31 @@ struct JitSession::State {
 
 namespace {
 
+using KernelFn = void (*)(void* const* buffers);
+
 class NativeExecutable final : public Executable {
  public:
-  using MainFn = void (*)(CallContext*, void* const*, void* const*, char*);
-
-  NativeExecutable(Plan plan, std::shared_ptr<JitSession::State> state, llvm::orc::ResourceTrackerSP tracker,
-                   MainFn fn, size_t code_bytes)
-      : plan_(std::move(plan)), state_(std::move(state)), tracker_(std::move(tracker)), fn_(fn), code_bytes_(code_bytes) {
+  // `kernels[i]`: the function of step i when it is fused, else null.
+  NativeExecutable(Plan plan, std::vector<KernelFn> kernels, std::shared_ptr<JitSession::State> state,
+                   llvm::orc::ResourceTrackerSP tracker, size_t code_bytes, bool poison)
+      : plan_(std::move(plan)), kernels_(std::move(kernels)), state_(std::move(state)), tracker_(std::move(tracker)),
+        code_bytes_(code_bytes), poison_(poison) {
     state_->live_modules.fetch_add(1);
+    // What each step reads and writes, in the order its kernel wants them.
+    for (size_t i = 0; i < plan_.steps.size(); ++i) {
+      const PlanStep& step = plan_.steps[i];
+      std::vector<int> operands;
+      if (step.kind == PlanStep::Kind::kFused) {
+        operands.push_back(step.outputs[0]);
+        for (const FusedNode& n : step.nodes) {
+          if (n.kind == FusedNode::Kind::kLoad) operands.push_back(n.buffer);
+        }
+      } else {
+        operands = step.inputs;
+        operands.insert(operands.end(), step.outputs.begin(), step.outputs.end());
+      }
+      operands_.push_back(std::move(operands));
+    }
   }
 
   // The last holder is gone, so no call can be running this code: free it.
@@ -103,28 +109,50 @@ class NativeExecutable final : public Executable {
       throw std::invalid_argument("compiled function takes " + std::to_string(plan_.params.size()) + " inputs, got " +
                                   std::to_string(inputs.size()));
     }
-    std::vector<void*> params(inputs.size());
-    for (size_t i = 0; i < inputs.size(); ++i) {
-      const TensorType& want = plan_.buffers[plan_.params[i]].type;
-      if (!inputs[i].defined() || inputs[i].type() != want) {
-        throw std::invalid_argument("input " + std::to_string(i) + " of the compiled function must be " +
-                                    want.ToString() + ", got " +
-                                    (inputs[i].defined() ? inputs[i].type().ToString() : "nothing"));
-      }
-      params[i] = const_cast<void*>(inputs[i].raw_data());
-    }
     std::vector<Tensor> results;
-    std::vector<void*> result_ptrs;
+    std::unique_ptr<char, decltype(&std::free)> arena(
+        static_cast<char*>(std::aligned_alloc(64, std::max<int64_t>(64, plan_.arena_bytes))), &std::free);
+    std::vector<void*> address(plan_.buffers.size(), nullptr);
+    for (size_t i = 0; i < plan_.buffers.size(); ++i) {
+      const PlanBuffer& buf = plan_.buffers[i];
+      switch (buf.kind) {
+        case PlanBuffer::Kind::kParam: {
+          const Tensor& in = inputs[buf.param];
+          if (!in.defined() || in.type() != buf.type) {
+            throw std::invalid_argument("input " + std::to_string(buf.param) + " of the compiled function must be " +
+                                        buf.type.ToString() + ", got " +
+                                        (in.defined() ? in.type().ToString() : "nothing"));
+          }
+          address[i] = const_cast<void*>(in.raw_data());
+          break;
+        }
+        case PlanBuffer::Kind::kResult: break;
+        case PlanBuffer::Kind::kArena: address[i] = arena.get() + buf.offset; break;
+        case PlanBuffer::Kind::kConstant: address[i] = const_cast<void*>(buf.constant.raw_data()); break;
+        case PlanBuffer::Kind::kAlias: break;
+      }
+    }
     for (int b : plan_.results) {
       const TensorType& t = plan_.buffers[b].type;
       results.push_back(Tensor::Empty(t.dtype, t.shape));
-      result_ptrs.push_back(results.back().raw_data());
+      address[b] = results.back().raw_data();
     }
-    std::unique_ptr<char, decltype(&std::free)> arena(
-        static_cast<char*>(std::aligned_alloc(64, std::max<int64_t>(64, plan_.arena_bytes))), &std::free);
-    CallContext ctx{this, {}};
-    fn_(&ctx, params.data(), result_ptrs.data(), arena.get());
-    if (!ctx.error.empty()) throw std::runtime_error(ctx.error);
+    for (size_t i = 0; i < plan_.buffers.size(); ++i) {
+      size_t root = i;
+      while (plan_.buffers[root].kind == PlanBuffer::Kind::kAlias) root = plan_.buffers[root].alias_of;
+      address[i] = address[root];
+    }
+    std::vector<void*> ptrs;
+    for (size_t s = 0; s < plan_.steps.size(); ++s) {
+      ptrs.clear();
+      for (int b : operands_[s]) ptrs.push_back(address[b]);
+      if (kernels_[s]) {
+        kernels_[s](ptrs.data());
+      } else {
+        RunKernel(plan_.steps[s], ptrs);
+      }
+      if (poison_) Poison(static_cast<int>(s), address);
+    }
     return results;
   }
 
@@ -132,9 +160,9 @@ class NativeExecutable final : public Executable {
   size_t code_bytes() const override { return code_bytes_; }
   const char* tier() const override { return "native"; }
 
-  // Runs step `index`'s operator kernel on the buffers at `ptrs` (inputs, then outputs).
-  void RunKernel(int64_t index, void* const* ptrs) const {
-    const PlanStep& step = plan_.steps[index];
+ private:
+  // A registered operator's kernel on views of the buffers (inputs, then outputs).
+  void RunKernel(const PlanStep& step, const std::vector<void*>& ptrs) const {
     std::vector<Tensor> ins, outs;
     size_t k = 0;
     for (int b : step.inputs) {
@@ -145,152 +173,97 @@ class NativeExecutable final : public Executable {
       const TensorType& t = plan_.buffers[b].type;
       outs.push_back(Tensor::Wrap(ptrs[k++], t.dtype, t.shape, nullptr));
     }
-    step.op->kernel(ins, outs, step.attrs);
+    if (NumElements(plan_.buffers[step.outputs[0]].type.shape) > 0 || step.op->name == "split" ||
+        step.op->name == "chunk") {
+      step.op->kernel(ins, outs, step.attrs);
+    }
   }
 
- private:
+  // Debug mode: overwrite arena buffers right after their last use.
+  void Poison(int step, const std::vector<void*>& address) const {
+    for (size_t i = 0; i < plan_.buffers.size(); ++i) {
+      const PlanBuffer& buf = plan_.buffers[i];
+      if (buf.kind == PlanBuffer::Kind::kArena && buf.last_step == step && buf.bytes() > 0) {
+        std::memset(address[i], 0xff, static_cast<size_t>(buf.bytes()));  // NaN floats, -1 integers
+      }
+    }
+  }
+
   Plan plan_;
+  std::vector<KernelFn> kernels_;
+  std::vector<std::vector<int>> operands_;
   std::shared_ptr<JitSession::State> state_;  // keeps the LLJIT alive as long as this code
   llvm::orc::ResourceTrackerSP tracker_;
-  MainFn fn_;
   size_t code_bytes_;
+  bool poison_;
 };
 
 }  // namespace
-}  // namespace pejit
 
-// ---- The runtime ABI called by generated code ---------------------------------------
-
-extern "C" void pejit_rt_kernel(void* ctx, int64_t step, void* const* ptrs) {
-  auto* call = static_cast<pejit::CallContext*>(ctx);
-  if (!call->error.empty()) return;  // an earlier kernel failed: the call's results are void
-  try {
-    call->exe->RunKernel(step, ptrs);
-  } catch (const std::exception& e) {
-    call->error = e.what();
-  }
-}
-
-extern "C" void pejit_rt_poison(void* ptr, int64_t bytes) {
-  std::memset(ptr, 0xff, static_cast<size_t>(bytes));  // NaN in every float, -1 in every integer
-}
-
-namespace pejit {
 namespace {
 
 // ---- Codegen --------------------------------------------------------------------------
 
 class Codegen {
  public:
-  Codegen(const Plan& plan, llvm::Module& module, const std::string& name, bool poison)
-      : plan_(plan), m_(module), ctx_(module.getContext()), b_(ctx_), poison_(poison) {
+  Codegen(const Plan& plan, llvm::Module& module, const std::string& prefix)
+      : plan_(plan), m_(module), ctx_(module.getContext()), b_(ctx_), prefix_(prefix) {
     ptr_ = b_.getPtrTy();
     i64_ = b_.getInt64Ty();
-    i32_ = b_.getInt32Ty();
-    fn_ = llvm::Function::Create(llvm::FunctionType::get(b_.getVoidTy(), {ptr_, ptr_, ptr_, ptr_}, false),
-                                 llvm::Function::ExternalLinkage, name, m_);
-    fn_->addFnAttr(llvm::Attribute::NoUnwind);
-    fn_->addFnAttr(llvm::Attribute::OptimizeNone);
-    fn_->addFnAttr(llvm::Attribute::NoInline);
-    rt_kernel_ = m_.getOrInsertFunction("pejit_rt_kernel",
-                                        llvm::FunctionType::get(b_.getVoidTy(), {ptr_, i64_, ptr_}, false));
-    rt_poison_ = m_.getOrInsertFunction("pejit_rt_poison", llvm::FunctionType::get(b_.getVoidTy(), {ptr_, i64_}, false));
+  }
+
+  // Emits the distinct fused kernels; returns, per step, the name of its
+  // kernel function ("" for steps that run an operator's kernel).
+  std::vector<std::string> Emit() {
+    std::vector<std::string> names;
+    for (const PlanStep& step : plan_.steps) {
+      names.push_back(step.kind == PlanStep::Kind::kFused ? KernelFor(step) : "");
+    }
+    return names;
   }
 
   int distinct_kernels() const { return static_cast<int>(kernels_.size()); }
-
-  void Emit() {
-    auto args = fn_->arg_begin();
-    llvm::Value* ctx = args++;
-    llvm::Value* params = args++;
-    llvm::Value* results = args++;
-    llvm::Value* arena = args++;
-    b_.SetInsertPoint(llvm::BasicBlock::Create(ctx_, "entry", fn_));
-
-    // Buffer addresses are computed where each step uses them, not once at
-    // the top: tens of thousands of values live across the whole function
-    // would make register allocation the slowest part of compiling.
-    size_t max_ptrs = 1;
-    for (const PlanStep& s : plan_.steps) max_ptrs = std::max(max_ptrs, s.inputs.size() + s.outputs.size());
-
-    // The steps go into functions of kStepsPerPart steps each, which main
-    // calls in order: register allocation is quadratic in the calls one
-    // function makes, so one function of 20,000 calls takes minutes to compile.
-    constexpr size_t kStepsPerPart = 256;
-    llvm::BasicBlock* main_block = b_.GetInsertBlock();
-    for (size_t start = 0; start < plan_.steps.size(); start += kStepsPerPart) {
-      llvm::Function* part = llvm::Function::Create(fn_->getFunctionType(), llvm::Function::InternalLinkage,
-                                                    fn_->getName() + "_part_" + std::to_string(start / kStepsPerPart), m_);
-      part->addFnAttr(llvm::Attribute::NoUnwind);
-      part->addFnAttr(llvm::Attribute::OptimizeNone);
-      part->addFnAttr(llvm::Attribute::NoInline);
-      b_.SetInsertPoint(main_block);
-      b_.CreateCall(part, {ctx, params, results, arena});
-      auto part_args = part->arg_begin();
-      ctx_arg_ = part_args++;
-      params_arg_ = part_args++;
-      results_arg_ = part_args++;
-      arena_arg_ = part_args++;
-      b_.SetInsertPoint(llvm::BasicBlock::Create(ctx_, "entry", part));
-      ptr_array_ = b_.CreateAlloca(ptr_, b_.getInt64(max_ptrs), "ptrs");
-      for (size_t s = start; s < std::min(plan_.steps.size(), start + kStepsPerPart); ++s) {
-        const PlanStep& step = plan_.steps[s];
-        if (step.kind == PlanStep::Kind::kFused) {
-          CallFused(step);
-        } else {
-          EmitKernelCall(ctx_arg_, static_cast<int64_t>(s), step);
-        }
-        if (poison_) EmitPoison(static_cast<int>(s));
-      }
-      b_.CreateRetVoid();
-    }
-    b_.SetInsertPoint(main_block);
-    b_.CreateRetVoid();
-  }
 
  private:
   const Plan& plan_;
   llvm::Module& m_;
   llvm::LLVMContext& ctx_;
   llvm::IRBuilder<> b_;
-  bool poison_;
-  llvm::Type *ptr_, *i64_, *i32_;
-  llvm::Function* fn_;          // main
+  std::string prefix_;
+  llvm::Type *ptr_, *i64_;
   llvm::Function* kernel_fn_ = nullptr;  // the fused kernel being emitted
-  llvm::FunctionCallee rt_kernel_, rt_poison_;
-  llvm::Value* ptr_array_ = nullptr;
-  llvm::Value *ctx_arg_ = nullptr, *params_arg_ = nullptr, *results_arg_ = nullptr, *arena_arg_ = nullptr;
+  std::map<std::string, std::string> kernels_;  // fused kernels by what they compute
 
-  // The address of buffer `i`'s data, computed at the insertion point.
-  llvm::Value* Address(int i) {
-    while (plan_.buffers[i].kind == PlanBuffer::Kind::kAlias) i = plan_.buffers[i].alias_of;
-    const PlanBuffer& buf = plan_.buffers[i];
-    switch (buf.kind) {
-      case PlanBuffer::Kind::kParam: return b_.CreateLoad(ptr_, b_.CreateConstGEP1_64(ptr_, params_arg_, buf.param));
-      case PlanBuffer::Kind::kResult: return b_.CreateLoad(ptr_, b_.CreateConstGEP1_64(ptr_, results_arg_, buf.result));
-      case PlanBuffer::Kind::kArena: return b_.CreateConstGEP1_64(b_.getInt8Ty(), arena_arg_, buf.offset);
-      case PlanBuffer::Kind::kConstant:
-        return b_.CreateIntToPtr(b_.getInt64(reinterpret_cast<uint64_t>(buf.constant.raw_data())), ptr_);
-      case PlanBuffer::Kind::kAlias: break;
+  // The function computing `step`, emitted unless an earlier step's is the same.
+  std::string KernelFor(const PlanStep& step) {
+    const PlanBuffer& out = plan_.buffers[step.outputs[0]];
+    std::string key = out.type.ToString() + "|";
+    for (const FusedNode& n : step.nodes) {
+      key += std::to_string(static_cast<int>(n.kind)) + "," + std::to_string(static_cast<int>(n.op)) + "," +
+             std::to_string(static_cast<int>(n.dtype)) + ",";
+      char imm[64];
+      std::snprintf(imm, sizeof imm, "%a,%a", n.immediate, n.param);
+      key += imm;
+      for (int a : n.args) key += "," + std::to_string(a);
+      if (n.kind == FusedNode::Kind::kLoad) key += "," + ShapeToString(plan_.buffers[n.buffer].type.shape);
+      key += ";";
     }
-    return nullptr;
-  }
-  std::map<std::string, llvm::Function*> kernels_;  // fused kernels by signature
-
-  void EmitKernelCall(llvm::Value* ctx, int64_t index, const PlanStep& step) {
-    int k = 0;
-    for (int buf : step.inputs) b_.CreateStore(Address(buf), b_.CreateConstGEP1_64(ptr_, ptr_array_, k++));
-    for (int buf : step.outputs) b_.CreateStore(Address(buf), b_.CreateConstGEP1_64(ptr_, ptr_array_, k++));
-    b_.CreateCall(rt_kernel_, {ctx, b_.getInt64(index), ptr_array_});
-  }
-
-  void EmitPoison(int step) {
-    for (size_t i = 0; i < plan_.buffers.size(); ++i) {
-      const PlanBuffer& buf = plan_.buffers[i];
-      if (buf.kind == PlanBuffer::Kind::kArena && buf.last_step == step && buf.bytes() > 0) {
-        b_.CreateCall(rt_poison_, {Address(static_cast<int>(i)), b_.getInt64(buf.bytes())});
-      }
-    }
+    std::string& name = kernels_[key];
+    if (!name.empty()) return name;
+    name = prefix_ + "_fused_" + std::to_string(kernels_.size() - 1);
+    kernel_fn_ = llvm::Function::Create(llvm::FunctionType::get(b_.getVoidTy(), {ptr_}, false),
+                                        llvm::Function::ExternalLinkage, name, m_);
+    kernel_fn_->addFnAttr(llvm::Attribute::NoUnwind);
+    b_.SetInsertPoint(llvm::BasicBlock::Create(ctx_, "entry", kernel_fn_));
+    // The buffers' addresses, loaded once, before the loops.
+    llvm::Value* table = kernel_fn_->getArg(0);
+    std::vector<llvm::Value*> ptrs;
+    size_t operands = 1;
+    for (const FusedNode& n : step.nodes) operands += n.kind == FusedNode::Kind::kLoad;
+    for (size_t i = 0; i < operands; ++i) ptrs.push_back(b_.CreateLoad(ptr_, b_.CreateConstGEP1_64(ptr_, table, i)));
+    if (NumElements(out.type.shape) > 0) EmitFused(step, ptrs);
+    b_.CreateRetVoid();
+    return name;
   }
 
   llvm::Type* ElementType(DType d) {
@@ -398,51 +371,9 @@ class Codegen {
     b_.SetInsertPoint(exit);
   }
 
-  // Calls the fused kernel for `step`, emitting it first if no earlier step
-  // has the same one. Its arguments: the output, then each load's buffer.
-  void CallFused(const PlanStep& step) {
-    const PlanBuffer& out = plan_.buffers[step.outputs[0]];
-    if (NumElements(out.type.shape) == 0) return;
-    std::string key = out.type.ToString() + "|";
-    std::vector<llvm::Value*> args = {Address(step.outputs[0])};
-    for (const FusedNode& n : step.nodes) {
-      key += std::to_string(static_cast<int>(n.kind)) + "," + std::to_string(static_cast<int>(n.op)) + "," +
-             std::to_string(static_cast<int>(n.dtype)) + ",";
-      char imm[64];
-      std::snprintf(imm, sizeof imm, "%a,%a", n.immediate, n.param);
-      key += imm;
-      for (int a : n.args) key += "," + std::to_string(a);
-      if (n.kind == FusedNode::Kind::kLoad) {
-        key += "," + ShapeToString(plan_.buffers[n.buffer].type.shape);
-        args.push_back(Address(n.buffer));
-      }
-      key += ";";
-    }
-    llvm::Function*& kernel = kernels_[key];
-    if (!kernel) {
-      llvm::IRBuilderBase::InsertPointGuard guard(b_);
-      std::vector<llvm::Type*> params(args.size(), ptr_);
-      kernel = llvm::Function::Create(llvm::FunctionType::get(b_.getVoidTy(), params, false),
-                                      llvm::Function::InternalLinkage,
-                                      fn_->getName() + "_fused_" + std::to_string(kernels_.size()), m_);
-      kernel->addFnAttr(llvm::Attribute::NoUnwind);
-      kernel->addFnAttr(llvm::Attribute::NoInline);
-      // Distinct buffers: lets LLVM vectorize without runtime alias checks.
-      for (unsigned i = 0; i < params.size(); ++i) kernel->addParamAttr(i, llvm::Attribute::NoAlias);
-      kernel_fn_ = kernel;
-      b_.SetInsertPoint(llvm::BasicBlock::Create(ctx_, "entry", kernel));
-      std::vector<llvm::Value*> kernel_args;
-      for (auto& a : kernel->args()) kernel_args.push_back(&a);
-      EmitFused(step, kernel_args);
-      b_.CreateRetVoid();
-    }
-    b_.CreateCall(kernel, args);
-  }
-
   // The body of a fused kernel: `ptrs` are its output, then its loads.
   void EmitFused(const PlanStep& step, const std::vector<llvm::Value*>& ptrs) {
-    const PlanBuffer& out = plan_.buffers[step.outputs[0]];
-    const Shape& shape = out.type.shape;
+    const Shape& shape = plan_.buffers[step.outputs[0]].type.shape;
     // Strides (elements) of every load, broadcast to the output's shape.
     std::vector<int> loads;
     for (size_t i = 0; i < step.nodes.size(); ++i) {
@@ -575,15 +506,10 @@ std::unique_ptr<JitSession> JitSession::Create() {
       llvm::orc::LLJITBuilder().setJITTargetMachineBuilder(jtmb).setSupportConcurrentCompilation(true).create(),
       "creating LLJIT");
   llvm::orc::LLJIT& jit = *state->jit;
-  // libm (tanhf, expf, ...) from the process; the runtime ABI by address.
+  // libm (tanhf, expf, ...) from the process.
   jit.getMainJITDylib().addGenerator(Unwrap(
       llvm::orc::DynamicLibrarySearchGenerator::GetForCurrentProcess(jit.getDataLayout().getGlobalPrefix()),
       "searching the process for libm"));
-  llvm::orc::SymbolMap runtime;
-  auto flags = llvm::JITSymbolFlags::Exported | llvm::JITSymbolFlags::Callable;
-  runtime[jit.mangleAndIntern("pejit_rt_kernel")] = {llvm::orc::ExecutorAddr::fromPtr(&pejit_rt_kernel), flags};
-  runtime[jit.mangleAndIntern("pejit_rt_poison")] = {llvm::orc::ExecutorAddr::fromPtr(&pejit_rt_poison), flags};
-  Check(jit.getMainJITDylib().define(llvm::orc::absoluteSymbols(std::move(runtime))), "defining the runtime ABI");
   jit.getObjTransformLayer().setTransform([](std::unique_ptr<llvm::MemoryBuffer> object) {
     g_object_bytes += object->getBufferSize();
     return llvm::Expected<std::unique_ptr<llvm::MemoryBuffer>>(std::move(object));
@@ -609,16 +535,16 @@ ExecutablePtr JitSession::Compile(const Func& program, const CompileOptions& opt
   r.arena_bytes = plan.arena_bytes;
   r.buffer_bytes = plan.buffer_bytes;
 
-  // (2) Emit LLVM IR.
+  // (2) Emit LLVM IR: the distinct fused kernels.
   t0 = Clock::now();
-  std::string name = "pejit_main_" + std::to_string(state_->next_module.fetch_add(1));
+  std::string prefix = "pejit_" + std::to_string(state_->next_module.fetch_add(1));
   auto context = std::make_unique<llvm::LLVMContext>();
-  auto module = std::make_unique<llvm::Module>(name, *context);
+  auto module = std::make_unique<llvm::Module>(prefix, *context);
   llvm::orc::LLJIT& jit = *state_->jit;
   module->setDataLayout(jit.getDataLayout());
   module->setTargetTriple(jit.getTargetTriple().str());
-  Codegen codegen(plan, *module, name, options.poison_dead_buffers);
-  codegen.Emit();
+  Codegen codegen(plan, *module, prefix);
+  std::vector<std::string> step_kernels = codegen.Emit();
   r.distinct_fused_kernels = codegen.distinct_kernels();
   std::string errors;
   llvm::raw_string_ostream es(errors);
@@ -643,15 +569,25 @@ ExecutablePtr JitSession::Compile(const Func& program, const CompileOptions& opt
   Check(jit.addIRModule(tracker, llvm::orc::ThreadSafeModule(std::move(module), std::move(context))),
         "adding the module");
   g_object_bytes = 0;
-  auto address = Unwrap(jit.lookup(name), "compiling " + name);
+  std::map<std::string, KernelFn> resolved;
+  std::vector<KernelFn> kernels;
+  for (const std::string& name : step_kernels) {
+    if (name.empty()) {
+      kernels.push_back(nullptr);
+      continue;
+    }
+    KernelFn& fn = resolved[name];
+    if (!fn) fn = Unwrap(jit.lookup(name), "compiling " + name).toPtr<KernelFn>();
+    kernels.push_back(fn);
+  }
   r.machine_code_ms = Ms(t0);
   size_t constants = 0;
   for (const PlanBuffer& b : plan.buffers) {
     if (b.kind == PlanBuffer::Kind::kConstant) constants += b.constant.nbytes();
   }
   r.code_bytes = g_object_bytes + constants;
-  return std::make_shared<NativeExecutable>(std::move(plan), state_, std::move(tracker),
-                                            address.toPtr<NativeExecutable::MainFn>(), r.code_bytes);
+  return std::make_shared<NativeExecutable>(std::move(plan), std::move(kernels), state_, std::move(tracker),
+                                            r.code_bytes, options.poison_dead_buffers);
 }
 
 }  // namespace pejit

@@ -1,11 +1,12 @@
 // \file The JIT: residual programs to native code, through LLVM ORC.
 //
 // One JitSession per engine owns an ORC LLJIT for the host CPU. Compile()
-// lowers a residual program (jit/plan.h), emits one LLVM module with one
-// function running the whole plan — fused elementwise kernels as loops that
-// LLVM vectorizes, other operators and GEMMs through the runtime ABI
-// (jit/runtime.h) — optimizes it with the new pass manager and adds it under a
-// resource tracker of its own, so that dropping the Executable frees its code.
+// lowers a residual program (jit/plan.h), emits one LLVM module with its
+// distinct fused elementwise kernels (loops LLVM vectorizes), optimizes it
+// with the new pass manager, and adds it under a resource tracker of its own,
+// so that dropping the Executable frees its code. The Executable walks the
+// plan's steps: fused kernels natively, other operators (GEMMs through
+// OpenBLAS) through their registered kernels. See compiler.cc for why.
 #pragma once
 
 #include <memory>
