@@ -57,8 +57,6 @@ void Check(llvm::Error err, const std::string& what) {
   if (err) throw JitFailure(what + ": " + llvm::toString(std::move(err)));
 }
 
-// Object code bytes of the module being materialized on this thread.
-thread_local size_t g_object_bytes = 0;
 
 }  // namespace
 
@@ -67,6 +65,9 @@ struct JitSession::State {
   std::string cpu;
   std::atomic<uint64_t> next_module{0};
   std::atomic<int> live_modules{0};
+  // Object code bytes per module, as ORC links them (on any thread).
+  std::mutex object_mu;
+  std::map<std::string, size_t> object_bytes;
 };
 
 namespace {
@@ -510,8 +511,12 @@ std::unique_ptr<JitSession> JitSession::Create() {
   jit.getMainJITDylib().addGenerator(Unwrap(
       llvm::orc::DynamicLibrarySearchGenerator::GetForCurrentProcess(jit.getDataLayout().getGlobalPrefix()),
       "searching the process for libm"));
-  jit.getObjTransformLayer().setTransform([](std::unique_ptr<llvm::MemoryBuffer> object) {
-    g_object_bytes += object->getBufferSize();
+  State* raw = state.get();
+  jit.getObjTransformLayer().setTransform([raw](std::unique_ptr<llvm::MemoryBuffer> object) {
+    // ORC names object buffers "<module>-jitted-objectbuffer".
+    std::string module = object->getBufferIdentifier().split("-jitted").first.str();
+    std::lock_guard<std::mutex> lock(raw->object_mu);
+    raw->object_bytes[module] += object->getBufferSize();
     return llvm::Expected<std::unique_ptr<llvm::MemoryBuffer>>(std::move(object));
   });
   return std::unique_ptr<JitSession>(new JitSession(std::move(state)));
@@ -568,7 +573,6 @@ ExecutablePtr JitSession::Compile(const Func& program, const CompileOptions& opt
   llvm::orc::ResourceTrackerSP tracker = jit.getMainJITDylib().createResourceTracker();
   Check(jit.addIRModule(tracker, llvm::orc::ThreadSafeModule(std::move(module), std::move(context))),
         "adding the module");
-  g_object_bytes = 0;
   std::map<std::string, KernelFn> resolved;
   std::vector<KernelFn> kernels;
   for (const std::string& name : step_kernels) {
@@ -585,7 +589,11 @@ ExecutablePtr JitSession::Compile(const Func& program, const CompileOptions& opt
   for (const PlanBuffer& b : plan.buffers) {
     if (b.kind == PlanBuffer::Kind::kConstant) constants += b.constant.nbytes();
   }
-  r.code_bytes = g_object_bytes + constants;
+  {
+    std::lock_guard<std::mutex> lock(state_->object_mu);
+    r.code_bytes = state_->object_bytes[prefix] + constants;
+    state_->object_bytes.erase(prefix);
+  }
   return std::make_shared<NativeExecutable>(std::move(plan), std::move(kernels), state_, std::move(tracker),
                                             r.code_bytes, options.poison_dead_buffers);
 }

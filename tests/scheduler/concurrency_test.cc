@@ -31,6 +31,9 @@ TEST(EngineConcurrency, CallsEditsAndEvictionsAtOnceGiveTheInterpretersAnswers) 
   auto events = std::make_shared<RecordingSink>();
   EngineOptions options = Options(Policy::Eager(), [&](EngineOptions& o) {
     o.workers = 2;
+    // Compiling through the residual interpreter takes milliseconds: this test
+    // is about the engine's concurrency (LLVM's has tests/jit).
+    o.compile = CompileWithResidualInterpreter;
     o.code_cache_bytes = 1;  // every swap evicts all other ready code
     o.max_specializations_per_entry = 2;
     o.events = events;
