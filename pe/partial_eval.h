@@ -27,8 +27,13 @@ struct PeOptions {
   // Operators in the residual program; past it, partial evaluation fails.
   int64_t max_residual_ops = 200'000;
   // Native stack the evaluator may use (it recurses over the program); past
-  // it, partial evaluation fails rather than crash.
+  // it, partial evaluation fails rather than crash. Sanitizer builds have
+  // frames several times larger, and get a proportionally larger budget.
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+  int64_t max_stack_bytes = 3 << 20;
+#else
   int64_t max_stack_bytes = 1 << 20;
+#endif
 };
 
 // Partial evaluation gave up; the call should run in the interpreter. what()
