@@ -126,45 +126,6 @@ Value Rebuild(const Value& like, const std::vector<Value>& leaves, size_t& pos) 
   return like;
 }
 
-// A copy of `root` with tuples and constructor values of its own (tensors
-// and closures shared). A job keeps such a copy, not the caller's: Value's
-// destructor takes apart nested values it believes it owns alone after a
-// relaxed use_count() check, which does not order the caller's earlier reads
-// before a worker's teardown (ThreadSanitizer reports it; see ir/value.cc).
-Value CopySkeleton(const Value& root) {
-  struct Frame {
-    const Value* value;
-    std::vector<Value> fields;  // rebuilt so far
-  };
-  auto composite = [](const Value& v) {
-    return v.kind() == Value::Kind::kTuple || v.kind() == Value::Kind::kAdt;
-  };
-  std::vector<Frame> stack;
-  stack.push_back({&root, {}});
-  Value result;
-  while (!stack.empty()) {
-    const Value& v = *stack.back().value;
-    size_t done = stack.back().fields.size();
-    if (composite(v) && done < v.fields().size()) {
-      stack.push_back({&v.fields()[done], {}});  // (a new frame: no references into `stack` kept)
-      continue;
-    }
-    Value built = v;
-    if (composite(v)) {
-      std::vector<Value> fields = std::move(stack.back().fields);
-      built = v.kind() == Value::Kind::kTuple ? Value::Tuple(std::move(fields))
-                                              : Value::Adt(v.adt(), v.tag(), std::move(fields));
-    }
-    stack.pop_back();
-    if (stack.empty()) {
-      result = std::move(built);
-    } else {
-      stack.back().fields.push_back(std::move(built));
-    }
-  }
-  return result;
-}
-
 // What the interpreter checks before a call, so that a job never specializes
 // arguments tier 0 would reject.
 void CheckArguments(const std::string& entry, const FuncNode& f, const std::vector<Value>& args) {
@@ -537,8 +498,7 @@ void EngineImpl::Enqueue(Request& r, const SlotPtr& slot, JobPriority priority) 
   auto job = std::make_shared<Job>();
   job->slot = slot;
   job->snapshot = r.snapshot;
-  job->args.reserve(r.args.size());
-  for (const Value& a : r.args) job->args.push_back(CopySkeleton(a));
+  job->args = r.args;
   job->static_args = r.static_args;
   job->grad = r.wrt != nullptr;
   if (r.wrt) job->wrt = *r.wrt;

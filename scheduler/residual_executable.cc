@@ -9,14 +9,6 @@
 namespace pejit {
 namespace {
 
-void PushLeaves(const Value& v, std::vector<Tensor>& out) {
-  if (v.is_tensor()) {
-    out.push_back(v.tensor());
-  } else {
-    for (const Value& f : v.fields()) PushLeaves(f, out);
-  }
-}
-
 // About what the IR takes in memory: a node ~64 bytes, an operator call's
 // argument a shared pointer, constants their data (once per buffer). Walks
 // let-chains with a loop (residuals are long chains), the rest with
@@ -142,10 +134,7 @@ std::vector<Tensor> ResidualExecutable::Run(std::span<const Tensor> inputs) cons
     }
     throw;
   }
-  std::vector<Tensor> out;
-  out.reserve(CountTensorLeaves(result_type_));
-  PushLeaves(result, out);
-  return out;
+  return Flatten({result});
 }
 
 ExecutablePtr CompileWithResidualInterpreter(const Residual& residual) {

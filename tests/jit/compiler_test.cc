@@ -14,15 +14,6 @@
 namespace pejit {
 namespace {
 
-// The result tensors of a value, depth first.
-void Leaves(const Value& v, std::vector<Tensor>& out) {
-  if (v.is_tensor()) {
-    out.push_back(v.tensor());
-  } else {
-    for (const Value& f : v.fields()) Leaves(f, out);
-  }
-}
-
 class CompilerTest : public testing::Test {
  protected:
   static void SetUpTestSuite() { session_ = JitSession::Create().release(); }
@@ -40,8 +31,7 @@ class CompilerTest : public testing::Test {
     CompileReport report;
     ExecutablePtr exe = session_->Compile(r.main, options, &report);
     std::vector<Tensor> got = exe->Run(Flatten(args));
-    std::vector<Tensor> want;
-    Leaves(interp_.Call(*s, entry, args), want);
+    std::vector<Tensor> want = Flatten({interp_.Call(*s, entry, args)});
     EXPECT_EQ(got.size(), want.size());
     for (size_t i = 0; i < want.size() && i < got.size(); ++i) {
       EXPECT_TRUE(AllClose(got[i], want[i], 1e-4, 1e-6))
