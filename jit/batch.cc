@@ -1,0 +1,572 @@
+#include "jit/batch.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <map>
+#include <numeric>
+#include <queue>
+#include <set>
+#include <unordered_map>
+
+#include "jit/straight.h"
+#include "ops/op.h"
+
+namespace pejit {
+namespace {
+
+// How an operator runs over instances stacked along a new leading axis.
+enum class Rule : uint8_t {
+  kNone,         // not batched
+  kElementwise,  // any operand stacked; the others broadcast
+  kGemm,         // matmul (not transpose_a) / dense: rows of the first operand
+  kTake,         // embedding lookups: the indices stacked, the table shared
+  kReshape,      // the target shape gains the leading axis
+  kAxis,         // chunk, split, softmax, log_softmax, argmax: the axis moves by one
+  kReduce,       // sum, mean, max over `axes`: the axes move by one
+};
+
+Rule RuleOf(const OpCallNode& call) {
+  const OpDef& op = *call.op;
+  if ((op.fusion == FusionKind::kElementwise || op.fusion == FusionKind::kBroadcast) && op.scalar != ScalarOp::kNone) {
+    return Rule::kElementwise;
+  }
+  const std::string& name = op.name;
+  if (name == "matmul") {
+    bool plain = !call.attrs.GetBool("transpose_a") && TensorTypeOf(call.args[0]).rank() == 2;
+    return plain ? Rule::kGemm : Rule::kNone;
+  }
+  if (name == "dense") return TensorTypeOf(call.args[0]).rank() == 2 ? Rule::kGemm : Rule::kNone;
+  if (name == "take") return Rule::kTake;
+  if (name == "reshape") return Rule::kReshape;
+  if (name == "chunk" || name == "split" || name == "softmax" || name == "log_softmax" || name == "argmax") {
+    return Rule::kAxis;
+  }
+  if (name == "sum" || name == "mean" || name == "max") return Rule::kReduce;
+  return Rule::kNone;
+}
+
+bool Heavy(Rule rule) { return rule == Rule::kGemm || rule == Rule::kTake || rule == Rule::kReduce; }
+
+// Operands every instance of a batch must share: they are part of its key.
+bool MustShare(Rule rule, size_t position) {
+  switch (rule) {
+    case Rule::kGemm: return position > 0;   // weights and bias
+    case Rule::kTake: return position == 0;  // the table
+    default: return false;
+  }
+}
+
+// Operands that must differ between instances for the batch to mean anything.
+bool MustStack(Rule rule, size_t position) {
+  switch (rule) {
+    case Rule::kElementwise: return false;
+    case Rule::kTake: return position == 1;
+    default: return position == 0;
+  }
+}
+
+std::string ConstantKey(const ConstantNode& c) {
+  std::string key = "c" + c.value.type().ToString() + ":";
+  key.append(static_cast<const char*>(c.value.raw_data()), c.value.nbytes());
+  return key;
+}
+
+std::string IdentityKey(const Expr& atom) {
+  if (auto* c = As<ConstantNode>(atom)) return ConstantKey(*c);
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "v%p", static_cast<const void*>(atom.get()));
+  return buf;
+}
+
+// What a variable of the input program is in the output.
+struct Ref {
+  enum class Kind : uint8_t { kAtom, kRow, kTuple };
+  Kind kind = Kind::kAtom;
+  Expr atom;                // kAtom
+  int batch = -1;           // kRow: row `row` of output `output` of batches_[batch]
+  int output = 0;
+  int64_t row = 0;
+  std::vector<Ref> fields;  // kTuple
+
+  std::string Key() const {
+    if (kind == Kind::kAtom) return IdentityKey(atom);
+    if (kind == Kind::kRow) return "r" + std::to_string(batch) + "." + std::to_string(output) + "." + std::to_string(row);
+    std::string key = "(";
+    for (const Ref& f : fields) key += f.Key() + ",";
+    return key + ")";
+  }
+};
+
+Ref AtomRef(Expr atom) {
+  Ref r;
+  r.atom = std::move(atom);
+  return r;
+}
+
+Shape Prepend(int64_t n, const Shape& shape) {
+  Shape out{n};
+  out.insert(out.end(), shape.begin(), shape.end());
+  return out;
+}
+
+int64_t Bytes(const TensorType& t) { return NumElements(t.shape) * static_cast<int64_t>(SizeOf(t.dtype)); }
+
+class Batcher {
+ public:
+  Batcher(Straight in, BatchStats& stats) : in_(std::move(in)), stats_(stats) {}
+
+  Func Run() {
+    for (const Var& p : in_.params) refs_[p.get()] = AtomRef(p);
+    Group();
+    Schedule();
+    Straight out;
+    out.params = in_.params;
+    out.result = MaterializeResult(in_.result);  // may emit row reads
+    out.bindings = std::move(out_);
+    for (const Binding& b : out.bindings) stats_.ops_after += b.value->kind == ExprKind::kOpCall;
+    return Recompose(out);
+  }
+
+ private:
+  Straight in_;
+  BatchStats& stats_;
+  std::vector<Binding> out_;
+
+  // Per input binding: its group and the bindings it waits for.
+  std::vector<int> group_of_;
+  std::vector<Rule> rule_of_;
+  std::vector<std::vector<int>> members_;  // per group, ascending
+  std::vector<std::vector<int>> successors_;
+  std::vector<int> pending_;
+
+  struct Batch {
+    std::vector<Var> outputs;  // stacked: [rows, ...member shape]
+  };
+  std::vector<Batch> batches_;
+  std::unordered_map<const ExprNode*, Ref> refs_;
+  std::unordered_map<std::string, Expr> stacks_;  // Ref keys of the rows → their stack
+  std::map<std::tuple<int, int, int64_t>, Expr> rows_;
+  int fresh_ = 0;
+
+  // ---- Grouping: key and level per operator call --------------------------------
+
+  std::string KeyOf(const OpCallNode& call, Rule rule) {
+    std::string key;
+    const SourceLoc& loc = call.loc;
+    char buf[64];
+    std::snprintf(buf, sizeof buf, "%p:%d:%d|", static_cast<const void*>(loc.file.get()), loc.line, loc.col);
+    key += buf;
+    key += call.op->name + "(" + call.attrs.ToString() + ")";
+    for (size_t p = 0; p < call.args.size(); ++p) {
+      const Expr& a = call.args[p];
+      key += "|" + TensorTypeOf(a).ToString();
+      if (MustShare(rule, p) || a->kind == ExprKind::kConstant) key += "=" + IdentityKey(a);
+    }
+    return key;
+  }
+
+  void Group() {
+    const size_t n = in_.bindings.size();
+    group_of_.assign(n, -1);
+    rule_of_.assign(n, Rule::kNone);
+    successors_.assign(n, {});
+    pending_.assign(n, 0);
+    std::unordered_map<const ExprNode*, int> binding_of;
+    std::unordered_map<std::string, int> key_ids;
+    std::map<std::pair<int, int>, int> group_ids;  // (key, level) → group
+    // levels[i]: for every batchable key among binding i's ancestors (itself
+    // included), the largest level there; sorted by key.
+    std::vector<std::vector<std::pair<int, int>>> levels(n);
+    std::vector<int> remaining_uses(n, 0);
+
+    auto producers_of = [&](const Expr& value) {
+      std::vector<int> out;
+      auto add = [&](const Expr& a) {
+        if (a->kind != ExprKind::kVar) return;
+        auto it = binding_of.find(a.get());
+        if (it != binding_of.end()) out.push_back(it->second);
+      };
+      if (IsAtom(value)) add(value);
+      if (auto* c = As<OpCallNode>(value)) for (const Expr& a : c->args) add(a);
+      if (auto* t = As<TupleNode>(value)) for (const Expr& f : t->fields) add(f);
+      if (auto* p = As<ProjNode>(value)) add(p->tuple);
+      std::sort(out.begin(), out.end());
+      out.erase(std::unique(out.begin(), out.end()), out.end());
+      return out;
+    };
+
+    std::vector<std::vector<int>> producers(n);
+    for (size_t i = 0; i < n; ++i) {
+      producers[i] = producers_of(in_.bindings[i].value);
+      for (int p : producers[i]) ++remaining_uses[p];
+      binding_of[in_.bindings[i].var.get()] = static_cast<int>(i);
+    }
+    for (size_t i = 0; i < n; ++i) {
+      const Binding& b = in_.bindings[i];
+      std::vector<std::pair<int, int>> merged;
+      for (int p : producers[i]) {
+        std::vector<std::pair<int, int>> next;
+        std::merge(merged.begin(), merged.end(), levels[p].begin(), levels[p].end(), std::back_inserter(next));
+        merged.clear();
+        for (const auto& kv : next) {
+          if (!merged.empty() && merged.back().first == kv.first) {
+            merged.back().second = std::max(merged.back().second, kv.second);
+          } else {
+            merged.push_back(kv);
+          }
+        }
+        // The producer's table is not needed once its last consumer has merged it.
+        if (--remaining_uses[p] == 0) std::vector<std::pair<int, int>>().swap(levels[p]);
+        successors_[p].push_back(static_cast<int>(i));
+      }
+      pending_[i] = static_cast<int>(producers[i].size());
+
+      int group = -1;
+      if (auto* call = As<OpCallNode>(b.value)) {
+        ++stats_.ops_before;
+        Rule rule = RuleOf(*call);
+        rule_of_[i] = rule;
+        if (rule != Rule::kNone) {
+          int key = key_ids.emplace(KeyOf(*call, rule), static_cast<int>(key_ids.size())).first->second;
+          auto it = std::lower_bound(merged.begin(), merged.end(), std::make_pair(key, 0));
+          int level = 1;
+          if (it != merged.end() && it->first == key) {
+            level = it->second + 1;
+            it->second = level;
+          } else {
+            merged.insert(it, {key, level});
+          }
+          auto [g, inserted] = group_ids.emplace(std::make_pair(key, level), static_cast<int>(members_.size()));
+          if (inserted) members_.emplace_back();
+          group = g->second;
+        }
+      }
+      if (group < 0) {  // on its own
+        group = static_cast<int>(members_.size());
+        members_.emplace_back();
+      }
+      group_of_[i] = group;
+      members_[group].push_back(static_cast<int>(i));
+      levels[i] = std::move(merged);
+    }
+  }
+
+  // ---- Agenda: emit whole groups as soon as every member is computable ----------
+
+  void Schedule() {
+    const size_t groups = members_.size();
+    std::vector<std::vector<int>> ready(groups);
+    std::vector<int> unemitted(groups);
+    for (size_t g = 0; g < groups; ++g) unemitted[g] = static_cast<int>(members_[g].size());
+    using Item = std::pair<int, int>;  // (first member, group): keeps the input's order where it can
+    std::priority_queue<Item, std::vector<Item>, std::greater<>> complete;
+    std::set<int> partial;
+    auto mark_ready = [&](int i) {
+      int g = group_of_[i];
+      ready[g].push_back(i);
+      if (static_cast<int>(ready[g].size()) == unemitted[g]) {
+        partial.erase(g);
+        complete.push({*std::min_element(ready[g].begin(), ready[g].end()), g});
+      } else {
+        partial.insert(g);
+      }
+    };
+    for (size_t i = 0; i < pending_.size(); ++i) {
+      if (pending_[i] == 0) mark_ready(static_cast<int>(i));
+    }
+    size_t emitted = 0;
+    while (emitted < pending_.size()) {
+      int g;
+      if (!complete.empty()) {
+        g = complete.top().second;
+        complete.pop();
+      } else {
+        // Groups wait on one another (a chain of adds of data-dependent length
+        // makes the adds of one level wait for cells the next level's adds
+        // feed): split the group with most computable members, a light one
+        // (elementwise, reshapes) before a heavy one (GEMMs, gathers,
+        // reductions), so that every tree level keeps one GEMM.
+        auto cost = [&](int g) {
+          return std::make_pair(Heavy(rule_of_[members_[g][0]]), -static_cast<int64_t>(ready[g].size()));
+        };
+        g = *std::min_element(partial.begin(), partial.end(), [&](int a, int b) { return cost(a) < cost(b); });
+        partial.erase(g);
+      }
+      std::vector<int> now = std::move(ready[g]);
+      ready[g].clear();
+      std::sort(now.begin(), now.end());
+      unemitted[g] -= static_cast<int>(now.size());
+      emitted += now.size();
+      Emit(now);
+      for (int i : now) {
+        for (int s : successors_[i]) {
+          if (--pending_[s] == 0) mark_ready(s);
+        }
+      }
+    }
+  }
+
+  // ---- Emission ------------------------------------------------------------------
+
+  Var NewBinding(std::string_view op, std::vector<Expr> args, const Attrs& attrs, const SourceLoc& loc) {
+    const OpDef& def = LookupOp(op);
+    Attrs normalized = NormalizeAttrs(def, attrs);
+    std::vector<TensorType> in;
+    for (const Expr& a : args) in.push_back(TensorTypeOf(a));
+    std::vector<TensorType> out = InferTypes(def, in, normalized);
+    Type type;
+    if (out.size() == 1) {
+      type = TensorTy(out[0]);
+    } else {
+      std::vector<Type> fields;
+      for (const TensorType& t : out) fields.push_back(TensorTy(t));
+      type = TupleTy(std::move(fields));
+    }
+    Var var = MakeVar("b" + std::to_string(fresh_++), type);
+    out_.push_back({var, std::make_shared<OpCallNode>(&def, std::move(args), normalized, loc)});
+    return var;
+  }
+
+  Ref RefOf(const Expr& atom) const {
+    if (atom->kind == ExprKind::kConstant) return AtomRef(atom);
+    return refs_.at(atom.get());
+  }
+
+  Expr Materialize(const Ref& ref) {
+    switch (ref.kind) {
+      case Ref::Kind::kAtom: return ref.atom;
+      case Ref::Kind::kRow: {
+        auto key = std::make_tuple(ref.batch, ref.output, ref.row);
+        auto it = rows_.find(key);
+        if (it != rows_.end()) return it->second;
+        const Var& stacked = batches_[ref.batch].outputs[ref.output];
+        Var row = NewBinding("take", {stacked, MakeConstant(Tensor::ScalarOf(DType::kI64, ref.row))}, {}, stacked->loc);
+        stats_.copied_bytes += Bytes(TensorTypeOf(row));
+        rows_.emplace(key, row);
+        return row;
+      }
+      case Ref::Kind::kTuple: break;
+    }
+    throw JitFailure("batch: a tuple used where a tensor is expected");
+  }
+
+  Expr MaterializeResult(const Expr& e) {
+    if (auto* t = As<TupleNode>(e)) {
+      std::vector<Expr> fields;
+      for (const Expr& f : t->fields) fields.push_back(MaterializeResult(f));
+      return MakeTuple(std::move(fields), t->loc);
+    }
+    return MaterializeRef(RefOf(e));
+  }
+
+  Expr MaterializeRef(const Ref& ref) {
+    if (ref.kind != Ref::Kind::kTuple) return Materialize(ref);
+    std::vector<Expr> fields;
+    for (const Ref& f : ref.fields) fields.push_back(MaterializeRef(f));
+    return MakeTuple(std::move(fields));
+  }
+
+  // The members' values stacked: [rows.size(), ...member].
+  Expr Stack(const std::vector<Ref>& rows, const TensorType& member, const SourceLoc& loc) {
+    std::string key;
+    for (const Ref& r : rows) key += r.Key() + ";";
+    auto memo = stacks_.find(key);
+    if (memo != stacks_.end()) return memo->second;
+    std::vector<Expr> pieces;
+    for (size_t i = 0; i < rows.size();) {
+      const Ref& r = rows[i];
+      if (r.kind != Ref::Kind::kRow) {
+        pieces.push_back(NewBinding("reshape", {Materialize(r)}, {{"shape", Prepend(1, member.shape)}}, loc));
+        ++i;
+        continue;
+      }
+      std::vector<int64_t> indices;
+      size_t j = i;
+      for (; j < rows.size() && rows[j].kind == Ref::Kind::kRow && rows[j].batch == r.batch &&
+             rows[j].output == r.output;
+           ++j) {
+        indices.push_back(rows[j].row);
+      }
+      const Var& source = batches_[r.batch].outputs[r.output];
+      bool whole = static_cast<int64_t>(indices.size()) == TensorTypeOf(source).shape[0];
+      for (size_t k = 0; whole && k < indices.size(); ++k) whole = indices[k] == static_cast<int64_t>(k);
+      if (whole) {
+        pieces.push_back(source);
+      } else {
+        auto count = static_cast<int64_t>(indices.size());
+        Expr index = MakeConstant(Tensor::FromVector<int64_t>({count}, indices));
+        pieces.push_back(NewBinding("take", {source, index}, {}, loc));
+        stats_.copied_bytes += count * Bytes(member);
+      }
+      i = j;
+    }
+    Expr stacked = pieces[0];
+    if (pieces.size() > 1) {
+      stacked = NewBinding("concat", pieces, {{"axis", int64_t{0}}}, loc);
+      stats_.copied_bytes += static_cast<int64_t>(rows.size()) * Bytes(member);
+    }
+    stacks_.emplace(std::move(key), stacked);
+    return stacked;
+  }
+
+  void EmitAlone(int i) {
+    const Binding& b = in_.bindings[i];
+    const ExprNode* var = b.var.get();
+    if (IsAtom(b.value)) {
+      refs_[var] = RefOf(b.value);
+    } else if (auto* t = As<TupleNode>(b.value)) {
+      Ref r;
+      r.kind = Ref::Kind::kTuple;
+      for (const Expr& f : t->fields) r.fields.push_back(RefOf(f));
+      refs_[var] = std::move(r);
+    } else if (auto* p = As<ProjNode>(b.value)) {
+      Ref tuple = RefOf(p->tuple);
+      if (tuple.kind == Ref::Kind::kTuple) {
+        refs_[var] = tuple.fields.at(p->index);
+      } else {
+        out_.push_back({b.var, MakeProj(tuple.atom, p->index, p->loc)});
+        refs_[var] = AtomRef(b.var);
+      }
+    } else {
+      auto* call = As<OpCallNode>(b.value);
+      std::vector<Expr> args;
+      for (const Expr& a : call->args) args.push_back(Materialize(RefOf(a)));
+      out_.push_back({b.var, std::make_shared<OpCallNode>(call->op, std::move(args), call->attrs, call->loc)});
+      refs_[var] = AtomRef(b.var);
+    }
+  }
+
+  void Emit(const std::vector<int>& members) {
+    Rule rule = rule_of_[members[0]];
+    if (members.size() < 2 || rule == Rule::kNone) {
+      for (int i : members) EmitAlone(i);
+      return;
+    }
+    const auto* first = As<OpCallNode>(in_.bindings[members[0]].value);
+    const size_t arity = first->args.size();
+    std::vector<std::vector<Ref>> operands(arity);
+    std::vector<bool> stacked(arity, false);
+    bool any_stacked = false, degenerate = false;
+    for (size_t p = 0; p < arity; ++p) {
+      for (int i : members) operands[p].push_back(RefOf(As<OpCallNode>(in_.bindings[i].value)->args[p]));
+      if (MustShare(rule, p)) continue;
+      std::string key0 = operands[p][0].Key();
+      stacked[p] = std::any_of(operands[p].begin(), operands[p].end(), [&](const Ref& r) { return r.Key() != key0; });
+      any_stacked |= stacked[p];
+      degenerate |= MustStack(rule, p) && !stacked[p];
+    }
+    if (!any_stacked || degenerate) {  // identical instances: common-subexpression elimination's job
+      for (int i : members) EmitAlone(i);
+      return;
+    }
+    const int64_t k = static_cast<int64_t>(members.size());
+    const SourceLoc& loc = first->loc;
+    std::vector<Expr> args;
+    for (size_t p = 0; p < arity; ++p) {
+      TensorType member = TensorTypeOf(first->args[p]);
+      args.push_back(stacked[p] ? Stack(operands[p], member, loc) : Materialize(operands[p][0]));
+    }
+    std::vector<Var> outputs = EmitBatched(*first, rule, std::move(args), stacked, k);
+
+    int batch = static_cast<int>(batches_.size());
+    batches_.push_back({outputs});
+    for (int64_t j = 0; j < k; ++j) {
+      const Var& var = in_.bindings[members[j]].var;
+      Ref row;
+      row.kind = Ref::Kind::kRow;
+      row.batch = batch;
+      row.row = j;
+      if (AsTuple(var->annotation)) {
+        Ref tuple;
+        tuple.kind = Ref::Kind::kTuple;
+        for (size_t o = 0; o < outputs.size(); ++o) {
+          row.output = static_cast<int>(o);
+          tuple.fields.push_back(row);
+        }
+        refs_[var.get()] = std::move(tuple);
+      } else {
+        refs_[var.get()] = row;
+      }
+    }
+    ++stats_.groups;
+    stats_.batched_ops += k;
+  }
+
+  // The operator applied to stacked operands; returns its stacked outputs.
+  std::vector<Var> EmitBatched(const OpCallNode& call, Rule rule, std::vector<Expr> args,
+                               const std::vector<bool>& stacked, int64_t k) {
+    const std::string& op = call.op->name;
+    const SourceLoc& loc = call.loc;
+    auto member_rank = [&](size_t p) { return TensorTypeOf(call.args[p]).rank(); };
+    auto shifted = [&](int64_t axis, int rank) { return (axis < 0 ? axis + rank : axis) + 1; };
+    Attrs attrs = call.attrs;
+    switch (rule) {
+      case Rule::kElementwise: {
+        std::vector<TensorType> in;
+        for (const Expr& a : call.args) in.push_back(TensorTypeOf(a));
+        int rank = InferTypes(*call.op, in, call.attrs)[0].rank();
+        for (size_t p = 0; p < args.size(); ++p) {
+          if (!stacked[p] || member_rank(p) == rank) continue;
+          Shape s = TensorTypeOf(call.args[p]).shape;  // align to the result's rank, then stack
+          s.insert(s.begin(), rank - s.size(), 1);
+          args[p] = NewBinding("reshape", {args[p]}, {{"shape", Prepend(k, s)}}, loc);
+        }
+        break;
+      }
+      case Rule::kGemm: {
+        Shape x = TensorTypeOf(call.args[0]).shape;
+        args[0] = NewBinding("reshape", {args[0]}, {{"shape", Shape{k * x[0], x[1]}}}, loc);
+        Var flat = NewBinding(op, std::move(args), attrs, loc);
+        Shape y = TensorTypeOf(flat).shape;
+        return {NewBinding("reshape", {flat}, {{"shape", Shape{k, x[0], y[1]}}}, loc)};
+      }
+      case Rule::kTake: break;
+      case Rule::kReshape: attrs.Set("shape", Prepend(k, attrs.GetInts("shape"))); break;
+      case Rule::kAxis: attrs.Set("axis", shifted(attrs.GetInt("axis"), member_rank(0))); break;
+      case Rule::kReduce: {
+        std::vector<int64_t> axes = attrs.GetInts("axes");
+        if (axes.empty()) {
+          axes.resize(member_rank(0));
+          std::iota(axes.begin(), axes.end(), 0);
+        }
+        for (int64_t& a : axes) a = shifted(a, member_rank(0));
+        attrs.Set("axes", axes);
+        break;
+      }
+      case Rule::kNone: throw JitFailure("batch: no batching rule for " + op);
+    }
+    Var out = NewBinding(op, std::move(args), attrs, loc);
+    const TupleTypeNode* tuple = AsTuple(out->annotation);
+    if (!tuple) return {out};
+    std::vector<Var> fields;
+    for (size_t o = 0; o < tuple->fields.size(); ++o) {
+      Var field = MakeVar("b" + std::to_string(fresh_++), tuple->fields[o]);
+      out_.push_back({field, MakeProj(out, static_cast<int>(o), loc)});
+      fields.push_back(field);
+    }
+    return fields;
+  }
+};
+
+}  // namespace
+
+std::string BatchStats::ToString() const {
+  char buf[160];
+  std::snprintf(buf, sizeof buf, "groups=%lld (%lld ops) ops %lld -> %lld copied=%.1fKiB",
+                static_cast<long long>(groups), static_cast<long long>(batched_ops),
+                static_cast<long long>(ops_before), static_cast<long long>(ops_after), copied_bytes / 1024.0);
+  return buf;
+}
+
+Func Batch(const Func& program, BatchStats* stats) {
+  auto start = std::chrono::steady_clock::now();
+  BatchStats local;
+  BatchStats& s = stats ? *stats : local;
+  s = BatchStats{};
+  Func out = Batcher(Decompose(program), s).Run();
+  s.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return out;
+}
+
+}  // namespace pejit

@@ -1,0 +1,103 @@
+#include "jit/straight.h"
+
+#include <algorithm>
+#include <string>
+
+namespace pejit {
+
+bool IsAtom(const Expr& e) { return e->kind == ExprKind::kVar || e->kind == ExprKind::kConstant; }
+
+namespace {
+
+void CheckResult(const Expr& e) {
+  if (IsAtom(e)) return;
+  if (auto* t = As<TupleNode>(e)) {
+    for (const Expr& f : t->fields) CheckResult(f);
+    return;
+  }
+  throw JitFailure(e->loc.ToString() + ": the result must be tensors in tuples, not an ADT value or a computation");
+}
+
+}  // namespace
+
+Straight Decompose(const Func& f) {
+  Straight s;
+  s.params = f->params;
+  for (const Var& p : f->params) {
+    if (!AsTensor(p->annotation) || !AsTensor(p->annotation)->type.IsFullyKnown()) {
+      throw JitFailure("parameter %" + p->name + " is not a tensor of known shape");
+    }
+  }
+  Expr e = f->body;
+  while (e->kind == ExprKind::kLet) {
+    const LetNode* let = As<LetNode>(e);
+    const Expr& v = let->value;
+    bool ok = IsAtom(v);
+    if (auto* call = As<OpCallNode>(v)) {
+      ok = std::all_of(call->args.begin(), call->args.end(), IsAtom);
+    } else if (auto* t = As<TupleNode>(v)) {
+      ok = std::all_of(t->fields.begin(), t->fields.end(), IsAtom);
+    } else if (auto* p = As<ProjNode>(v)) {
+      ok = p->tuple->kind == ExprKind::kVar;
+    }
+    if (!ok) {
+      std::string what = v->kind == ExprKind::kIf ? "a dynamic if" : v->kind == ExprKind::kCall ? "a call" :
+                         v->kind == ExprKind::kMatch ? "a match" : "a nested expression";
+      throw JitFailure(v->loc.ToString() + ": cannot compile " + what + " (%" + let->var->name +
+                       "); only straight-line tensor code is compiled");
+    }
+    if (!let->var->annotation) throw JitFailure("%" + let->var->name + " has no type");
+    s.bindings.push_back({let->var, v});
+    e = let->body;
+  }
+  CheckResult(e);
+  s.result = e;
+  return s;
+}
+
+Func Recompose(const Straight& s) {
+  Expr body = s.result;
+  for (auto it = s.bindings.rbegin(); it != s.bindings.rend(); ++it) body = MakeLet(it->var, it->value, body);
+  return MakeFunc(s.params, body);
+}
+
+Expr Substitute(const Expr& e, const std::unordered_map<const ExprNode*, Expr>& subst) {
+  if (e->kind == ExprKind::kVar) {
+    auto it = subst.find(e.get());
+    return it == subst.end() ? e : it->second;
+  }
+  auto all = [&](const std::vector<Expr>& es, bool& changed) {
+    std::vector<Expr> out;
+    for (const Expr& x : es) {
+      out.push_back(Substitute(x, subst));
+      changed |= out.back() != x;
+    }
+    return out;
+  };
+  bool changed = false;
+  if (auto* c = As<OpCallNode>(e)) {
+    auto args = all(c->args, changed);
+    return changed ? std::make_shared<OpCallNode>(c->op, std::move(args), c->attrs, c->loc) : e;
+  }
+  if (auto* t = As<TupleNode>(e)) {
+    auto fields = all(t->fields, changed);
+    return changed ? MakeTuple(std::move(fields), t->loc) : e;
+  }
+  if (auto* p = As<ProjNode>(e)) {
+    Expr tuple = Substitute(p->tuple, subst);
+    if (tuple == p->tuple) return e;
+    if (auto* t = As<TupleNode>(tuple)) return t->fields[p->index];
+    return MakeProj(tuple, p->index, p->loc);
+  }
+  return e;
+}
+
+TensorType TensorTypeOf(const Expr& atom) {
+  if (auto* c = As<ConstantNode>(atom)) return c->value.type();
+  const TensorTypeNode* t = AsTensor(As<VarNode>(atom)->annotation);
+  if (!t) throw JitFailure("%" + As<VarNode>(atom)->name + " is not a tensor");
+  return t->type;
+}
+
+
+}  // namespace pejit

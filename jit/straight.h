@@ -1,0 +1,44 @@
+// \file The straight-line form the compiler's passes work on.
+//
+// A residual program the JIT compiles is a chain of lets whose values are
+// operator calls on atoms (variables and constants), tuples of atoms, or
+// projections of a variable, ending in atoms nested in tuples. Decompose()
+// checks that and returns the chain as a vector; Recompose() turns it back
+// into IR. Passes (jit/plan.h, jit/batch.h) edit the vector.
+#pragma once
+
+#include <unordered_map>
+#include <vector>
+
+#include "ir/expr.h"
+#include "jit/executable.h"
+
+namespace pejit {
+
+struct Binding {
+  Var var;
+  Expr value;  // an operator call, a tuple of atoms, or a projection of a variable
+};
+
+struct Straight {
+  std::vector<Var> params;
+  std::vector<Binding> bindings;
+  Expr result;  // an atom or a tuple (nested) of atoms
+};
+
+bool IsAtom(const Expr& e);
+
+// Throws JitFailure naming the first construct that is not straight-line
+// tensor code (a dynamic if, a call, a match), or a parameter whose shape is
+// not fully known.
+Straight Decompose(const Func& f);
+Func Recompose(const Straight& s);
+
+// Rewrites the variables of an expression through `subst`; a projection of a
+// tuple that becomes a literal tuple becomes its field.
+Expr Substitute(const Expr& e, const std::unordered_map<const ExprNode*, Expr>& subst);
+
+// The tensor type of an atom; throws JitFailure when it is not a tensor.
+TensorType TensorTypeOf(const Expr& atom);
+
+}  // namespace pejit

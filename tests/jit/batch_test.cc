@@ -1,0 +1,220 @@
+// Auto-batching: the batched program computes what the unbatched one does
+// (values and gradients, interpreted and compiled), merges exactly the
+// independent instances of one computation, and turns a minibatch of trees
+// of equal height h into h batched cells plus one for the leaves.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <map>
+#include <string>
+
+#include "examples/treelstm/listops.h"
+#include "examples/treelstm/model.h"
+#include "interp/interpreter.h"
+#include "ir/printer.h"
+#include "ir/visitor.h"
+#include "jit/autodiff.h"
+#include "jit/batch.h"
+#include "jit/compiler.h"
+#include "ops/random.h"
+#include "pe/partial_eval.h"
+
+namespace pejit {
+namespace {
+
+// Operator calls of `f` named `op`, by source line.
+std::map<int, int> CountByLine(const Func& f, const std::string& op) {
+  std::map<int, int> n;
+  PostOrderVisit(f->body, [&](const Expr& e) {
+    if (auto* call = As<OpCallNode>(e); call && call->op->name == op) ++n[call->loc.line];
+  });
+  return n;
+}
+
+int Count(const Func& f, const std::string& op) {
+  int n = 0;
+  for (const auto& [line, count] : CountByLine(f, op)) n += count;
+  return n;
+}
+
+// The line of treelstm.pj holding `text`.
+int LineOf(std::string_view source, std::string_view text) {
+  size_t at = source.find(text);
+  EXPECT_NE(at, std::string_view::npos) << text;
+  return 1 + static_cast<int>(std::count(source.begin(), source.begin() + at, '\n'));
+}
+
+class BatchTest : public testing::Test {
+ protected:
+  static void SetUpTestSuite() { session_ = JitSession::Create().release(); }
+  static void TearDownTestSuite() { delete session_; }
+
+  // Runs a straight-line program in the interpreter (it type-checks on the way).
+  std::vector<Tensor> Interpret(const Func& f, const std::vector<Tensor>& inputs) {
+    Module m;
+    m.AddAll({{"main", f}});
+    std::vector<Value> args(inputs.begin(), inputs.end());
+    return Flatten({interp_.Call(*m.snapshot(), "main", args)});
+  }
+
+  static void ExpectClose(const std::vector<Tensor>& got, const std::vector<Tensor>& want, const std::string& what) {
+    ASSERT_EQ(got.size(), want.size()) << what;
+    for (size_t i = 0; i < want.size(); ++i) {
+      EXPECT_TRUE(AllClose(got[i], want[i], 1e-4, 1e-6))
+          << what << ", result " << i << ": " << got[i].ToString() << " vs " << want[i].ToString();
+    }
+  }
+
+  // Batches `program` and checks the result against the original, in the
+  // interpreter and compiled.
+  Func CheckBatched(const Func& program, const std::vector<Tensor>& inputs, BatchStats* stats = nullptr) {
+    Func batched = Batch(program, stats);
+    std::vector<Tensor> want = Interpret(program, inputs);
+    ExpectClose(Interpret(batched, inputs), want, "batched, interpreted");
+    ExpectClose(session_->Compile(batched)->Run(inputs), want, "batched, compiled");
+    return batched;
+  }
+
+  static JitSession* session_;
+  Interpreter interp_;
+};
+JitSession* BatchTest::session_ = nullptr;
+
+Snapshot Load(const std::string& text) {
+  Module m;
+  m.AddSource(text, "b.pj");
+  return m.snapshot();
+}
+
+TEST_F(BatchTest, IndependentInstancesMergeAndDependentOnesDoNot) {
+  Snapshot s = Load(R"(
+def @layer(%x: Tensor[(1, 4), f32], %w: Tensor[(3, 4), f32], %b: Tensor[(3,), f32]) -> Tensor[(1, 3), f32] {
+  tanh(dense(%x, %w, %b))
+}
+def @f(%x1: Tensor[(1, 4), f32], %x2: Tensor[(1, 4), f32], %x3: Tensor[(1, 4), f32],
+       %w: Tensor[(3, 4), f32], %b: Tensor[(3,), f32], %v: Tensor[(3, 4), f32]) {
+  let %h1 = @layer(%x1, %w, %b);
+  let %h2 = @layer(%x2, %w, %b);
+  let %h3 = @layer(%x3, %v, %b);    # other weights: not an instance of the same GEMM
+  let %deep = @layer(pad(%h1, before=[0, 0], after=[0, 1]), %w, %b);  # depends on %h1
+  (add(%h1, %h2), %h3, %deep)
+})");
+  Rng rng(1);
+  std::vector<Value> args;
+  for (Shape shape : {Shape{1, 4}, {1, 4}, {1, 4}, {3, 4}, {3}, {3, 4}}) {
+    args.emplace_back(RandomUniform(rng, shape, -1, 1));
+  }
+  Residual r = PartialEvaluate(*s, "f", args);
+  BatchStats stats;
+  Func batched = CheckBatched(r.main, Flatten(args), &stats);
+  // %h1 and %h2 share one GEMM; %h3 (other weights) and %deep (after %h1) run alone.
+  EXPECT_EQ(Count(r.main, "dense"), 4);
+  EXPECT_EQ(Count(batched, "dense"), 3) << PrintFunction("batched", batched);
+  EXPECT_EQ(stats.groups, 2) << stats.ToString();  // the dense pair; the tanh of %h1, %h2 and %h3
+  EXPECT_EQ(stats.batched_ops, 5);
+  EXPECT_EQ(stats.ops_before, Count(r.main, "dense") + Count(r.main, "tanh") + Count(r.main, "pad") +
+                                  Count(r.main, "add"));
+}
+
+TEST_F(BatchTest, OperandsOfOtherRanksBroadcastAndAxesMoveAfterStacking) {
+  Snapshot s = Load(R"(
+def @g(%a: Tensor[(2, 3), f32], %v: Tensor[(3,), f32], %k: Tensor[(), f32]) -> (Tensor[(2, 3), f32], Tensor[(2,), f32]) {
+  let %y = mul(sigmoid(add(%a, %v)), %k);
+  let %c = chunk(%y, chunks=3, axis=1);
+  (softmax(%y, axis=0), sum(%c.1, axes=[1]))
+}
+def @f(%a1: Tensor[(2, 3), f32], %a2: Tensor[(2, 3), f32], %v1: Tensor[(3,), f32], %v2: Tensor[(3,), f32],
+       %k: Tensor[(), f32]) {
+  let %g1 = @g(%a1, %v1, %k);
+  let %g2 = @g(%a2, %v2, %k);
+  (add(%g1.0, %g2.0), %g1.1, mul(%g2.1, 2f32))
+})");
+  Rng rng(2);
+  std::vector<Value> args;
+  for (Shape shape : {Shape{2, 3}, {2, 3}, {3}, {3}, {}}) args.emplace_back(RandomUniform(rng, shape, -1, 1));
+  Residual r = PartialEvaluate(*s, "f", args);
+  Func batched = CheckBatched(r.main, Flatten(args));
+  for (const char* op : {"add", "sigmoid", "chunk", "softmax", "sum"}) {
+    EXPECT_EQ(Count(r.main, op), op == std::string("add") ? 3 : 2) << op;
+    EXPECT_EQ(Count(batched, op), op == std::string("add") ? 2 : 1) << op << "\n" << PrintFunction("batched", batched);
+  }
+}
+
+class TreeLstmBatchTest : public BatchTest {
+ protected:
+  void SetUp() override {
+    module_.AddSource(std::string(treelstm::ModelSource()), "treelstm.pj");
+    Rng rng(7);
+    params_ = treelstm::InitParams(rng, {listops::kVocabularySize, 8, 6, listops::kClasses});
+  }
+
+  std::vector<Value> LossArgs(const std::vector<listops::Example>& examples, int* nodes = nullptr) {
+    std::vector<const listops::Example*> batch;
+    for (const auto& e : examples) batch.push_back(&e);
+    treelstm::Batch b = treelstm::MakeBatch(batch, *module_.snapshot());
+    if (nodes) *nodes = b.nodes;
+    return {b.trees, b.labels, params_};
+  }
+
+  // The float leaves of the parameter tuple (the last argument) among the residual's parameters.
+  static std::vector<int> ParamLeaves(const std::vector<Value>& args) {
+    int first = static_cast<int>(Flatten({args[0], args[1]}).size());
+    int count = static_cast<int>(Flatten({args[2]}).size());
+    std::vector<int> wrt(count);
+    for (int i = 0; i < count; ++i) wrt[i] = first + i;
+    return wrt;
+  }
+
+  Module module_;
+  Value params_;
+};
+
+TEST_F(TreeLstmBatchTest, LossAndGradientsOfRandomMinibatchesAreUnchanged) {
+  for (uint64_t seed : {1, 2, 3}) {
+    SCOPED_TRACE("seed " + std::to_string(seed));
+    std::vector<Value> args = LossArgs(listops::GenerateSplits(seed, 6, 0, 0).train);
+    Residual r = PartialEvaluate(*module_.snapshot(), "loss", args);
+    BatchStats stats;
+    Func batched = CheckBatched(r.main, Flatten(args), &stats);
+    EXPECT_LT(stats.ops_after, stats.ops_before / 2) << stats.ToString();
+
+    // Batching before autodiff (what the engine does) and after it.
+    std::vector<int> wrt = ParamLeaves(args);
+    Func grad = Differentiate(r.main, wrt);
+    std::vector<Tensor> want = Interpret(grad, Flatten(args));
+    ExpectClose(session_->Compile(Differentiate(batched, wrt))->Run(Flatten(args)), want,
+                "batched then differentiated");
+    CheckBatched(grad, Flatten(args));
+  }
+}
+
+TEST_F(TreeLstmBatchTest, TreesOfEqualHeightGiveOneBatchedCellPerLevel) {
+  const std::string_view source = treelstm::ModelSource();
+  const int cell_gemm = LineOf(source, "matmul(%h_sum");
+  const int leaf_gemm = LineOf(source, "let %iou = chunk(dense(%x, %p.1, %p.3)");
+  for (int height : {1, 3, 5}) {
+    SCOPED_TRACE("height " + std::to_string(height));
+    Rng rng(height);
+    listops::GeneratorOptions options;
+    options.max_depth = height;
+    options.nested_probability = 0.5;
+    std::vector<listops::Example> trees;
+    while (trees.size() < 8) {
+      listops::Expr e = listops::Generate(rng, options);
+      if (listops::Height(e) == height) trees.push_back({e, listops::Evaluate(e)});
+    }
+    int nodes = 0;
+    std::vector<Value> args = LossArgs(trees, &nodes);
+    Residual r = PartialEvaluate(*module_.snapshot(), "loss", args);
+    Func batched = CheckBatched(r.main, Flatten(args));
+    std::map<int, int> gemms = CountByLine(r.main, "matmul");
+    std::map<int, int> dense = CountByLine(r.main, "dense");
+    EXPECT_GT(gemms[cell_gemm], height);   // one per inner node before
+    EXPECT_GT(dense[leaf_gemm], 1);        // one per leaf before
+    EXPECT_EQ(CountByLine(batched, "matmul")[cell_gemm], height) << PrintFunction("batched", batched);
+    EXPECT_EQ(CountByLine(batched, "dense")[leaf_gemm], 1);
+  }
+}
+
+}  // namespace
+}  // namespace pejit
