@@ -25,6 +25,7 @@
 #include "scheduler/code_cache.h"
 #include "scheduler/job_queue.h"
 #include "scheduler/residual_executable.h"
+#include "scheduler/trace_sinks.h"
 #include "support/parallel.h"
 
 namespace pejit {
@@ -50,6 +51,9 @@ namespace {
 char task_handoff;
 
 void Count(std::atomic<int64_t>& c, int64_t n = 1) { c.fetch_add(n, std::memory_order_relaxed); }
+
+// Job numbers for events, unique in the process (engines may share a trace file).
+std::atomic<int64_t> next_job_id{1};
 
 std::string ModeOf(const std::vector<int>* wrt) {
   if (!wrt) return "value";
@@ -177,6 +181,7 @@ class EngineImpl {
     SlotKey key;
     bool cacheable = false;
     std::string uncacheable;  // why not, when not
+    int64_t start_us = 0;     // when the call began, for its event (0 with no sink)
   };
 
   ValueAndGrad Run(Request& r);
@@ -215,9 +220,15 @@ class EngineImpl {
              int64_t duration_us = 0) const;
   void Emit(const Event& e) const;
 
+  // Emits the job's stage events from what the compile hook reported.
+  void EmitCompileStages(const std::string& entry, const Signature& sig, int64_t job, int64_t compile_start,
+                         int64_t compile_end, const CompileNotes& notes) const;
+
   Interpreter interpreter_;
   CompileFn compile_;
-  EventSink* sink_;
+  EngineTrace trace_;  // the program's sink, the log and the trace file
+  EventSink* sink_;    // trace_.sink(): null when nobody listens
+  int64_t started_us_;
   std::unique_ptr<tbb::global_control> parallelism_;
   tbb::task_arena arena_;
 
@@ -248,7 +259,9 @@ EngineImpl::EngineImpl(EngineOptions opts)
                         std::max(1, options.max_tracked_signatures_per_entry)}),
       interpreter_(options.interpreter),
       compile_(options.compile ? options.compile : CompileNative(JitSession::Create())),
-      sink_(options.events.get()),
+      trace_(ResolveTraceSettings(options.log_level, options.trace_file), options.events),
+      sink_(trace_.sink()),
+      started_us_(NowMicros()),
       arena_(workers, /*reserved_for_masters=*/0) {
   // TBB starts at most default_concurrency − 1 workers unless told otherwise
   // (process-wide: the smallest live global_control wins).
@@ -258,6 +271,12 @@ EngineImpl::EngineImpl(EngineOptions opts)
   }
   arena_.initialize();
   module.Subscribe([this](const ModuleEdit& edit) { OnEdit(edit); });
+  if (On(EventKind::kStart)) {
+    Event e = Make(EventKind::kStart, "", nullptr, started_us_);
+    e.fields.push_back({"policy", options.policy.ToString()});
+    e.fields.push_back({"workers", static_cast<int64_t>(workers)});
+    Emit(e);
+  }
 }
 
 EngineImpl::~EngineImpl() {
@@ -265,8 +284,16 @@ EngineImpl::~EngineImpl() {
   // Queued jobs are cancelled now; running ones finish (a compile cannot be
   // interrupted) and every task handed to TBB returns before members go.
   for (const JobPtr& job : queue.TakeAll()) Cancel(*job, "the engine shut down");
-  std::unique_lock<std::mutex> lock(tasks_mu_);
-  tasks_cv_.wait(lock, [&] { return outstanding_ == 0; });
+  {
+    std::unique_lock<std::mutex> lock(tasks_mu_);
+    tasks_cv_.wait(lock, [&] { return outstanding_ == 0; });
+  }
+  // Nothing runs any more: the last event, then the statistics and the file.
+  if (On(EventKind::kStop)) {
+    int64_t now = NowMicros();
+    Emit(Make(EventKind::kStop, "", nullptr, started_us_, now - started_us_));
+  }
+  trace_.Finish();
 }
 
 EntryState& EngineImpl::State(const std::string& name) {
@@ -340,6 +367,7 @@ void EngineImpl::Prepare(Request& r) {
 }
 
 ValueAndGrad EngineImpl::Run(Request& r) {
+  if (sink_) r.start_us = NowMicros();
   Prepare(r);
   if (!r.cacheable) return RunInterpreter(r);
   // (3) Look the slot up.
@@ -361,7 +389,7 @@ ValueAndGrad EngineImpl::Run(Request& r) {
 }
 
 std::optional<ValueAndGrad> EngineImpl::RunCompiled(Request& r, Slot& slot) {
-  int64_t start = sink_ ? NowMicros() : 0;
+  int64_t start = r.start_us;
   // Our own reference: eviction or invalidation may unlink the slot while
   // this call runs, but the code stays until the last holder lets go.
   ExecutablePtr exec = slot.exec;
@@ -431,7 +459,7 @@ std::optional<ValueAndGrad> EngineImpl::RunCompiled(Request& r, Slot& slot) {
 }
 
 ValueAndGrad EngineImpl::RunInterpreter(Request& r) {
-  int64_t start = sink_ ? NowMicros() : 0;
+  int64_t start = r.start_us;
   Count(r.entry.calls_interpreter);
   ValueAndGrad out;
   if (r.wrt) {
@@ -463,6 +491,7 @@ SlotPtr EngineImpl::Miss(Request& r, SlotPtr slot) {
     Event e = Make(EventKind::kMiss, r.entry.name, &r.key.signature);
     e.fields.push_back({"state", std::string(slot ? SlotStateName(slot->Load()) : "new")});
     e.fields.push_back({"policy", options.policy.ToString()});
+    e.fields.push_back({"queue", static_cast<int64_t>(queue.size())});
     Emit(e);
   }
   bool hot = options.policy.kind == Policy::Kind::kHot;
@@ -503,9 +532,12 @@ void EngineImpl::Enqueue(Request& r, const SlotPtr& slot, JobPriority priority) 
   job->grad = r.wrt != nullptr;
   if (r.wrt) job->wrt = *r.wrt;
   job->enqueued_us = NowMicros();
+  job->id = next_job_id.fetch_add(1, std::memory_order_relaxed);
+  int64_t id = job->id;
   if (!queue.Push(std::move(job), priority)) return;
   if (On(EventKind::kEnqueue)) {
     Event e = Make(EventKind::kEnqueue, r.entry.name, &r.key.signature);
+    e.fields.push_back({"job", id});
     e.fields.push_back({"priority", std::string(priority == JobPriority::kMiss ? "miss" : "prefetch")});
     e.fields.push_back({"queue", static_cast<int64_t>(queue.size())});
     e.fields.push_back({"mode", r.key.mode});
@@ -543,6 +575,7 @@ void EngineImpl::Cancel(Job& job, const char* why) {
   Count(entry.cancelled);
   if (On(EventKind::kCancel)) {
     Event e = Make(EventKind::kCancel, entry.name, &slot.key.signature);
+    e.fields.push_back({"job", job.id});
     e.fields.push_back({"reason", std::string(why)});
     Emit(e);
   }
@@ -558,8 +591,11 @@ void EngineImpl::RunJob(Job& job) {
   if (stopping_.load()) return Cancel(job, "the engine shut down");
   if (dropped == SlotDrop::kInvalidated) return Cancel(job, "a definition it uses changed");
   int64_t job_start = NowMicros();
+  // Stage times for the swap event; 0 for stages that did not run.
+  int64_t pe_us = 0, autodiff_us = 0, compile_us = 0;
   const char* stage = "arguments";
   ExecutablePtr exec;
+  CompileNotes notes;
   try {
     const Definition& def = job.snapshot->Get(entry.name);
     CheckArguments(entry.name, *def.func, job.args);
@@ -573,8 +609,10 @@ void EngineImpl::RunJob(Job& job) {
     stage = "pe";
     int64_t start = NowMicros();
     Residual residual = PartialEvaluate(*job.snapshot, entry.name, job.args, job.static_args, options.pe);
+    pe_us = NowMicros() - start;
     if (On(EventKind::kPe)) {
-      Event e = Make(EventKind::kPe, entry.name, &sig, start, NowMicros() - start);
+      Event e = Make(EventKind::kPe, entry.name, &sig, start, pe_us);
+      e.fields.push_back({"job", job.id});
       e.fields.push_back({"residual_ops", residual.stats.residual_ops});
       e.fields.push_back({"params", residual.stats.params});
       e.fields.push_back({"unfoldings", residual.stats.unfoldings});
@@ -592,36 +630,50 @@ void EngineImpl::RunJob(Job& job) {
       std::vector<int> floats = FloatWrtLeaves(FlattenByArgument(job.args, job.static_args), job.wrt);
       residual.main = Differentiate(residual.main, floats);
       expected_results = 1 + floats.size();
+      autodiff_us = NowMicros() - start;
       if (On(EventKind::kAutodiff)) {
-        Event e = Make(EventKind::kAutodiff, entry.name, &sig, start, NowMicros() - start);
+        Event e = Make(EventKind::kAutodiff, entry.name, &sig, start, autodiff_us);
+        e.fields.push_back({"job", job.id});
         e.fields.push_back({"wrt_leaves", static_cast<int64_t>(floats.size())});
         Emit(e);
       }
     }
-    // (J4) Compile.
+    // (J4) Compile. A hook that returns nothing or the wrong results is
+    // broken (failed), not a program the compilers decline (refused).
     stage = "compile";
     if (options.before_compile) options.before_compile(CompileInfo{entry.name, sig, job.grad, job.wrt});
     start = NowMicros();
-    exec = compile_(residual);
-    if (!exec) throw JitFailure("the compile hook returned no executable");
+    exec = compile_(residual, notes);
+    int64_t end = NowMicros();
+    compile_us = end - start;
+    if (!exec) throw std::logic_error("the compile hook returned no executable");
     if (!IsTensorTree(exec->result_type()) || CountTensorLeaves(exec->result_type()) != expected_results) {
-      throw JitFailure("the compiled code returns " + TypeToString(exec->result_type()) + ", expected " +
-                       std::to_string(expected_results) + " tensors");
+      throw std::logic_error("the compiled code returns " + TypeToString(exec->result_type()) + ", expected " +
+                             std::to_string(expected_results) + " tensors");
     }
+    EmitCompileStages(entry.name, sig, job.id, start, end, notes);
     if (On(EventKind::kCompile)) {
-      Event e = Make(EventKind::kCompile, entry.name, &sig, start, NowMicros() - start);
+      Event e = Make(EventKind::kCompile, entry.name, &sig, start, compile_us);
+      e.fields.push_back({"job", job.id});
       e.fields.push_back({"tier", std::string(exec->tier())});
       e.fields.push_back({"code_bytes", static_cast<int64_t>(exec->code_bytes())});
+      if (!notes.fallback.empty()) e.fields.push_back({"fallback", notes.fallback});
       Emit(e);
     }
   } catch (const std::exception& ex) {
+    // Refused: a program outside what PE and the compilers take (a limit or
+    // a construct they decline). Failed: anything else that threw.
+    bool refused = dynamic_cast<const JitFailure*>(&ex) || dynamic_cast<const PeFailure*>(&ex);
     std::string reason = std::string(stage) + ": " + ex.what();
     ReportEvictions(cache.Fail(slot, reason));
     Count(entry.failed);
-    if (On(EventKind::kFailed)) {
-      Event e = Make(EventKind::kFailed, entry.name, &sig, job_start, NowMicros() - job_start);
-      e.fields.push_back({"reason", reason});
+    EventKind kind = refused ? EventKind::kRefused : EventKind::kFailed;
+    if (On(kind)) {
+      Event e = Make(kind, entry.name, &sig, job_start, NowMicros() - job_start);
+      e.fields.push_back({"job", job.id});
       e.fields.push_back({"mode", slot.key.mode});
+      e.fields.push_back({"wait_us", job_start - job.enqueued_us});
+      e.fields.push_back({"reason", reason});
       Emit(e);
     }
     NotifyWaiters();
@@ -635,14 +687,61 @@ void EngineImpl::RunJob(Job& job) {
     if (On(EventKind::kSwap)) {
       Event e = Make(EventKind::kSwap, entry.name, &sig, job_start, NowMicros() - job_start);
       e.fields.push_back({"tier", slot.tier});
+      e.fields.push_back({"job", job.id});
+      e.fields.push_back({"mode", slot.key.mode});
+      e.fields.push_back({"pe_us", pe_us});
+      if (job.grad) e.fields.push_back({"autodiff_us", autodiff_us});
+      if (notes.jit) {
+        // The line of the issue: pe=… passes=… llvm=… kernels=… code=…
+        e.fields.push_back({"passes_us", static_cast<int64_t>(notes.jit->lower_ms * 1e3)});
+        e.fields.push_back(
+            {"llvm_us", static_cast<int64_t>(
+                            (notes.jit->codegen_ms + notes.jit->optimize_ms + notes.jit->machine_code_ms) * 1e3)});
+        e.fields.push_back({"kernels", static_cast<int64_t>(notes.jit->kernels)});
+      } else {
+        e.fields.push_back({"compile_us", compile_us});
+      }
       e.fields.push_back({"code_bytes", static_cast<int64_t>(slot.bytes)});
       e.fields.push_back({"wait_us", job_start - job.enqueued_us});
-      e.fields.push_back({"mode", slot.key.mode});
+      if (!notes.fallback.empty()) e.fields.push_back({"fallback", notes.fallback});
       Emit(e);
     }
     ReportEvictions(evicted);
   }
   NotifyWaiters();
+}
+
+void EngineImpl::EmitCompileStages(const std::string& entry, const Signature& sig, int64_t job,
+                                   int64_t compile_start, int64_t compile_end, const CompileNotes& notes) const {
+  if (!notes.jit) return;
+  const CompileReport& r = *notes.jit;
+  // The report has durations, not times: the stages ran back to back from
+  // the hook's start, which places them (clamped to the hook's span).
+  auto us = [](double ms) { return static_cast<int64_t>(ms * 1e3); };
+  int64_t passes_end = std::min(compile_end, compile_start + us(r.lower_ms));
+  // (issue 12) The batching pass will report, in CompileReport, the groups it
+  // formed and the operators before and after; emit EventKind::kBatch here,
+  // placed before `passes`, with those as its fields.
+  if (On(EventKind::kPasses)) {
+    Event e = Make(EventKind::kPasses, entry, &sig, compile_start, passes_end - compile_start);
+    e.fields.push_back({"job", job});
+    e.fields.push_back({"kernels", static_cast<int64_t>(r.kernels)});
+    e.fields.push_back({"fused_kernels", static_cast<int64_t>(r.fused_kernels)});
+    e.fields.push_back({"arena_bytes", r.arena_bytes});
+    Emit(e);
+  }
+  if (On(EventKind::kCodegen)) {
+    int64_t ir = us(r.codegen_ms), opt = us(r.optimize_ms), mc = us(r.machine_code_ms);
+    int64_t end = std::min(compile_end, passes_end + ir + opt + mc);
+    Event e = Make(EventKind::kCodegen, entry, &sig, passes_end, end - passes_end);
+    e.fields.push_back({"job", job});
+    e.fields.push_back({"ir_us", ir});
+    e.fields.push_back({"opt_us", opt});
+    e.fields.push_back({"machine_code_us", mc});
+    e.fields.push_back({"distinct_kernels", static_cast<int64_t>(r.distinct_fused_kernels)});
+    e.fields.push_back({"code_bytes", static_cast<int64_t>(r.code_bytes)});
+    Emit(e);
+  }
 }
 
 void EngineImpl::ReportEvictions(const std::vector<Eviction>& evicted) {

@@ -18,12 +18,15 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "interp/interpreter.h"
 #include "ir/module.h"
 #include "ir/value.h"
+#include "jit/compiler.h"
 #include "jit/executable.h"
 #include "pe/partial_eval.h"
 #include "pe/signature.h"
@@ -40,10 +43,43 @@ struct CompileInfo {
   std::vector<int> wrt;  // grad mode: the argument indices
 };
 
+// What a compile hook may report about its work, for the `passes`,
+// `codegen` and `compile` events and the `swap` line.
+struct CompileNotes {
+  // The LLVM compiler's stages (jit/compiler.h), when it built the code.
+  std::optional<CompileReport> jit;
+  // Why a preferred tier refused, when a fallback tier built the code
+  // instead (CompileNative: LLVM's reason, the residual interpreter serving).
+  std::string fallback;
+};
+
 // Turns a residual program (in grad mode already differentiated: its main
-// returns (loss, gradients...)) into an Executable. Throws (JitFailure or
-// anything else) to refuse; the slot then fails with the message as reason.
-using CompileFn = std::function<ExecutablePtr(const Residual& residual)>;
+// returns (loss, gradients...)) into an Executable. Throws to refuse: a
+// JitFailure (or PeFailure) refuses the signature, anything else fails it;
+// either way the slot keeps the message as its reason.
+//
+// Either form converts: `ExecutablePtr(const Residual&)`, or
+// `ExecutablePtr(const Residual&, CompileNotes&)` for a hook that reports.
+class CompileFn {
+ public:
+  using Reporting = std::function<ExecutablePtr(const Residual&, CompileNotes&)>;
+
+  CompileFn() = default;
+  CompileFn(std::nullptr_t) {}
+  template <class F>
+    requires std::is_invocable_r_v<ExecutablePtr, F&, const Residual&, CompileNotes&>
+  CompileFn(F f) : fn_(std::move(f)) {}
+  template <class F>
+    requires(std::is_invocable_r_v<ExecutablePtr, F&, const Residual&> &&
+             !std::is_invocable_r_v<ExecutablePtr, F&, const Residual&, CompileNotes&>)
+  CompileFn(F f) : fn_([f = std::move(f)](const Residual& r, CompileNotes&) mutable { return f(r); }) {}
+
+  ExecutablePtr operator()(const Residual& residual, CompileNotes& notes) const { return fn_(residual, notes); }
+  explicit operator bool() const { return static_cast<bool>(fn_); }
+
+ private:
+  Reporting fn_;
+};
 
 struct EngineOptions {
   // Background workers; 0: hardware threads − 1, at least 1.
@@ -64,6 +100,15 @@ struct EngineOptions {
   std::function<void(const CompileInfo&)> before_compile;
   // Receives the engine's events (scheduler/events.h); null: none, at no cost.
   std::shared_ptr<EventSink> events;
+  // The tracing log (docs/tracing.md): "off", "info", "debug" or "trace" on
+  // the `pejit` spdlog logger, with a statistics block when the engine is
+  // destroyed; empty: PEJIT_LOG's value (unset: off). Anything else throws
+  // std::invalid_argument from the constructor.
+  std::string log_level;
+  // A JSON-lines file of every event, written by a thread of its own;
+  // empty: PEJIT_TRACE's value (unset: none). One that cannot be opened
+  // throws std::runtime_error from the constructor.
+  std::string trace_file;
 };
 
 struct EntryOptions {
@@ -163,9 +208,11 @@ struct EngineStats {
 
 class Engine {
  public:
+  // Throws for a bad `log_level` or a `trace_file` that cannot be opened.
   explicit Engine(EngineOptions options = {});
   // Cancels queued jobs, waits for the running ones (at most `workers`;
-  // a compile is not interrupted), and frees everything.
+  // a compile is not interrupted), and frees everything; with logging on,
+  // logs the run's statistics; flushes the trace file.
   ~Engine();
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;

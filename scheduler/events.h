@@ -6,7 +6,8 @@
 // an Event only when a sink is installed and wants that kind, so with no sink
 // (the default) an event costs one pointer test.
 //
-// Issue 9 adds the spdlog and JSON-lines sinks; they implement EventSink.
+// The sinks that write logs and trace files are in trace_sinks.h; the
+// statistics of a run, from its events, in trace_stats.h.
 #pragma once
 
 #include <cstdint>
@@ -19,21 +20,29 @@
 
 namespace pejit {
 
-// X(enumerator, "name", "what it means; its fields")
-#define PEJIT_EVENTS(X)                                                                                    \
-  X(kCall, "call", "a call ran; tier (interpreter, residual-interpreter, native), mode")                   \
-  X(kHit, "hit", "a call found ready code for its signature; tier")                                        \
-  X(kMiss, "miss", "a call found no ready code; state (new, cold, pending, failed), policy")               \
-  X(kEnqueue, "enqueue", "a specialization job was queued; priority (miss, prefetch), queue (length)")     \
-  X(kPrefetch, "prefetch", "prefetch asked for a signature; state it found")                               \
-  X(kPe, "pe", "partial evaluation of one job; residual_ops, params, unfoldings")                          \
-  X(kAutodiff, "autodiff", "the residual was differentiated (grad mode); wrt_leaves")                      \
-  X(kCompile, "compile", "the compile hook ran; tier, code_bytes")                                         \
-  X(kSwap, "swap", "compiled code was published into its slot; tier, code_bytes, wait_us (queue wait)")    \
-  X(kFailed, "failed", "a job failed; the slot stays on the interpreter until the module changes; reason") \
-  X(kCancel, "cancel", "a queued job was dropped before it ran; reason (shutdown, invalidated)")           \
-  X(kEvict, "evict", "a ready slot left the code cache; reason (budget, entry-max, tracked-max), bytes")   \
-  X(kInvalidate, "invalidate", "a module edit dropped an entry's slots; definitions, slots")
+// X(enumerator, "name", "what it means; its fields"). docs/tracing.md has
+// each event's fields with their types and units; a test checks every name
+// here has its section there.
+#define PEJIT_EVENTS(X)                                                                                         \
+  X(kStart, "start", "an engine started; policy, workers")                                                      \
+  X(kCall, "call", "a call ran, signature to result; tier (interpreter, residual-interpreter, native), mode")   \
+  X(kHit, "hit", "a call found ready code for its signature; tier")                                             \
+  X(kMiss, "miss", "a call found no ready code; state (new, cold, pending, failed), policy, queue")              \
+  X(kEnqueue, "enqueue", "a specialization job was queued; job, priority (miss, prefetch), queue, mode")        \
+  X(kPrefetch, "prefetch", "prefetch asked for a signature; state it found")                                    \
+  X(kPe, "pe", "partial evaluation of one job; job, residual_ops, params, unfoldings")                          \
+  X(kAutodiff, "autodiff", "the residual was differentiated (grad mode); job, wrt_leaves")                      \
+  X(kBatch, "batch", "reserved for the batching pass of issue 12 (groups, ops before/after); not emitted yet")  \
+  X(kPasses, "passes", "the JIT's middle end: fold, CSE, DCE, fuse, memory plan; job, kernels, fused_kernels")  \
+  X(kCodegen, "codegen", "LLVM: IR, optimization, machine code; job, ir_us, opt_us, machine_code_us")           \
+  X(kCompile, "compile", "the compile hook ran (passes, codegen); job, tier, code_bytes, fallback")             \
+  X(kSwap, "swap", "code was published; the span is the job's; job, tier, code_bytes, wait_us, stage times")   \
+  X(kRefused, "refused", "PE or the compilers declined the signature; it stays on tier 0; job, mode, reason")  \
+  X(kFailed, "failed", "a job or its compiled code threw; the slot stays on tier 0 until an edit; reason")      \
+  X(kCancel, "cancel", "a queued job was dropped before it ran; job, reason (shutdown, invalidated)")           \
+  X(kEvict, "evict", "a slot left the code cache; reason (budget, entry-max, tracked-max), state, bytes")       \
+  X(kInvalidate, "invalidate", "a module edit dropped an entry's slots; definitions, slots")                    \
+  X(kStop, "stop", "an engine was destroyed; the span is its life")
 
 enum class EventKind : uint8_t {
 #define PEJIT_EVENT_ENUM(e, name, doc) e,

@@ -33,6 +33,7 @@ struct Job {
   bool grad = false;
   std::vector<int> wrt;  // grad mode
   int64_t enqueued_us = 0;
+  int64_t id = 0;  // for events: which enqueue a job's stages and end belong to
 };
 using JobPtr = std::shared_ptr<Job>;
 

@@ -5,12 +5,17 @@
 namespace pejit {
 
 CompileFn CompileNative(std::shared_ptr<JitSession> session) {
-  return [session = std::move(session)](const Residual& residual) -> ExecutablePtr {
+  return [session = std::move(session)](const Residual& residual, CompileNotes& notes) -> ExecutablePtr {
     try {
-      return session->Compile(residual.main);
+      CompileReport report;
+      ExecutablePtr exec = session->Compile(residual.main, {}, &report);
+      notes.jit = std::move(report);
+      return exec;
     } catch (const JitFailure& native) {
       try {
-        return CompileWithResidualInterpreter(residual);
+        ExecutablePtr exec = CompileWithResidualInterpreter(residual);
+        notes.fallback = native.what();
+        return exec;
       } catch (const std::exception& fallback) {
         throw JitFailure(std::string(native.what()) + "; residual interpreter: " + fallback.what());
       }
