@@ -2,14 +2,22 @@
 //
 // A plan (jit/plan.h) becomes one LLVM module holding its distinct fused
 // kernels, and a table of steps that the Executable walks:
-//   (1) each distinct fused kernel (same expression, shapes and strides) is one
-//       function `void k(ptr* buffers)` (output first, then each load): a loop
-//       nest over the output's shape, adjacent dimensions merged where every
-//       operand allows it, optimized at -O3 for the host CPU and vectorized;
-//       every step computing the same thing calls the same function;
+//   (1) each distinct fused kernel (same expression, loop nest and strides)
+//       is one function `void k(ptr* buffers, i64 outer)` (output first, then
+//       each load): a loop nest over the output's shape, adjacent dimensions
+//       merged where every operand allows it, optimized at -O3 for the host
+//       CPU and vectorized; the outermost extent is an argument, so every step
+//       computing the same thing on any number of rows (the batched cells of
+//       each tree level) calls the same function;
 //   (2) any other step runs the operator's registered kernel (OpenBLAS for
 //       GEMMs) on views of the buffers;
 //   (3) a call gets its own arena, so concurrent calls share nothing mutable.
+// Kernels are shared across specializations: the session keeps the kernels of
+// every live module by what they compute, and a compile emits only those no
+// live module has (after the first minibatches, usually none: the cells of a
+// Tree-LSTM are the same kernels whatever the trees, their row counts being
+// an argument). A module's code goes when the last executable using one of
+// its kernels does.
 // The steps are a table, not generated code, because residual programs have
 // tens of thousands of them and only tens of distinct kernels: emitting a
 // call per step made machine-code generation (register allocation over
@@ -40,6 +48,7 @@
 #include <limits>
 #include <map>
 #include <mutex>
+#include <set>
 
 namespace pejit {
 namespace {
@@ -60,6 +69,29 @@ void Check(llvm::Error err, const std::string& what) {
 
 }  // namespace
 
+namespace {
+
+using KernelFn = void (*)(void* const* buffers, int64_t outer);
+
+// One LLVM module's machine code: removed from the JIT when the last
+// executable using one of its kernels lets go.
+class CodeModule {
+ public:
+  CodeModule(std::shared_ptr<JitSession::State> state, llvm::orc::ResourceTrackerSP tracker);
+  ~CodeModule();
+
+ private:
+  std::shared_ptr<JitSession::State> state_;  // keeps the LLJIT alive as long as this code
+  llvm::orc::ResourceTrackerSP tracker_;
+};
+
+struct CachedKernel {
+  KernelFn fn = nullptr;
+  std::weak_ptr<CodeModule> module;
+};
+
+}  // namespace
+
 struct JitSession::State {
   std::unique_ptr<llvm::orc::LLJIT> jit;
   std::string cpu;
@@ -68,20 +100,80 @@ struct JitSession::State {
   // Object code bytes per module, as ORC links them (on any thread).
   std::mutex object_mu;
   std::map<std::string, size_t> object_bytes;
+  // Fused kernels of live modules, by what they compute (Codegen::KeyOf).
+  std::mutex kernels_mu;
+  std::map<std::string, CachedKernel> kernels;
 };
 
 namespace {
 
-using KernelFn = void (*)(void* const* buffers);
+CodeModule::CodeModule(std::shared_ptr<JitSession::State> state, llvm::orc::ResourceTrackerSP tracker)
+    : state_(std::move(state)), tracker_(std::move(tracker)) {
+  state_->live_modules.fetch_add(1);
+}
+
+CodeModule::~CodeModule() {
+  if (llvm::Error err = tracker_->remove()) llvm::consumeError(std::move(err));
+  state_->live_modules.fetch_sub(1);
+}
+
+// A fused step's loop nest: its output's shape with inner size-1 dimensions
+// dropped and adjacent inner ones merged where every operand walks them
+// contiguously. The outermost dimension stays as it is, even of size 1: it is
+// the kernel's argument, so that a cell computed for one tree node ((1, H))
+// and for a batch of them ((n, 1, H)) calls the same kernel.
+struct LoopNest {
+  Shape dims;                       // extents, outermost first
+  std::vector<Shape> load_strides;  // per load, in elements (0: broadcast)
+  std::vector<int> loads;           // indices of the step's load nodes
+};
+
+LoopNest NestOf(const Plan& plan, const PlanStep& step) {
+  const Shape& shape = plan.buffers[step.outputs[0]].type.shape;
+  LoopNest nest;
+  for (size_t i = 0; i < step.nodes.size(); ++i) {
+    if (step.nodes[i].kind == FusedNode::Kind::kLoad) nest.loads.push_back(static_cast<int>(i));
+  }
+  std::vector<Shape> strides;  // of every load, broadcast to the output's shape
+  for (int l : nest.loads) {
+    const Shape& in = plan.buffers[step.nodes[l].buffer].type.shape;
+    Shape st(shape.size(), 0), own = RowMajorStrides(in);
+    size_t offset = shape.size() - in.size();
+    // Broadcast dimensions have stride 0; a size-1 dimension of the output
+    // keeps the row-major stride, whatever it is, for the key's sake.
+    for (size_t d = 0; d < in.size(); ++d) st[offset + d] = in[d] == 1 && shape[offset + d] != 1 ? 0 : own[d];
+    strides.push_back(st);
+  }
+  nest.load_strides.resize(nest.loads.size());
+  for (size_t d = 0; d < shape.size(); ++d) {
+    if (shape[d] == 1 && d > 0) continue;
+    bool merge = nest.dims.size() > 1;  // never into the outermost
+    for (size_t k = 0; merge && k < nest.loads.size(); ++k) {
+      merge = nest.load_strides[k].back() == strides[k][d] * shape[d];
+    }
+    if (merge) {
+      nest.dims.back() *= shape[d];
+      for (size_t k = 0; k < nest.loads.size(); ++k) nest.load_strides[k].back() = strides[k][d];
+    } else {
+      nest.dims.push_back(shape[d]);
+      for (size_t k = 0; k < nest.loads.size(); ++k) nest.load_strides[k].push_back(strides[k][d]);
+    }
+  }
+  if (nest.dims.empty()) {
+    nest.dims.push_back(1);
+    for (auto& m : nest.load_strides) m.push_back(0);
+  }
+  return nest;
+}
 
 class NativeExecutable final : public Executable {
  public:
   // `kernels[i]`: the function of step i when it is fused, else null.
-  NativeExecutable(Plan plan, std::vector<KernelFn> kernels, std::shared_ptr<JitSession::State> state,
-                   llvm::orc::ResourceTrackerSP tracker, size_t code_bytes, bool poison)
-      : plan_(std::move(plan)), kernels_(std::move(kernels)), state_(std::move(state)), tracker_(std::move(tracker)),
+  // `modules`: the code of every kernel it calls.
+  NativeExecutable(Plan plan, std::vector<KernelFn> kernels, std::vector<int64_t> outer,
+                   std::vector<std::shared_ptr<CodeModule>> modules, size_t code_bytes, bool poison)
+      : plan_(std::move(plan)), kernels_(std::move(kernels)), outer_(std::move(outer)), modules_(std::move(modules)),
         code_bytes_(code_bytes), poison_(poison) {
-    state_->live_modules.fetch_add(1);
     // What each step reads and writes, in the order its kernel wants them.
     for (size_t i = 0; i < plan_.steps.size(); ++i) {
       const PlanStep& step = plan_.steps[i];
@@ -97,12 +189,6 @@ class NativeExecutable final : public Executable {
       }
       operands_.push_back(std::move(operands));
     }
-  }
-
-  // The last holder is gone, so no call can be running this code: free it.
-  ~NativeExecutable() override {
-    if (llvm::Error err = tracker_->remove()) llvm::consumeError(std::move(err));
-    state_->live_modules.fetch_sub(1);
   }
 
   std::vector<Tensor> Run(std::span<const Tensor> inputs) const override {
@@ -148,7 +234,7 @@ class NativeExecutable final : public Executable {
       ptrs.clear();
       for (int b : operands_[s]) ptrs.push_back(address[b]);
       if (kernels_[s]) {
-        kernels_[s](ptrs.data());
+        kernels_[s](ptrs.data(), outer_[s]);
       } else {
         RunKernel(plan_.steps[s], ptrs);
       }
@@ -192,9 +278,10 @@ class NativeExecutable final : public Executable {
 
   Plan plan_;
   std::vector<KernelFn> kernels_;
+  std::vector<int64_t> outer_;  // per fused step: its kernel's outermost extent
   std::vector<std::vector<int>> operands_;
-  std::shared_ptr<JitSession::State> state_;  // keeps the LLJIT alive as long as this code
-  llvm::orc::ResourceTrackerSP tracker_;
+  // Dropped with the last holder, when no call can still be running the code.
+  std::vector<std::shared_ptr<CodeModule>> modules_;
   size_t code_bytes_;
   bool poison_;
 };
@@ -207,38 +294,20 @@ namespace {
 
 class Codegen {
  public:
-  Codegen(const Plan& plan, llvm::Module& module, const std::string& prefix)
-      : plan_(plan), m_(module), ctx_(module.getContext()), b_(ctx_), prefix_(prefix) {
+  Codegen(const Plan& plan, llvm::Module& module)
+      : plan_(plan), m_(module), ctx_(module.getContext()), b_(ctx_) {
     ptr_ = b_.getPtrTy();
     i64_ = b_.getInt64Ty();
   }
 
-  // Emits the distinct fused kernels; returns, per step, the name of its
-  // kernel function ("" for steps that run an operator's kernel).
-  std::vector<std::string> Emit() {
-    std::vector<std::string> names;
-    for (const PlanStep& step : plan_.steps) {
-      names.push_back(step.kind == PlanStep::Kind::kFused ? KernelFor(step) : "");
-    }
-    return names;
-  }
-
-  int distinct_kernels() const { return static_cast<int>(kernels_.size()); }
-
- private:
-  const Plan& plan_;
-  llvm::Module& m_;
-  llvm::LLVMContext& ctx_;
-  llvm::IRBuilder<> b_;
-  std::string prefix_;
-  llvm::Type *ptr_, *i64_;
-  llvm::Function* kernel_fn_ = nullptr;  // the fused kernel being emitted
-  std::map<std::string, std::string> kernels_;  // fused kernels by what they compute
-
-  // The function computing `step`, emitted unless an earlier step's is the same.
-  std::string KernelFor(const PlanStep& step) {
-    const PlanBuffer& out = plan_.buffers[step.outputs[0]];
-    std::string key = out.type.ToString() + "|";
+  // What a fused step's kernel computes, up to its outermost extent: steps
+  // with equal keys call one function.
+  static std::string KeyOf(const Plan& plan, const PlanStep& step, const LoopNest& nest) {
+    const PlanBuffer& out = plan.buffers[step.outputs[0]];
+    std::string key = std::string(DTypeName(out.type.dtype)) + "|" +
+                      ShapeToString(Shape(nest.dims.begin() + 1, nest.dims.end())) + "|";
+    for (const Shape& st : nest.load_strides) key += ShapeToString(st);
+    key += "|";
     for (const FusedNode& n : step.nodes) {
       key += std::to_string(static_cast<int>(n.kind)) + "," + std::to_string(static_cast<int>(n.op)) + "," +
              std::to_string(static_cast<int>(n.dtype)) + ",";
@@ -246,26 +315,35 @@ class Codegen {
       std::snprintf(imm, sizeof imm, "%a,%a", n.immediate, n.param);
       key += imm;
       for (int a : n.args) key += "," + std::to_string(a);
-      if (n.kind == FusedNode::Kind::kLoad) key += "," + ShapeToString(plan_.buffers[n.buffer].type.shape);
       key += ";";
     }
-    std::string& name = kernels_[key];
-    if (!name.empty()) return name;
-    name = prefix_ + "_fused_" + std::to_string(kernels_.size() - 1);
-    kernel_fn_ = llvm::Function::Create(llvm::FunctionType::get(b_.getVoidTy(), {ptr_}, false),
+    return key;
+  }
+
+  // Emits the function `name` computing `step`.
+  void EmitKernel(const PlanStep& step, const LoopNest& nest, const std::string& name) {
+    const PlanBuffer& out = plan_.buffers[step.outputs[0]];
+    kernel_fn_ = llvm::Function::Create(llvm::FunctionType::get(b_.getVoidTy(), {ptr_, i64_}, false),
                                         llvm::Function::ExternalLinkage, name, m_);
     kernel_fn_->addFnAttr(llvm::Attribute::NoUnwind);
     b_.SetInsertPoint(llvm::BasicBlock::Create(ctx_, "entry", kernel_fn_));
     // The buffers' addresses, loaded once, before the loops.
     llvm::Value* table = kernel_fn_->getArg(0);
     std::vector<llvm::Value*> ptrs;
-    size_t operands = 1;
-    for (const FusedNode& n : step.nodes) operands += n.kind == FusedNode::Kind::kLoad;
-    for (size_t i = 0; i < operands; ++i) ptrs.push_back(b_.CreateLoad(ptr_, b_.CreateConstGEP1_64(ptr_, table, i)));
-    if (NumElements(out.type.shape) > 0) EmitFused(step, ptrs);
+    for (size_t i = 0; i < 1 + nest.loads.size(); ++i) {
+      ptrs.push_back(b_.CreateLoad(ptr_, b_.CreateConstGEP1_64(ptr_, table, i)));
+    }
+    if (NumElements(out.type.shape) > 0) EmitFused(step, nest, ptrs);
     b_.CreateRetVoid();
-    return name;
   }
+
+ private:
+  const Plan& plan_;
+  llvm::Module& m_;
+  llvm::LLVMContext& ctx_;
+  llvm::IRBuilder<> b_;
+  llvm::Type *ptr_, *i64_;
+  llvm::Function* kernel_fn_ = nullptr;  // the fused kernel being emitted
 
   llvm::Type* ElementType(DType d) {
     switch (d) {
@@ -372,56 +450,28 @@ class Codegen {
     b_.SetInsertPoint(exit);
   }
 
-  // The body of a fused kernel: `ptrs` are its output, then its loads.
-  void EmitFused(const PlanStep& step, const std::vector<llvm::Value*>& ptrs) {
-    const Shape& shape = plan_.buffers[step.outputs[0]].type.shape;
-    // Strides (elements) of every load, broadcast to the output's shape.
-    std::vector<int> loads;
-    for (size_t i = 0; i < step.nodes.size(); ++i) {
-      if (step.nodes[i].kind == FusedNode::Kind::kLoad) loads.push_back(static_cast<int>(i));
-    }
-    std::vector<Shape> strides;
-    for (int l : loads) {
-      const Shape& in = plan_.buffers[step.nodes[l].buffer].type.shape;
-      Shape st(shape.size(), 0), own = RowMajorStrides(in);
-      size_t offset = shape.size() - in.size();
-      for (size_t d = 0; d < in.size(); ++d) st[offset + d] = in[d] == 1 ? 0 : own[d];
-      strides.push_back(st);
-    }
-    // Merge adjacent dimensions every operand walks contiguously; drop size-1 ones.
-    Shape dims;
-    std::vector<Shape> merged(loads.size());
-    for (size_t d = 0; d < shape.size(); ++d) {
-      if (shape[d] == 1) continue;
-      bool merge = !dims.empty();
-      for (size_t k = 0; merge && k < loads.size(); ++k) merge = merged[k].back() == strides[k][d] * shape[d];
-      if (merge) {
-        dims.back() *= shape[d];
-        for (size_t k = 0; k < loads.size(); ++k) merged[k].back() = strides[k][d];
-      } else {
-        dims.push_back(shape[d]);
-        for (size_t k = 0; k < loads.size(); ++k) merged[k].push_back(strides[k][d]);
-      }
-    }
-    if (dims.empty()) {
-      dims.push_back(1);
-      for (auto& m : merged) m.push_back(0);
-    }
+  // The body of a fused kernel: `ptrs` are its output, then its loads; the
+  // outermost extent is the kernel's second argument.
+  void EmitFused(const PlanStep& step, const LoopNest& nest, const std::vector<llvm::Value*>& ptrs) {
+    const Shape& dims = nest.dims;
+    const std::vector<int>& loads = nest.loads;
+    const std::vector<Shape>& merged = nest.load_strides;
     Shape out_strides = RowMajorStrides(dims);
 
     std::vector<llvm::Value*> iv;
-    std::function<void(size_t)> nest = [&](size_t d) {
+    std::function<void(size_t)> loop = [&](size_t d) {
       if (d == dims.size()) {
         EmitElement(step, loads, merged, out_strides, iv, ptrs);
         return;
       }
-      Loop(b_.getInt64(dims[d]), [&](llvm::Value* i) {
+      llvm::Value* extent = d == 0 ? static_cast<llvm::Value*>(kernel_fn_->getArg(1)) : b_.getInt64(dims[d]);
+      Loop(extent, [&](llvm::Value* i) {
         iv.push_back(i);
-        nest(d + 1);
+        loop(d + 1);
         iv.pop_back();
       });
     };
-    nest(0);
+    loop(0);
   }
 
   void EmitElement(const PlanStep& step, const std::vector<int>& loads, const std::vector<Shape>& strides,
@@ -540,61 +590,99 @@ ExecutablePtr JitSession::Compile(const Func& program, const CompileOptions& opt
   r.arena_bytes = plan.arena_bytes;
   r.buffer_bytes = plan.buffer_bytes;
 
-  // (2) Emit LLVM IR: the distinct fused kernels.
+  // (2) Per fused step, its kernel: one a live module has, or a new one,
+  // emitted into this compile's LLVM module.
   t0 = Clock::now();
+  const size_t steps = plan.steps.size();
+  std::vector<int64_t> outer(steps, 0);
+  std::vector<std::string> keys(steps);
+  std::vector<LoopNest> nests(steps);
+  for (size_t i = 0; i < steps; ++i) {
+    if (plan.steps[i].kind != PlanStep::Kind::kFused) continue;
+    nests[i] = NestOf(plan, plan.steps[i]);
+    keys[i] = Codegen::KeyOf(plan, plan.steps[i], nests[i]);
+    outer[i] = nests[i].dims[0];
+  }
+  std::map<std::string, KernelFn> functions;  // by key
+  std::vector<std::shared_ptr<CodeModule>> modules;
+  {
+    std::lock_guard<std::mutex> lock(state_->kernels_mu);
+    std::set<CodeModule*> held;
+    for (const std::string& key : keys) {
+      if (key.empty() || functions.count(key)) continue;
+      auto it = state_->kernels.find(key);
+      if (it == state_->kernels.end()) continue;
+      std::shared_ptr<CodeModule> m = it->second.module.lock();
+      if (!m) {
+        state_->kernels.erase(it);
+        continue;
+      }
+      functions[key] = it->second.fn;
+      if (held.insert(m.get()).second) modules.push_back(std::move(m));
+    }
+  }
+  r.reused_fused_kernels = static_cast<int>(functions.size());
   std::string prefix = "pejit_" + std::to_string(state_->next_module.fetch_add(1));
   auto context = std::make_unique<llvm::LLVMContext>();
   auto module = std::make_unique<llvm::Module>(prefix, *context);
   llvm::orc::LLJIT& jit = *state_->jit;
   module->setDataLayout(jit.getDataLayout());
   module->setTargetTriple(jit.getTargetTriple().str());
-  Codegen codegen(plan, *module, prefix);
-  std::vector<std::string> step_kernels = codegen.Emit();
-  r.distinct_fused_kernels = codegen.distinct_kernels();
+  Codegen codegen(plan, *module);
+  std::map<std::string, std::string> emitted;  // key → function name
+  for (size_t i = 0; i < steps; ++i) {
+    if (keys[i].empty() || functions.count(keys[i]) || emitted.count(keys[i])) continue;
+    std::string name = prefix + "_fused_" + std::to_string(emitted.size());
+    codegen.EmitKernel(plan.steps[i], nests[i], name);
+    emitted.emplace(keys[i], name);
+  }
+  r.distinct_fused_kernels = static_cast<int>(functions.size() + emitted.size());
   std::string errors;
   llvm::raw_string_ostream es(errors);
   if (llvm::verifyModule(*module, &es)) throw JitFailure("generated invalid LLVM IR: " + errors);
   r.codegen_ms = Ms(t0);
 
-  // (3) Optimize for the host CPU.
-  t0 = Clock::now();
-  auto jtmb = Unwrap(llvm::orc::JITTargetMachineBuilder::detectHost(), "detecting the host CPU");
-  std::unique_ptr<llvm::TargetMachine> tm = Unwrap(jtmb.createTargetMachine(), "creating a target machine");
-  Optimize(*module, *tm, options.opt_level);
-  r.optimize_ms = Ms(t0);
-  if (options.keep_ir) {
-    llvm::raw_string_ostream os(r.llvm_ir);
-    module->print(os, nullptr);
-  }
-  if (options.keep_asm) r.assembly = Assembly(*module, *tm);
-
-  // (4) Machine code, under a resource tracker of its own.
-  t0 = Clock::now();
-  llvm::orc::ResourceTrackerSP tracker = jit.getMainJITDylib().createResourceTracker();
-  Check(jit.addIRModule(tracker, llvm::orc::ThreadSafeModule(std::move(module), std::move(context))),
-        "adding the module");
-  std::map<std::string, KernelFn> resolved;
-  std::vector<KernelFn> kernels;
-  for (const std::string& name : step_kernels) {
-    if (name.empty()) {
-      kernels.push_back(nullptr);
-      continue;
+  if (!emitted.empty() || options.keep_ir || options.keep_asm) {
+    // (3) Optimize for the host CPU.
+    t0 = Clock::now();
+    auto jtmb = Unwrap(llvm::orc::JITTargetMachineBuilder::detectHost(), "detecting the host CPU");
+    std::unique_ptr<llvm::TargetMachine> tm = Unwrap(jtmb.createTargetMachine(), "creating a target machine");
+    Optimize(*module, *tm, options.opt_level);
+    r.optimize_ms = Ms(t0);
+    if (options.keep_ir) {
+      llvm::raw_string_ostream os(r.llvm_ir);
+      module->print(os, nullptr);
     }
-    KernelFn& fn = resolved[name];
-    if (!fn) fn = Unwrap(jit.lookup(name), "compiling " + name).toPtr<KernelFn>();
-    kernels.push_back(fn);
+    if (options.keep_asm) r.assembly = Assembly(*module, *tm);
   }
-  r.machine_code_ms = Ms(t0);
-  size_t constants = 0;
+  if (!emitted.empty()) {
+    // (4) Machine code, under a resource tracker of its own.
+    t0 = Clock::now();
+    llvm::orc::ResourceTrackerSP tracker = jit.getMainJITDylib().createResourceTracker();
+    Check(jit.addIRModule(tracker, llvm::orc::ThreadSafeModule(std::move(module), std::move(context))),
+          "adding the module");
+    auto own = std::make_shared<CodeModule>(state_, tracker);
+    for (const auto& [key, name] : emitted) {
+      functions[key] = Unwrap(jit.lookup(name), "compiling " + name).toPtr<KernelFn>();
+    }
+    r.machine_code_ms = Ms(t0);
+    {
+      std::lock_guard<std::mutex> lock(state_->object_mu);
+      r.code_bytes = state_->object_bytes[prefix];
+      state_->object_bytes.erase(prefix);
+    }
+    std::lock_guard<std::mutex> lock(state_->kernels_mu);
+    for (const auto& [key, name] : emitted) state_->kernels[key] = {functions[key], own};
+    modules.push_back(std::move(own));
+  }
+  std::vector<KernelFn> kernels(steps, nullptr);
+  for (size_t i = 0; i < steps; ++i) {
+    if (!keys[i].empty()) kernels[i] = functions.at(keys[i]);
+  }
   for (const PlanBuffer& b : plan.buffers) {
-    if (b.kind == PlanBuffer::Kind::kConstant) constants += b.constant.nbytes();
+    if (b.kind == PlanBuffer::Kind::kConstant) r.code_bytes += b.constant.nbytes();
   }
-  {
-    std::lock_guard<std::mutex> lock(state_->object_mu);
-    r.code_bytes = state_->object_bytes[prefix] + constants;
-    state_->object_bytes.erase(prefix);
-  }
-  return std::make_shared<NativeExecutable>(std::move(plan), std::move(kernels), state_, std::move(tracker),
+  return std::make_shared<NativeExecutable>(std::move(plan), std::move(kernels), std::move(outer), std::move(modules),
                                             r.code_bytes, options.poison_dead_buffers);
 }
 

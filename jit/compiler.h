@@ -1,12 +1,13 @@
 // \file The JIT: residual programs to native code, through LLVM ORC.
 //
 // One JitSession per engine owns an ORC LLJIT for the host CPU. Compile()
-// lowers a residual program (jit/plan.h), emits one LLVM module with its
-// distinct fused elementwise kernels (loops LLVM vectorizes), optimizes it
-// with the new pass manager, and adds it under a resource tracker of its own,
-// so that dropping the Executable frees its code. The Executable walks the
-// plan's steps: fused kernels natively, other operators (GEMMs through
-// OpenBLAS) through their registered kernels. See compiler.cc for why.
+// lowers a residual program (jit/plan.h), emits one LLVM module with those of
+// its distinct fused elementwise kernels (loops LLVM vectorizes) that no live
+// specialization has compiled already, optimizes it with the new pass
+// manager, and adds it under a resource tracker of its own; a module's code is
+// freed when the last Executable calling into it is dropped. The Executable
+// walks the plan's steps: fused kernels natively, other operators (GEMMs
+// through OpenBLAS) through their registered kernels. See compiler.cc for why.
 #pragma once
 
 #include <memory>
@@ -35,9 +36,10 @@ struct CompileReport {
   std::string assembly;
   int kernels = 0;
   int fused_kernels = 0;
-  int distinct_fused_kernels = 0;  // fused kernels emitted once and shared by every step alike
+  int distinct_fused_kernels = 0;  // fused kernels the steps call, each shared by every step alike
+  int reused_fused_kernels = 0;    // ... of which compiled before, for a specialization still live
   int64_t arena_bytes = 0, buffer_bytes = 0;
-  size_t code_bytes = 0;
+  size_t code_bytes = 0;  // machine code of the kernels compiled now, and constants
   double lower_ms = 0, codegen_ms = 0, optimize_ms = 0, machine_code_ms = 0;
 };
 

@@ -195,8 +195,14 @@ class Lowering {
     // is computed inside that operator's kernel, unless that is far away:
     // computing it later keeps its inputs alive until then (a gradient summed
     // over a whole tree would otherwise hold every partial sum in memory).
+    // A kernel reads at most kMaxFusedInputs operands: a longer chain (a
+    // weight's gradient summed over a data-dependent number of tree levels)
+    // becomes a few kernels, of forms that recur from one minibatch to the
+    // next and so are compiled once (jit/compiler.cc shares them).
     constexpr size_t kFusionWindow = 16;  // bindings between producer and consumer
+    constexpr int kMaxFusedInputs = 8;
     std::unordered_map<const ExprNode*, size_t> position;
+    std::unordered_map<const ExprNode*, int> inputs;  // of the kernel computing a fusible value
     for (size_t i = 0; i < s.bindings.size(); ++i) {
       const Binding& b = s.bindings[i];
       position[b.var.get()] = i;
@@ -204,11 +210,15 @@ class Lowering {
       if (!call || !Fusible(call)) continue;
       producer_[b.var.get()] = call;
       TensorType out = TensorTypeOf(b.var);
+      int total = static_cast<int>(call->args.size());
       for (const Expr& a : call->args) {
         if (a->kind != ExprKind::kVar || !producer_.count(a.get()) || uses_[a.get()] != 1) continue;
         if (TensorTypeOf(a).shape != out.shape || i - position.at(a.get()) > kFusionWindow) continue;
+        if (total - 1 + inputs[a.get()] > kMaxFusedInputs) continue;
+        total += inputs[a.get()] - 1;
         inlined_.insert(a.get());
       }
+      inputs[b.var.get()] = total;
     }
   }
 
