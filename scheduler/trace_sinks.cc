@@ -59,12 +59,12 @@ std::string Quoted(const std::string& value) {
   return out + "\"";
 }
 
-// key=value, with *_us as a duration and bytes as a size (the unit leaves the key).
+// key=value, with *_us as a duration and *_bytes as a size (the unit leaves the key).
 std::string Field(const std::string& key, const FieldValue& value) {
   if (const auto* i = std::get_if<int64_t>(&value)) {
     if (key.size() > 3 && key.ends_with("_us")) return key.substr(0, key.size() - 3) + "=" + FormatMicros(*i);
-    if (key == "code_bytes") return "code=" + FormatBytes(*i);
-    if (key == "bytes" || key.ends_with("_bytes")) return key + "=" + FormatBytes(*i);
+    if (key.size() > 6 && key.ends_with("_bytes")) return key.substr(0, key.size() - 6) + "=" + FormatBytes(*i);
+    if (key == "bytes") return key + "=" + FormatBytes(*i);
     return key + "=" + std::to_string(*i);
   }
   if (const auto* d = std::get_if<double>(&value)) return key + "=" + fmt::format("{:g}", *d);
@@ -125,8 +125,8 @@ std::string FormatEvent(const Event& e, size_t entry_width) {
                               : fmt::format("-> interpreter ({}, queue={})", state, queue);
       break;
     }
-    case EventKind::kSwap:
-    case EventKind::kCompile: lead = take("tier"); break;
+    case EventKind::kSwap: lead = take("tier"); break;
+    case EventKind::kCompile: lead = take("tier") + "  " + FormatMicros(e.duration_us); break;
     case EventKind::kStop: lead = "after " + FormatMicros(e.duration_us); break;
     case EventKind::kPe:
     case EventKind::kAutodiff:

@@ -19,7 +19,7 @@ struct StageSource {
   EventKind kind;
 };
 constexpr StageSource kStages[] = {
-    {"pe", EventKind::kPe},         {"autodiff", EventKind::kAutodiff}, {"batch", EventKind::kBatch},
+    {"pe", EventKind::kPe},         {"batch", EventKind::kBatch},       {"autodiff", EventKind::kAutodiff},
     {"passes", EventKind::kPasses}, {"codegen", EventKind::kCodegen},   {"compile", EventKind::kCompile},
 };
 
@@ -192,7 +192,7 @@ std::string TraceStats::Render() const {
 
   // Times of the jobs and their stages.
   std::vector<std::vector<std::string>> times = {{"stage", "count", "total", "p50", "p99", "max"}};
-  for (const char* name : {"job", "queue wait", "pe", "autodiff", "batch", "passes", "codegen", "compile"}) {
+  for (const char* name : {"job", "queue wait", "pe", "batch", "autodiff", "passes", "codegen", "compile"}) {
     const Durations& d = stage(name);
     if (d.count() == 0) continue;
     times.push_back({name, std::to_string(d.count()), FormatMicros(d.total()), FormatMicros(d.Percentile(0.5)),

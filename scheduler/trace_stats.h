@@ -52,7 +52,7 @@ class TraceStats {
 
   const std::map<std::string, EntryTotals>& entries() const { return entries_; }
   // "job" (the swap's span: dequeue to publish), "queue wait", "pe",
-  // "autodiff", "batch", "passes", "codegen", "compile".
+  // "batch", "autodiff", "passes", "codegen", "compile".
   const Durations& stage(const std::string& name) const;
   // (kind, entry, reason) → how many: refused and failed with their reason,
   // evict with its reason (and the state when not ready), invalidate with
