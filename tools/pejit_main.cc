@@ -1,4 +1,5 @@
-// The `pejit` command line: check, run, partially evaluate and compile .pj programs.
+// The `pejit` command line: check, run, partially evaluate and compile .pj
+// programs, and read trace files (trace_command.h).
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
@@ -15,6 +16,7 @@
 #include "jit/autodiff.h"
 #include "jit/compiler.h"
 #include "pe/partial_eval.h"
+#include "tools/trace_command.h"
 
 namespace pejit {
 namespace {
@@ -228,12 +230,15 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   compile->add_option("-O", opt_level, "LLVM optimization level")->check(CLI::Range(0, 3))->capture_default_str();
 
+  pejit::TraceCommand trace(app);
+
   CLI11_PARSE(app, argc, argv);
   try {
     if (check->parsed()) return pejit::Check(file);
     if (run->parsed()) return pejit::Run(file, entry, args_file, grad, wrt);
     if (pe->parsed()) return pejit::PartialEval(file, entry, args_file, static_list, pe_options);
     if (compile->parsed()) return pejit::Compile(file, entry, args_file, grad, wrt, emit, opt_level);
+    if (trace.parsed()) return trace.Run();
   } catch (const std::exception& e) {
     std::fprintf(stderr, "pejit: %s\n", e.what());
     return 1;

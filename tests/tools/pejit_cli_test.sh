@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # `pejit check` and `pejit run` on a recursive tree program: exact JSON out,
-# and errors as file:line:col with a non-zero exit.
+# and errors as file:line:col with a non-zero exit. `pejit trace` on a
+# recorded trace.
 set -euo pipefail
 pejit="$1"
 dir="$2"
@@ -39,4 +40,30 @@ out=$("$pejit" run "$tmp/residual.pj" --entry main --args "$tmp/leaves.json")
 
 "$pejit" run --help | grep -q -- "--wrt" || fail "run --help"
 "$pejit" pe --help | grep -q -- "--static" || fail "pe --help"
+# `pejit trace` on the trace of a small Tree-LSTM run (train --trace, 1
+# worker); treelstm_trace.summary is the statistics block that run's engine
+# logged when it was destroyed: the summary of the file must be the same text.
+out=$("$pejit" trace summary "$dir/treelstm_trace.jsonl")
+[[ "$out" == "$(cat "$dir/treelstm_trace.summary")" ]] || fail "trace summary: $out"
+out=$("$pejit" trace chrome "$dir/treelstm_trace.jsonl" -o "$tmp/chrome.json")
+[[ "$out" == "$tmp/chrome.json: 40 events from $dir/treelstm_trace.jsonl" ]] || fail "trace chrome: $out"
+python3 - "$tmp/chrome.json" <<'PY' || fail "trace chrome: not the expected Chrome trace"
+import json, sys
+doc = json.load(open(sys.argv[1]))
+names = {e["args"]["name"] for e in doc["traceEvents"] if e.get("name") == "thread_name"}
+assert any(n.startswith("calls") for n in names) and any(n.startswith("worker") for n in names), names
+outs = sorted(e["bind_id"] for e in doc["traceEvents"] if e.get("flow_out"))
+ins = sorted(e["bind_id"] for e in doc["traceEvents"] if e.get("flow_in"))
+assert outs and outs == ins, (outs, ins)
+assert any(e["name"] == "call native" for e in doc["traceEvents"])
+PY
+out=$("$pejit" trace log "$dir/treelstm_trace.jsonl" --level info)
+grep -q '^\[pejit\] swap       loss        sig=[0-9a-f]\{8\}  native  job=[0-9]*  mode=grad:2  pe=' <<< "$out" \
+  || fail "trace log: $out"
+grep -q '^\[pejit\] pe ' <<< "$out" && fail "trace log --level info shows debug events"
+printf '{"event":"nope"}\n' > "$tmp/bad.jsonl"
+if err=$("$pejit" trace summary "$tmp/bad.jsonl" 2>&1); then fail "a bad trace was accepted"; fi
+[[ "$err" == "pejit: $tmp/bad.jsonl:1: unknown event \"nope\"" ]] || fail "bad trace error: $err"
+"$pejit" trace --help | grep -q "summary" || fail "trace --help"
+"$pejit" trace chrome --help | grep -q -- "--output" || fail "trace chrome --help"
 echo PASS
