@@ -31,6 +31,7 @@ struct Config {
   int workers = 0;
   std::string policy = "eager";
   bool reshuffle = false;
+  std::string log_level, trace_file;  // empty: PEJIT_LOG, PEJIT_TRACE (docs/tracing.md)
 };
 
 using Clock = std::chrono::steady_clock;
@@ -93,6 +94,8 @@ int Run(const Config& c) {
   EngineOptions options;
   options.workers = c.workers;
   options.policy = Policy::Parse(c.policy);
+  options.log_level = c.log_level;
+  options.trace_file = c.trace_file;
   Engine engine(options);
   engine.module().AddSource(treelstm::ModelSource(), "treelstm.pj");
   Entry loss = engine.entry("loss"), infer = engine.entry("infer");
@@ -200,6 +203,8 @@ int main(int argc, char** argv) {
   app.add_option("--workers", c.workers, "background compile workers (0: cores - 1)")->capture_default_str();
   app.add_option("--policy", c.policy, "eager, hot:N, interpreter or sync")->capture_default_str();
   app.add_flag("--reshuffle", c.reshuffle, "new minibatches every epoch (new signatures to compile)");
+  app.add_option("--log", c.log_level, "the JIT's log on stderr: off, info, debug or trace (default: PEJIT_LOG)");
+  app.add_option("--trace", c.trace_file, "write the JIT's events to this JSON-lines file (default: PEJIT_TRACE)");
   CLI11_PARSE(app, argc, argv);
   try {
     return pejit::Run(c);
