@@ -22,6 +22,7 @@
 #include <stdexcept>
 
 #include "jit/autodiff.h"
+#include "jit/batch.h"
 #include "scheduler/code_cache.h"
 #include "scheduler/job_queue.h"
 #include "scheduler/residual_executable.h"
@@ -623,6 +624,24 @@ void EngineImpl::RunJob(Job& job) {
       throw JitFailure("the residual calls " + std::to_string(residual.functions.size()) +
                        " residual function(s) (a loop on dynamic data, or PE fuel ran out); not compiled");
     }
+    // Instances of one computation at independent tree nodes become one
+    // batched operation (jit/batch.h); before autodiff, so that the backward
+    // pass is batched alike.
+    if (options.batch) {
+      stage = "batch";
+      start = NowMicros();
+      BatchStats batch;
+      residual.main = Batch(residual.main, &batch);
+      if (On(EventKind::kBatch)) {
+        Event e = Make(EventKind::kBatch, entry.name, &sig, start, NowMicros() - start);
+        e.fields.push_back({"job", job.id});
+        e.fields.push_back({"groups", batch.groups});
+        e.fields.push_back({"ops_before", batch.ops_before});
+        e.fields.push_back({"ops_after", batch.ops_after});
+        e.fields.push_back({"copied_bytes", batch.copied_bytes});
+        Emit(e);
+      }
+    }
     size_t expected_results = CountTensorLeaves(type->ret);
     if (job.grad) {
       stage = "autodiff";
@@ -719,9 +738,6 @@ void EngineImpl::EmitCompileStages(const std::string& entry, const Signature& si
   // the hook's start, which places them (clamped to the hook's span).
   auto us = [](double ms) { return static_cast<int64_t>(ms * 1e3); };
   int64_t passes_end = std::min(compile_end, compile_start + us(r.lower_ms));
-  // (issue 12) The batching pass will report, in CompileReport, the groups it
-  // formed and the operators before and after; emit EventKind::kBatch here,
-  // placed before `passes`, with those as its fields.
   if (On(EventKind::kPasses)) {
     Event e = Make(EventKind::kPasses, entry, &sig, compile_start, passes_end - compile_start);
     e.fields.push_back({"job", job});

@@ -93,6 +93,9 @@ struct EngineOptions {
   // Signatures tracked per entry while cold (hot:N) or failed (LRU beyond).
   int max_tracked_signatures_per_entry = 1024;
   PeOptions pe;
+  // Batch isomorphic independent operations of residual programs (one GEMM
+  // per tree level instead of one per node; jit/batch.h).
+  bool batch = true;
   InterpreterOptions interpreter;
   // Null: native code with LLVM (CompileNative, scheduler/native_compile.h).
   CompileFn compile;

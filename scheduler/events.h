@@ -32,7 +32,7 @@ namespace pejit {
   X(kPrefetch, "prefetch", "prefetch asked for a signature; state it found")                                    \
   X(kPe, "pe", "partial evaluation of one job; job, residual_ops, params, unfoldings")                          \
   X(kAutodiff, "autodiff", "the residual was differentiated (grad mode); job, wrt_leaves")                      \
-  X(kBatch, "batch", "reserved for the batching pass of issue 12 (groups, ops before/after); not emitted yet")  \
+  X(kBatch, "batch", "the residual was batched; job, groups, ops_before, ops_after, copied_bytes")              \
   X(kPasses, "passes", "the JIT's middle end: fold, CSE, DCE, fuse, memory plan; job, kernels, fused_kernels")  \
   X(kCodegen, "codegen", "LLVM: IR, optimization, machine code; job, ir_us, opt_us, machine_code_us")           \
   X(kCompile, "compile", "the compile hook ran (passes, codegen); job, tier, code_bytes, fallback")             \

@@ -94,7 +94,7 @@ TEST_F(EngineTest, CallsDuringASlowCompileRunInTheInterpreterThenCompiledCodeTak
     if (e.kind != EventKind::kCall && (e.kind != EventKind::kMiss || order.size() == 1))
       order.emplace_back(e.name());
   }
-  EXPECT_EQ(order, (std::vector<std::string>{"start", "miss", "enqueue", "pe", "compile", "swap", "hit"}));
+  EXPECT_EQ(order, (std::vector<std::string>{"start", "miss", "enqueue", "pe", "batch", "compile", "swap", "hit"}));
   EXPECT_EQ(events_->Count(EventKind::kEnqueue), 1);
 }
 
