@@ -1,15 +1,19 @@
 // The compiled tier against the interpreter on the Tree-LSTM (hidden 128,
 // embed 64, 25 ListOps trees): a training step (loss and gradients) each way,
-// the compile time of one specialization split by stage, and a fused
-// elementwise kernel's throughput beside memcpy of the same bytes.
+// compiled without batching, batched before autodiff (what the engine does)
+// and batched after it; the compile time of one specialization split by
+// stage; and a fused elementwise kernel's throughput beside memcpy of the
+// same bytes.
 #include <benchmark/benchmark.h>
 
+#include <chrono>
 #include <cstring>
 
 #include "examples/treelstm/listops.h"
 #include "examples/treelstm/model.h"
 #include "interp/interpreter.h"
 #include "jit/autodiff.h"
+#include "jit/batch.h"
 #include "jit/compiler.h"
 #include "ops/blas.h"
 #include "pe/partial_eval.h"
@@ -24,11 +28,11 @@ struct Workload {
   std::vector<int> wrt_leaves;  // the parameters' leaves among Flatten(args)
   int nodes = 0;
 
-  explicit Workload(int trees) {
+  explicit Workload(int trees, uint64_t seed = 1) {
     SetBlasThreads(1);
     module.AddSource(treelstm::ModelSource(), "treelstm.pj");
     snapshot = module.snapshot();
-    listops::Splits data = listops::GenerateSplits(1, trees, 0, 0);
+    listops::Splits data = listops::GenerateSplits(seed, trees, 0, 0);
     std::vector<const listops::Example*> batch;
     for (const auto& ex : data.train) batch.push_back(&ex);
     treelstm::Batch b = treelstm::MakeBatch(batch, *snapshot);
@@ -48,32 +52,64 @@ void BM_TrainStepInterpreter(benchmark::State& state) {
 }
 BENCHMARK(BM_TrainStepInterpreter)->Arg(25)->Unit(benchmark::kMillisecond);
 
+enum BatchMode { kUnbatched = 0, kBatchBeforeAutodiff = 1, kBatchAfterAutodiff = 2 };
+
+// PE, batching as `mode` says, autodiff: the program a training step compiles.
+Func TrainingProgram(const Workload& w, int64_t mode, double* pe_ms, double* batch_ms, double* autodiff_ms,
+                     BatchStats* stats) {
+  auto t0 = std::chrono::steady_clock::now();
+  Func f = PartialEvaluate(*w.snapshot, "loss", w.args).main;
+  auto t1 = std::chrono::steady_clock::now();
+  if (mode == kBatchBeforeAutodiff) f = Batch(f, stats);
+  auto t2 = std::chrono::steady_clock::now();
+  f = Differentiate(f, w.wrt_leaves);
+  auto t3 = std::chrono::steady_clock::now();
+  if (mode == kBatchAfterAutodiff) f = Batch(f, stats);
+  auto t4 = std::chrono::steady_clock::now();
+  auto ms = [](auto a, auto b) { return std::chrono::duration<double, std::milli>(b - a).count(); };
+  *pe_ms += ms(t0, t1);
+  *batch_ms += ms(t1, t2) + ms(t3, t4);
+  *autodiff_ms += ms(t2, t3);
+  return f;
+}
+
 void BM_TrainStepCompiled(benchmark::State& state) {
   Workload w(static_cast<int>(state.range(0)));
   auto session = JitSession::Create();
-  Residual r = PartialEvaluate(*w.snapshot, "loss", w.args);
-  ExecutablePtr exe = session->Compile(Differentiate(r.main, w.wrt_leaves));
+  double ignored = 0;
+  BatchStats stats;
+  ExecutablePtr exe = session->Compile(TrainingProgram(w, state.range(1), &ignored, &ignored, &ignored, &stats));
   std::vector<Tensor> leaves = Flatten(w.args);
   for (auto _ : state) benchmark::DoNotOptimize(exe->Run(leaves));
   state.counters["trees_per_s"] = benchmark::Counter(static_cast<double>(state.range(0)), benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["batched_groups"] = static_cast<double>(stats.groups);
+  state.counters["copied_KiB"] = static_cast<double>(stats.copied_bytes) / 1024;
 }
-BENCHMARK(BM_TrainStepCompiled)->Arg(25)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_TrainStepCompiled)
+    ->ArgNames({"trees", "batch"})
+    ->Args({25, kUnbatched})
+    ->Args({25, kBatchBeforeAutodiff})
+    ->Args({25, kBatchAfterAutodiff})
+    ->Unit(benchmark::kMillisecond);
 
-// One specialization of a training step, from arguments to machine code.
+// One specialization of a training step, from arguments to machine code:
+// cold (a fresh session) or warm (the specialization of another minibatch
+// still live, as in an engine's code cache, so its kernels can be reused).
 void BM_CompileSpecialization(benchmark::State& state) {
   Workload w(static_cast<int>(state.range(0)));
   auto session = JitSession::Create();
-  double pe = 0, autodiff = 0, lower = 0, codegen = 0, optimize = 0, machine = 0;
+  double pe = 0, batch = 0, autodiff = 0, lower = 0, codegen = 0, optimize = 0, machine = 0;
   CompileReport report;
+  BatchStats stats;
+  ExecutablePtr earlier;
+  if (state.range(2)) {
+    Workload other(static_cast<int>(state.range(0)), 2);
+    double ignored = 0;
+    earlier = session->Compile(TrainingProgram(other, state.range(1), &ignored, &ignored, &ignored, &stats));
+  }
   for (auto _ : state) {
-    auto t0 = std::chrono::steady_clock::now();
-    Residual r = PartialEvaluate(*w.snapshot, "loss", w.args);
-    auto t1 = std::chrono::steady_clock::now();
-    Func grad = Differentiate(r.main, w.wrt_leaves);
-    auto t2 = std::chrono::steady_clock::now();
-    benchmark::DoNotOptimize(session->Compile(grad, {}, &report));
-    pe += std::chrono::duration<double, std::milli>(t1 - t0).count();
-    autodiff += std::chrono::duration<double, std::milli>(t2 - t1).count();
+    Func program = TrainingProgram(w, state.range(1), &pe, &batch, &autodiff, &stats);
+    benchmark::DoNotOptimize(session->Compile(program, {}, &report));
     lower += report.lower_ms;
     codegen += report.codegen_ms;
     optimize += report.optimize_ms;
@@ -81,6 +117,7 @@ void BM_CompileSpecialization(benchmark::State& state) {
   }
   double n = static_cast<double>(state.iterations());
   state.counters["pe_ms"] = pe / n;
+  state.counters["batch_ms"] = batch / n;
   state.counters["autodiff_ms"] = autodiff / n;
   state.counters["passes_ms"] = lower / n;
   state.counters["llvm_ir_ms"] = codegen / n;
@@ -88,11 +125,20 @@ void BM_CompileSpecialization(benchmark::State& state) {
   state.counters["machine_code_ms"] = machine / n;
   state.counters["kernels"] = report.kernels;
   state.counters["fused_kernels"] = report.fused_kernels;
+  state.counters["distinct_kernels"] = report.distinct_fused_kernels;
+  state.counters["reused_kernels"] = report.reused_fused_kernels;
   state.counters["arena_KiB"] = static_cast<double>(report.arena_bytes) / 1024;
   state.counters["buffers_KiB"] = static_cast<double>(report.buffer_bytes) / 1024;
   state.counters["code_KiB"] = static_cast<double>(report.code_bytes) / 1024;
 }
-BENCHMARK(BM_CompileSpecialization)->Arg(25)->Unit(benchmark::kMillisecond)->Iterations(2);
+BENCHMARK(BM_CompileSpecialization)
+    ->ArgNames({"trees", "batch", "warm"})
+    ->Args({25, kUnbatched, 0})
+    ->Args({25, kBatchBeforeAutodiff, 0})
+    ->Args({25, kBatchBeforeAutodiff, 1})
+    ->Args({25, kBatchAfterAutodiff, 0})
+    ->Unit(benchmark::kMillisecond)
+    ->Iterations(2);
 
 // A fused kernel reading two tensors and writing one, beside memcpy.
 void BM_FusedKernel(benchmark::State& state) {
