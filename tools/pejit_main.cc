@@ -14,6 +14,7 @@
 #include "ir/json.h"
 #include "ir/module.h"
 #include "jit/autodiff.h"
+#include "jit/batch.h"
 #include "jit/compiler.h"
 #include "pe/partial_eval.h"
 #include "tools/trace_command.h"
@@ -143,13 +144,15 @@ std::vector<int> GradientLeaves(const std::vector<Value>& args, const std::vecto
 }
 
 int Compile(const std::string& file, const std::string& entry, const std::string& args_file, bool grad,
-            const std::string& wrt_list, const std::string& emit, int opt_level) {
+            const std::string& wrt_list, bool batch, const std::string& emit, int opt_level) {
   Snapshot s = Load(file);
   std::vector<Value> args = LoadArgs(*s, entry, args_file);
   auto t0 = std::chrono::steady_clock::now();
   Residual r = PartialEvaluate(*s, entry, args);
   double pe_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   Func program = r.main;
+  BatchStats batched;
+  if (batch) program = Batch(program, &batched);
   double ad_ms = 0;
   if (grad) {
     std::vector<int> wrt = wrt_list.empty() ? std::vector<int>{} : ParseIndices(wrt_list);
@@ -157,7 +160,7 @@ int Compile(const std::string& file, const std::string& entry, const std::string
       for (size_t i = 0; i < args.size(); ++i) wrt.push_back(static_cast<int>(i));
     }
     t0 = std::chrono::steady_clock::now();
-    program = Differentiate(r.main, GradientLeaves(args, wrt));
+    program = Differentiate(program, GradientLeaves(args, wrt));
     ad_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   }
   auto session = JitSession::Create();
@@ -177,6 +180,7 @@ int Compile(const std::string& file, const std::string& entry, const std::string
       entry.c_str(), session->host_cpu().c_str(), report.kernels, report.fused_kernels, report.distinct_fused_kernels,
       report.arena_bytes / 1024.0, report.buffer_bytes / 1024.0, report.code_bytes / 1024.0, pe_ms, ad_ms,
       report.lower_ms, report.codegen_ms, report.optimize_ms, report.machine_code_ms);
+  if (batch) std::printf("# batching: %s in %.2f ms\n", batched.ToString().c_str(), batched.seconds * 1e3);
   return 0;
 }
 
@@ -224,6 +228,8 @@ int main(int argc, char** argv) {
   compile->add_option("--args", args_file, "JSON array of arguments, as for `run`")->required();
   compile->add_flag("--grad", grad, "compile the loss and its gradients (the result must be a scalar f32)");
   compile->add_option("--wrt", wrt, "comma-separated argument indices to differentiate (default: all)");
+  bool no_batch = false;
+  compile->add_flag("--no-batch", no_batch, "compile without batching isomorphic independent operations");
   compile->add_option("--emit", emit, "what to print: fused (the plan with kernel boundaries), llvm "
                                       "(optimized LLVM IR) or asm")
       ->check(CLI::IsMember({"fused", "llvm", "asm"}))
@@ -237,7 +243,7 @@ int main(int argc, char** argv) {
     if (check->parsed()) return pejit::Check(file);
     if (run->parsed()) return pejit::Run(file, entry, args_file, grad, wrt);
     if (pe->parsed()) return pejit::PartialEval(file, entry, args_file, static_list, pe_options);
-    if (compile->parsed()) return pejit::Compile(file, entry, args_file, grad, wrt, emit, opt_level);
+    if (compile->parsed()) return pejit::Compile(file, entry, args_file, grad, wrt, !no_batch, emit, opt_level);
     if (trace.parsed()) return trace.Run();
   } catch (const std::exception& e) {
     std::fprintf(stderr, "pejit: %s\n", e.what());
