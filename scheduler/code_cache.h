@@ -153,7 +153,7 @@ using SlotPtr = std::shared_ptr<Slot>;
 
 struct CacheLimits {
   size_t code_bytes = size_t{256} << 20;   // sum of ready slots' Executable::code_bytes()
-  int max_specializations_per_entry = 64;  // ready slots per entry
+  int max_specializations_per_entry = 1024;  // ready slots per entry
   int max_tracked_per_entry = 1024;        // cold and failed slots per entry
 };
 

@@ -89,7 +89,7 @@ struct EngineOptions {
   // the least recently used are evicted.
   size_t code_cache_bytes = size_t{256} << 20;
   // Ready specializations kept per entry (LRU beyond).
-  int max_specializations_per_entry = 64;
+  int max_specializations_per_entry = 1024;
   // Signatures tracked per entry while cold (hot:N) or failed (LRU beyond).
   int max_tracked_signatures_per_entry = 1024;
   PeOptions pe;

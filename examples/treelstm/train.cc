@@ -136,11 +136,14 @@ int Run(const Config& c) {
     auto epoch_start = Clock::now();
     double loss_sum = 0;
     int64_t trees = 0, compiled = 0;
+    std::vector<double> step_ms;  // loss, gradients and the optimizer's update
     for (size_t i = 0; i < values.size(); ++i) {
+      auto step_start = Clock::now();
       int64_t before = loss.stats().calls_compiled();
       ValueAndGrad r = loss.value_and_grad({values[i].trees, values[i].labels, params}, {2});
       compiled += loss.stats().calls_compiled() - before;
       opt->Step(params, r.grads[0]);
+      step_ms.push_back(1e3 * Seconds(step_start));
       loss_sum += r.value.tensor().item() * static_cast<double>(batches[i].size());
       trees += static_cast<int64_t>(batches[i].size());
       progress.Update(i + 1, loss_sum / trees, trees / Seconds(epoch_start),
@@ -156,11 +159,18 @@ int Run(const Config& c) {
     final_loss = loss_sum / trees;
     for (const treelstm::Batch& b : dev_values) infer.prefetch({b.trees, params});
     double dev_acc = accuracy(dev_values);
-    std::printf("epoch %d: loss %.4f, dev acc %.1f%%, %.0f trees/s, %.0f%% of steps compiled, %.1f s\n", epoch,
-                final_loss, 100 * dev_acc, trees / seconds, 100.0 * compiled / values.size(), seconds);
+    std::sort(step_ms.begin(), step_ms.end());
+    auto percentile = [&](double q) {
+      return step_ms.empty() ? 0.0 : step_ms[std::min(step_ms.size() - 1, static_cast<size_t>(q * step_ms.size()))];
+    };
+    std::printf("epoch %d: loss %.4f, dev acc %.1f%%, %.0f trees/s, %.0f%% of steps compiled, step p50 %.1f ms "
+                "p99 %.1f ms, %.1f s\n", epoch, final_loss, 100 * dev_acc, trees / seconds,
+                100.0 * compiled / values.size(), percentile(0.5), percentile(0.99), seconds);
     std::fflush(stdout);
     epochs.push_back({{"epoch", epoch}, {"loss", final_loss}, {"dev_acc", dev_acc}, {"trees_per_s", trees / seconds},
-                      {"compiled_share", static_cast<double>(compiled) / values.size()}});
+                      {"compiled_share", static_cast<double>(compiled) / values.size()},
+                      {"step_ms_p50", percentile(0.5)}, {"step_ms_p99", percentile(0.99)},
+                      {"step_ms_max", step_ms.empty() ? 0.0 : step_ms.back()}});
   }
   std::vector<treelstm::Batch> train_values;
   for (auto& b : batches) train_values.push_back(treelstm::MakeBatch(b, *s));
