@@ -84,6 +84,21 @@ void BM_TrainStepCompiled(benchmark::State& state) {
   state.counters["trees_per_s"] = benchmark::Counter(static_cast<double>(state.range(0)), benchmark::Counter::kIsIterationInvariantRate);
   state.counters["batched_groups"] = static_cast<double>(stats.groups);
   state.counters["copied_KiB"] = static_cast<double>(stats.copied_bytes) / 1024;
+  // Where the step's time goes, from a profiling build of the same program.
+  CompileOptions profiling;
+  profiling.profile = true;
+  ExecutablePtr profiled = session->Compile(TrainingProgram(w, state.range(1), &ignored, &ignored, &ignored, &stats),
+                                            profiling);
+  for (int i = 0; i < 20; ++i) profiled->Run(leaves);
+  double total = 0, gemm = 0, flops = 0, fused = 0;
+  for (const ProfileLine& line : profiled->profile()) {
+    total += line.seconds;
+    if (line.flops > 0) gemm += line.seconds, flops += line.flops * static_cast<double>(profiled->profiled_runs());
+    if (line.step == "fused") fused += line.seconds;
+  }
+  state.counters["fused_share"] = fused / total;
+  state.counters["gemm_share"] = gemm / total;
+  state.counters["gemm_GFLOPs"] = gemm > 0 ? flops / gemm * 1e-9 : 0;
 }
 BENCHMARK(BM_TrainStepCompiled)
     ->ArgNames({"trees", "batch"})

@@ -48,6 +48,9 @@ Rule RuleOf(const OpCallNode& call) {
 
 bool Heavy(Rule rule) { return rule == Rule::kGemm || rule == Rule::kTake || rule == Rule::kReduce; }
 
+// A light operation's level packs (stage, rank within the stage).
+constexpr int kStageShift = 24;
+
 // Operands every instance of a batch must share: they are part of its key.
 bool MustShare(Rule rule, size_t position) {
   switch (rule) {
@@ -174,10 +177,13 @@ class Batcher {
     pending_.assign(n, 0);
     std::unordered_map<const ExprNode*, int> binding_of;
     std::unordered_map<std::string, int> key_ids;
-    std::map<std::pair<int, int>, int> group_ids;  // (key, level) → group
+    std::map<std::pair<int, int64_t>, int> group_ids;  // (key, level) → group
     // levels[i]: for every batchable key among binding i's ancestors (itself
     // included), the largest level there; sorted by key.
-    std::vector<std::vector<std::pair<int, int>>> levels(n);
+    std::vector<std::vector<std::pair<int, int64_t>>> levels(n);
+    // stage[i]: the largest level of a heavy operation among binding i's
+    // ancestors (itself included).
+    std::vector<int64_t> stage(n, 0);
     std::vector<int> remaining_uses(n, 0);
 
     auto producers_of = [&](const Expr& value) {
@@ -204,9 +210,10 @@ class Batcher {
     }
     for (size_t i = 0; i < n; ++i) {
       const Binding& b = in_.bindings[i];
-      std::vector<std::pair<int, int>> merged;
+      std::vector<std::pair<int, int64_t>> merged;
       for (int p : producers[i]) {
-        std::vector<std::pair<int, int>> next;
+        stage[i] = std::max(stage[i], stage[p]);
+        std::vector<std::pair<int, int64_t>> next;
         std::merge(merged.begin(), merged.end(), levels[p].begin(), levels[p].end(), std::back_inserter(next));
         merged.clear();
         for (const auto& kv : next) {
@@ -217,7 +224,7 @@ class Batcher {
           }
         }
         // The producer's table is not needed once its last consumer has merged it.
-        if (--remaining_uses[p] == 0) std::vector<std::pair<int, int>>().swap(levels[p]);
+        if (--remaining_uses[p] == 0) std::vector<std::pair<int, int64_t>>().swap(levels[p]);
         successors_[p].push_back(static_cast<int>(i));
       }
       pending_[i] = static_cast<int>(producers[i].size());
@@ -229,10 +236,21 @@ class Batcher {
         rule_of_[i] = rule;
         if (rule != Rule::kNone) {
           int key = key_ids.emplace(KeyOf(*call, rule), static_cast<int>(key_ids.size())).first->second;
-          auto it = std::lower_bound(merged.begin(), merged.end(), std::make_pair(key, 0));
-          int level = 1;
+          auto it = std::lower_bound(merged.begin(), merged.end(), std::make_pair(key, int64_t{0}));
+          int64_t before = it != merged.end() && it->first == key ? it->second : 0;
+          int64_t level;
+          if (Heavy(rule)) {
+            level = before + 1;
+            stage[i] = std::max(stage[i], level);
+          } else {
+            // A light operation's level is its stage (the heavy work it
+            // follows), then its rank among same-key ancestors of that stage:
+            // the adds summing a node's children, however many, share the
+            // levels of the other nodes' adds that feed the same tree level.
+            level = (stage[i] << kStageShift) + 1;
+            if (before >> kStageShift == stage[i]) level = before + 1;
+          }
           if (it != merged.end() && it->first == key) {
-            level = it->second + 1;
             it->second = level;
           } else {
             merged.insert(it, {key, level});

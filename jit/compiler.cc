@@ -171,9 +171,9 @@ class NativeExecutable final : public Executable {
   // `kernels[i]`: the function of step i when it is fused, else null.
   // `modules`: the code of every kernel it calls.
   NativeExecutable(Plan plan, std::vector<KernelFn> kernels, std::vector<int64_t> outer,
-                   std::vector<std::shared_ptr<CodeModule>> modules, size_t code_bytes, bool poison)
+                   std::vector<std::shared_ptr<CodeModule>> modules, size_t code_bytes, bool poison, bool profile)
       : plan_(std::move(plan)), kernels_(std::move(kernels)), outer_(std::move(outer)), modules_(std::move(modules)),
-        code_bytes_(code_bytes), poison_(poison) {
+        code_bytes_(code_bytes), poison_(poison), step_ns_(profile ? plan_.steps.size() : 0) {
     // What each step reads and writes, in the order its kernel wants them.
     for (size_t i = 0; i < plan_.steps.size(); ++i) {
       const PlanStep& step = plan_.steps[i];
@@ -230,24 +230,61 @@ class NativeExecutable final : public Executable {
       address[i] = address[root];
     }
     std::vector<void*> ptrs;
+    const bool profile = !step_ns_.empty();
     for (size_t s = 0; s < plan_.steps.size(); ++s) {
       ptrs.clear();
       for (int b : operands_[s]) ptrs.push_back(address[b]);
+      Clock::time_point start;
+      if (profile) start = Clock::now();
       if (kernels_[s]) {
         kernels_[s](ptrs.data(), outer_[s]);
       } else {
         RunKernel(plan_.steps[s], ptrs);
       }
+      if (profile) {
+        auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - start).count();
+        step_ns_[s].fetch_add(ns, std::memory_order_relaxed);
+      }
       if (poison_) Poison(static_cast<int>(s), address);
     }
+    if (profile) runs_.fetch_add(1, std::memory_order_relaxed);
     return results;
   }
+
+  std::vector<ProfileLine> profile() const override {
+    std::map<std::string, ProfileLine> by_kind;
+    for (size_t s = 0; s < step_ns_.size(); ++s) {
+      const PlanStep& step = plan_.steps[s];
+      std::string kind = step.kind == PlanStep::Kind::kFused ? "fused" : step.op->name;
+      ProfileLine& line = by_kind[kind];
+      line.step = kind;
+      ++line.steps;
+      line.seconds += static_cast<double>(step_ns_[s].load(std::memory_order_relaxed)) * 1e-9;
+      line.flops += GemmFlops(step);
+    }
+    std::vector<ProfileLine> lines;
+    for (auto& [kind, line] : by_kind) lines.push_back(std::move(line));
+    std::sort(lines.begin(), lines.end(), [](const auto& a, const auto& b) { return a.seconds > b.seconds; });
+    return lines;
+  }
+  int64_t profiled_runs() const override { return runs_.load(std::memory_order_relaxed); }
 
   const Type& result_type() const override { return plan_.result_type; }
   size_t code_bytes() const override { return code_bytes_; }
   const char* tier() const override { return "native"; }
 
  private:
+  // 2·m·n·k of a matrix product step, 0 for others.
+  double GemmFlops(const PlanStep& step) const {
+    if (step.kind != PlanStep::Kind::kKernel || step.op->fusion != FusionKind::kGemm) return 0;
+    const Shape& a = plan_.buffers[step.inputs[0]].type.shape;
+    const Shape& out = plan_.buffers[step.outputs[0]].type.shape;
+    if (a.size() != 2 || out.size() != 2) return 0;
+    bool transpose_a = step.op->name == "matmul" && step.attrs.GetBool("transpose_a");
+    return 2.0 * static_cast<double>(out[0]) * static_cast<double>(out[1]) *
+           static_cast<double>(transpose_a ? a[0] : a[1]);
+  }
+
   // A registered operator's kernel on views of the buffers (inputs, then outputs).
   void RunKernel(const PlanStep& step, const std::vector<void*>& ptrs) const {
     std::vector<Tensor> ins, outs;
@@ -284,6 +321,8 @@ class NativeExecutable final : public Executable {
   std::vector<std::shared_ptr<CodeModule>> modules_;
   size_t code_bytes_;
   bool poison_;
+  mutable std::vector<std::atomic<int64_t>> step_ns_;  // per step, when profiling
+  mutable std::atomic<int64_t> runs_{0};
 };
 
 }  // namespace
@@ -683,7 +722,7 @@ ExecutablePtr JitSession::Compile(const Func& program, const CompileOptions& opt
     if (b.kind == PlanBuffer::Kind::kConstant) r.code_bytes += b.constant.nbytes();
   }
   return std::make_shared<NativeExecutable>(std::move(plan), std::move(kernels), std::move(outer), std::move(modules),
-                                            r.code_bytes, options.poison_dead_buffers);
+                                            r.code_bytes, options.poison_dead_buffers, options.profile);
 }
 
 }  // namespace pejit

@@ -26,6 +26,8 @@ struct CompileOptions {
   // that a memory plan sharing bytes between live buffers shows up as wrong
   // answers.
   bool poison_dead_buffers = false;
+  // Time every step (Executable::profile()); costs two clock reads a step.
+  bool profile = false;
   bool keep_ir = false;   // fill CompileReport::llvm_ir (optimized)
   bool keep_asm = false;  // fill CompileReport::assembly
 };

@@ -25,6 +25,14 @@ class JitFailure : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// Where a compiled function's time went, per kind of step (CompileOptions::profile).
+struct ProfileLine {
+  std::string step;     // "fused" or the operator's name ("matmul", "take", ...)
+  int64_t steps = 0;    // steps of that kind in the program
+  double seconds = 0;   // summed over every run so far
+  double flops = 0;     // per run: multiply-adds × 2 of GEMM steps, else 0
+};
+
 class Executable {
  public:
   virtual ~Executable() = default;
@@ -36,6 +44,10 @@ class Executable {
   virtual size_t code_bytes() const = 0;
   // "native" or "residual-interpreter": the tier it runs in, for stats and logs.
   virtual const char* tier() const = 0;
+  // Time per kind of step, slowest first; empty unless compiled to profile.
+  virtual std::vector<ProfileLine> profile() const { return {}; }
+  // Completed runs (counted only when profiling).
+  virtual int64_t profiled_runs() const { return 0; }
 };
 using ExecutablePtr = std::shared_ptr<const Executable>;
 

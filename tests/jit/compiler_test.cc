@@ -2,6 +2,7 @@
 // memory planning, vectorization and code release do what they promise.
 #include <gtest/gtest.h>
 
+#include <map>
 #include <thread>
 
 #include "examples/treelstm/listops.h"
@@ -109,6 +110,31 @@ TEST_F(CompilerTest, ElementwiseLoopsAreVectorized) {
   CompileReport r = CheckCompiled(s, "f", {Value(RandomUniform(rng, {1024}, -1, 1)), Value(RandomUniform(rng, {1024}, -1, 1))},
                                   keep);
   EXPECT_NE(r.llvm_ir.find(" x float>"), std::string::npos) << r.llvm_ir;
+}
+
+TEST_F(CompilerTest, ProfilingTimesStepsAndCountsGemmFlops) {
+  Snapshot s = Load(R"(
+def @f(%x: Tensor[(4, 5), f32], %w: Tensor[(3, 5), f32], %b: Tensor[(3,), f32]) {
+  tanh(add(matmul(%x, %w, transpose_b=true), dense(%x, %w, %b)))
+})");
+  Rng rng(3);
+  std::vector<Value> args = {Value(RandomUniform(rng, {4, 5}, -1, 1)), Value(RandomUniform(rng, {3, 5}, -1, 1)),
+                             Value(RandomUniform(rng, {3}, -1, 1))};
+  CompileOptions options;
+  ExecutablePtr plain = session_->Compile(PartialEvaluate(*s, "f", args).main, options);
+  EXPECT_TRUE(plain->profile().empty());
+  options.profile = true;
+  ExecutablePtr exe = session_->Compile(PartialEvaluate(*s, "f", args).main, options);
+  for (int i = 0; i < 3; ++i) exe->Run(Flatten(args));
+  EXPECT_EQ(exe->profiled_runs(), 3);
+  std::map<std::string, ProfileLine> lines;
+  for (const ProfileLine& line : exe->profile()) lines[line.step] = line;
+  ASSERT_EQ(lines.size(), 3u);  // matmul, dense, and one fused add+tanh
+  EXPECT_EQ(lines["matmul"].flops, 2.0 * 4 * 3 * 5);
+  EXPECT_EQ(lines["dense"].flops, 2.0 * 4 * 3 * 5);
+  EXPECT_EQ(lines["fused"].flops, 0);
+  EXPECT_EQ(lines["fused"].steps, 1);
+  for (const auto& [kind, line] : lines) EXPECT_GT(line.seconds, 0) << kind;
 }
 
 TEST_F(CompilerTest, KernelErrorsAtRunTimeAreReported) {
