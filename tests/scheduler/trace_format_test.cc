@@ -59,6 +59,11 @@ TEST(TraceJson, AnEventReadsBackAsItWasWrittenWithTheCommonKeysFirst) {
   ExpectSameEvent(EventFromJson(line), e);
 }
 
+TEST(TraceJson, BytesThatAreNotUtf8AreReplacedNotThrown) {
+  Event e = MakeEvent(EventKind::kFailed, "loss", "", 0, 0, {{"reason", std::string("bad \xff byte")}});
+  EXPECT_EQ(EventFromJson(EventToJson(e)).Text("reason"), "bad \xEF\xBF\xBD byte");  // U+FFFD
+}
+
 TEST(TraceJson, AFieldNamedLikeACommonKeyCannotShadowIt) {
   Event e = MakeEvent(EventKind::kHit, "loss", "3f2a91c0", 5, 0, {{"entry", std::string("other")}});
   Event back = EventFromJson(EventToJson(e));
