@@ -126,6 +126,101 @@ Func EliminateDeadCode(const Func& program) {
   return Recompose(s);
 }
 
+Func CombineScatterAdds(const Func& program) {
+  Straight s = Decompose(program);
+  std::unordered_map<const ExprNode*, int> uses, binding_of;
+  std::function<void(const Expr&)> count = [&](const Expr& e) {
+    if (e->kind == ExprKind::kVar) ++uses[e.get()];
+    if (auto* c = As<OpCallNode>(e)) for (const Expr& a : c->args) count(a);
+    if (auto* t = As<TupleNode>(e)) for (const Expr& f : t->fields) count(f);
+    if (auto* p = As<ProjNode>(e)) count(p->tuple);
+  };
+  for (size_t i = 0; i < s.bindings.size(); ++i) {
+    count(s.bindings[i].value);
+    binding_of[s.bindings[i].var.get()] = static_cast<int>(i);
+  }
+  count(s.result);
+  count(s.result);  // results are used outside
+  auto call_of = [&](const Expr& atom, const char* op) -> const OpCallNode* {
+    auto it = binding_of.find(atom.get());
+    if (it == binding_of.end() || uses[atom.get()] != 1) return nullptr;
+    auto* call = As<OpCallNode>(s.bindings[it->second].value);
+    return call && call->op->name == op ? call : nullptr;
+  };
+  // An add whose operands have its own type (no broadcasting): a node of a sum.
+  auto is_sum = [&](const OpCallNode* add, const TensorType& type) {
+    return add && TensorTypeOf(add->args[0]) == type && TensorTypeOf(add->args[1]) == type;
+  };
+  // Sums of single-use adds whose value is consumed by another such add are
+  // part of that one's sum: only the outermost is rewritten.
+  std::unordered_set<const ExprNode*> inner;
+  for (const Binding& b : s.bindings) {
+    auto* add = As<OpCallNode>(b.value);
+    if (!add || add->op->name != "add" || !is_sum(add, TensorTypeOf(b.var))) continue;
+    for (const Expr& a : add->args) {
+      if (is_sum(call_of(a, "add"), TensorTypeOf(b.var))) inner.insert(a.get());
+    }
+  }
+  std::vector<Binding> out;
+  int fresh = 0;
+  auto emit = [&](std::string_view op, std::vector<Expr> args, const Attrs& attrs) -> Expr {
+    const OpDef& def = LookupOp(op);
+    Attrs normalized = NormalizeAttrs(def, attrs);
+    std::vector<TensorType> in;
+    for (const Expr& a : args) in.push_back(TensorTypeOf(a));
+    Var v = MakeVar("scatter" + std::to_string(fresh++), TensorTy(InferTypes(def, in, normalized)[0]));
+    out.push_back({v, std::make_shared<OpCallNode>(&def, std::move(args), normalized, SourceLoc{})});
+    return v;
+  };
+  for (const Binding& b : s.bindings) {
+    auto* add = As<OpCallNode>(b.value);
+    if (!add || add->op->name != "add" || inner.count(b.var.get()) || !is_sum(add, TensorTypeOf(b.var))) {
+      out.push_back(b);
+      continue;
+    }
+    const TensorType type = TensorTypeOf(b.var);
+    // The sum's terms; scatter_adds of constant indices into the same rows
+    // become one scatter_add of their values, concatenated.
+    std::vector<Expr> others;
+    std::vector<const OpCallNode*> scatters;
+    std::function<void(const Expr&)> collect = [&](const Expr& term) {
+      if (const OpCallNode* a = call_of(term, "add"); is_sum(a, type)) {
+        for (const Expr& t : a->args) collect(t);
+      } else if (const OpCallNode* sc = call_of(term, "scatter_add");
+                 sc && sc->args[1]->kind == ExprKind::kConstant) {
+        scatters.push_back(sc);
+      } else {
+        others.push_back(term);
+      }
+    };
+    for (const Expr& a : add->args) collect(a);
+    if (scatters.size() < 2) {
+      out.push_back(b);
+      continue;
+    }
+    std::vector<Expr> values;
+    std::vector<int64_t> indices;
+    for (const OpCallNode* sc : scatters) {
+      const Tensor& idx = As<ConstantNode>(sc->args[1])->value;
+      for (int64_t k = 0; k < idx.numel(); ++k) indices.push_back(idx.data<int64_t>()[k]);
+      Shape flat = TensorTypeOf(sc->args[0]).shape;
+      flat.erase(flat.begin(), flat.begin() + idx.rank());
+      flat.insert(flat.begin(), idx.numel());
+      values.push_back(emit("reshape", {sc->args[0]}, {{"shape", flat}}));
+    }
+    Expr all = values.size() == 1 ? values[0] : emit("concat", values, {{"axis", int64_t{0}}});
+    auto count_indices = static_cast<int64_t>(indices.size());
+    Expr sum = emit("scatter_add", {all, MakeConstant(Tensor::FromVector<int64_t>({count_indices}, indices))},
+                    scatters[0]->attrs);
+    for (size_t k = 0; k + 1 < others.size(); ++k) sum = emit("add", {sum, others[k]}, {});
+    out.push_back({b.var, others.empty() ? MakeOpCall("reshape", {sum}, {{"shape", type.shape}})
+                                         : std::make_shared<OpCallNode>(add->op, std::vector<Expr>{sum, others.back()},
+                                                                        add->attrs, add->loc)});
+  }
+  s.bindings = std::move(out);
+  return EliminateDeadCode(Recompose(s));
+}
+
 // ---- Lowering ------------------------------------------------------------------------
 
 namespace {
@@ -143,6 +238,7 @@ class Lowering {
     Func f = program;
     Decompose(f);  // checks
     f = FoldConstants(f);
+    f = CombineScatterAdds(f);
     if (options_.cse) f = EliminateCommonSubexpressions(f);
     f = EliminateDeadCode(f);
     Straight s = Decompose(f);

@@ -4,8 +4,8 @@
 // Lowering runs these passes, each small and testable alone (jit/plan.cc):
 //   1. Check: the program is straight-line tensor code (lets of operator
 //      calls, tuples and projections) with fully known shapes.
-//   2. Simplify: constant folding, common-subexpression elimination, dead-code
-//      elimination.
+//   2. Simplify: constant folding, sums of scatters combined, common-
+//      subexpression elimination, dead-code elimination.
 //   3. Fuse: trees of elementwise/broadcast operators whose inner results have
 //      one use become one kernel (one loop nest, no intermediate buffers).
 //   4. Alias: reshape-like operators reuse their input's buffer.
@@ -90,5 +90,10 @@ Plan Lower(const Func& program, const LowerOptions& options = {});
 Func FoldConstants(const Func& program);
 Func EliminateCommonSubexpressions(const Func& program);
 Func EliminateDeadCode(const Func& program);
+// A sum of scatter_adds of literal constant indices (so, after FoldConstants)
+// into the same rows (a batched value's gradient, gathered from by many tree
+// levels) becomes one scatter_add of the values concatenated: one zeroed
+// buffer, not one per term. Reassociates the sum: the last bits may differ.
+Func CombineScatterAdds(const Func& program);
 
 }  // namespace pejit

@@ -8,6 +8,8 @@
 #include "examples/treelstm/listops.h"
 #include "examples/treelstm/model.h"
 #include "interp/interpreter.h"
+#include "ir/printer.h"
+#include "ir/visitor.h"
 #include "jit/compiler.h"
 #include "ops/random.h"
 #include "pe/partial_eval.h"
@@ -135,6 +137,27 @@ def @f(%x: Tensor[(4, 5), f32], %w: Tensor[(3, 5), f32], %b: Tensor[(3,), f32]) 
   EXPECT_EQ(lines["fused"].flops, 0);
   EXPECT_EQ(lines["fused"].steps, 1);
   for (const auto& [kind, line] : lines) EXPECT_GT(line.seconds, 0) << kind;
+}
+
+TEST_F(CompilerTest, SumsOfScattersIntoTheSameRowsBecomeOneScatter) {
+  Snapshot s = Load(R"(
+def @f(%a: Tensor[(2, 3), f32], %b: Tensor[(3,), f32], %c: Tensor[(3, 3), f32], %d: Tensor[(4, 3), f32]) {
+  let %ga = scatter_add(%a, tensor(i64, (2,), [0, 3]), rows=4);
+  let %gb = scatter_add(%b, tensor(i64, (), [1]), rows=4);
+  let %gc = scatter_add(%c, tensor(i64, (3,), [3, 2, 0]), rows=4);
+  add(add(%ga, %d), add(%gb, %gc))
+})");
+  Rng rng(4);
+  std::vector<Value> args;
+  for (Shape shape : {Shape{2, 3}, {3}, {3, 3}, {4, 3}}) args.emplace_back(RandomUniform(rng, shape, -1, 1));
+  Func residual = PartialEvaluate(*s, "f", args).main;
+  Func combined = CombineScatterAdds(FoldConstants(residual));  // indices must be literal constants
+  int scatters = 0;
+  PostOrderVisit(combined->body, [&](const Expr& e) {
+    if (auto* call = As<OpCallNode>(e); call && call->op->name == "scatter_add") ++scatters;
+  });
+  EXPECT_EQ(scatters, 1) << PrintFunction("combined", combined);
+  CheckCompiled(s, "f", args);
 }
 
 TEST_F(CompilerTest, KernelErrorsAtRunTimeAreReported) {
