@@ -21,6 +21,7 @@ packages=(
   nlohmann-json3-dev
   libcli11-dev
   libbenchmark-dev
+  zlib1g-dev           # gzip: the Fashion-MNIST files of examples/mlp
 )
 for group in "$@"; do
   case "$group" in
