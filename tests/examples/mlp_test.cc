@@ -1,14 +1,23 @@
 // The MLP example of examples/mlp: the IDX reader on files written here
-// (good and corrupt). No data set needed.
+// (good and corrupt), the two entries compiled against the interpreter,
+// gradients against finite differences, and training runs whose last
+// minibatch is smaller than the others. No data set needed: the images are
+// synthetic.
 #include <gtest/gtest.h>
 #include <zlib.h>
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <regex>
 
 #include "examples/mlp/fashion_mnist.h"
 #include "examples/mlp/idx.h"
+#include "examples/mlp/model.h"
+#include "examples/mlp/trainer.h"
+#include "interp/interpreter.h"
+#include "ops/eager.h"
 
 namespace pejit {
 namespace {
@@ -185,6 +194,229 @@ TEST(FashionMnist, LoadsAFolderOfPlainOrCompressedFiles) {
   EXPECT_EQ(d.test.size(), 2);
   EXPECT_EQ(d.test.images.data<float>()[2 * 784 - 1], 1.0f);
   EXPECT_EQ(d.test.labels.data<int64_t>()[1], 8);
+}
+
+// `n` images of 10 classes told apart by a pattern each: a random prototype
+// per class plus uniform noise, clamped to [0, 1].
+mlp::Split Synthetic(Rng& rng, int64_t n, uint64_t prototype_seed = 99) {
+  Rng proto_rng(prototype_seed);
+  Tensor prototypes = RandomUniform(proto_rng, {mlp::kClasses, mlp::kPixels}, 0, 1);
+  mlp::Split s{Tensor::Empty(DType::kF32, {n, mlp::kPixels}), RandomInt(rng, {n}, 0, mlp::kClasses)};
+  for (int64_t i = 0; i < n; ++i) {
+    const float* proto = prototypes.data<float>() + s.labels.data<int64_t>()[i] * mlp::kPixels;
+    float* x = s.images.data<float>() + i * mlp::kPixels;
+    for (int j = 0; j < mlp::kPixels; ++j) {
+      x[j] = std::clamp(proto[j] + static_cast<float>(rng.NextUniform() - 0.5), 0.0f, 1.0f);
+    }
+  }
+  return s;
+}
+
+std::vector<int64_t> Range(int64_t n) {
+  std::vector<int64_t> v(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) v[static_cast<size_t>(i)] = i;
+  return v;
+}
+
+void ExpectClose(const Tensor& actual, const Tensor& expected, const std::string& what) {
+  ASSERT_EQ(actual.shape(), expected.shape()) << what;
+  for (int64_t i = 0; i < actual.numel(); ++i) {
+    double a = actual.ElementAsDouble(i), e = expected.ElementAsDouble(i);
+    ASSERT_NEAR(a, e, 1e-4 * std::max(1.0, std::abs(e))) << what << " element " << i;
+  }
+}
+
+EngineOptions SyncOptions() {
+  EngineOptions o;
+  o.workers = 1;
+  o.policy = Policy::Sync();
+  return o;
+}
+
+class MlpModel : public testing::Test {
+ protected:
+  void SetUp() override { module_.AddSource(mlp::ModelSource(), "mlp.pj"); }
+  Module module_;
+  Interpreter interp_;
+};
+
+// Both entries, and the `forward` they share, as native code against the
+// interpreter: a full minibatch and a smaller one, each its own signature.
+TEST_F(MlpModel, BothEntriesCompiledAgreeWithTheInterpreter) {
+  Engine engine(SyncOptions());
+  engine.module().AddSource(mlp::ModelSource(), "mlp.pj");
+  Entry loss = engine.entry("loss"), infer = engine.entry("infer"), forward = engine.entry("forward");
+  Rng rng(5);
+  Value params = mlp::InitParams(rng);
+  mlp::Split data = Synthetic(rng, 40);
+  Snapshot s = module_.snapshot();
+  for (size_t batch : {16, 5}) {
+    SCOPED_TRACE("batch " + std::to_string(batch));
+    mlp::Batch b = mlp::MakeBatch(data, Range(data.size()), 3, batch);
+    std::vector<Value> loss_args = {b.images, b.labels, params}, infer_args = {b.images, params};
+
+    ValueAndGrad compiled = loss.value_and_grad(loss_args, {2});
+    ValueAndGrad reference = interp_.CallWithGrad(*s, "loss", loss_args, {2});
+    EXPECT_EQ(loss.status(loss_args, {2}).tier, "native");
+    ExpectClose(compiled.value.tensor(), reference.value.tensor(), "loss");
+    ASSERT_EQ(compiled.grads[0].fields().size(), 4u);
+    for (size_t k = 0; k < 4; ++k) {
+      ExpectClose(compiled.grads[0].fields()[k].tensor(), reference.grads[0].fields()[k].tensor(),
+                  "gradient of parameter " + std::to_string(k));
+    }
+
+    Value logits = forward.call(infer_args);
+    EXPECT_EQ(forward.status(infer_args).tier, "native");
+    ExpectClose(logits.tensor(), interp_.Call(*s, "forward", infer_args).tensor(), "forward");
+
+    Value classes = infer.call(infer_args);
+    EXPECT_EQ(infer.status(infer_args).tier, "native");
+    EXPECT_TRUE(ValueEqual(classes, interp_.Call(*s, "infer", infer_args)));
+    EXPECT_EQ(classes.tensor().shape(), (Shape{static_cast<int64_t>(batch)}));
+  }
+  EXPECT_EQ(loss.stats().calls_native, 2);
+  EXPECT_EQ(infer.stats().calls_native, 2);
+  EXPECT_EQ(infer.stats().calls_interpreter, 0);
+}
+
+// The f32 model's gradients against central differences of the same model
+// in f64 (its text with f32 replaced by f64), on a sample of each parameter.
+TEST_F(MlpModel, GradientsMatchFiniteDifferences) {
+  Module m64;
+  m64.AddSource(std::regex_replace(std::string(mlp::ModelSource()), std::regex("f32"), "f64"), "mlp64.pj");
+  Snapshot s32 = module_.snapshot(), s64 = m64.snapshot();
+  Rng rng(8);
+  Value params = mlp::InitParams(rng);
+  // Biases away from zero, so that their gradients are not trivially zero.
+  for (int k : {1, 3}) {
+    Tensor bias = params.fields()[k].tensor();
+    for (int64_t i = 0; i < bias.numel(); ++i) bias.data<float>()[i] = static_cast<float>(rng.NextUniform() - 0.5);
+  }
+  mlp::Split data = Synthetic(rng, 6);
+  mlp::Batch b = mlp::MakeBatch(data, Range(6), 0, 6);
+  auto vg = interp_.CallWithGrad(*s32, "loss", {b.images, b.labels, params}, {2});
+
+  std::vector<Value> p64;
+  for (const Value& t : params.fields()) p64.emplace_back(CallOp("cast", {t.tensor()}, {{"dtype", DType::kF64}}));
+  Value x64(CallOp("cast", {b.images.tensor()}, {{"dtype", DType::kF64}}));
+  auto loss64 = [&] { return interp_.Call(*s64, "loss", {x64, b.labels, Value::Tuple(p64)}).tensor().item(); };
+  const double h = 1e-6;
+  for (size_t k = 0; k < p64.size(); ++k) {
+    Tensor param = p64[k].tensor();
+    const Tensor& grad = vg.grads[0].fields()[k].tensor();
+    double largest = 0;
+    for (int sample = 0; sample < 40; ++sample) {
+      int64_t i = rng.NextInt(0, param.numel());
+      double* x = param.data<double>() + i;
+      double saved = *x;
+      *x = saved + h;
+      double up = loss64();
+      *x = saved - h;
+      double down = loss64();
+      *x = saved;
+      double numeric = (up - down) / (2 * h);
+      largest = std::max(largest, std::abs(numeric));
+      EXPECT_NEAR(grad.data<float>()[i], numeric, 1e-4 + 1e-3 * std::abs(numeric))
+          << "parameter " << k << " element " << i;
+    }
+    EXPECT_GT(largest, 1e-4) << "parameter " << k << ": no sampled gradient is away from zero";
+  }
+}
+
+mlp::RunOptions SmallRun() {
+  mlp::RunOptions o;
+  o.batch = 16;
+  o.optimizer.kind = "sgd";
+  o.optimizer.learning_rate = 0.1;
+  o.seed = 3;
+  return o;
+}
+
+// 100 training images in minibatches of 16 end with one of 4, and 30 test
+// images with one of 14: under `sync` every call of both entries runs native
+// code, the odd ones included, and the run matches the interpreter's step by
+// step.
+TEST(MlpTrainer, AnOddLastMinibatchIsCompiledAndAgreesWithTheInterpreter) {
+  Rng rng(21);
+  mlp::Split train = Synthetic(rng, 100), test = Synthetic(rng, 30);
+  EngineOptions interpreter_only;
+  interpreter_only.policy = Policy::Interpreter();
+  mlp::Trainer compiled(SmallRun(), train, test, SyncOptions());
+  mlp::Trainer reference(SmallRun(), train, test, interpreter_only);
+  ASSERT_EQ(compiled.steps_per_epoch(), 7u);
+
+  for (int epoch = 0; epoch < 2; ++epoch) {
+    SCOPED_TRACE("epoch " + std::to_string(epoch));
+    mlp::EpochResult c = compiled.TrainEpoch(), r = reference.TrainEpoch();
+    EXPECT_EQ(c.images, 100);
+    EXPECT_EQ(c.tiers.native, 7);
+    EXPECT_EQ(c.tiers.interpreter, 0);
+    EXPECT_EQ(r.tiers.interpreter, 7);
+    ASSERT_EQ(c.losses.size(), r.losses.size());
+    for (size_t i = 0; i < c.losses.size(); ++i) {
+      EXPECT_NEAR(c.losses[i], r.losses[i], 1e-4 * std::max(1.0, std::abs(r.losses[i]))) << "step " << i;
+    }
+    mlp::EvalResult ce = compiled.Evaluate(), re = reference.Evaluate();
+    EXPECT_EQ(ce.images, 30);
+    EXPECT_EQ(ce.tiers.native, 2);
+    EXPECT_EQ(ce.accuracy, re.accuracy);
+  }
+  for (size_t k = 0; k < 4; ++k) {
+    ExpectClose(compiled.params().fields()[k].tensor(), reference.params().fields()[k].tensor(),
+                "parameter " + std::to_string(k) + " after two epochs");
+  }
+  // The two loss signatures (16 and 4 images) and the two of infer (16, 14).
+  EXPECT_EQ(compiled.loss().stats().compiled, 2);
+  EXPECT_EQ(compiled.infer().stats().compiled, 2);
+}
+
+// Under `eager` the odd minibatch's signature and inference's are
+// prefetched at the first step: by the second epoch every call finds code
+// ready.
+TEST(MlpTrainer, EagerPrefetchesTheOtherSignaturesOfTheRun) {
+  Rng rng(4);
+  mlp::Split train = Synthetic(rng, 50), test = Synthetic(rng, 20);
+  EngineOptions eager;
+  eager.workers = 1;
+  eager.policy = Policy::Eager();
+  mlp::Trainer trainer(SmallRun(), train, test, eager);
+  trainer.TrainEpoch();
+  EXPECT_EQ(trainer.loss().stats().prefetched, 1);   // 2 images
+  EXPECT_EQ(trainer.infer().stats().prefetched, 2);  // 16 and 4 images
+  const Value& p = trainer.params();
+  for (int64_t n : {16, 2}) {
+    mlp::Batch b = mlp::MakeBatch(train, Range(50), 0, static_cast<size_t>(n));
+    EXPECT_TRUE(trainer.loss().wait_ready({b.images, b.labels, p}, {2}).ready()) << n << " images";
+  }
+  for (int64_t n : {16, 4}) {
+    EXPECT_TRUE(trainer.infer().wait_ready({mlp::MakeBatch(test, Range(20), 0, static_cast<size_t>(n)).images, p})
+                    .ready()) << n << " images";
+  }
+  EXPECT_EQ(trainer.TrainEpoch().tiers.native, 4);
+  EXPECT_EQ(trainer.Evaluate().tiers.native, 2);
+}
+
+// Training does learn: two epochs of SGD separate the synthetic classes.
+TEST(MlpTrainer, LearnsToTellSyntheticClassesApart) {
+  Rng rng(6);
+  mlp::Split train = Synthetic(rng, 400), test = Synthetic(rng, 100);
+  EngineOptions interpreter_only;
+  interpreter_only.policy = Policy::Interpreter();
+  mlp::Trainer trainer(SmallRun(), train, test, interpreter_only);
+  double before = trainer.Evaluate().accuracy;
+  mlp::EpochResult first = trainer.TrainEpoch(), second = trainer.TrainEpoch();
+  EXPECT_LT(second.loss, first.loss);
+  EXPECT_LT(before, 0.3);
+  EXPECT_GT(trainer.Evaluate().accuracy, 0.9);
+}
+
+TEST(MlpTrainer, RefusesAnEmptySplitOrABatchOfNothing) {
+  mlp::RunOptions zero = SmallRun();
+  zero.batch = 0;
+  Rng rng(1);
+  mlp::Split some = Synthetic(rng, 4);
+  EXPECT_THROW(mlp::Trainer(zero, some, some), std::invalid_argument);
+  EXPECT_THROW(mlp::Trainer(SmallRun(), mlp::Split{}, some), std::invalid_argument);
 }
 
 }  // namespace
