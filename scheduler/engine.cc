@@ -630,9 +630,16 @@ void EngineImpl::RunJob(Job& job) {
     if (options.batch) {
       stage = "batch";
       start = NowMicros();
+      bool batched = false;
       BatchStats batch;
-      residual.main = Batch(residual.main, &batch);
-      if (On(EventKind::kBatch)) {
+      try {
+        residual.main = Batch(residual.main, &batch);
+        batched = true;
+      } catch (const JitFailure&) {
+        // Not straight-line code (a dynamic if): the compile hook decides
+        // what it can do with it (the residual interpreter, in value mode).
+      }
+      if (batched && On(EventKind::kBatch)) {
         Event e = Make(EventKind::kBatch, entry.name, &sig, start, NowMicros() - start);
         e.fields.push_back({"job", job.id});
         e.fields.push_back({"groups", batch.groups});

@@ -138,6 +138,25 @@ TEST_F(EngineTest, CompiledCodeReturnsWhatTheInterpreterReturns) {
 }
 
 // (f) hot:N compiles a signature at its N-th call, not before.
+// A dynamic `if` is neither batched nor compiled by LLVM: the residual runs
+// in the residual-interpreter tier, with the interpreter's answer.
+TEST_F(EngineTest, ADynamicIfRunsAsAResidualProgram) {
+  Start(Options(Policy::Sync()));
+  engine_->module().AddSource(R"(
+def @clamp(%x: Tensor[(3,), f32]) -> Tensor[(3,), f32] {
+  if (greater(sum(%x), 0f32)) { tanh(%x) } else { neg(%x) }
+})", "clamp.pj");
+  Entry clamp = engine_->entry("clamp");
+  for (float sign : {1.0f, -1.0f}) {
+    std::vector<Value> args = {Value(Tensor::FromVector<float>({3}, {sign * 0.5f, 0.25f, sign * 1.0f}))};
+    EXPECT_TRUE(ValueEqual(clamp.call(args), Reference("clamp", args)));
+    CodeStatus status = clamp.status(args);
+    ASSERT_EQ(status.state, State::kReady) << status.reason;
+    EXPECT_EQ(status.tier, "residual-interpreter");
+  }
+  EXPECT_EQ(events_->Count(EventKind::kBatch), 0);
+}
+
 TEST_F(EngineTest, HotPolicyCompilesOnlyAfterNCalls) {
   std::atomic<int> compiles{0};
   Start(Options(Policy::Parse("hot:3"), [&](EngineOptions& o) {
