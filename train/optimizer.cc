@@ -1,34 +1,62 @@
 #include "train/optimizer.h"
 
 #include <cmath>
+#include <iterator>
+#include <string>
 #include <stdexcept>
 
 namespace pejit {
 namespace {
 
-void Leaves(const Value& v, std::vector<Tensor>& out) {
+void AppendLeaves(const Value& v, std::vector<Tensor>& out) {
   if (v.is_tensor()) {
     if (v.tensor().dtype() == DType::kF32) out.push_back(v.tensor());
   } else if (v.kind() == Value::Kind::kTuple || v.kind() == Value::Kind::kAdt) {
-    for (const Value& f : v.fields()) Leaves(f, out);
+    for (const Value& f : v.fields()) AppendLeaves(f, out);
+  }
+}
+
+// One buffer per parameter: zeros on the first step, or restored ones that
+// must fit the parameters.
+void PrepareBuffers(std::vector<std::vector<float>>& buffers, const std::vector<int64_t>& sizes, const char* what) {
+  if (buffers.empty()) {
+    for (int64_t n : sizes) buffers.emplace_back(static_cast<size_t>(n), 0.0f);
+    return;
+  }
+  if (buffers.size() != sizes.size()) {
+    throw std::invalid_argument(std::string("optimizer state: ") + std::to_string(buffers.size()) + " " + what +
+                                " buffers for " + std::to_string(sizes.size()) + " parameters");
+  }
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    if (static_cast<int64_t>(buffers[i].size()) != sizes[i]) {
+      throw std::invalid_argument(std::string("optimizer state: ") + what + " buffer " + std::to_string(i) + " has " +
+                                  std::to_string(buffers[i].size()) + " values, its parameter " +
+                                  std::to_string(sizes[i]));
+    }
   }
 }
 
 class Sgd final : public Optimizer {
  public:
   using Optimizer::Optimizer;
+  void Prepare(const std::vector<int64_t>&) override {}
   void Update(size_t, float* p, const float* g, int64_t n) override {
     const float lr = static_cast<float>(options_.learning_rate);
     for (int64_t j = 0; j < n; ++j) p[j] -= lr * g[j];
+  }
+  std::vector<std::vector<float>> buffers() const override { return {}; }
+  void set_buffers(std::vector<std::vector<float>> b) override {
+    if (!b.empty()) throw std::invalid_argument("optimizer state: sgd keeps no buffers");
   }
 };
 
 class Adagrad final : public Optimizer {
  public:
   using Optimizer::Optimizer;
+  void Prepare(const std::vector<int64_t>& sizes) override { PrepareBuffers(sum_, sizes, "adagrad"); }
+  std::vector<std::vector<float>> buffers() const override { return sum_; }
+  void set_buffers(std::vector<std::vector<float>> b) override { sum_ = std::move(b); }
   void Update(size_t i, float* p, const float* g, int64_t n) override {
-    if (sum_.size() <= i) sum_.resize(i + 1);
-    if (sum_[i].empty()) sum_[i].assign(n, 0.0f);
     const float lr = static_cast<float>(options_.learning_rate), eps = static_cast<float>(options_.epsilon);
     float* s = sum_[i].data();
     for (int64_t j = 0; j < n; ++j) {
@@ -44,15 +72,23 @@ class Adagrad final : public Optimizer {
 class Adam final : public Optimizer {
  public:
   using Optimizer::Optimizer;
+  void Prepare(const std::vector<int64_t>& sizes) override {
+    PrepareBuffers(m_, sizes, "adam first-moment");
+    PrepareBuffers(v_, sizes, "adam second-moment");
+  }
+  // The first moments, then the second.
+  std::vector<std::vector<float>> buffers() const override {
+    std::vector<std::vector<float>> b = m_;
+    b.insert(b.end(), v_.begin(), v_.end());
+    return b;
+  }
+  void set_buffers(std::vector<std::vector<float>> b) override {
+    if (b.size() % 2) throw std::invalid_argument("optimizer state: adam needs as many second moments as first");
+    size_t half = b.size() / 2;
+    m_.assign(std::make_move_iterator(b.begin()), std::make_move_iterator(b.begin() + half));
+    v_.assign(std::make_move_iterator(b.begin() + half), std::make_move_iterator(b.end()));
+  }
   void Update(size_t i, float* p, const float* g, int64_t n) override {
-    if (m_.size() <= i) {
-      m_.resize(i + 1);
-      v_.resize(i + 1);
-    }
-    if (m_[i].empty()) {
-      m_[i].assign(n, 0.0f);
-      v_[i].assign(n, 0.0f);
-    }
     const double t = static_cast<double>(steps_);
     const float b1 = static_cast<float>(options_.beta1), b2 = static_cast<float>(options_.beta2);
     const float lr = static_cast<float>(options_.learning_rate * std::sqrt(1 - std::pow(options_.beta2, t)) /
@@ -71,6 +107,12 @@ class Adam final : public Optimizer {
 
 }  // namespace
 
+std::vector<Tensor> ParameterLeaves(const Value& params) {
+  std::vector<Tensor> out;
+  AppendLeaves(params, out);
+  return out;
+}
+
 std::unique_ptr<Optimizer> Optimizer::Create(const OptimizerOptions& options) {
   if (options.kind == "sgd") return std::unique_ptr<Optimizer>(new Sgd(options));
   if (options.kind == "adagrad") return std::unique_ptr<Optimizer>(new Adagrad(options));
@@ -79,16 +121,19 @@ std::unique_ptr<Optimizer> Optimizer::Create(const OptimizerOptions& options) {
 }
 
 double Optimizer::Step(const Value& params, const Value& grads) {
-  std::vector<Tensor> p, g;
-  Leaves(params, p);
-  Leaves(grads, g);
+  std::vector<Tensor> p = ParameterLeaves(params), g = ParameterLeaves(grads);
   if (p.size() != g.size()) throw std::invalid_argument("gradients do not have the parameters' structure");
-  ++steps_;
-  double norm2 = 0;
+  std::vector<int64_t> sizes;
   for (size_t i = 0; i < g.size(); ++i) {
     if (g[i].shape() != p[i].shape()) throw std::invalid_argument("gradient " + std::to_string(i) + " has another shape");
-    const float* d = g[i].data<float>();
-    for (int64_t j = 0; j < g[i].numel(); ++j) norm2 += static_cast<double>(d[j]) * d[j];
+    sizes.push_back(p[i].numel());
+  }
+  Prepare(sizes);
+  ++steps_;
+  double norm2 = 0;
+  for (const Tensor& t : g) {
+    const float* d = t.data<float>();
+    for (int64_t j = 0; j < t.numel(); ++j) norm2 += static_cast<double>(d[j]) * d[j];
   }
   double norm = std::sqrt(norm2);
   float scale = options_.clip_norm > 0 && norm > options_.clip_norm ? static_cast<float>(options_.clip_norm / norm) : 1.0f;
@@ -103,6 +148,17 @@ double Optimizer::Step(const Value& params, const Value& grads) {
     Update(i, w, adjusted.data(), n);
   }
   return norm;
+}
+
+OptimizerState Optimizer::state() const { return {options_.kind, steps_, buffers()}; }
+
+void Optimizer::set_state(OptimizerState state) {
+  if (state.kind != options_.kind) {
+    throw std::invalid_argument("optimizer state of " + state.kind + " given to " + options_.kind);
+  }
+  if (state.steps < 0) throw std::invalid_argument("optimizer state: negative step count");
+  set_buffers(std::move(state.buffers));
+  steps_ = state.steps;
 }
 
 }  // namespace pejit
