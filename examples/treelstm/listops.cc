@@ -27,21 +27,21 @@ Expr GenerateAt(Rng& rng, int depth, const GeneratorOptions& o) {
   int n = static_cast<int>(rng.NextInt(o.min_args, o.max_args + 1));
   for (int i = 0; i < n; ++i) {
     if (depth + 1 < o.max_depth && rng.NextUniform() < o.nested_probability) {
-      e.args.push_back(GenerateAt(rng, depth + 1, o));
+      e.children.push_back(GenerateAt(rng, depth + 1, o));
     } else {
-      e.args.push_back(Expr{static_cast<int>(rng.NextInt(0, 10)), {}});
+      e.children.push_back(Expr{static_cast<int>(rng.NextInt(0, 10)), {}});
     }
   }
   return e;
 }
 
 void Append(const Expr& e, std::string& out) {
-  if (e.args.empty()) {
+  if (e.children.empty()) {
     out += std::to_string(e.token);
     return;
   }
   out += OperatorName(e.token);
-  for (const Expr& a : e.args) {
+  for (const Expr& a : e.children) {
     out += ' ';
     Append(a, out);
   }
@@ -51,9 +51,9 @@ void Append(const Expr& e, std::string& out) {
 }  // namespace
 
 int Evaluate(const Expr& e) {
-  if (e.args.empty()) return e.token;
+  if (e.children.empty()) return e.token;
   std::vector<int> v;
-  for (const Expr& a : e.args) v.push_back(Evaluate(a));
+  for (const Expr& a : e.children) v.push_back(Evaluate(a));
   switch (e.token) {
     case kMax: return *std::max_element(v.begin(), v.end());
     case kMin: return *std::min_element(v.begin(), v.end());
@@ -75,18 +75,6 @@ std::string ToString(const Expr& e) {
   std::string out;
   Append(e, out);
   return out;
-}
-
-int CountNodes(const Expr& e) {
-  int n = 1;
-  for (const Expr& a : e.args) n += CountNodes(a);
-  return n;
-}
-
-int Height(const Expr& e) {
-  int h = 0;
-  for (const Expr& a : e.args) h = std::max(h, 1 + Height(a));
-  return h;
 }
 
 Expr Generate(Rng& rng, const GeneratorOptions& options) { return GenerateAt(rng, 0, options); }
@@ -122,7 +110,10 @@ Expr Parse(const std::string& text) {
     tokens.push_back(t);
   }
   size_t pos = 0;
-  std::function<Expr()> parse = [&]() -> Expr {
+  std::function<Expr(int)> parse = [&](int depth) -> Expr {
+    if (depth > kMaxParseDepth) {
+      throw std::invalid_argument("expressions nested deeper than " + std::to_string(kMaxParseDepth) + " levels are refused");
+    }
     if (pos >= tokens.size()) throw std::invalid_argument("expression ends early");
     const std::string& t = tokens[pos++];
     if (t.size() == 1 && t[0] >= '0' && t[0] <= '9') return Expr{t[0] - '0', {}};
@@ -132,15 +123,15 @@ Expr Parse(const std::string& text) {
     else if (t == "[MED") e.token = kMed;
     else if (t == "[SM") e.token = kSm;
     else throw std::invalid_argument("unknown token '" + t + "' at token " + std::to_string(pos));
-    while (pos < tokens.size() && tokens[pos] != "]") e.args.push_back(parse());
+    while (pos < tokens.size() && tokens[pos] != "]") e.children.push_back(parse(depth + 1));
     if (pos >= tokens.size()) throw std::invalid_argument("missing ']' for " + t);
     ++pos;
-    if (e.args.empty()) throw std::invalid_argument(t + " has no arguments");
+    if (e.children.empty()) throw std::invalid_argument(t + " has no arguments");
     return e;
   };
-  Expr e = parse();
+  Expr e = parse(1);
   if (pos != tokens.size()) throw std::invalid_argument("extra tokens after the expression at token " + std::to_string(pos + 1));
-  if (e.args.empty()) throw std::invalid_argument("the expression is a single digit, not an operator");
+  if (e.children.empty()) throw std::invalid_argument("the expression is a single digit, not an operator");
   return e;
 }
 

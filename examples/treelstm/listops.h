@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "examples/treelstm/data.h"
 #include "ops/random.h"
 
 namespace pejit::listops {
@@ -23,15 +24,10 @@ enum Token : int { kMax = 10, kMin = 11, kMed = 12, kSm = 13 };
 inline constexpr int kVocabularySize = 14;
 inline constexpr int kClasses = 10;
 
-struct Expr {
-  int token = 0;            // a digit (leaf) or an operator (inner node)
-  std::vector<Expr> args;   // empty for a digit
-};
-
-struct Example {
-  Expr expr;
-  int label = 0;
-};
+// An expression: a digit (leaf) or an operator (inner node) and its
+// arguments (children); its label is its value.
+using Expr = treelstm::TokenTree;
+using Example = treelstm::Example;
 
 struct GeneratorOptions {
   int max_depth = 10;             // arguments at this depth are digits
@@ -41,8 +37,6 @@ struct GeneratorOptions {
 
 int Evaluate(const Expr& e);
 std::string ToString(const Expr& e);  // "[MAX 2 9 [MIN 4 7 ] 1 ]"
-int CountNodes(const Expr& e);        // tokens other than ']'
-int Height(const Expr& e);            // a digit has height 0
 
 // One random expression.
 Expr Generate(Rng& rng, const GeneratorOptions& options = {});
@@ -56,7 +50,9 @@ Splits GenerateSplits(uint64_t seed, int train, int dev, int test, const Generat
 
 // Parses an expression: tokens separated by spaces; '(' and ')' (as in the
 // binarized release) are ignored. Throws std::invalid_argument with the
-// position of the problem.
+// position of the problem, and for expressions nested deeper than
+// kMaxParseDepth (rather than recursing into them).
+inline constexpr int kMaxParseDepth = 256;
 Expr Parse(const std::string& text);
 
 struct FileReport {

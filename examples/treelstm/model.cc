@@ -39,22 +39,22 @@ Value ListOf(const std::vector<Value>& items, const TypeDefPtr& list) {
 
 }  // namespace
 
-Value TreeValue(const listops::Expr& e, const ModuleSnapshot& module) {
+Value TreeValue(const TokenTree& t, const ModuleSnapshot& module) {
   TypeDefPtr tree = module.FindType("Tree"), list = module.FindType("List");
-  if (e.args.empty()) return Value::Adt(tree, tree->FindCtor("Leaf"), {Token(e.token)});
+  if (t.children.empty()) return Value::Adt(tree, tree->FindCtor("Leaf"), {Token(t.token)});
   std::vector<Value> children;
-  for (const listops::Expr& a : e.args) children.push_back(TreeValue(a, module));
-  return Value::Adt(tree, tree->FindCtor("Node"), {Token(e.token), ListOf(children, list)});
+  for (const TokenTree& c : t.children) children.push_back(TreeValue(c, module));
+  return Value::Adt(tree, tree->FindCtor("Node"), {Token(t.token), ListOf(children, list)});
 }
 
-Batch MakeBatch(const std::vector<const listops::Example*>& examples, const ModuleSnapshot& module) {
+Batch MakeBatch(const std::vector<const Example*>& examples, const ModuleSnapshot& module) {
   Batch b;
   std::vector<Value> trees;
   std::vector<int64_t> labels;
-  for (const listops::Example* ex : examples) {
-    trees.push_back(TreeValue(ex->expr, module));
+  for (const Example* ex : examples) {
+    trees.push_back(TreeValue(ex->tree, module));
     labels.push_back(ex->label);
-    b.nodes += listops::CountNodes(ex->expr);
+    b.nodes += CountNodes(ex->tree);
   }
   b.trees = ListOf(trees, module.FindType("List"));
   b.labels = Value(Tensor::FromVector<int64_t>({static_cast<int64_t>(labels.size())}, labels));

@@ -1,10 +1,11 @@
 // \file The Tree-LSTM model of treelstm.pj, from C++: its program text,
-// parameters, and ListOps examples as program values.
+// parameters, and examples (ListOps or SST) as program values.
 #pragma once
 
 #include <string_view>
 #include <vector>
 
+#include "examples/treelstm/data.h"
 #include "examples/treelstm/listops.h"
 #include "ir/module.h"
 #include "ir/value.h"
@@ -27,8 +28,8 @@ struct Sizes {
 // at first).
 Value InitParams(Rng& rng, const Sizes& sizes);
 
-// A ListOps expression as a `Tree` value (types from the module).
-Value TreeValue(const listops::Expr& e, const ModuleSnapshot& module);
+// A token tree as a `Tree` value (types from the module).
+Value TreeValue(const TokenTree& t, const ModuleSnapshot& module);
 
 // The `loss` arguments for a minibatch: (List[Tree], labels (B,) i64).
 struct Batch {
@@ -36,6 +37,6 @@ struct Batch {
   Value labels;
   int nodes = 0;  // tree nodes in the minibatch
 };
-Batch MakeBatch(const std::vector<const listops::Example*>& examples, const ModuleSnapshot& module);
+Batch MakeBatch(const std::vector<const Example*>& examples, const ModuleSnapshot& module);
 
 }  // namespace pejit::treelstm

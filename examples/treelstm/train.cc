@@ -1,71 +1,69 @@
-// Trains the Child-Sum Tree-LSTM of treelstm.pj on ListOps through the tiered
-// engine: every step runs at once (interpreter), while the engine's workers
-// specialize and compile each minibatch's structure; from the second epoch on,
-// the same minibatches run compiled code.
+// The Tree-LSTM demo's command line (README command 1): trains the
+// Child-Sum Tree-LSTM of treelstm.pj on ListOps (generated, or files) or SST
+// trees through the tiered engine. Every step runs at once (interpreter)
+// while the engine's workers specialize and compile each minibatch's
+// structure; from the second epoch on, the same minibatches run compiled code.
+//
+// Prints a progress bar per epoch (stderr), a line per epoch and a final JSON
+// line (stdout); examples/README.md explains them.
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 #include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
-#include <numeric>
+#include <cstdlib>
+#include <filesystem>
 
-#include "examples/treelstm/listops.h"
-#include "examples/treelstm/model.h"
+#include "examples/treelstm/trainer.h"
 #include "ops/blas.h"
 #include "scheduler/engine.h"
-#include "train/optimizer.h"
 
 namespace pejit {
 namespace {
 
 struct Config {
-  std::string data = "listops";
-  std::string train_file, dev_file;
-  bool strict = false;
-  int train_size = 2000, dev_size = 500;
-  int epochs = 8, batch = 25, embed = 64, hidden = 128;
-  OptimizerOptions optimizer;
-  uint64_t seed = 1;
+  treelstm::RunOptions run;
+  int epochs = 8;
   int workers = 0;
   std::string policy = "eager";
-  bool reshuffle = false;
   std::string log_level, trace_file;  // empty: PEJIT_LOG, PEJIT_TRACE (docs/tracing.md)
+  std::string save, resume;
 };
 
 using Clock = std::chrono::steady_clock;
 double Seconds(Clock::time_point since) { return std::chrono::duration<double>(Clock::now() - since).count(); }
 
-// Minibatches of examples of similar size (bucketed by node count), fixed
-// for the whole run unless reshuffled, in a shuffled order.
-std::vector<std::vector<const listops::Example*>> MakeBatches(const std::vector<listops::Example>& examples, int size,
-                                                              Rng& rng) {
-  std::vector<const listops::Example*> sorted;
-  for (const auto& e : examples) sorted.push_back(&e);
-  // Shuffle first, then sort stably by size: equal sizes end up in random order.
-  for (size_t i = sorted.size(); i > 1; --i) std::swap(sorted[i - 1], sorted[rng.NextInt(0, static_cast<int64_t>(i))]);
-  std::stable_sort(sorted.begin(), sorted.end(), [](auto* a, auto* b) {
-    return listops::CountNodes(a->expr) < listops::CountNodes(b->expr);
-  });
-  std::vector<std::vector<const listops::Example*>> batches;
-  for (size_t i = 0; i < sorted.size(); i += size) {
-    batches.emplace_back(sorted.begin() + i, sorted.begin() + std::min(sorted.size(), i + size));
-  }
-  for (size_t i = batches.size(); i > 1; --i) std::swap(batches[i - 1], batches[rng.NextInt(0, static_cast<int64_t>(i))]);
-  return batches;
+// `bazel run` starts programs in their runfiles; paths the user typed are
+// relative to where they typed them.
+std::string UserPath(const std::string& path) {
+  const char* cwd = std::getenv("BUILD_WORKING_DIRECTORY");
+  if (path.empty() || !cwd || std::filesystem::path(path).is_absolute()) return path;
+  return (std::filesystem::path(cwd) / path).string();
+}
+
+// Nearest-rank percentile of unsorted values.
+double Percentile(std::vector<double> v, double q) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  size_t rank = static_cast<size_t>(std::ceil(q * static_cast<double>(v.size())));
+  return v[std::min(v.size() - 1, rank > 0 ? rank - 1 : 0)];
 }
 
 class Progress {
  public:
   Progress(int epoch, size_t total) : epoch_(epoch), total_(total), tty_(isatty(2)) {}
-  void Update(size_t done, double loss, double trees_per_s, double compiled_share) {
+  void Update(size_t done, const treelstm::EpochResult& r) {
     bool quarter = total_ >= 4 && done % (total_ / 4) == 0;
     if (!tty_ && !quarter && done != total_) return;
     int width = 24, filled = static_cast<int>(width * done / std::max<size_t>(1, total_));
     std::fprintf(stderr, "%s  epoch %d [%s%s] %zu/%zu steps  loss %.3f  %.0f trees/s  compiled %3.0f%%%s",
                  tty_ ? "\r" : "", epoch_, std::string(filled, '#').c_str(), std::string(width - filled, '.').c_str(),
-                 done, total_, loss, trees_per_s, 100 * compiled_share, tty_ ? "" : "\n");
+                 done, total_, r.loss, static_cast<double>(r.trees) / std::max(1e-9, r.seconds),
+                 100.0 * static_cast<double>(r.compiled_steps) / static_cast<double>(std::max<int64_t>(1, r.steps)),
+                 tty_ ? "" : "\n");
     if (tty_ && done == total_) std::fprintf(stderr, "\n");
   }
 
@@ -75,113 +73,89 @@ class Progress {
   bool tty_;
 };
 
-int Run(const Config& c) {
+int Run(Config c) {
   auto start = Clock::now();
   SetBlasThreads(1);  // small GEMMs, inside the engine's own parallelism
-  listops::Splits data;
-  if (!c.train_file.empty()) {
-    for (auto [path, split] : {std::pair{c.train_file, &data.train}, std::pair{c.dev_file, &data.dev}}) {
-      if (path.empty()) continue;
-      listops::FileReport r = listops::ReadFile(path, c.strict);
-      for (const std::string& e : r.errors) std::fprintf(stderr, "warning: skipped %s\n", e.c_str());
-      *split = std::move(r.examples);
-    }
-  } else {
-    data = listops::GenerateSplits(c.seed, c.train_size, c.dev_size, 0);
+  c.run.train_file = UserPath(c.run.train_file);
+  c.run.dev_file = UserPath(c.run.dev_file);
+  treelstm::Dataset data = treelstm::LoadDataset(c.run);
+  const size_t shown = 10;
+  for (size_t i = 0; i < std::min(shown, data.warnings.size()); ++i) {
+    std::fprintf(stderr, "warning: skipped %s\n", data.warnings[i].c_str());
   }
-  if (data.train.empty()) throw std::runtime_error("no training examples");
+  if (data.warnings.size() > shown) std::fprintf(stderr, "warning: ... and %zu more lines skipped\n", data.warnings.size() - shown);
 
-  EngineOptions options;
-  options.workers = c.workers;
-  options.policy = Policy::Parse(c.policy);
-  options.log_level = c.log_level;
-  options.trace_file = c.trace_file;
-  Engine engine(options);
-  engine.module().AddSource(treelstm::ModelSource(), "treelstm.pj");
-  Entry loss = engine.entry("loss"), infer = engine.entry("infer");
-  Snapshot s = engine.module().snapshot();
-
-  Rng rng(c.seed);
-  Value params = treelstm::InitParams(rng, {listops::kVocabularySize, c.embed, c.hidden, listops::kClasses});
-  std::unique_ptr<Optimizer> opt = Optimizer::Create(c.optimizer);
-  auto batches = MakeBatches(data.train, c.batch, rng);
-  auto dev_batches = MakeBatches(data.dev, c.batch, rng);
-  std::vector<treelstm::Batch> dev_values;
-  for (auto& b : dev_batches) dev_values.push_back(treelstm::MakeBatch(b, *s));
-
-  std::fprintf(stderr, "pejit Tree-LSTM on ListOps: %zu train / %zu dev trees, batch %d, embed %d, hidden %d, %s, "
-               "policy %s, %d workers\n", data.train.size(), data.dev.size(), c.batch, c.embed, c.hidden,
-               c.optimizer.kind.c_str(), c.policy.c_str(), engine.stats().workers);
-
-  auto accuracy = [&](const std::vector<treelstm::Batch>& set) {
-    int64_t right = 0, total = 0;
-    for (const treelstm::Batch& b : set) {
-      Tensor predicted = infer.call({b.trees, params}).tensor();
-      const int64_t* p = predicted.data<int64_t>();
-      const int64_t* y = b.labels.tensor().data<int64_t>();
-      for (int64_t i = 0; i < predicted.numel(); ++i) right += p[i] == y[i];
-      total += predicted.numel();
-    }
-    return total ? static_cast<double>(right) / total : 0.0;
-  };
+  EngineOptions engine;
+  engine.workers = c.workers;
+  engine.policy = Policy::Parse(c.policy);
+  engine.log_level = c.log_level;
+  engine.trace_file = UserPath(c.trace_file);
+  treelstm::Trainer trainer(c.run, std::move(data), engine);
+  const treelstm::Dataset& d = trainer.data();
+  if (!c.resume.empty()) {
+    trainer.Resume(UserPath(c.resume));
+    std::fprintf(stderr, "resumed %s after epoch %d\n", c.resume.c_str(), trainer.epoch() - 1);
+  }
+  std::fprintf(stderr,
+               "pejit Tree-LSTM on %s: %zu train / %zu dev trees, %d classes, vocabulary %d, batch %d, embed %d, "
+               "hidden %d, %s lr %g, policy %s, %d workers\n",
+               d.name.c_str(), d.train.size(), d.dev.size(), d.classes, d.vocabulary, c.run.batch, c.run.embed,
+               c.run.hidden, c.run.optimizer.kind.c_str(), c.run.optimizer.learning_rate, c.policy.c_str(),
+               trainer.engine().stats().workers);
 
   nlohmann::json epochs = nlohmann::json::array();
-  double final_loss = 0, train_seconds = 0;
+  const int first_epoch = trainer.epoch();
+  double final_loss = 0, train_seconds = 0, dev_acc = 0, train_acc = 0;
   int64_t trees_trained = 0, steps_after_first = 0, compiled_after_first = 0;
-  for (int epoch = 0; epoch < c.epochs; ++epoch) {
-    if (c.reshuffle && epoch > 0) batches = MakeBatches(data.train, c.batch, rng);
-    std::vector<treelstm::Batch> values;
-    for (auto& b : batches) values.push_back(treelstm::MakeBatch(b, *s));
-    Progress progress(epoch, values.size());
-    auto epoch_start = Clock::now();
-    double loss_sum = 0;
-    int64_t trees = 0, compiled = 0;
-    std::vector<double> step_ms;  // loss, gradients and the optimizer's update
-    for (size_t i = 0; i < values.size(); ++i) {
-      auto step_start = Clock::now();
-      int64_t before = loss.stats().calls_compiled();
-      ValueAndGrad r = loss.value_and_grad({values[i].trees, values[i].labels, params}, {2});
-      compiled += loss.stats().calls_compiled() - before;
-      opt->Step(params, r.grads[0]);
-      step_ms.push_back(1e3 * Seconds(step_start));
-      loss_sum += r.value.tensor().item() * static_cast<double>(batches[i].size());
-      trees += static_cast<int64_t>(batches[i].size());
-      progress.Update(i + 1, loss_sum / trees, trees / Seconds(epoch_start),
-                      static_cast<double>(compiled) / static_cast<double>(i + 1));
+  while (trainer.epoch() < c.epochs) {
+    const int epoch = trainer.epoch();
+    Progress progress(epoch, trainer.steps_per_epoch());
+    treelstm::EpochResult r = trainer.TrainEpoch([&](size_t done, const treelstm::EpochResult& so_far) {
+      progress.Update(done, so_far);
+    });
+    train_seconds += r.seconds;
+    trees_trained += r.trees;
+    if (epoch > first_epoch) {
+      steps_after_first += r.steps;
+      compiled_after_first += r.compiled_steps;
     }
-    double seconds = Seconds(epoch_start);
-    train_seconds += seconds;
-    trees_trained += trees;
-    if (epoch > 0) {
-      steps_after_first += static_cast<int64_t>(values.size());
-      compiled_after_first += compiled;
-    }
-    final_loss = loss_sum / trees;
-    for (const treelstm::Batch& b : dev_values) infer.prefetch({b.trees, params});
-    double dev_acc = accuracy(dev_values);
-    std::sort(step_ms.begin(), step_ms.end());
-    auto percentile = [&](double q) {
-      return step_ms.empty() ? 0.0 : step_ms[std::min(step_ms.size() - 1, static_cast<size_t>(q * step_ms.size()))];
-    };
-    std::printf("epoch %d: loss %.4f, dev acc %.1f%%, %.0f trees/s, %.0f%% of steps compiled, step p50 %.1f ms "
-                "p99 %.1f ms, %.1f s\n", epoch, final_loss, 100 * dev_acc, trees / seconds,
-                100.0 * compiled / values.size(), percentile(0.5), percentile(0.99), seconds);
+    final_loss = r.loss;
+    train_acc = trainer.TrainAccuracy();
+    dev_acc = trainer.DevAccuracy();
+    double compiled_share = static_cast<double>(r.compiled_steps) / static_cast<double>(std::max<int64_t>(1, r.steps));
+    double trees_per_s = static_cast<double>(r.trees) / r.seconds;
+    double p50 = Percentile(r.step_ms, 0.5), p99 = Percentile(r.step_ms, 0.99);
+    std::printf("epoch %d: loss %.4f, train acc %.1f%%, dev acc %.1f%%, %.0f trees/s, %.0f%% of steps compiled, "
+                "step p50 %.1f ms p99 %.1f ms, %.1f s\n",
+                epoch, r.loss, 100 * train_acc, 100 * dev_acc, trees_per_s, 100 * compiled_share, p50, p99, r.seconds);
     std::fflush(stdout);
-    epochs.push_back({{"epoch", epoch}, {"loss", final_loss}, {"dev_acc", dev_acc}, {"trees_per_s", trees / seconds},
-                      {"compiled_share", static_cast<double>(compiled) / values.size()},
-                      {"step_ms_p50", percentile(0.5)}, {"step_ms_p99", percentile(0.99)},
-                      {"step_ms_max", step_ms.empty() ? 0.0 : step_ms.back()}});
+    epochs.push_back({{"epoch", epoch},
+                      {"loss", r.loss},
+                      {"train_acc", train_acc},
+                      {"dev_acc", dev_acc},
+                      {"trees_per_s", trees_per_s},
+                      {"compiled_share", compiled_share},
+                      {"step_ms_p50", p50},
+                      {"step_ms_p99", p99},
+                      {"step_ms_max", Percentile(r.step_ms, 1.0)},
+                      {"seconds", r.seconds}});
+    if (!c.save.empty()) trainer.Save(UserPath(c.save));
   }
-  std::vector<treelstm::Batch> train_values;
-  for (auto& b : batches) train_values.push_back(treelstm::MakeBatch(b, *s));
+  if (epochs.empty()) {  // nothing left to train (a resumed run): report the parameters as they are
+    train_acc = trainer.TrainAccuracy();
+    dev_acc = trainer.DevAccuracy();
+  }
   nlohmann::json out = {
-      {"dev_acc", epochs.empty() ? 0.0 : epochs.back()["dev_acc"].get<double>()},
-      {"train_acc", accuracy(train_values)},
-      {"final_loss", final_loss},
-      {"trees_per_s", train_seconds > 0 ? trees_trained / train_seconds : 0.0},
+      {"data", d.name},
+      {"dev_acc", trainer.has_dev() ? nlohmann::json(dev_acc) : nlohmann::json()},
+      {"train_acc", train_acc},
+      {"final_loss", epochs.empty() ? nlohmann::json() : nlohmann::json(final_loss)},
+      {"trees_per_s", train_seconds > 0 ? static_cast<double>(trees_trained) / train_seconds : 0.0},
       {"compiled_share_after_epoch0",
-       steps_after_first ? static_cast<double>(compiled_after_first) / steps_after_first : 0.0},
+       steps_after_first ? nlohmann::json(static_cast<double>(compiled_after_first) / static_cast<double>(steps_after_first))
+                         : nlohmann::json()},
       {"policy", c.policy},
+      {"first_epoch", first_epoch},
       {"epochs", epochs},
       {"seconds", Seconds(start)},
   };
@@ -194,25 +168,35 @@ int Run(const Config& c) {
 
 int main(int argc, char** argv) {
   pejit::Config c;
-  CLI::App app{"Train a Child-Sum Tree-LSTM on ListOps through pejit's tiered JIT engine"};
-  app.add_option("--data", c.data, "data set")->check(CLI::IsMember({"listops"}))->capture_default_str();
-  app.add_option("--train", c.train_file, "ListOps file (label<TAB>expression); default: generated");
-  app.add_option("--dev", c.dev_file, "ListOps file for evaluation");
-  app.add_flag("--strict", c.strict, "stop at the first malformed line instead of skipping it");
-  app.add_option("--listops-train-size", c.train_size, "generated training expressions")->capture_default_str();
-  app.add_option("--listops-dev-size", c.dev_size, "generated dev expressions")->capture_default_str();
-  app.add_option("--epochs", c.epochs)->capture_default_str()->check(CLI::NonNegativeNumber);
-  app.add_option("--batch", c.batch, "trees per minibatch")->capture_default_str()->check(CLI::PositiveNumber);
-  app.add_option("--embed", c.embed)->capture_default_str()->check(CLI::PositiveNumber);
-  app.add_option("--hidden", c.hidden)->capture_default_str()->check(CLI::PositiveNumber);
-  app.add_option("--lr", c.optimizer.learning_rate)->capture_default_str();
-  app.add_option("--optimizer", c.optimizer.kind)->check(CLI::IsMember({"adagrad", "sgd", "adam"}))->capture_default_str();
-  app.add_option("--clip", c.optimizer.clip_norm, "clip gradients to this global norm (0: off)")->capture_default_str();
-  app.add_option("--weight-decay", c.optimizer.weight_decay)->capture_default_str();
-  app.add_option("--seed", c.seed)->capture_default_str();
+  pejit::treelstm::RunOptions& r = c.run;
+  CLI::App app{"Train a Child-Sum Tree-LSTM on ListOps or SST trees through pejit's tiered JIT engine"};
+  app.add_option("--data", r.data, "data set: listops (generated unless --train) or sst (needs --train)")
+      ->check(CLI::IsMember({"listops", "sst"}))
+      ->capture_default_str();
+  app.add_option("--train", r.train_file, "training file: ListOps (label<TAB>expression) or SST trees");
+  app.add_option("--dev", r.dev_file, "evaluation file, in the training file's format");
+  app.add_flag("--strict", r.strict, "stop at the first malformed line instead of skipping it");
+  app.add_option("--listops-train-size", r.listops_train, "generated training expressions")->capture_default_str();
+  app.add_option("--listops-dev-size", r.listops_dev, "generated dev expressions")->capture_default_str();
+  app.add_option("--sst-min-count", r.sst_min_count, "SST words seen fewer times in training become <unk>")
+      ->capture_default_str();
+  app.add_option("--epochs", c.epochs, "train until this many epochs are done")->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--batch", r.batch, "trees per minibatch")->capture_default_str()->check(CLI::PositiveNumber);
+  app.add_option("--embed", r.embed)->capture_default_str()->check(CLI::PositiveNumber);
+  app.add_option("--hidden", r.hidden)->capture_default_str()->check(CLI::PositiveNumber);
+  app.add_option("--lr", r.optimizer.learning_rate)->capture_default_str();
+  app.add_option("--optimizer", r.optimizer.kind)->check(CLI::IsMember({"adagrad", "sgd", "adam"}))->capture_default_str();
+  app.add_option("--clip", r.optimizer.clip_norm, "clip gradients to this global norm (0: off)")->capture_default_str();
+  app.add_option("--weight-decay", r.optimizer.weight_decay)->capture_default_str();
+  app.add_option("--seed", r.seed)->capture_default_str();
+  app.add_flag("--reshuffle", r.reshuffle, "new minibatches every epoch (new signatures to compile)");
+  app.add_option("--train-sample", r.train_sample, "training trees the train accuracy is measured on")
+      ->capture_default_str();
   app.add_option("--workers", c.workers, "background compile workers (0: cores - 1)")->capture_default_str();
   app.add_option("--policy", c.policy, "eager, hot:N, interpreter or sync")->capture_default_str();
-  app.add_flag("--reshuffle", c.reshuffle, "new minibatches every epoch (new signatures to compile)");
+  app.add_option("--save", c.save, "write a checkpoint here after every epoch (atomically)");
+  app.add_option("--resume", c.resume, "carry on from this checkpoint (same data and options)");
   app.add_option("--log", c.log_level, "the JIT's log on stderr: off, info, debug or trace (default: PEJIT_LOG)");
   app.add_option("--trace", c.trace_file, "write the JIT's events to this JSON-lines file (default: PEJIT_TRACE)");
   CLI11_PARSE(app, argc, argv);

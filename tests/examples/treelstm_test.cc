@@ -38,8 +38,13 @@ TEST(ListOps, PrintsAndParsesTheTokenForm) {
   EXPECT_EQ(listops::ToString(listops::Parse("( ( [SM 1 ) 2 ] )")), "[SM 1 2 ]");
   EXPECT_THROW(listops::Parse("[MAX 2 9"), std::invalid_argument);
   EXPECT_THROW(listops::Parse("[MAX 2 [FOO 3 ] ]"), std::invalid_argument);
-  EXPECT_EQ(listops::CountNodes(e), 7);
-  EXPECT_EQ(listops::Height(e), 2);
+  // Refused, not recursed into until the stack runs out.
+  std::string deep;
+  for (int i = 0; i < listops::kMaxParseDepth + 1; ++i) deep += "[MAX 1 ";
+  for (int i = 0; i < listops::kMaxParseDepth + 1; ++i) deep += "] ";
+  EXPECT_THROW(listops::Parse(deep), std::invalid_argument);
+  EXPECT_EQ(treelstm::CountNodes(e), 7);
+  EXPECT_EQ(treelstm::Height(e), 2);
 }
 
 TEST(ListOps, SplitsAreDeterministicDistinctAndFollowTheRules) {
@@ -49,15 +54,15 @@ TEST(ListOps, SplitsAreDeterministicDistinctAndFollowTheRules) {
   std::set<int> labels;
   for (const auto* split : {&a.train, &a.dev, &a.test}) {
     for (const auto& ex : *split) {
-      EXPECT_TRUE(seen.insert(listops::ToString(ex.expr)).second) << "duplicate " << listops::ToString(ex.expr);
-      EXPECT_EQ(ex.label, listops::Evaluate(ex.expr));
-      EXPECT_GE(ex.expr.args.size(), 2u);  // the root is an operator with 2-5 arguments
-      EXPECT_LE(ex.expr.args.size(), 5u);
-      EXPECT_LE(listops::Height(ex.expr), 10);
+      EXPECT_TRUE(seen.insert(listops::ToString(ex.tree)).second) << "duplicate " << listops::ToString(ex.tree);
+      EXPECT_EQ(ex.label, listops::Evaluate(ex.tree));
+      EXPECT_GE(ex.tree.children.size(), 2u);  // the root is an operator with 2-5 arguments
+      EXPECT_LE(ex.tree.children.size(), 5u);
+      EXPECT_LE(treelstm::Height(ex.tree), 10);
       labels.insert(ex.label);
     }
   }
-  EXPECT_EQ(listops::ToString(a.train[17].expr), listops::ToString(b.train[17].expr));
+  EXPECT_EQ(listops::ToString(a.train[17].tree), listops::ToString(b.train[17].tree));
   EXPECT_GE(labels.size(), 8u);
 }
 
@@ -74,7 +79,7 @@ TEST(ListOps, FilesWithBadLinesLoadTheRestAndNameTheLine) {
   listops::FileReport r = listops::ReadFile(path);
   ASSERT_EQ(r.examples.size(), 2u);
   EXPECT_EQ(r.examples[0].label, 7);
-  EXPECT_EQ(listops::ToString(r.examples[1].expr), "[MIN 2 5 ]");
+  EXPECT_EQ(listops::ToString(r.examples[1].tree), "[MIN 2 5 ]");
   ASSERT_EQ(r.errors.size(), 2u);
   EXPECT_EQ(r.errors[0], path + ":2: bad label 'x' (expected 0-9)");
   EXPECT_EQ(r.errors[1], path + ":3: missing ']' for [MAX");

@@ -1,0 +1,220 @@
+#include "examples/treelstm/trainer.h"
+
+#include <algorithm>
+#include <chrono>
+#include <stdexcept>
+
+#include "examples/treelstm/listops.h"
+#include "examples/treelstm/sst.h"
+#include "train/checkpoint.h"
+
+namespace pejit::treelstm {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Independent random streams of one seed: parameters, fixed minibatches
+// (and epoch e's reshuffled ones), evaluation sets.
+constexpr uint64_t kBatchStream = 0x9E3779B97F4A7C15ull, kEvalStream = 0xBF58476D1CE4E5B9ull;
+
+void Shuffle(std::vector<const Example*>& v, Rng& rng) {
+  for (size_t i = v.size(); i > 1; --i) std::swap(v[i - 1], v[rng.NextInt(0, static_cast<int64_t>(i))]);
+}
+
+void AddWarnings(Dataset& d, const std::vector<std::string>& errors) {
+  d.warnings.insert(d.warnings.end(), errors.begin(), errors.end());
+}
+
+// The options a checkpoint must share with the run that resumes it.
+nlohmann::json RunShape(const RunOptions& o, const Dataset& d) {
+  return {{"data", d.name},
+          {"train_trees", d.train.size()},
+          {"vocabulary", d.vocabulary},
+          {"classes", d.classes},
+          {"embed", o.embed},
+          {"hidden", o.hidden},
+          {"batch", o.batch},
+          {"seed", o.seed},
+          {"reshuffle", o.reshuffle},
+          {"optimizer", o.optimizer.kind}};
+}
+
+}  // namespace
+
+std::vector<std::vector<const Example*>> MakeBatches(const std::vector<Example>& examples, int size, Rng& rng) {
+  if (size < 1) throw std::invalid_argument("minibatch size must be at least 1");
+  std::vector<const Example*> sorted;
+  for (const Example& e : examples) sorted.push_back(&e);
+  // Shuffle, then sort stably by size: trees of equal size end up in random order.
+  Shuffle(sorted, rng);
+  std::stable_sort(sorted.begin(), sorted.end(),
+                   [](const Example* a, const Example* b) { return CountNodes(a->tree) < CountNodes(b->tree); });
+  std::vector<std::vector<const Example*>> batches;
+  for (size_t i = 0; i < sorted.size(); i += static_cast<size_t>(size)) {
+    batches.emplace_back(sorted.begin() + i, sorted.begin() + std::min(sorted.size(), i + size));
+  }
+  for (size_t i = batches.size(); i > 1; --i) std::swap(batches[i - 1], batches[rng.NextInt(0, static_cast<int64_t>(i))]);
+  return batches;
+}
+
+Dataset LoadDataset(const RunOptions& o) {
+  Dataset d;
+  if (o.data == "listops") {
+    d.vocabulary = listops::kVocabularySize;
+    d.classes = listops::kClasses;
+    if (o.train_file.empty()) {
+      if (!o.dev_file.empty()) throw std::runtime_error("--dev needs --train (without files the data is generated)");
+      d.name = "listops (generated)";
+      listops::Splits s = listops::GenerateSplits(o.seed, o.listops_train, o.listops_dev, 0);
+      d.train = std::move(s.train);
+      d.dev = std::move(s.dev);
+    } else {
+      d.name = "listops";
+      listops::FileReport r = listops::ReadFile(o.train_file, o.strict);
+      d.train = std::move(r.examples);
+      AddWarnings(d, r.errors);
+      if (!o.dev_file.empty()) {
+        r = listops::ReadFile(o.dev_file, o.strict);
+        d.dev = std::move(r.examples);
+        AddWarnings(d, r.errors);
+      }
+    }
+  } else if (o.data == "sst") {
+    if (o.train_file.empty()) throw std::runtime_error("--data sst needs --train FILE (SST bracketed trees)");
+    d.name = "sst";
+    d.classes = sst::kClasses;
+    sst::FileReport train = sst::ReadFile(o.train_file, o.strict);
+    AddWarnings(d, train.errors);
+    sst::Vocabulary vocabulary = sst::Vocabulary::Build(train.trees, o.sst_min_count);
+    d.vocabulary = vocabulary.size();
+    for (const sst::Tree& t : train.trees) d.train.push_back(sst::ToExample(t, vocabulary));
+    if (!o.dev_file.empty()) {
+      sst::FileReport dev = sst::ReadFile(o.dev_file, o.strict);
+      AddWarnings(d, dev.errors);
+      for (const sst::Tree& t : dev.trees) d.dev.push_back(sst::ToExample(t, vocabulary));
+    }
+  } else {
+    throw std::runtime_error("unknown data set '" + o.data + "' (expected listops or sst)");
+  }
+  if (d.train.empty()) throw std::runtime_error("no training examples");
+  return d;
+}
+
+Trainer::Trainer(RunOptions options, Dataset data, EngineOptions engine)
+    : options_(std::move(options)), data_(std::move(data)), engine_(std::make_unique<Engine>(std::move(engine))) {
+  engine_->module().AddSource(ModelSource(), "treelstm.pj");
+  module_ = engine_->module().snapshot();
+  Rng init(options_.seed);
+  params_ = InitParams(init, {data_.vocabulary, options_.embed, options_.hidden, data_.classes});
+  optimizer_ = Optimizer::Create(options_.optimizer);
+  Rng batches(options_.seed ^ kBatchStream);
+  batches_ = MakeBatches(data_.train, options_.batch, batches);
+
+  Rng eval(options_.seed ^ kEvalStream);
+  dev_batches_ = MakeValues(MakeBatches(data_.dev, options_.batch, eval));
+  std::vector<const Example*> sample;
+  for (const Example& e : data_.train) sample.push_back(&e);
+  Shuffle(sample, eval);
+  sample.resize(std::min(sample.size(), static_cast<size_t>(std::max(0, options_.train_sample))));
+  std::vector<Example> sampled;
+  for (const Example* e : sample) sampled.push_back(*e);
+  sample_batches_ = MakeValues(MakeBatches(sampled, options_.batch, eval));
+  // Evaluation runs after training steps; its code can compile while the workers are otherwise idle.
+  Entry infer = engine_->entry("infer");
+  for (const auto* set : {&dev_batches_, &sample_batches_}) {
+    for (const Batch& b : *set) infer.prefetch({b.trees, params_});
+  }
+}
+
+Trainer::~Trainer() = default;
+
+Entry Trainer::loss() const { return engine_->entry("loss"); }
+
+std::vector<Batch> Trainer::MakeValues(const std::vector<std::vector<const Example*>>& batches) const {
+  std::vector<Batch> values;
+  for (const auto& b : batches) values.push_back(MakeBatch(b, *module_));
+  return values;
+}
+
+EpochResult Trainer::TrainEpoch(const StepCallback& after_step) {
+  if (options_.reshuffle && epoch_ > 0) {
+    Rng rng(options_.seed ^ (kBatchStream * static_cast<uint64_t>(epoch_ + 1)));
+    batches_ = MakeBatches(data_.train, options_.batch, rng);
+  }
+  std::vector<Batch> values = MakeValues(batches_);
+  Entry loss = this->loss();
+  EpochResult r;
+  r.epoch = epoch_;
+  double loss_sum = 0;
+  auto epoch_start = Clock::now();
+  for (size_t i = 0; i < values.size(); ++i) {
+    auto step_start = Clock::now();
+    int64_t compiled_before = loss.stats().calls_compiled();
+    ValueAndGrad vg = loss.value_and_grad({values[i].trees, values[i].labels, params_}, {2});
+    r.compiled_steps += loss.stats().calls_compiled() - compiled_before;
+    optimizer_->Step(params_, vg.grads[0]);
+    r.step_ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - step_start).count());
+    double step_loss = vg.value.tensor().item();
+    int64_t trees = static_cast<int64_t>(batches_[i].size());
+    r.losses.push_back(step_loss);
+    loss_sum += step_loss * static_cast<double>(trees);
+    r.trees += trees;
+    r.steps += 1;
+    r.loss = loss_sum / static_cast<double>(r.trees);
+    r.seconds = std::chrono::duration<double>(Clock::now() - epoch_start).count();
+    if (after_step) after_step(i + 1, r);
+  }
+  ++epoch_;
+  return r;
+}
+
+double Trainer::Accuracy(const std::vector<Batch>& set) const {
+  Entry infer = engine_->entry("infer");
+  int64_t right = 0, total = 0;
+  for (const Batch& b : set) {
+    Tensor predicted = infer.call({b.trees, params_}).tensor();
+    const int64_t* p = predicted.data<int64_t>();
+    const int64_t* y = b.labels.tensor().data<int64_t>();
+    for (int64_t i = 0; i < predicted.numel(); ++i) right += p[i] == y[i];
+    total += predicted.numel();
+  }
+  return total ? static_cast<double>(right) / static_cast<double>(total) : 0.0;
+}
+
+double Trainer::DevAccuracy() const { return Accuracy(dev_batches_); }
+double Trainer::TrainAccuracy() const { return Accuracy(sample_batches_); }
+
+void Trainer::Save(const std::string& path) const {
+  Checkpoint c;
+  c.epoch = epoch_;
+  c.meta = RunShape(options_, data_);
+  c.params = ParameterLeaves(params_);
+  c.optimizer = optimizer_->state();
+  SaveCheckpoint(path, c);
+}
+
+void Trainer::Resume(const std::string& path) {
+  Checkpoint c = LoadCheckpoint(path);
+  nlohmann::json expected = RunShape(options_, data_);
+  for (const auto& [key, value] : expected.items()) {
+    if (!c.meta.contains(key) || c.meta[key] != value) {
+      throw std::runtime_error(path + ": written by a run with " + key + " " +
+                               (c.meta.contains(key) ? c.meta[key].dump() : "unset") + ", this run has " +
+                               value.dump() + " (resume with the options of the saved run)");
+    }
+  }
+  if (c.epoch < 0) throw std::runtime_error(path + ": negative epoch count");
+  try {
+    auto optimizer = Optimizer::Create(options_.optimizer);
+    optimizer->set_state(std::move(c.optimizer));
+    RestoreParameters(params_, c.params);
+    optimizer_ = std::move(optimizer);
+  } catch (const std::invalid_argument& e) {
+    throw std::runtime_error(path + ": " + e.what());
+  }
+  // With reshuffle, TrainEpoch draws epoch e's minibatches from epoch e's
+  // stream: the epoch count is all the batching state there is.
+  epoch_ = static_cast<int>(c.epoch);
+}
+
+}  // namespace pejit::treelstm

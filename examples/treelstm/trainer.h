@@ -1,0 +1,108 @@
+// \file The Tree-LSTM demo's training run as a library: data sets, fixed
+// minibatches, steps through the tiered engine, accuracy and checkpoints.
+// train.cc is its command line; tests drive it directly.
+//
+// A run is deterministic for its options and seed under policies
+// `interpreter` and `sync` (which run every step in one tier); under `eager`
+// and `hot:N` which steps run compiled depends on timing, and compiled code
+// may differ from the interpreter in the last bits of a float.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "examples/treelstm/data.h"
+#include "examples/treelstm/model.h"
+#include "scheduler/engine.h"
+#include "train/optimizer.h"
+
+namespace pejit::treelstm {
+
+struct RunOptions {
+  std::string data = "listops";      // "listops" or "sst"
+  std::string train_file, dev_file;  // listops: generated when train_file is empty; sst: train_file needed
+  bool strict = false;               // a malformed line stops the run instead of being skipped
+  int listops_train = 4000, listops_dev = 500;  // generated expressions
+  int sst_min_count = 1;             // rarer training words become <unk>
+  int batch = 25, embed = 64, hidden = 128;
+  OptimizerOptions optimizer;
+  uint64_t seed = 1;
+  bool reshuffle = false;            // new minibatches every epoch instead of fixed ones
+  int train_sample = 500;            // training trees that TrainAccuracy measures
+};
+
+struct Dataset {
+  std::string name;  // "listops (generated)", "listops", "sst"
+  std::vector<Example> train, dev;
+  int vocabulary = 0, classes = 0;
+  std::vector<std::string> warnings;  // "file:line: message" of skipped lines
+};
+// Generates or reads the data `options` asks for. Throws std::runtime_error
+// for missing or unreadable files, no training examples, or (strict) the
+// first malformed line.
+Dataset LoadDataset(const RunOptions& options);
+
+struct EpochResult {
+  int epoch = 0;
+  double loss = 0;             // mean over the epoch's trees
+  std::vector<double> losses;  // each step's (the mean over its minibatch)
+  std::vector<double> step_ms; // each step's loss, gradients and update
+  int64_t trees = 0, steps = 0, compiled_steps = 0;
+  double seconds = 0;
+};
+
+class Trainer {
+ public:
+  // Builds the engine, initial parameters (from the seed) and minibatches.
+  Trainer(RunOptions options, Dataset data, EngineOptions engine = {});
+  ~Trainer();
+
+  int epoch() const { return epoch_; }  // epochs done
+  const RunOptions& options() const { return options_; }
+  const Dataset& data() const { return data_; }
+  const Value& params() const { return params_; }
+  Entry loss() const;
+  const Engine& engine() const { return *engine_; }
+  size_t steps_per_epoch() const { return batches_.size(); }
+
+  // Called after each step with the steps done and the epoch so far.
+  using StepCallback = std::function<void(size_t done, const EpochResult& so_far)>;
+  EpochResult TrainEpoch(const StepCallback& after_step = {});
+
+  // Share of dev trees (none: 0), or of a fixed sample of training trees
+  // (options().train_sample of them), whose class `infer` gets right.
+  double DevAccuracy() const;
+  double TrainAccuracy() const;
+  bool has_dev() const { return !dev_batches_.empty(); }
+
+  // Checkpoints hold the parameters, the optimizer's state, the epochs done,
+  // and the options that shape the run (data set, sizes, seed, batch,
+  // optimizer kind); Resume throws std::runtime_error naming the file when
+  // they differ from this run's, so that a resumed run carries on exactly
+  // where the saved one stopped.
+  void Save(const std::string& path) const;
+  void Resume(const std::string& path);
+
+ private:
+  std::vector<Batch> MakeValues(const std::vector<std::vector<const Example*>>& batches) const;
+  double Accuracy(const std::vector<Batch>& set) const;
+
+  RunOptions options_;
+  Dataset data_;
+  std::unique_ptr<Engine> engine_;
+  Snapshot module_;
+  Value params_;
+  std::unique_ptr<Optimizer> optimizer_;
+  std::vector<std::vector<const Example*>> batches_;
+  std::vector<Batch> dev_batches_, sample_batches_;
+  int epoch_ = 0;
+};
+
+// Minibatches of `size` examples of similar size (bucketed by node count),
+// in a shuffled order; deterministic for `rng`'s state.
+std::vector<std::vector<const Example*>> MakeBatches(const std::vector<Example>& examples, int size, Rng& rng);
+
+}  // namespace pejit::treelstm

@@ -1,0 +1,178 @@
+// The Tree-LSTM training run (examples/treelstm/trainer.h): compiled steps
+// train exactly like the interpreter, a checkpointed and resumed run is the
+// uninterrupted run, and bad checkpoints or data are refused by name.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
+#include "examples/treelstm/trainer.h"
+#include "train/checkpoint.h"
+
+namespace pejit {
+namespace {
+
+using treelstm::RunOptions;
+using treelstm::Trainer;
+
+// A small run: 24 generated ListOps trees in minibatches of 8.
+RunOptions Small() {
+  RunOptions o;
+  o.listops_train = 24;
+  o.listops_dev = 8;
+  o.batch = 8;
+  o.embed = 8;
+  o.hidden = 8;
+  o.seed = 5;
+  o.train_sample = 8;
+  return o;
+}
+
+EngineOptions WithPolicy(Policy policy) {
+  EngineOptions e;
+  e.policy = policy;
+  e.workers = 1;
+  return e;
+}
+
+std::vector<float> Flat(const Value& params) {
+  std::vector<float> out;
+  for (const Tensor& t : ParameterLeaves(params)) out.insert(out.end(), t.data<float>(), t.data<float>() + t.numel());
+  return out;
+}
+
+std::string TempPath(const std::string& name) { return testing::TempDir() + "/" + name; }
+
+TEST(Trainer, CompiledStepsTrainLikeTheInterpreter) {
+  RunOptions o = Small();
+  Trainer interpreted(o, treelstm::LoadDataset(o), WithPolicy(Policy::Interpreter()));
+  Trainer compiled(o, treelstm::LoadDataset(o), WithPolicy(Policy::Sync()));
+  for (int epoch = 0; epoch < 2; ++epoch) {
+    treelstm::EpochResult a = interpreted.TrainEpoch(), b = compiled.TrainEpoch();
+    EXPECT_EQ(a.compiled_steps, 0);
+    EXPECT_EQ(b.compiled_steps, b.steps) << "policy sync runs every step compiled";
+    ASSERT_EQ(a.losses.size(), 3u);
+    ASSERT_EQ(b.losses.size(), 3u);
+    for (size_t i = 0; i < a.losses.size(); ++i) {
+      EXPECT_NEAR(a.losses[i], b.losses[i], 1e-4) << "epoch " << epoch << " step " << i;
+    }
+  }
+  std::vector<float> pa = Flat(interpreted.params()), pb = Flat(compiled.params());
+  ASSERT_EQ(pa.size(), pb.size());
+  double worst = 0;
+  for (size_t i = 0; i < pa.size(); ++i) worst = std::max(worst, static_cast<double>(std::abs(pa[i] - pb[i])));
+  EXPECT_LT(worst, 1e-4);
+  // Training moved the parameters (the comparison is not between two idle runs).
+  EXPECT_NE(pa, Flat(Trainer(o, treelstm::LoadDataset(o), WithPolicy(Policy::Interpreter())).params()));
+}
+
+// Three epochs straight, against one epoch, a checkpoint, and two more
+// epochs in a new trainer resumed from it: the same losses and parameters,
+// bit for bit (policy interpreter is deterministic). With reshuffled
+// minibatches and Adam, whose state includes its step count.
+TEST(Trainer, ResumingACheckpointContinuesTheRunExactly) {
+  for (const char* kind : {"adagrad", "adam"}) {
+    SCOPED_TRACE(kind);
+    RunOptions o = Small();
+    o.reshuffle = true;
+    o.optimizer.kind = kind;
+    o.optimizer.learning_rate = 0.02;
+    Trainer straight(o, treelstm::LoadDataset(o), WithPolicy(Policy::Interpreter()));
+    std::vector<double> losses;
+    for (int e = 0; e < 3; ++e) losses.push_back(straight.TrainEpoch().loss);
+
+    std::string path = TempPath(std::string("resume_") + kind + ".ckpt");
+    {
+      Trainer first(o, treelstm::LoadDataset(o), WithPolicy(Policy::Interpreter()));
+      EXPECT_EQ(first.TrainEpoch().loss, losses[0]);
+      first.Save(path);
+    }
+    EXPECT_FALSE(std::filesystem::exists(path + ".tmp"));
+    Trainer resumed(o, treelstm::LoadDataset(o), WithPolicy(Policy::Interpreter()));
+    resumed.Resume(path);
+    EXPECT_EQ(resumed.epoch(), 1);
+    EXPECT_EQ(resumed.TrainEpoch().loss, losses[1]);
+    EXPECT_EQ(resumed.TrainEpoch().loss, losses[2]);
+    EXPECT_EQ(Flat(resumed.params()), Flat(straight.params()));
+    EXPECT_EQ(resumed.DevAccuracy(), straight.DevAccuracy());
+  }
+}
+
+TEST(Trainer, ACheckpointOfAnotherRunIsRefusedByName) {
+  RunOptions o = Small();
+  std::string path = TempPath("other.ckpt");
+  Trainer(o, treelstm::LoadDataset(o), WithPolicy(Policy::Interpreter())).Save(path);
+  RunOptions wider = o;
+  wider.hidden = 16;
+  Trainer t(wider, treelstm::LoadDataset(wider), WithPolicy(Policy::Interpreter()));
+  std::vector<float> before = Flat(t.params());
+  try {
+    t.Resume(path);
+    ADD_FAILURE() << "resumed a checkpoint of hidden size 8 into hidden size 16";
+  } catch (const std::runtime_error& e) {
+    EXPECT_EQ(std::string(e.what()),
+              path + ": written by a run with hidden 8, this run has 16 (resume with the options of the saved run)");
+  }
+  EXPECT_EQ(Flat(t.params()), before);  // untouched
+  EXPECT_EQ(t.epoch(), 0);
+}
+
+TEST(LoadDataset, NamesWhatIsMissing) {
+  RunOptions sst;
+  sst.data = "sst";
+  try {
+    treelstm::LoadDataset(sst);
+    ADD_FAILURE() << "SST without a file loaded";
+  } catch (const std::runtime_error& e) {
+    EXPECT_EQ(std::string(e.what()), "--data sst needs --train FILE (SST bracketed trees)");
+  }
+  sst.train_file = TempPath("all_bad.txt");
+  std::ofstream(sst.train_file) << "(3 (2 oops)\n";
+  try {
+    treelstm::LoadDataset(sst);
+    ADD_FAILURE() << "a file without one good line loaded";
+  } catch (const std::runtime_error& e) {
+    EXPECT_EQ(std::string(e.what()), "no training examples");
+  }
+  sst.strict = true;
+  EXPECT_THROW(treelstm::LoadDataset(sst), std::runtime_error);
+}
+
+TEST(LoadDataset, SstSampleFilesShareTheTrainingVocabulary) {
+  RunOptions o;
+  o.data = "sst";
+  o.train_file = "examples/treelstm/testdata/sst_sample_train.txt";
+  o.dev_file = "examples/treelstm/testdata/sst_sample_dev.txt";
+  treelstm::Dataset d = treelstm::LoadDataset(o);
+  EXPECT_EQ(d.classes, 5);
+  EXPECT_EQ(d.train.size(), 38u);
+  EXPECT_EQ(d.dev.size(), 10u);
+  EXPECT_TRUE(d.warnings.empty());
+  // "new" and "actor" appear only in the dev sample: <unk> (id 1).
+  int unknown = 0;
+  std::function<void(const treelstm::TokenTree&)> count = [&](const treelstm::TokenTree& t) {
+    if (t.children.empty()) unknown += t.token == 1;
+    for (const auto& c : t.children) count(c);
+  };
+  for (const auto& e : d.dev) count(e.tree);
+  EXPECT_GE(unknown, 2);
+  for (const auto& e : d.train) {
+    std::function<void(const treelstm::TokenTree&)> in_range = [&](const treelstm::TokenTree& t) {
+      EXPECT_LT(t.token, d.vocabulary);
+      for (const auto& c : t.children) in_range(c);
+    };
+    in_range(e.tree);
+  }
+  // And it trains: a few epochs on the sample lower the loss.
+  o.batch = 10;
+  o.embed = 8;
+  o.hidden = 8;
+  Trainer t(o, std::move(d), WithPolicy(Policy::Interpreter()));
+  double first = t.TrainEpoch().loss, last = first;
+  for (int e = 0; e < 4; ++e) last = t.TrainEpoch().loss;
+  EXPECT_LT(last, first);
+}
+
+}  // namespace
+}  // namespace pejit
