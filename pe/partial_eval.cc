@@ -517,7 +517,18 @@ class PartialEvaluator {
       case PatternKind::kTuple:
       case PatternKind::kCtor:
         if (v->kind == PVal::Kind::kDynamic) {
-          throw PeFailure(loc.ToString() + ": match on a dynamic value (" + TypeToString(v->type) + ")");
+          // A tuple pattern takes a residual tuple (a dynamic `if`'s) apart
+          // with projections; a dynamic ADT value cannot be matched (a).
+          const TupleTypeNode* type = p->kind == PatternKind::kTuple ? AsTuple(v->type) : nullptr;
+          if (!type) throw PeFailure(loc.ToString() + ": match on a dynamic value (" + TypeToString(v->type) + ")");
+          for (size_t i = 0; i < p->fields.size(); ++i) {
+            if (p->fields[i]->kind == PatternKind::kWildcard) continue;
+            const Type& field = type->fields[i];
+            if (!Match(p->fields[i], Dynamic(Emit(MakeProj(v->atom, static_cast<int>(i)), field), field), env, loc)) {
+              return false;
+            }
+          }
+          return true;
         }
         if (p->kind == PatternKind::kCtor && v->tag != p->tag) return false;
         for (size_t i = 0; i < p->fields.size(); ++i) {

@@ -255,5 +255,34 @@ TEST_F(PartialEvalTest, RandomTreesAgreeWithTheInterpreter) {
   }
 }
 
+// A tuple pattern on the pair a dynamic `if` returns (a residual tuple)
+// takes it apart with projections, nested tuples and wildcards included;
+// it used to be refused as "match on a dynamic value" (found by
+// tests/jit:differential_test).
+TEST(PartialEvalTuplePatternTest, ATuplePatternOnADynamicTupleProjectsItsFields) {
+  Module m;
+  m.AddSource(R"(
+def @pick(%x: Tensor[(3,), f32], %y: Tensor[(), f32]) -> Tensor[(3,), f32] {
+  match (if (greater(%y, 0f32)) { ((tanh(%x), %y), %x) } else { ((%x, neg(%y)), sigmoid(%x)) }) {
+    ((%a, %b), _) => mul(%a, %b),
+  }
+})", "t.pj");
+  Snapshot s = m.snapshot();
+  Interpreter interp;
+  for (float y : {0.5f, -0.25f}) {
+    std::vector<Value> args = {Value(Tensor::FromVector<float>({3}, {0.1f, -0.2f, 0.3f})), Value(Tensor::Scalar(y))};
+    Residual r = PartialEvaluate(*s, "pick", args);
+    Value got = interp.Call(*r.ToModule(), "main", {args[0], args[1]});
+    EXPECT_TRUE(ValueEqual(got, interp.Call(*s, "pick", args))) << r.ToText();
+    int ifs = 0, projections = 0;
+    PostOrderVisit(r.main->body, [&](const Expr& e) {
+      ifs += e->kind == ExprKind::kIf;
+      projections += e->kind == ExprKind::kProj;
+    });
+    EXPECT_EQ(ifs, 1) << r.ToText();
+    EXPECT_EQ(projections, 3) << r.ToText();  // .0 of the pair, then .0 and .1 of it; not the wildcard
+  }
+}
+
 }  // namespace
 }  // namespace pejit
