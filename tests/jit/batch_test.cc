@@ -201,7 +201,7 @@ TEST_F(TreeLstmBatchTest, TreesOfEqualHeightGiveOneBatchedCellPerLevel) {
     std::vector<listops::Example> trees;
     while (trees.size() < 8) {
       listops::Expr e = listops::Generate(rng, options);
-      if (listops::Height(e) == height) trees.push_back({e, listops::Evaluate(e)});
+      if (treelstm::Height(e) == height) trees.push_back({e, listops::Evaluate(e)});
     }
     int nodes = 0;
     std::vector<Value> args = LossArgs(trees, &nodes);
