@@ -403,11 +403,18 @@ class Generator {
   }
   RandomType FieldType() {
     if (vocabulary_ > 0 && Coin(0.3)) return Index({}, vocabulary_);
+    if (Coin(0.12)) {
+      Note("tuple_field");
+      Shape a = RandomShape(1, 2, 4);
+      Shape b = RandomShape(0, 1, 4);
+      return Tuple({F32(a), F32(b)});
+    }
     return F32(RandomShape(1, 2, 4));
   }
   std::string TypeDefs() const;
   std::string HelperDef(size_t i);
   std::string FoldDef(int k);
+  std::string MapDef(int k);
   std::string MainDef();
   std::string LossDef();
   std::string Squash(const std::string& e) { return Fn(Coin(0.7) ? "tanh" : "sigmoid", {e}); }
@@ -453,6 +460,8 @@ class Generator {
   bool weights_as_tuple_ = false;
   std::vector<std::string> param_names_;  // @main's, with '%'
   RandomType main_result_;
+  bool use_maps_ = false;                 // @map_k rebuild each ADT; @main folds the rebuilt roots
+  std::vector<std::string> extra_defs_;   // higher-order helpers, written on demand
 };
 
 // ---- types ------------------------------------------------------------------------
@@ -1034,6 +1043,12 @@ std::string Generator::Tensor(const Shape& s, const Scope& scope, int depth, con
       RandomType t = Tuple({F32(pa), F32(pb)});
       std::string a = Fresh("a"), b = Fresh("b");
       std::string value = Gen(t, scope, depth - 1, ctx);
+      if (allow_dynamic_if_ && Coin(0.7)) {
+        // The pair comes from a dynamic if: the pattern takes a residual tuple apart.
+        Note("match_local:dynamic_tuple");
+        std::string cond = DynamicCond(scope, depth, ctx);
+        value = "if (" + cond + ") { " + value + " } else { " + Gen(t, scope, depth - 1, ctx) + " }";
+      }
       Scope inner = scope;
       inner.push_back({a, t.fields[0], 12});
       inner.push_back({b, t.fields[1], 12});
@@ -1051,6 +1066,15 @@ std::string Generator::Tensor(const Shape& s, const Scope& scope, int depth, con
       std::vector<std::string> args;
       for (const RandomType& p : h.params) args.push_back(Gen(p, scope, depth - 1, ctx));
       std::string v = Fresh("h");
+      if (Coin(0.25)) {
+        // The helper as a value, called through a variable.
+        Note("global_value");
+        std::vector<std::string> types;
+        for (const RandomType& p : h.params) types.push_back(TypeText(p));
+        std::string g = Fresh("g");
+        std::string call = LetBlock(v, h.ret, g + "(" + Join(args) + ")", s, scope, depth, ctx);
+        return "{ let " + g + ": fn(" + Join(types) + ") -> " + TypeText(h.ret) + " = " + h.name + "; " + call + " }";
+      }
       return LetBlock(v, h.ret, h.name + "(" + Join(args) + ")", s, scope, depth, ctx);
     }
     case kFold: {
@@ -1072,9 +1096,17 @@ std::string Generator::Tensor(const Shape& s, const Scope& scope, int depth, con
       std::string sig = "(" + TensorText(p) + ") -> " + TensorText(s);
       std::string lambda = "fn (" + y + ": " + TensorText(p) + ") -> " + TensorText(s) + " { " + body + " }";
       std::string op = PickOp({"add", "mul"});
-      std::string first = f + "(" + X(p) + ")";
-      std::string second = f + "(" + X(p) + ")";
-      return "{ let " + f + ": fn" + sig + " = " + lambda + "; " + Fn(op, {first, second}) + " }";
+      std::string a = X(p);
+      std::string b = X(p);
+      if (Coin(0.4)) {
+        // Passed to a higher-order function that calls it twice.
+        Note("higher_order");
+        std::string name = "@twice" + std::to_string(extra_defs_.size());
+        extra_defs_.push_back("def " + name + "(%f: fn" + sig + ", %a: " + TensorText(p) + ", %b: " + TensorText(p) +
+                              ") -> " + TensorText(s) + " {\n  " + Fn(op, {"%f(%a)", "%f(%b)"}) + "\n}\n\n");
+        return "{ let " + f + ": fn" + sig + " = " + lambda + "; " + name + "(" + f + ", " + a + ", " + b + ") }";
+      }
+      return "{ let " + f + ": fn" + sig + " = " + lambda + "; " + Fn(op, {f + "(" + a + ")", f + "(" + b + ")"}) + " }";
     }
     case kCount: break;
   }
@@ -1242,6 +1274,57 @@ std::string Generator::FoldDef(int k) {
          Join(clauses, ",\n    ") + ",\n  }\n}\n\n";
 }
 
+// @map_k(%t, W, %d) -> the same ADT: every constructor rebuilt with its
+// tensors transformed and its subterms mapped. The partial evaluator builds
+// the new skeleton statically, with dynamic tensors in it, and the folds
+// then match on values no argument holds.
+std::string Generator::MapDef(int k) {
+  const RandomAdt& adt = program_.adts[k];
+  Scope base;
+  AddWeightsTo(base);
+  base.push_back({"%d", StaticInt(100), 2});
+  Context ctx;
+  ctx.helpers_callable = static_cast<int>(helpers_.size());
+  ctx.depth = "add(%d, 1)";
+  std::vector<std::string> clauses;
+  for (const RandomCtor& c : adt.ctors) {
+    std::vector<std::string> vars, fields;
+    Scope scope = base;
+    for (const RandomType& t : c.fields) {
+      vars.push_back(Fresh("f"));
+      scope.push_back({vars.back(), t, 8});
+    }
+    for (size_t i = 0; i < c.fields.size(); ++i) {
+      const RandomType& t = c.fields[i];
+      budget_ = options_.body_budget / 2;
+      switch (t.kind) {
+        case Kind::kAdt:
+          fields.push_back("@map" + std::to_string(t.adt) + "(" + vars[i] + ", " + WeightArgs() + ", " + ctx.depth + ")");
+          break;
+        case Kind::kF32: {
+          std::string e = Tensor(t.shape, scope, options_.max_depth - 1, ctx);
+          fields.push_back(Squash(EnsureUses(e, t.shape, {scope[base.size() + i]}, scope)));
+          break;
+        }
+        case Kind::kTuple: {
+          std::vector<std::string> parts;
+          for (const RandomType& f : t.fields) parts.push_back(Squash(Tensor(f.shape, scope, options_.max_depth - 1, ctx)));
+          fields.push_back("(" + Join(parts) + ")");
+          break;
+        }
+        default: fields.push_back(vars[i]); break;
+      }
+    }
+    std::string pattern = c.name + (vars.empty() ? "" : "(" + Join(vars) + ")");
+    clauses.push_back(pattern + " => " + c.name + (fields.empty() ? "" : "(" + Join(fields) + ")"));
+  }
+  std::vector<std::string> params = {"%t: " + adt.type_text};
+  for (const std::string& p : WeightParams()) params.push_back(p);
+  params.push_back("%d: Tensor[(), i64]");
+  return "def @map" + std::to_string(k) + "(" + Join(params) + ") -> " + adt.type_text + " {\n  match (%t) {\n    " +
+         Join(clauses, ",\n    ") + ",\n  }\n}\n\n";
+}
+
 std::string Generator::MainDef() {
   Scope scope;
   std::vector<std::string> params;
@@ -1260,7 +1343,9 @@ std::string Generator::MainDef() {
   for (size_t i = 0; i < program_.params.size(); ++i) {
     if (program_.params[i].kind != Kind::kAdt) continue;
     budget_ = options_.body_budget / 2;
-    std::string call = FoldCall({param_names_[i], program_.params[i], 1}, scope, ctx);
+    std::string root = param_names_[i];
+    if (use_maps_) root = "@map" + std::to_string(program_.params[i].adt) + "(" + root + ", " + WeightArgs() + ", " + ctx.depth + ")";
+    std::string call = FoldCall({root, program_.params[i], 1}, scope, ctx);
     std::string r = Fresh("r");
     const RandomType& ret = folds_[program_.params[i].adt].ret;
     lets.push_back("let " + r + ": " + TypeText(ret) + " = " + call + ";");
@@ -1376,12 +1461,16 @@ RandomProgram Generator::Run() {
     std::vector<bool> seen(program_.adts.size(), false);
     if (!program_.static_args[i] && HasF32(program_.params[i], seen)) program_.wrt.push_back(static_cast<int>(i));
   }
+  use_maps_ = !program_.adts.empty() && Coin(0.3);
+  if (use_maps_) Note("adt_map");
   // (4) Bodies.
   std::string defs;
   for (size_t i = 0; i < helpers_.size(); ++i) defs += HelperDef(i);
   for (size_t k = 0; k < folds_.size(); ++k) defs += FoldDef(static_cast<int>(k));
+  for (size_t k = 0; use_maps_ && k < program_.adts.size(); ++k) defs += MapDef(static_cast<int>(k));
   defs += MainDef();
   defs += LossDef();
+  for (const std::string& d : extra_defs_) defs += d;
   program_.text = "# random program " + std::to_string(program_.seed) + "\n" + TypeDefs() + defs;
   for (const char* op : kOps) {
     int n = CountWord(program_.text, std::string(op) + "(");

@@ -11,17 +11,24 @@
 // Programs are well typed by construction: the generator tracks the type of
 // every expression it writes, annotates every `let` and every function result
 // with it, and Load() has the module's type checker confirm it. They are
-// numerically tame: inputs lie in [-1, 1]; recursive results and exponents go
-// through tanh/sigmoid; log, sqrt and div only see arguments bounded away
-// from 0. What they contain, each at random: elementwise and broadcasting
-// operators, matmul/dense, reductions, softmax, reshape, transpose, concat,
-// stack, slice, chunk, split, pad, take/scatter_add, casts; let sharing (a
-// value used at least twice), tuples and projections, `if` on static
-// conditions (constants, depth counters, the static argument) and — for a
-// fraction of programs — on dynamic data, `match` on the ADT arguments (nested
-// patterns, wildcards) and on local values, structural recursion over the ADT
-// arguments (mutual recursion for rose trees), calls to helper functions and
-// closures.
+// numerically tame: inputs lie in [-1, 1]; recursive results go through tanh
+// or sigmoid; exp sees tanh, log and sqrt and div see arguments bounded away
+// from 0, pow sees tanh or sigmoid. What they contain, each at random:
+//   - elementwise and broadcasting operators, matmul/dense, reductions,
+//     softmax, reshape, transpose, concat, stack, slice, chunk, split, pad,
+//     take/scatter_add, one_hot, cross_entropy/nll, argmax, f64 casts;
+//   - let sharing (a value used at least twice), tuples and projections;
+//   - `if` on static conditions (constants, depth counters, the static
+//     argument) and, in a fraction of programs, on dynamic data (also
+//     returning pairs, taken apart by tuple patterns);
+//   - `match` on the ADT arguments (nested patterns, wildcards), on local
+//     Maybe values and tuples;
+//   - structural recursion over the ADT arguments: folds (mutually recursive
+//     for rose trees, accumulating scans for lists) and maps that rebuild a
+//     tree the folds then consume;
+//   - calls to helpers, helpers passed as values, closures, and closures
+//     passed to higher-order functions.
+// `features` counts them per program.
 #pragma once
 
 #include <cstdint>
