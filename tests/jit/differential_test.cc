@@ -3,8 +3,10 @@
 // skeletons, and new tensors for the first skeleton run by the code compiled
 // for it — the engine's pipeline
 //
-//   PartialEvaluate → (grad mode) Differentiate → JitSession::Compile → Run
+//   PartialEvaluate → Batch → (grad mode) Differentiate → JitSession::Compile → Run
 //
+// (Batch for two programs in three, as the engine's default; without it for
+// the rest, as with EngineOptions::batch = false)
 // gives the interpreter's values of @main and the tape's loss and gradients
 // of @loss, to f32 relative 1e-4 (absolute floor 1e-5 of the tensor's
 // scale). The residual programs run in the interpreter agree too. A program
@@ -28,6 +30,7 @@
 #include "ir/printer.h"
 #include "ir/visitor.h"
 #include "jit/autodiff.h"
+#include "jit/batch.h"
 #include "jit/compiler.h"
 #include "pe/partial_eval.h"
 #include "pe/signature.h"
@@ -89,6 +92,7 @@ struct Tally {
   int programs = 0;
   int native = 0;                // compiled natively in both modes, every input
   int refused = 0;               // a compile or autodiff refused (a dynamic if)
+  int batched = 0;               // specializations Batch() rewrote
   int compared = 0;              // tensors compared, all tiers
   std::map<std::string, int> reasons;  // refusal reasons, locations dropped
 };
@@ -109,8 +113,8 @@ class DifferentialTest : public testing::TestWithParam<int> {
   struct Compiled {
     Residual residual;
     Snapshot residual_module;  // the residual, type-checked, entry "main"
-    Func program;              // residual.main, differentiated in grad mode
-    Snapshot program_module;   // `program` as entry "grad", in grad mode
+    Func program;              // what is compiled: residual.main, batched, differentiated
+    Snapshot program_module;   // `program` as entry "program", when it is not the residual
     ExecutablePtr native;      // null when refused or not compiled
   };
 
@@ -179,17 +183,27 @@ class DifferentialTest : public testing::TestWithParam<int> {
       size_t colon = why.find(": ");
       ++tally.reasons[std::string(stage) + ": " + (colon == std::string::npos ? why : why.substr(colon + 2))];
     };
+    if (p_->seed % 3 != 2) {
+      try {
+        c.program = Batch(c.program);
+        ++tally.batched;
+      } catch (const JitFailure&) {
+        // Not straight-line code (a dynamic if): the engine goes on unbatched.
+      }
+    }
     if (grad) {
       try {
-        c.program = Differentiate(c.residual.main, FloatWrtLeaves(args));
+        c.program = Differentiate(c.program, FloatWrtLeaves(args));
       } catch (const JitFailure& e) {
         refused(e, "autodiff");
         return c;
       }
+    }
+    if (c.program != c.residual.main) {
       Module m;
-      m.AddAll({{"grad", c.program}});
+      m.AddAll({{"program", c.program}});
       c.program_module = m.snapshot();
-      if (OnlySeed()) std::printf("---- %sgradient program\n%s\n", where.c_str(), PrintFunction("grad", c.program).c_str());
+      if (OnlySeed()) std::printf("---- %sbatched/differentiated\n%s\n", where.c_str(), PrintFunction("program", c.program).c_str());
     }
     if (!compile) return c;
     CompileOptions options;
@@ -268,12 +282,12 @@ class DifferentialTest : public testing::TestWithParam<int> {
            "residual in the interpreter");
     // (2) Native code.
     bool native_agrees = c.native && agrees(c.native->Run(leaves), want.size(), "native code");
-    // (3) The gradient program in the interpreter: the only tier of a program
-    // the JIT refused, and where a native gradient is wrong, whether autodiff
-    // or codegen is at fault.
+    // (3) The batched and/or differentiated program in the interpreter: the
+    // only tier of a program the JIT refused, and where native code is wrong,
+    // whether batching or autodiff or codegen is at fault.
     if (c.program_module && !native_agrees) {
-      agrees(Flatten({interp_.Call(*c.program_module, "grad", AsValues(leaves))}), want.size(),
-             "gradient program in the interpreter");
+      agrees(Flatten({interp_.Call(*c.program_module, "program", AsValues(leaves))}), want.size(),
+             "batched/differentiated program in the interpreter");
     }
   }
 
@@ -302,8 +316,8 @@ TEST_P(DifferentialTest, CompiledCodeAndResidualsAgreeWithTheInterpreter) {
   std::string reasons;
   for (const auto& [why, n] : tally.reasons) reasons += "\n  " + std::to_string(n) + "x " + why;
   std::printf("programs %d-%d: %d checked, %d compiled natively in value and grad mode on every input, %d refused; "
-              "%d tensors compared%s\n",
-              first, last - 1, tally.programs, tally.native, tally.refused, tally.compared, reasons.c_str());
+              "%d specializations batched, %d tensors compared%s\n",
+              first, last - 1, tally.programs, tally.native, tally.refused, tally.batched, tally.compared, reasons.c_str());
   if (!only) {
     EXPECT_GE(tally.native, kMinNativePerCase);
   }
