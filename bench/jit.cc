@@ -39,8 +39,7 @@ struct Workload {
     nodes = b.nodes;
     Rng rng(1);
     args = {b.trees, b.labels, treelstm::InitParams(rng, {listops::kVocabularySize, 64, 128, listops::kClasses})};
-    int leaves = static_cast<int>(Flatten(args).size());
-    for (int i = leaves - 9; i < leaves; ++i) wrt_leaves.push_back(i);  // the 9 parameter tensors come last
+    wrt_leaves = FloatWrtLeaves(args, std::vector<int>{2});  // the parameters
   }
 };
 

@@ -1,7 +1,12 @@
 // Partial evaluation of the Tree-LSTM (examples/treelstm) against minibatches
 // of ListOps trees: time per minibatch and residual size, for 25, 50 and 100
-// trees (PE is meant to be linear in the number of tree nodes).
+// trees (PE is meant to be linear in the number of tree nodes), and what the
+// cache of helper specializations (pe/pe_cache.h) costs and saves.
 #include <benchmark/benchmark.h>
+
+#include <time.h>
+
+#include <memory>
 
 #include "examples/treelstm/listops.h"
 #include "examples/treelstm/model.h"
@@ -10,52 +15,101 @@
 namespace pejit {
 namespace {
 
-void BM_PartialEvaluateLoss(benchmark::State& state) {
-  const int trees = static_cast<int>(state.range(0));
-  Module module;
-  module.AddSource(treelstm::ModelSource(), "treelstm.pj");
-  Snapshot s = module.snapshot();
-  listops::Splits data = listops::GenerateSplits(1, trees, 0, 0);
-  std::vector<const listops::Example*> batch;
-  for (const auto& ex : data.train) batch.push_back(&ex);
-  treelstm::Batch b = treelstm::MakeBatch(batch, *s);
-  Rng rng(1);
-  Value params = treelstm::InitParams(rng, {listops::kVocabularySize, 64, 128, listops::kClasses});
-  std::vector<Value> args = {b.trees, b.labels, params};
+double ThreadSeconds() {
+  timespec ts;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+}
 
-  PeStats stats;
-  for (auto _ : state) {
-    Residual r = PartialEvaluate(*s, "loss", args);
-    stats = r.stats;
-    benchmark::DoNotOptimize(r.main);
+// The model and one minibatch of `trees` ListOps trees.
+struct Workload {
+  explicit Workload(int trees) {
+    Module module;
+    module.AddSource(treelstm::ModelSource(), "treelstm.pj");
+    snapshot = module.snapshot();
+    listops::Splits data = listops::GenerateSplits(1, trees, 0, 0);
+    std::vector<const listops::Example*> batch;
+    for (const auto& ex : data.train) batch.push_back(&ex);
+    treelstm::Batch b = treelstm::MakeBatch(batch, *snapshot);
+    Rng rng(1);
+    Value params = treelstm::InitParams(rng, {listops::kVocabularySize, 64, 128, listops::kClasses});
+    loss_args = {b.trees, b.labels, params};
+    infer_args = {b.trees, params};
+    nodes = b.nodes;
   }
-  state.counters["trees"] = trees;
-  state.counters["nodes"] = b.nodes;
+  Snapshot snapshot;
+  std::vector<Value> loss_args, infer_args;
+  int nodes = 0;
+};
+
+enum CacheUse {
+  kNoCache = 0,    // PartialEvaluate alone
+  kRecording = 1,  // a cache that has nothing yet: the helper is recorded
+  kReusing = 2,    // `infer` after `loss` filled the cache: @logits replayed
+};
+
+// Times `entry` as `use` says. The time splits into evaluating and freeing
+// the residual (its nodes are freed one by one, by whoever drops the last
+// reference), both in this thread's CPU time, which other processes on a
+// busy machine disturb less than wall time.
+void Run(benchmark::State& state, const std::string& entry, CacheUse use) {
+  Workload w(static_cast<int>(state.range(0)));
+  const std::vector<Value>& args = entry == "loss" ? w.loss_args : w.infer_args;
+  PeCache warm;
+  if (use == kReusing) PartialEvaluate(*w.snapshot, "loss", w.loss_args, {}, {}, &warm);
+  PeStats stats;
+  double pe_seconds = 0, free_seconds = 0;
+  for (auto _ : state) {
+    std::unique_ptr<PeCache> empty = use == kRecording ? std::make_unique<PeCache>() : nullptr;
+    PeCache* cache = use == kRecording ? empty.get() : use == kReusing ? &warm : nullptr;
+    double start = ThreadSeconds();
+    {
+      Residual r = PartialEvaluate(*w.snapshot, entry, args, {}, {}, cache);
+      stats = r.stats;
+      benchmark::DoNotOptimize(r.main);
+      double end = ThreadSeconds();
+      pe_seconds += end - start;
+      start = end;
+    }
+    free_seconds += ThreadSeconds() - start;
+  }
+  if (use == kReusing && stats.reused_specializations != 1) state.SkipWithError("the cache was not used");
+  double iterations = static_cast<double>(state.iterations());
+  state.counters["pe_ms"] = 1e3 * pe_seconds / iterations;
+  state.counters["free_ms"] = 1e3 * free_seconds / iterations;
+  state.counters["pe_us_per_node"] = 1e6 * pe_seconds / iterations / w.nodes;
+  state.counters["trees"] = static_cast<double>(state.range(0));
+  state.counters["nodes"] = w.nodes;
   state.counters["residual_ops"] = static_cast<double>(stats.residual_ops);
   state.counters["params"] = static_cast<double>(stats.params);
   state.counters["unfoldings"] = static_cast<double>(stats.unfoldings);
-  // Seconds of PE per tree node (the invariant a linear PE keeps).
-  state.counters["s_per_node"] = benchmark::Counter(static_cast<double>(b.nodes),
+  // Seconds per tree node, evaluating and freeing (the invariant a linear PE keeps).
+  state.counters["s_per_node"] = benchmark::Counter(static_cast<double>(w.nodes),
                                                     benchmark::Counter::kIsIterationInvariantRate |
                                                         benchmark::Counter::kInvert);
 }
+
+void BM_PartialEvaluateLoss(benchmark::State& state) { Run(state, "loss", kNoCache); }
 BENCHMARK(BM_PartialEvaluateLoss)->Arg(25)->Arg(50)->Arg(100)->Unit(benchmark::kMillisecond);
 
+// What keeping @logits for later costs the run that records it.
+void BM_PartialEvaluateLossRecording(benchmark::State& state) { Run(state, "loss", kRecording); }
+BENCHMARK(BM_PartialEvaluateLossRecording)->Arg(25)->Unit(benchmark::kMillisecond);
+
+// `infer` on the minibatch `loss` was specialized for: from scratch, and
+// replaying the @logits `loss` kept.
+void BM_PartialEvaluateInfer(benchmark::State& state) { Run(state, "infer", kNoCache); }
+BENCHMARK(BM_PartialEvaluateInfer)->Arg(25)->Unit(benchmark::kMillisecond);
+void BM_PartialEvaluateInferReusing(benchmark::State& state) { Run(state, "infer", kReusing); }
+BENCHMARK(BM_PartialEvaluateInferReusing)->Arg(25)->Unit(benchmark::kMillisecond);
+
 void BM_SignatureAndFlatten(benchmark::State& state) {
-  Module module;
-  module.AddSource(treelstm::ModelSource(), "treelstm.pj");
-  Snapshot s = module.snapshot();
-  listops::Splits data = listops::GenerateSplits(1, 25, 0, 0);
-  std::vector<const listops::Example*> batch;
-  for (const auto& ex : data.train) batch.push_back(&ex);
-  treelstm::Batch b = treelstm::MakeBatch(batch, *s);
-  Rng rng(1);
-  std::vector<Value> args = {b.trees, b.labels, treelstm::InitParams(rng, {})};
+  Workload w(25);
   for (auto _ : state) {
-    benchmark::DoNotOptimize(ComputeSignature(args));
-    benchmark::DoNotOptimize(Flatten(args));
+    benchmark::DoNotOptimize(ComputeSignature(w.loss_args));
+    benchmark::DoNotOptimize(Flatten(w.loss_args));
   }
-  state.counters["nodes"] = b.nodes;
+  state.counters["nodes"] = w.nodes;
 }
 BENCHMARK(BM_SignatureAndFlatten)->Unit(benchmark::kMicrosecond);
 

@@ -16,6 +16,7 @@
 
 #include "ir/module.h"
 #include "ir/value.h"
+#include "pe/pe_cache.h"
 #include "pe/signature.h"
 
 namespace pejit {
@@ -50,6 +51,12 @@ struct PeStats {
   int64_t folded_ops = 0;       // operators computed at specialization time
   int64_t shared_calls = 0;     // calls answered by an identical earlier call
   int64_t residual_functions = 0;  // specialized functions kept as calls (loops)
+  // With a PeCache: helper calls whose residual code came from the cache
+  // (another entry's, or an earlier run's), and helper specializations this
+  // run added to it. Counts above include the reused code as if unfolded.
+  int64_t reused_specializations = 0;
+  int64_t cached_specializations = 0;
+  std::vector<std::string> reused;  // the helpers reused, in order ("forward")
   double seconds = 0;
 };
 
@@ -68,7 +75,10 @@ struct Residual {
   Snapshot ToModule() const;
 };
 
+// With `cache`, helper specializations are looked up in and added to it
+// (pe_cache.h); the residual is the same either way.
 Residual PartialEvaluate(const ModuleSnapshot& module, const std::string& entry, const std::vector<Value>& args,
-                         const std::vector<bool>& static_args = {}, const PeOptions& options = {});
+                         const std::vector<bool>& static_args = {}, const PeOptions& options = {},
+                         PeCache* cache = nullptr);
 
 }  // namespace pejit

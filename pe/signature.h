@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -37,5 +38,17 @@ Signature ComputeSignature(const std::vector<Value>& args, const std::vector<boo
 
 // The dynamic leaves of `args`, in the order above.
 std::vector<Tensor> Flatten(const std::vector<Value>& args, const std::vector<bool>& static_args = {});
+
+// The leaves a gradient with respect to arguments `wrt` is taken for: the
+// indices, into the dynamic leaves, of the float tensors of those arguments,
+// ascending and each once (integer leaves such as word ids have none, static
+// arguments have no leaves). Throws std::invalid_argument for an index that
+// names no argument.
+std::vector<int> FloatWrtLeaves(const std::vector<Value>& args, std::span<const int> wrt,
+                                const std::vector<bool>& static_args = {});
+// The same from leaves already flattened, where argument i's leaves begin at
+// `first[i]` (and end where the next one's begin, the last one's at the end).
+std::vector<int> FloatWrtLeaves(std::span<const Tensor> leaves, std::span<const size_t> first,
+                                std::span<const int> wrt);
 
 }  // namespace pejit

@@ -96,20 +96,6 @@ size_t LeafCount(const Leaves& l, size_t i) {
   return (i + 1 < l.offset.size() ? l.offset[i + 1] : l.all.size()) - l.offset[i];
 }
 
-// Flat indices of the float leaves of the wrt arguments, ascending: what
-// Differentiate is asked for, and the order of the gradients it returns.
-std::vector<int> FloatWrtLeaves(const Leaves& l, const std::vector<int>& wrt) {
-  std::vector<int> out;
-  for (int i : wrt) {
-    for (size_t j = 0; j < LeafCount(l, i); ++j) {
-      size_t flat = l.offset[i] + j;
-      if (IsFloat(l.all[flat].dtype())) out.push_back(static_cast<int>(flat));
-    }
-  }
-  std::sort(out.begin(), out.end());
-  return out;
-}
-
 // A value of tensor-tree type `t` from the result tensors, depth first.
 Value FromTensors(const Type& t, const std::vector<Tensor>& out, size_t& pos) {
   if (AsTensor(t)) return Value(out.at(pos++));
@@ -196,6 +182,7 @@ class EngineImpl {
   int workers;
   CodeCache cache;
   JobQueue queue;
+  PeCache pe_cache;  // shared by the workers' PE runs
 
  private:
   void Prepare(Request& r);
@@ -258,6 +245,7 @@ EngineImpl::EngineImpl(EngineOptions opts)
       workers(options.workers > 0 ? options.workers : DefaultWorkers()),
       cache(CacheLimits{options.code_cache_bytes, std::max(1, options.max_specializations_per_entry),
                         std::max(1, options.max_tracked_signatures_per_entry)}),
+      pe_cache(options.pe_cache),
       interpreter_(options.interpreter),
       compile_(options.compile ? options.compile : CompileNative(JitSession::Create())),
       trace_(ResolveTraceSettings(options.log_level, options.trace_file), options.events),
@@ -404,7 +392,8 @@ std::optional<ValueAndGrad> EngineImpl::RunCompiled(Request& r, Slot& slot) {
       out.value = FromTensors(exec->result_type(), result, pos);
       if (pos != result.size()) throw std::logic_error("more result tensors than the result type has");
     } else {
-      std::vector<int> floats = FloatWrtLeaves(leaves, *r.wrt);
+      // What Differentiate was asked for, and the order of the gradients.
+      std::vector<int> floats = FloatWrtLeaves(leaves.all, leaves.offset, *r.wrt);
       if (result.size() != 1 + floats.size()) {
         throw std::logic_error("expected the loss and " + std::to_string(floats.size()) + " gradients, got " +
                                std::to_string(result.size()) + " tensors");
@@ -609,7 +598,8 @@ void EngineImpl::RunJob(Job& job) {
     // (J2) Partial evaluation on the call's own snapshot.
     stage = "pe";
     int64_t start = NowMicros();
-    Residual residual = PartialEvaluate(*job.snapshot, entry.name, job.args, job.static_args, options.pe);
+    Residual residual =
+        PartialEvaluate(*job.snapshot, entry.name, job.args, job.static_args, options.pe, &pe_cache);
     pe_us = NowMicros() - start;
     if (On(EventKind::kPe)) {
       Event e = Make(EventKind::kPe, entry.name, &sig, start, pe_us);
@@ -617,6 +607,17 @@ void EngineImpl::RunJob(Job& job) {
       e.fields.push_back({"residual_ops", residual.stats.residual_ops});
       e.fields.push_back({"params", residual.stats.params});
       e.fields.push_back({"unfoldings", residual.stats.unfoldings});
+      // Helpers whose code came from the PE cache, and those this job kept
+      // there (only when there are: most jobs have neither).
+      if (residual.stats.reused_specializations > 0) {
+        e.fields.push_back({"reused_specializations", residual.stats.reused_specializations});
+        std::string reused;
+        for (const std::string& helper : residual.stats.reused) reused += (reused.empty() ? "" : ",") + helper;
+        e.fields.push_back({"reused", reused});
+      }
+      if (residual.stats.cached_specializations > 0) {
+        e.fields.push_back({"cached_specializations", residual.stats.cached_specializations});
+      }
       Emit(e);
     }
     // (J3) What the compiled tiers take: straight-line tensor code.
@@ -653,7 +654,7 @@ void EngineImpl::RunJob(Job& job) {
     if (job.grad) {
       stage = "autodiff";
       start = NowMicros();
-      std::vector<int> floats = FloatWrtLeaves(FlattenByArgument(job.args, job.static_args), job.wrt);
+      std::vector<int> floats = FloatWrtLeaves(job.args, job.wrt, job.static_args);
       residual.main = Differentiate(residual.main, floats);
       expected_results = 1 + floats.size();
       autodiff_us = NowMicros() - start;

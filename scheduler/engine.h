@@ -93,6 +93,10 @@ struct EngineOptions {
   // Signatures tracked per entry while cold (hot:N) or failed (LRU beyond).
   int max_tracked_signatures_per_entry = 1024;
   PeOptions pe;
+  // Helper specializations kept across jobs, so that PE of one entry reuses
+  // what PE of another did for the same helper and skeleton (pe/pe_cache.h).
+  // max_entries = 0 turns it off.
+  PeCacheOptions pe_cache;
   // Batch isomorphic independent operations of residual programs (one GEMM
   // per tree level instead of one per node; jit/batch.h).
   bool batch = true;

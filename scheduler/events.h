@@ -30,7 +30,7 @@ namespace pejit {
   X(kMiss, "miss", "a call found no ready code; state (new, cold, pending, failed), policy, queue")              \
   X(kEnqueue, "enqueue", "a specialization job was queued; job, priority (miss, prefetch), queue, mode")        \
   X(kPrefetch, "prefetch", "prefetch asked for a signature; state it found")                                    \
-  X(kPe, "pe", "partial evaluation of one job; job, residual_ops, params, unfoldings")                          \
+  X(kPe, "pe", "partial evaluation of one job; job, residual_ops, params, unfoldings, PE cache use")            \
   X(kAutodiff, "autodiff", "the residual was differentiated (grad mode); job, wrt_leaves")                      \
   X(kBatch, "batch", "the residual was batched; job, groups, ops_before, ops_after, copied_bytes")              \
   X(kPasses, "passes", "the JIT's middle end: fold, CSE, DCE, fuse, memory plan; job, kernels, fused_kernels")  \

@@ -129,20 +129,6 @@ int PartialEval(const std::string& file, const std::string& entry, const std::st
   return 0;
 }
 
-// The leaves of Flatten(args) that belong to arguments `wrt` and are float.
-std::vector<int> GradientLeaves(const std::vector<Value>& args, const std::vector<int>& wrt) {
-  std::vector<int> leaves;
-  int index = 0;
-  for (size_t i = 0; i < args.size(); ++i) {
-    bool wanted = std::find(wrt.begin(), wrt.end(), static_cast<int>(i)) != wrt.end();
-    for (const Tensor& t : Flatten({args[i]})) {
-      if (wanted && IsFloat(t.dtype())) leaves.push_back(index);
-      ++index;
-    }
-  }
-  return leaves;
-}
-
 int Compile(const std::string& file, const std::string& entry, const std::string& args_file, bool grad,
             const std::string& wrt_list, bool batch, const std::string& emit, int opt_level) {
   Snapshot s = Load(file);
@@ -160,7 +146,7 @@ int Compile(const std::string& file, const std::string& entry, const std::string
       for (size_t i = 0; i < args.size(); ++i) wrt.push_back(static_cast<int>(i));
     }
     t0 = std::chrono::steady_clock::now();
-    program = Differentiate(program, GradientLeaves(args, wrt));
+    program = Differentiate(program, FloatWrtLeaves(args, wrt));
     ad_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   }
   auto session = JitSession::Create();
