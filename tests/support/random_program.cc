@@ -192,10 +192,12 @@ class Generator {
     }
     return weights.size() - 1;
   }
+  // Dimensions up to `max_dim`, shifted by how far options_.max_dim is from 5.
   Shape RandomShape(int min_rank, int max_rank, int64_t max_dim) {
     int rank = static_cast<int>(Int(min_rank, max_rank));
+    int64_t bound = std::max<int64_t>(1, max_dim + options_.max_dim - 5);
     Shape s;
-    for (int i = 0; i < rank; ++i) s.push_back(Int(1, max_dim));
+    for (int i = 0; i < rank; ++i) s.push_back(Int(1, bound));
     return s;
   }
   // A shape that broadcasts to `s`: itself, a scalar, a suffix, or with 1s.
@@ -1361,7 +1363,32 @@ std::string Generator::MainDef() {
     budget_ = options_.body_budget;
     std::string e = Tensor(results.back().shape, scope, options_.max_depth, ctx);
     if (i == 0) e = EnsureUses(e, results.back().shape, must, scope);
-    parts.push_back(e);
+    // Bound, so that another output may be the very same value.
+    std::string o = Fresh("out");
+    lets.push_back("let " + o + ": " + TypeText(results.back()) + " = " + e + ";");
+    parts.push_back(o);
+  }
+  // Results that share memory with other results or with the arguments, or
+  // are constants: what a memory plan must get right at the boundary.
+  if (Coin(0.4)) {
+    std::vector<std::pair<std::string, Shape>> aliases;
+    for (size_t i = 0; i < parts.size(); ++i) {
+      aliases.push_back({parts[i], results[i].shape});
+      if (NumElements(results[i].shape) > 1) aliases.push_back({"reshape(" + parts[i] + ", shape=[" + std::to_string(NumElements(results[i].shape)) + "])", {NumElements(results[i].shape)}});
+    }
+    for (size_t i = 0; i < program_.params.size(); ++i) {
+      const RandomType& t = program_.params[i];
+      if (t.kind == Kind::kF32 && !t.rows_unknown) aliases.push_back({param_names_[i], t.shape});
+    }
+    Shape c = RandomShape(0, 2, 3);
+    aliases.push_back({ConstF32(c), c});
+    int extra = static_cast<int>(Int(1, 2));
+    for (int i = 0; i < extra; ++i) {
+      auto [e, shape] = Pick(aliases);
+      Note(e[0] == '%' ? "result_alias" : e.rfind("reshape", 0) == 0 ? "result_view" : "result_constant");
+      results.push_back(F32(shape));
+      parts.push_back(e);
+    }
   }
   main_result_ = Tuple(results);
   std::string out = "def @main(" + Join(params) + ") -> " + TypeText(main_result_) + " {\n";
@@ -1577,6 +1604,15 @@ std::vector<Value> RandomProgram::Arguments(const ModuleSnapshot& module, uint64
   for (const RandomType& t : params) {
     int64_t nodes = rng.NextInt(1, max_nodes + 1);
     args.push_back(RandomValue(t, adts, module, rng, nodes));
+    // Sometimes the very tensor of an earlier argument of the same type: two
+    // parameters, one buffer.
+    bool alias = rng.NextUniform() < 0.3;
+    for (size_t j = 0; alias && t.kind == RandomType::Kind::kF32 && j + 1 < args.size(); ++j) {
+      if (args[j].is_tensor() && args[j].tensor().type() == args.back().tensor().type()) {
+        args.back() = args[j];
+        break;
+      }
+    }
   }
   return args;
 }

@@ -27,7 +27,8 @@
 //     for rose trees, accumulating scans for lists) and maps that rebuild a
 //     tree the folds then consume;
 //   - calls to helpers, helpers passed as values, closures, and closures
-//     passed to higher-order functions.
+//     passed to higher-order functions;
+//   - results that are other results, views of them, arguments or constants.
 // `features` counts them per program.
 #pragma once
 
@@ -46,6 +47,7 @@ struct RandomProgramOptions {
   int max_adts = 2;             // families of recursive types (each one argument)
   int body_budget = 6;          // operators and constructs per function body, roughly
   int max_depth = 4;            // expression nesting
+  int max_dim = 5;              // largest dimension of most tensors
   double dynamic_if = 0.2;      // share of programs that may branch on dynamic data
 };
 
@@ -94,8 +96,9 @@ struct RandomProgram {
   // seed, the checker's message and the text when it does not check.
   Snapshot Load() const;
   // Random arguments, deterministic in (seed, input): trees of 1 to
-  // `max_nodes` constructors, tensors in [-1, 1]. Inputs with different
-  // numbers usually have different skeletons.
+  // `max_nodes` constructors, tensors in [-1, 1]; an f32 argument is
+  // sometimes the very tensor of an earlier one of the same type. Inputs with
+  // different numbers usually have different skeletons.
   std::vector<Value> Arguments(const ModuleSnapshot& module, uint64_t input, int max_nodes = 7) const;
   // Arguments with the skeleton (and static arguments) of `like` and new
   // random tensors: what the next minibatch of the same shapes looks like.

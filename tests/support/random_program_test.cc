@@ -93,6 +93,7 @@ TEST(RandomProgramTest, ProgramsTypeCheckAndRunToFiniteValuesAndGradients) {
         "dynamic_if:tuple", "match_adt", "match_local:maybe", "match_local:tuple", "nested_pattern", "wildcard",
         "recursion", "mutual_recursion", "accumulator", "helper_call", "fold_call", "closure", "static_argument",
         "match_local:dynamic_tuple", "global_value", "higher_order", "tuple_field", "adt_map",
+        "result_alias", "result_view", "result_constant",
         "dynamic_indices", "unknown_dim", "weight_tuple", "broadcast_both", "f64", "adt:tree", "adt:list",
         "adt:generic", "adt:tri", "adt:rose"}) {
     EXPECT_GE(programs_with[feature], 8) << feature << "\n" << report;
