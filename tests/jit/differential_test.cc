@@ -160,7 +160,8 @@ class DifferentialTest : public testing::TestWithParam<int> {
 
   void Fail(const std::string& what) { log_ += "  " + what + "\n"; }
 
-  // PE, autodiff in grad mode, and the native compile, as the engine does them.
+  // PE, Batch (two programs in three), autodiff in grad mode and the native
+  // compile, as the engine does them.
   Compiled Specialize(const std::vector<Value>& args, bool grad, bool compile, const std::string& input, Tally& tally,
                       bool& native) {
     const std::string entry = grad ? p_->loss : p_->entry;
