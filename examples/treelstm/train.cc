@@ -26,7 +26,7 @@ namespace {
 
 struct Config {
   treelstm::RunOptions run;
-  int epochs = 8;
+  int epochs = 10;
   int workers = 0;
   std::string policy = "eager";
   std::string log_level, trace_file;  // empty: PEJIT_LOG, PEJIT_TRACE (docs/tracing.md)

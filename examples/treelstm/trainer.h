@@ -25,9 +25,9 @@ struct RunOptions {
   std::string data = "listops";      // "listops" or "sst"
   std::string train_file, dev_file;  // listops: generated when train_file is empty; sst: train_file needed
   bool strict = false;               // a malformed line stops the run instead of being skipped
-  int listops_train = 4000, listops_dev = 500;  // generated expressions
+  int listops_train = 6000, listops_dev = 500;  // generated expressions
   int sst_min_count = 1;             // rarer training words become <unk>
-  int batch = 25, embed = 64, hidden = 128;
+  int batch = 25, embed = 64, hidden = 64;
   OptimizerOptions optimizer;
   uint64_t seed = 1;
   bool reshuffle = false;            // new minibatches every epoch instead of fixed ones
