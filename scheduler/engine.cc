@@ -16,6 +16,7 @@
 #include <algorithm>
 #include <atomic>
 #include <condition_variable>
+#include <deque>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -176,6 +177,7 @@ class EngineImpl {
   CodeStatus WaitReady(Request& r);
   CodeStatus Status(Request& r);
   EntryState& State(const std::string& name);
+  size_t RetainedBytes() const;
 
   Module module;
   const EngineOptions options;
@@ -228,6 +230,11 @@ class EngineImpl {
   std::condition_variable tasks_cv_;
   int64_t outstanding_ = 0;
   std::atomic<bool> stopping_{false};
+
+  // Invalidated code kept for its kernels, oldest first (retained_code_bytes).
+  mutable std::mutex retained_mu_;
+  std::deque<ExecutablePtr> retained_;
+  size_t retained_bytes_ = 0;
 
   // wait_ready and policy sync sleep here until a slot leaves pending.
   std::mutex wait_mu_;
@@ -290,6 +297,11 @@ EntryState& EngineImpl::State(const std::string& name) {
   auto& state = entries_[name];
   if (!state) state = std::make_unique<EntryState>(name);
   return *state;
+}
+
+size_t EngineImpl::RetainedBytes() const {
+  std::lock_guard<std::mutex> lock(retained_mu_);
+  return retained_bytes_;
 }
 
 // ---- Events ------------------------------------------------------------------------
@@ -763,6 +775,7 @@ void EngineImpl::EmitCompileStages(const std::string& entry, const Signature& si
     e.fields.push_back({"opt_us", opt});
     e.fields.push_back({"machine_code_us", mc});
     e.fields.push_back({"distinct_kernels", static_cast<int64_t>(r.distinct_fused_kernels)});
+    e.fields.push_back({"reused_kernels", static_cast<int64_t>(r.reused_fused_kernels)});
     e.fields.push_back({"code_bytes", static_cast<int64_t>(r.code_bytes)});
     Emit(e);
   }
@@ -787,8 +800,41 @@ void EngineImpl::OnEdit(const ModuleEdit& edit) {
   std::vector<SlotPtr> dropped = cache.Invalidate(edit);
   std::map<EntryState*, int64_t> per_entry;
   for (const SlotPtr& slot : dropped) per_entry[slot->key.entry]++;
+  // Ready code of dropped slots is kept for its kernels: the JIT reuses the
+  // kernels of live code, and the job that re-specializes after this edit
+  // mostly computes the same ones (only what the edit changed is new).
+  int64_t retained = 0;
+  if (options.retained_code_bytes > 0) {
+    std::deque<ExecutablePtr> released;  // freed outside the lock
+    std::lock_guard<std::mutex> lock(retained_mu_);
+    for (const SlotPtr& slot : dropped) {
+      if (slot->Load() != SlotState::kReady || !slot->exec) continue;
+      retained_bytes_ += slot->bytes;
+      retained_.push_back(slot->exec);
+      ++retained;
+    }
+    while (retained_bytes_ > options.retained_code_bytes && !retained_.empty()) {
+      retained_bytes_ -= retained_.front()->code_bytes();
+      released.push_back(std::move(retained_.front()));
+      retained_.pop_front();
+    }
+  }
   std::string changed;
   for (const std::string& name : edit.changed) changed += (changed.empty() ? "@" : ", @") + name;
+  if (On(EventKind::kEdit)) {
+    Event e = Make(EventKind::kEdit, "", nullptr);
+    const char* kind = edit.kind == ModuleEdit::Kind::kAdd       ? "add"
+                       : edit.kind == ModuleEdit::Kind::kReplace ? "replace"
+                                                                 : "remove";
+    e.fields.push_back({"kind", std::string(kind)});
+    e.fields.push_back({"definitions", changed});
+    std::string affected;
+    for (const std::string& name : edit.affected) affected += (affected.empty() ? "@" : ", @") + name;
+    e.fields.push_back({"affected", affected});
+    e.fields.push_back({"slots", static_cast<int64_t>(dropped.size())});
+    e.fields.push_back({"retained", retained});
+    Emit(e);
+  }
   for (const auto& [entry, n] : per_entry) {
     Count(entry->invalidated, n);
     if (On(EventKind::kInvalidate)) {
@@ -903,7 +949,8 @@ Entry Engine::entry(const std::string& name, EntryOptions options) {
 }
 
 EngineStats Engine::stats() const {
-  return EngineStats{impl_->cache.bytes(), impl_->cache.size(), impl_->queue.size(), impl_->workers};
+  return EngineStats{impl_->cache.bytes(), impl_->cache.size(), impl_->queue.size(), impl_->RetainedBytes(),
+                     impl_->workers};
 }
 
 const std::string& Entry::name() const { return state_->name; }

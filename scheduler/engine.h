@@ -88,6 +88,12 @@ struct EngineOptions {
   // Sum of Executable::code_bytes() over the ready specializations; past it
   // the least recently used are evicted.
   size_t code_cache_bytes = size_t{256} << 20;
+  // Code of specializations a module edit invalidated, kept (never run: its
+  // definitions' versions are gone) so that re-specializing after the edit
+  // reuses the fused kernels that did not change (the JIT session reuses
+  // kernels of live code, jit/compiler.h). The oldest go first past this many
+  // bytes of Executable::code_bytes(); 0 frees invalidated code at once.
+  size_t retained_code_bytes = size_t{64} << 20;
   // Ready specializations kept per entry (LRU beyond).
   int max_specializations_per_entry = 1024;
   // Signatures tracked per entry while cold (hot:N) or failed (LRU beyond).
@@ -210,6 +216,7 @@ struct EngineStats {
   size_t code_bytes = 0;  // held by ready specializations in the cache
   size_t slots = 0;       // specializations in the cache, any state
   size_t queued = 0;      // jobs waiting for a worker
+  size_t retained_bytes = 0;  // invalidated code kept for its kernels (EngineOptions::retained_code_bytes)
   int workers = 0;
 };
 

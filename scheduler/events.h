@@ -41,6 +41,7 @@ namespace pejit {
   X(kFailed, "failed", "a job or its compiled code threw; the slot stays on tier 0 until an edit; reason")      \
   X(kCancel, "cancel", "a queued job was dropped before it ran; job, reason (shutdown, invalidated)")           \
   X(kEvict, "evict", "a slot left the code cache; reason (budget, entry-max, tracked-max), state, bytes")       \
+  X(kEdit, "edit", "the module was edited; kind (add, replace, remove), definitions, affected, slots, retained")   \
   X(kInvalidate, "invalidate", "a module edit dropped an entry's slots; definitions, slots")                    \
   X(kStop, "stop", "an engine was destroyed; the span is its life")
 

@@ -40,6 +40,7 @@ LogLevel KindLevel(EventKind kind) {
     case EventKind::kRefused:
     case EventKind::kFailed:
     case EventKind::kEvict:
+    case EventKind::kEdit:
     case EventKind::kInvalidate:
     case EventKind::kMiss: return LogLevel::kInfo;
     case EventKind::kCall:

@@ -100,6 +100,12 @@ void TraceStats::Add(const Event& e) {
     workers_ = IntField(e, "workers");
     return;
   }
+  if (e.kind == EventKind::kEdit) {
+    edits_[e.Text("kind")]++;
+    edit_slots_ += IntField(e, "slots");
+    edit_retained_ += IntField(e, "retained");
+    return;
+  }
   if (e.kind == EventKind::kStop || e.entry.empty()) return;
   EntryTotals& t = entries_[e.entry];
   switch (e.kind) {
@@ -117,6 +123,7 @@ void TraceStats::Add(const Event& e) {
       break;
     case EventKind::kSwap:
       t.compiled++;
+      if (t.invalidated > 0) t.recompiled++;
       stages_["job"].Add(e.duration_us);
       if (e.Find("wait_us")) stages_["queue wait"].Add(IntField(e, "wait_us"));
       break;
@@ -189,6 +196,24 @@ std::string TraceStats::Render() const {
                      std::to_string(t.cancelled), std::to_string(t.prefetched)});
   }
   out += Table(specs);
+
+  // Module edits: what changed while the program ran, and what it cost.
+  if (!edits_.empty()) {
+    int64_t total = 0;
+    std::string kinds;
+    for (const auto& [kind, n] : edits_) {
+      total += n;
+      kinds += fmt::format("{}{} {}", kinds.empty() ? "" : ", ", kind, n);
+    }
+    out += fmt::format("module edits: {} ({}); {} specialization{} invalidated, {} kept for their kernels\n", total,
+                       kinds, edit_slots_, edit_slots_ == 1 ? "" : "s", edit_retained_);
+    std::vector<std::vector<std::string>> rows = {{"entry", "invalidated", "recompiled", "compiled before"}};
+    for (const auto& [entry, t] : entries_) {
+      rows.push_back({entry, std::to_string(t.invalidated), std::to_string(t.recompiled),
+                      std::to_string(t.compiled - t.recompiled)});
+    }
+    out += Table(rows);
+  }
 
   // Times of the jobs and their stages.
   std::vector<std::vector<std::string>> times = {{"stage", "count", "total", "p50", "p99", "max"}};

@@ -41,6 +41,9 @@ struct EntryTotals {
   std::map<std::string, TierTotals> tiers;  // "interpreter", "residual-interpreter", "native"
   int64_t hits = 0, misses = 0, enqueued = 0, compiled = 0, refused = 0, failed = 0, evicted = 0, invalidated = 0,
           cancelled = 0, prefetched = 0;
+  // Specializations compiled after a module edit first invalidated this
+  // entry's code: the cost of changing the program while it runs.
+  int64_t recompiled = 0;
 
   int64_t calls() const;
   int64_t calls(const std::string& tier) const;
@@ -60,6 +63,11 @@ class TraceStats {
   using ReasonKey = std::tuple<std::string, std::string, std::string>;
   const std::map<ReasonKey, int64_t>& reasons() const { return reasons_; }
   int engines() const { return engines_; }
+  // Module edits by kind ("add", "replace", "remove"), and the
+  // specializations they dropped and kept for their kernels.
+  const std::map<std::string, int64_t>& edits() const { return edits_; }
+  int64_t edit_slots() const { return edit_slots_; }
+  int64_t edit_retained() const { return edit_retained_; }
 
   // The statistics as text lines, each ending in '\n'.
   std::string Render() const;
@@ -69,6 +77,8 @@ class TraceStats {
   std::map<std::string, Durations> stages_;
   std::map<ReasonKey, int64_t> reasons_;
   int engines_ = 0;
+  std::map<std::string, int64_t> edits_;
+  int64_t edit_slots_ = 0, edit_retained_ = 0;
   std::string policy_;
   int64_t workers_ = 0;
   int64_t first_us_ = 0, last_us_ = 0;

@@ -318,7 +318,7 @@ TEST(Tracing, TheTraceFileIsCompleteOnceTheEngineIsDestroyed) {
     for (auto& th : threads) th.join();
   }  // no sleep, no flush: the destructor writes everything out
   std::vector<Event> events = ReadTraceFile(path);
-  ASSERT_EQ(events.size(), 2u + kThreads * kCalls);
+  ASSERT_EQ(events.size(), 3u + kThreads * kCalls);  // start, the edit adding the program, the calls, stop
   EXPECT_EQ(events.front().kind, EventKind::kStart);
   EXPECT_EQ(events.back().kind, EventKind::kStop);
   EXPECT_EQ(std::count_if(events.begin(), events.end(), [](const Event& e) { return e.kind == EventKind::kCall; }),
