@@ -132,6 +132,24 @@ def preflight(args):
     return result
 
 
+def cpu_model():
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return None
+
+
+def pejit_commit():
+    """The source tree measured (bazel run sets BUILD_WORKSPACE_DIRECTORY); "-dirty": uncommitted edits."""
+    tree = os.environ.get("BUILD_WORKSPACE_DIRECTORY", os.path.dirname(HERE))
+    p = subprocess.run(["git", "-C", tree, "describe", "--always", "--dirty"], capture_output=True, text=True)
+    return p.stdout.strip() or None
+
+
 # ---------------------------------------------------------------- statistics
 
 
@@ -224,7 +242,7 @@ def command_for(suite, kind, what, threads, args, data):
     peer = [PYTHON, os.path.join(HERE, "torch_peers.py"), suite, "--threads", str(threads), "--epochs",
             str(args.epochs), "--seed", str(args.seed)]
     if suite == "treelstm":
-        peer += ["--impl", what, "--data", data, "--infer-passes", str(args.infer_passes), "--batch", str(args.batch),
+        peer += ["--impl", what, "--data", data, "--plan", data + ".plan.json", "--infer-passes", str(args.infer_passes), "--batch", str(args.batch),
                  "--embed", str(args.embed), "--hidden", str(args.hidden), "--lr", str(TREELSTM_SIZES["lr"])]
     else:
         peer += ["--limit", str(args.limit), "--batch", "64", "--lr", "0.1"]
@@ -356,6 +374,19 @@ def goals(suite, rows, summary, unit, args, flops=None, gflops=None):
     return g
 
 
+def same_model_check(rows):
+    """Every mode starts from the same parameters and (treelstm) minibatches,
+    so epoch 0's mean loss must agree up to float rounding: evidence that the
+    peers compute the same model with the same optimizer."""
+    losses = {}
+    for r in rows:
+        key = r["mode"] + ("" if r["threads"] is None else f"_{r['threads']}t")
+        losses.setdefault(key, r["epoch0_loss"])
+    reference = losses.get("interpreter", next(iter(losses.values())))
+    worst = max(abs(v - reference) / abs(reference) for v in losses.values())
+    return {"epoch0_loss": losses, "max_relative_difference": worst, "agree": worst < 1e-3}
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("suite", choices=["treelstm", "mlp"])
@@ -396,7 +427,8 @@ def main():
     started = time.monotonic()
     load_before = os.getloadavg()
     blas = preflight(args)
-    print(json.dumps({"machine": {"cpus": os.cpu_count(), "loadavg_1m_at_start": load_before[0],
+    print(json.dumps({"machine": {"cpu": cpu_model(), "cpus": os.cpu_count(), "loadavg_1m_at_start": load_before[0],
+                                  "pejit_commit": pejit_commit(),
                                   "torch_blas": blas["blas_libraries"], "sgemm_gflops_1thread": blas["sgemm_gflops"],
                                   "torch_version": blas["torch_version"]},
                       "config": {k: v for k, v in vars(args).items()
@@ -419,13 +451,15 @@ def main():
     print(f"{what}; {args.epochs} epochs per process (steady: the last), {args.reps} repetitions; "
           f"medians (min–max). pejit: 1 training thread + 1 compile worker, OpenBLAS at 1 thread.\n")
     print("\n".join(table_rows(args.suite, rows, unit)))
-    if any("compile" in r for r in rows):
+    if any(r["mode"] in ("eager", "sync") for r in rows):
         print()
         print("\n".join(compile_table(rows)))
     summary = summarize(args.suite, rows, unit)
     flops = treelstm_flops(data, args.embed, args.hidden) if args.suite == "treelstm" else None
     g = goals(args.suite, rows, summary, unit, args, flops, blas["sgemm_gflops"]) if set(
         m[0] for m in modes) == set(m[0] for m in (TREELSTM_MODES if args.suite == "treelstm" else MLP_MODES)) else {}
+    if args.suite == "treelstm":
+        g["same_model_check"] = same_model_check(rows)
     print()
     load_after = os.getloadavg()
     print(json.dumps({"goals": g, "seconds": time.monotonic() - started,

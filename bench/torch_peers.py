@@ -275,18 +275,41 @@ class TreeBatch:
         self.roots = torch.tensor([number[id(t)] for t in self.trees], dtype=torch.long)
 
 
+def load_plan(torch, model, path, args):
+    """treelstm_pejit's FILE.plan.json: its initial parameters, copied into the
+    model, and its training and inference minibatches (example numbers)."""
+    with open(path) as f:
+        plan = json.load(f)
+    for key in ("embed", "hidden", "batch"):
+        if plan[key] != getattr(args, key):
+            raise ValueError(f"{path}: written for {key} {plan[key]}, this run has {getattr(args, key)}")
+    targets = {"emb": model.emb.weight, "w_iou": model.w_iou.weight, "u_iou": model.u_iou.weight,
+               "b_iou": model.w_iou.bias, "w_f": model.w_f.weight, "u_f": model.u_f.weight, "b_f": model.w_f.bias,
+               "w_out": model.out.weight, "b_out": model.out.bias}
+    with torch.no_grad():
+        for name, target in targets.items():
+            p = plan["params"][name]
+            target.copy_(torch.tensor(p["data"], dtype=torch.float32).reshape(p["shape"]))
+    return plan["train_batches"], plan["infer_batches"]
+
+
 def run_treelstm(torch, args):
     F = torch.nn.functional
     torch.manual_seed(args.seed)
     examples = read_listops(args.data)
     model = tree_lstm_model(torch, args.embed, args.hidden)
     xavier_init(torch, model)
+    if args.plan:
+        train_plan, infer_plan = load_plan(torch, model, args.plan, args)
+        train_batches = [[examples[i] for i in b] for b in train_plan]
+        infer_batches = [[examples[i] for i in b] for b in infer_plan]
+    else:
+        train_batches = make_batches(examples, args.batch, random.Random(args.seed))
+        infer_batches = make_batches(examples, args.batch, random.Random(args.seed + 1))
     optimizer = torch.optim.Adagrad(model.parameters(), lr=args.lr, eps=1e-8)
     logits_of = model.logits_recursive if args.impl == "recursive" else model.logits_batched
 
     epochs = []
-    rng = random.Random(args.seed)
-    train_batches = make_batches(examples, args.batch, rng)
     for epoch in range(args.epochs):
         batches = [TreeBatch(torch, b, args.impl) for b in train_batches]  # the same minibatches every epoch
         step_ms, loss_sum, trees = [], 0.0, 0
@@ -310,7 +333,6 @@ def run_treelstm(torch, args):
               f"loss {loss_sum / trees:.4f}", file=sys.stderr)
 
     passes = []
-    infer_batches = make_batches(examples, args.batch, random.Random(args.seed + 1))
     with torch.no_grad():
         for p in range(args.infer_passes):
             batches = [TreeBatch(torch, b, args.impl) for b in infer_batches]
@@ -324,7 +346,7 @@ def run_treelstm(torch, args):
             passes.append({"pass": p, "trees": trees, "seconds": seconds, "cpu_seconds": cpu_seconds() - cpu_before,
                            "trees_per_s": trees / seconds, "accuracy": right / trees, "compiled_share": 0.0})
     return {"suite": "treelstm", "examples": len(examples), "batch": args.batch, "embed": args.embed,
-            "hidden": args.hidden, "optimizer": "adagrad", "lr": args.lr, "epochs": epochs, "infer": passes}
+            "hidden": args.hidden, "optimizer": "adagrad", "lr": args.lr, "plan": args.plan, "epochs": epochs, "infer": passes}
 
 
 # ---------------------------------------------------------------- MLP
@@ -410,6 +432,9 @@ def main():
     parser.add_argument("--threads", type=int, required=True,
                         help="torch.set_num_threads, OMP_NUM_THREADS and OPENBLAS_NUM_THREADS")
     parser.add_argument("--data", help="treelstm: the ListOps file; mlp: the IDX folder")
+    parser.add_argument("--plan", help="treelstm: initial parameters and minibatches from treelstm_pejit "
+                                       "(--write-data FILE writes FILE.plan.json); without it, the same scheme "
+                                       "from --seed")
     parser.add_argument("--limit", type=int, default=0, help="mlp: first N training and test images (0: all)")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--batch", type=int)

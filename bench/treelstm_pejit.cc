@@ -11,7 +11,11 @@
 // similar size (treelstm::MakeBatches); building the minibatches' values is
 // outside the timed loop, as in the demo.
 //
-//   treelstm_pejit --write-data FILE --size N   writes N generated examples
+//   treelstm_pejit --write-data FILE --size N   writes N generated examples,
+//       and FILE.plan.json: the initial parameters (from --seed) and the
+//       training and inference minibatches (example numbers, from 0, in the
+//       file's order), exactly as a measurement with the same options uses
+//       them, so that a PyTorch peer can start from the same numbers
 //   treelstm_pejit --data FILE --policy eager   measures one mode
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
@@ -53,15 +57,57 @@ struct Config {
   std::string policy = "eager";
 };
 
+Value InitialParams(const Config& c) {
+  Rng init(c.seed);
+  return treelstm::InitParams(init, {listops::kVocabularySize, c.embed, c.hidden, listops::kClasses});
+}
+
+// The fixed minibatches of one stream, as example pointers into `examples`.
+std::vector<std::vector<const treelstm::Example*>> Minibatches(const Config& c, const std::vector<treelstm::Example>& examples,
+                                                              uint64_t stream) {
+  Rng rng(c.seed ^ stream);
+  return treelstm::MakeBatches(examples, c.batch, rng);
+}
+
+void WriteFile(const std::string& path, const std::string& text) {
+  std::ofstream out(path);
+  out << text;
+  out.close();
+  if (!out) throw std::runtime_error("cannot write " + path);
+}
+
 int WriteData(const Config& c) {
   listops::Splits s = listops::GenerateSplits(c.seed, c.size, 0, 0);
-  std::ofstream out(c.write_data);
-  if (!out) throw std::runtime_error("cannot write " + c.write_data);
-  for (const listops::Example& e : s.train) out << e.label << '\t' << listops::ToString(e.tree) << '\n';
-  out.close();
-  if (!out) throw std::runtime_error("error writing " + c.write_data);
-  std::fprintf(stderr, "wrote %zu ListOps examples (seed %llu) to %s\n", s.train.size(),
-               static_cast<unsigned long long>(c.seed), c.write_data.c_str());
+  std::string text;
+  for (const listops::Example& e : s.train) text += std::to_string(e.label) + '\t' + listops::ToString(e.tree) + '\n';
+  WriteFile(c.write_data, text);
+  // The plan from the file as read back: what a measurement will see.
+  std::vector<treelstm::Example> examples = listops::ReadFile(c.write_data, /*strict=*/true).examples;
+  nlohmann::json plan;
+  for (auto [key, stream] : {std::pair{"train_batches", kTrainBatches}, std::pair{"infer_batches", kInferBatches}}) {
+    nlohmann::json batches = nlohmann::json::array();
+    for (const auto& b : Minibatches(c, examples, stream)) {
+      nlohmann::json numbers = nlohmann::json::array();
+      for (const treelstm::Example* e : b) numbers.push_back(e - examples.data());
+      batches.push_back(numbers);
+    }
+    plan[key] = batches;
+  }
+  // treelstm.pj's parameter order; the peers name them.
+  const char* names[] = {"emb", "w_iou", "u_iou", "b_iou", "w_f", "u_f", "b_f", "w_out", "b_out"};
+  std::vector<Tensor> leaves = ParameterLeaves(InitialParams(c));
+  for (size_t i = 0; i < leaves.size(); ++i) {
+    const float* p = leaves[i].data<float>();
+    plan["params"][names[i]] = {{"shape", leaves[i].shape()},
+                                {"data", std::vector<float>(p, p + NumElements(leaves[i].shape()))}};
+  }
+  plan["seed"] = c.seed;
+  plan["embed"] = c.embed;
+  plan["hidden"] = c.hidden;
+  plan["batch"] = c.batch;
+  WriteFile(c.write_data + ".plan.json", plan.dump());
+  std::fprintf(stderr, "wrote %zu ListOps examples (seed %llu) to %s and the plan to %s.plan.json\n", examples.size(),
+               static_cast<unsigned long long>(c.seed), c.write_data.c_str(), c.write_data.c_str());
   return 0;
 }
 
@@ -79,17 +125,15 @@ int Measure(const Config& c) {
   Engine engine(std::move(options));
   engine.module().AddSource(treelstm::ModelSource(), "treelstm.pj");
   Snapshot module = engine.module().snapshot();
-  Rng init(c.seed);
-  Value params = treelstm::InitParams(init, {listops::kVocabularySize, c.embed, c.hidden, listops::kClasses});
+  Value params = InitialParams(c);
   OptimizerOptions opt;
   opt.kind = c.optimizer;
   opt.learning_rate = c.lr;
   std::unique_ptr<Optimizer> optimizer = Optimizer::Create(opt);
 
   auto make_values = [&](uint64_t stream) {
-    Rng rng(c.seed ^ stream);
     std::vector<treelstm::Batch> values;
-    for (const auto& b : treelstm::MakeBatches(file.examples, c.batch, rng)) values.push_back(treelstm::MakeBatch(b, *module));
+    for (const auto& b : Minibatches(c, file.examples, stream)) values.push_back(treelstm::MakeBatch(b, *module));
     return values;
   };
   Entry loss = engine.entry("loss"), infer = engine.entry("infer");
@@ -196,7 +240,7 @@ int main(int argc, char** argv) {
   CLI::App app{"One pejit mode of the Tree-LSTM benchmark (bench/README.md): train on a ListOps file, then infer; "
                "prints one JSON line"};
   app.add_option("--data", c.data, "ListOps file (label<TAB>expression) to train and infer on");
-  app.add_option("--write-data", c.write_data, "instead: write --size generated examples to this file and stop");
+  app.add_option("--write-data", c.write_data, "instead: write --size generated examples to this file, the plan to FILE.plan.json, and stop");
   app.add_option("--size", c.size, "examples --write-data generates")->capture_default_str()->check(CLI::PositiveNumber);
   app.add_option("--seed", c.seed, "data, initial parameters, minibatch order")->capture_default_str();
   app.add_option("--batch", c.batch)->capture_default_str()->check(CLI::PositiveNumber);
