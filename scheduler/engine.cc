@@ -29,6 +29,7 @@
 #include "scheduler/residual_executable.h"
 #include "scheduler/trace_sinks.h"
 #include "support/parallel.h"
+#include "support/thread_priority.h"
 
 namespace pejit {
 
@@ -563,7 +564,10 @@ void EngineImpl::Spawn() {
 }
 
 void EngineImpl::WorkerTask() {
-  if (JobPtr job = queue.Pop()) RunJob(*job);
+  if (JobPtr job = queue.Pop()) {
+    ScopedLowerPriority background(options.policy.kind == Policy::Kind::kSync ? 0 : options.worker_nice);
+    RunJob(*job);
+  }
   // The last touch of `this`: under the lock, so the destructor cannot see
   // zero and free the engine before notify_all returns.
   std::lock_guard<std::mutex> lock(tasks_mu_);

@@ -84,6 +84,11 @@ class CompileFn {
 struct EngineOptions {
   // Background workers; 0: hardware threads − 1, at least 1.
   int workers = 0;
+  // Niceness a worker runs its jobs at (Linux; 0: the caller's priority), so
+  // that on a busy machine compiling yields the CPU to the training thread
+  // instead of sharing a core with it (support/thread_priority.h). Not under
+  // policy sync, whose callers wait for the worker.
+  int worker_nice = 10;
   Policy policy = Policy::Eager();
   // Sum of Executable::code_bytes() over the ready specializations; past it
   // the least recently used are evicted.

@@ -28,6 +28,7 @@ struct Config {
   treelstm::RunOptions run;
   int epochs = 10;
   int workers = 0;
+  int worker_nice = EngineOptions{}.worker_nice;
   std::string policy = "eager";
   std::string log_level, trace_file;  // empty: PEJIT_LOG, PEJIT_TRACE (docs/tracing.md)
   std::string save, resume;
@@ -87,6 +88,7 @@ int Run(Config c) {
 
   EngineOptions engine;
   engine.workers = c.workers;
+  engine.worker_nice = c.worker_nice;
   engine.policy = Policy::Parse(c.policy);
   engine.log_level = c.log_level;
   engine.trace_file = UserPath(c.trace_file);
@@ -138,6 +140,8 @@ int Run(Config c) {
                       {"step_ms_p50", p50},
                       {"step_ms_p99", p99},
                       {"step_ms_max", Percentile(r.step_ms, 1.0)},
+                      {"step_cpu_ms_p50", Percentile(r.step_cpu_ms, 0.5)},
+                      {"step_cpu_ms_p99", Percentile(r.step_cpu_ms, 0.99)},
                       {"seconds", r.seconds}});
     if (!c.save.empty()) trainer.Save(UserPath(c.save));
   }
@@ -194,6 +198,9 @@ int main(int argc, char** argv) {
   app.add_option("--train-sample", r.train_sample, "training trees the train accuracy is measured on")
       ->capture_default_str();
   app.add_option("--workers", c.workers, "background compile workers (0: cores - 1)")->capture_default_str();
+  app.add_option("--worker-nice", c.worker_nice, "niceness the workers compile at, so training keeps its core (0: same as training)")
+      ->check(CLI::Range(0, 19))
+      ->capture_default_str();
   app.add_option("--policy", c.policy, "eager, hot:N, interpreter or sync")->capture_default_str();
   app.add_option("--save", c.save, "write a checkpoint here after every epoch (atomically)");
   app.add_option("--resume", c.resume, "carry on from this checkpoint (same data and options)");

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <ctime>
 #include <stdexcept>
 
 #include "examples/treelstm/listops.h"
@@ -12,6 +13,12 @@ namespace pejit::treelstm {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+
+double ThreadCpuMs() {
+  timespec t{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+  return static_cast<double>(t.tv_sec) * 1e3 + static_cast<double>(t.tv_nsec) * 1e-6;
+}
 
 // Independent random streams of one seed: parameters, fixed minibatches
 // (and epoch e's reshuffled ones), evaluation sets.
@@ -149,11 +156,13 @@ EpochResult Trainer::TrainEpoch(const StepCallback& after_step) {
   auto epoch_start = Clock::now();
   for (size_t i = 0; i < values.size(); ++i) {
     auto step_start = Clock::now();
+    double cpu_start = ThreadCpuMs();
     int64_t compiled_before = loss.stats().calls_compiled();
     ValueAndGrad vg = loss.value_and_grad({values[i].trees, values[i].labels, params_}, {2});
     r.compiled_steps += loss.stats().calls_compiled() - compiled_before;
     optimizer_->Step(params_, vg.grads[0]);
     r.step_ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - step_start).count());
+    r.step_cpu_ms.push_back(ThreadCpuMs() - cpu_start);
     double step_loss = vg.value.tensor().item();
     int64_t trees = static_cast<int64_t>(batches_[i].size());
     r.losses.push_back(step_loss);

@@ -49,7 +49,8 @@ struct EpochResult {
   int epoch = 0;
   double loss = 0;             // mean over the epoch's trees
   std::vector<double> losses;  // each step's (the mean over its minibatch)
-  std::vector<double> step_ms; // each step's loss, gradients and update
+  std::vector<double> step_ms; // each step's loss, gradients and update, wall time
+  std::vector<double> step_cpu_ms;  // ... CPU time of the training thread: wall >> CPU is a stall
   int64_t trees = 0, steps = 0, compiled_steps = 0;
   double seconds = 0;
 };

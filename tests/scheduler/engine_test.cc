@@ -9,6 +9,9 @@
 #include <set>
 #include <string>
 
+#include <unistd.h>
+
+#include "support/thread_priority.h"
 #include "tests/scheduler/fixtures.h"
 
 namespace pejit {
@@ -441,6 +444,34 @@ TEST(Events, ASinkReceivesOnlyTheKindsItWants) {
   engine.entry("loss").call({MakeTree(*engine.module().snapshot(), 3, 0, 10), RandomMatrix(rng, 10, 4)});
   std::lock_guard<std::mutex> lock(sink->mu);
   EXPECT_EQ(sink->names, (std::vector<std::string>{"swap"}));
+}
+
+// Background compiles yield the CPU to the threads they serve: a worker
+// runs its job at EngineOptions::worker_nice, except under policy sync,
+// whose caller waits for it.
+TEST_F(EngineTest, WorkersCompileAtALowerPriorityUnlessTheCallerWaits) {
+  for (bool sync : {true, false}) {
+    std::atomic<int> nice_in_compile{-100};
+    EngineOptions options;
+    options.workers = 1;
+    options.worker_nice = 7;
+    options.policy = sync ? Policy::Sync() : Policy::Eager();
+    options.before_compile = [&](const CompileInfo&) { nice_in_compile = CurrentThreadNice(); };
+    options.compile = [](const Residual& r) { return CompileWithResidualInterpreter(r); };
+    Start(std::move(options));
+    Entry loss = engine_->entry("loss");
+    std::vector<Value> args = TreeArgs(4);
+    loss.call(args);
+    ASSERT_EQ(loss.wait_ready(args).state, State::kReady);
+    int caller = CurrentThreadNice();  // TBB's workers start at their creator's niceness
+    if (sync) {
+      // An earlier job of this process may have left a worker lowered where
+      // raising it back is not allowed (not root, RLIMIT_NICE).
+      if (geteuid() == 0) EXPECT_EQ(nice_in_compile, caller) << "sync";
+    } else {
+      EXPECT_EQ(nice_in_compile, std::max(caller, 7)) << "eager";
+    }
+  }
 }
 
 }  // namespace
