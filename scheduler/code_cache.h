@@ -5,7 +5,8 @@
 // definition the entry uses (ModuleSnapshot::VersionsOf) in the snapshot the
 // call runs on. Keying on the versions makes stale code unreachable the moment
 // a definition changes, whatever the timing of invalidation; invalidation only
-// frees it and counts it.
+// unlinks it and counts it (the engine may keep the unlinked code a while, for
+// the JIT to reuse its kernels: EngineOptions::retained_code_bytes).
 //
 // A call (engine.cc repeats these numbers):
 //   1. takes a module snapshot and the entry's definition versions in it

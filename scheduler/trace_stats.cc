@@ -117,13 +117,16 @@ void TraceStats::Add(const Event& e) {
     }
     case EventKind::kHit: t.hits++; break;
     case EventKind::kMiss: t.misses++; break;
-    case EventKind::kEnqueue: t.enqueued++; break;
+    case EventKind::kEnqueue:
+      t.enqueued++;
+      if (t.invalidated > 0) after_edit_jobs_.insert(IntField(e, "job"));
+      break;
     case EventKind::kPrefetch:
       if (e.Text("state") == "queued") t.prefetched++;
       break;
     case EventKind::kSwap:
       t.compiled++;
-      if (t.invalidated > 0) t.recompiled++;
+      if (after_edit_jobs_.count(IntField(e, "job"))) t.recompiled++;
       stages_["job"].Add(e.duration_us);
       if (e.Find("wait_us")) stages_["queue wait"].Add(IntField(e, "wait_us"));
       break;

@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <map>
 #include <mutex>
+#include <set>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -41,8 +42,9 @@ struct EntryTotals {
   std::map<std::string, TierTotals> tiers;  // "interpreter", "residual-interpreter", "native"
   int64_t hits = 0, misses = 0, enqueued = 0, compiled = 0, refused = 0, failed = 0, evicted = 0, invalidated = 0,
           cancelled = 0, prefetched = 0;
-  // Specializations compiled after a module edit first invalidated this
-  // entry's code: the cost of changing the program while it runs.
+  // Specializations compiled by jobs queued after a module edit first
+  // invalidated this entry's code: the cost of changing the program while it
+  // runs. (A job queued before the edit that finishes after it is not one.)
   int64_t recompiled = 0;
 
   int64_t calls() const;
@@ -78,6 +80,7 @@ class TraceStats {
   std::map<ReasonKey, int64_t> reasons_;
   int engines_ = 0;
   std::map<std::string, int64_t> edits_;
+  std::set<int64_t> after_edit_jobs_;  // jobs queued for an entry after its first invalidation
   int64_t edit_slots_ = 0, edit_retained_ = 0;
   std::string policy_;
   int64_t workers_ = 0;

@@ -12,6 +12,7 @@
 #include <string>
 #include <thread>
 
+#include "scheduler/trace_stats.h"
 #include "tests/scheduler/fixtures.h"
 
 namespace pejit {
@@ -277,6 +278,39 @@ TEST(LiveEditKernels, InvalidatedCodeLendsItsUnchangedKernelsToTheRespecializati
     EXPECT_TRUE(ValueAllClose(f.call(args), expected, 1e-5));
     EXPECT_GT(f.stats().calls_native, 0);
   }
+}
+
+// The statistics (and `pejit trace summary`) count edits by kind, and as
+// recompiled only what jobs queued after an entry's code was invalidated
+// compiled: a job that was already running when the edit came is not one.
+TEST(LiveEditStatistics, EditsAndRecompilesAreCountedFromTheEvents) {
+  auto event = [](EventKind kind, std::string entry, std::vector<std::pair<std::string, FieldValue>> fields) {
+    Event e{};
+    e.kind = kind;
+    e.entry = std::move(entry);
+    e.fields = std::move(fields);
+    return e;
+  };
+  TraceStats stats;
+  stats.Add(event(EventKind::kEdit, "", {{"kind", std::string("add")}, {"slots", int64_t{0}}, {"retained", int64_t{0}}}));
+  stats.Add(event(EventKind::kEnqueue, "loss", {{"job", int64_t{1}}}));
+  stats.Add(event(EventKind::kEdit, "", {{"kind", std::string("replace")}, {"slots", int64_t{1}}, {"retained", int64_t{1}}}));
+  stats.Add(event(EventKind::kInvalidate, "loss", {{"definitions", std::string("@head")}, {"slots", int64_t{1}}}));
+  stats.Add(event(EventKind::kSwap, "loss", {{"job", int64_t{1}}}));  // queued before the edit
+  stats.Add(event(EventKind::kEnqueue, "loss", {{"job", int64_t{2}}}));
+  stats.Add(event(EventKind::kSwap, "loss", {{"job", int64_t{2}}}));
+  stats.Add(event(EventKind::kEdit, "", {{"kind", std::string("remove")}, {"slots", int64_t{0}}, {"retained", int64_t{0}}}));
+
+  EXPECT_EQ(stats.edits(), (std::map<std::string, int64_t>{{"add", 1}, {"remove", 1}, {"replace", 1}}));
+  const EntryTotals& loss = stats.entries().at("loss");
+  EXPECT_EQ(loss.compiled, 2);
+  EXPECT_EQ(loss.recompiled, 1);
+  EXPECT_EQ(loss.invalidated, 1);
+  std::string text = stats.Render();
+  EXPECT_NE(text.find("module edits: 3 (add 1, remove 1, replace 1); 1 specialization invalidated, 1 kept for their "
+                      "kernels\n"),
+            std::string::npos)
+      << text;
 }
 
 }  // namespace
