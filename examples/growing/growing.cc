@@ -89,19 +89,21 @@ std::string_view GrownHeadSource() { return kGrownHead; }
 std::string_view Branch2Source() { return kBranch2; }
 std::string_view DeepHeadSource() { return kDeepHead; }
 
-mlp::Split SyntheticSplit(Rng& rng, int64_t n, double noise, uint64_t prototypes_seed) {
+mlp::Split SyntheticSplit(Rng& rng, int64_t n, double separation, double noise, uint64_t prototypes_seed) {
   Rng proto_rng(prototypes_seed);
-  Tensor prototypes = RandomUniform(proto_rng, {mlp::kClasses, mlp::kPixels}, 0, 1);
+  Tensor base = RandomUniform(proto_rng, {mlp::kPixels}, 0.25, 0.75);
+  Tensor patterns = RandomUniform(proto_rng, {mlp::kClasses, mlp::kPixels}, -separation, separation);
   Tensor labels = RandomInt(rng, {n}, 0, mlp::kClasses);
   Tensor jitter = RandomUniform(rng, {n, mlp::kPixels}, -noise / 2, noise / 2);
   Tensor images = Tensor::Empty(DType::kF32, {n, mlp::kPixels});
-  const float* p = prototypes.data<float>();
+  const float* b = base.data<float>();
+  const float* p = patterns.data<float>();
   const float* j = jitter.data<float>();
   float* out = images.data<float>();
   for (int64_t i = 0; i < n; ++i) {
-    const float* proto = p + labels.data<int64_t>()[i] * mlp::kPixels;
+    const float* pattern = p + labels.data<int64_t>()[i] * mlp::kPixels;
     for (int64_t k = 0; k < mlp::kPixels; ++k) {
-      float v = proto[k] + j[i * mlp::kPixels + k];
+      float v = b[k] + pattern[k] + j[i * mlp::kPixels + k];
       out[i * mlp::kPixels + k] = v < 0 ? 0 : v > 1 ? 1 : v;
     }
   }

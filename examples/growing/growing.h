@@ -37,10 +37,12 @@ namespace pejit::growing {
 // examples/growing/growing.pj, built into the program.
 std::string_view ModelSource();
 
-// Images (N, 784) in [0, 1] and labels: 10 random prototype images, each
-// example one of them plus uniform noise (`noise` of the pixel range). For
-// runs without the Fashion-MNIST package, and for tests.
-mlp::Split SyntheticSplit(Rng& rng, int64_t n, double noise = 0.8, uint64_t prototypes_seed = 1);
+// Images (N, 784) in [0, 1] and labels: one random base image plus its
+// class's random pattern (pixels within ±`separation`) plus uniform noise
+// (`noise` wide), clipped; the classes overlap, so that accuracy has room
+// to grow. For runs without the Fashion-MNIST package, and for tests.
+mlp::Split SyntheticSplit(Rng& rng, int64_t n, double separation = 0.08, double noise = 0.8,
+                          uint64_t prototypes_seed = 1);
 
 struct Sizes {
   int hidden = 128;  // H: the trunk's features
