@@ -420,6 +420,59 @@ class Codegen {
     return b_.CreateUnaryIntrinsic(id, x);
   }
 
+  llvm::Value* F32(float v) { return llvm::ConstantFP::get(b_.getFloatTy(), v); }
+
+  // exp of an f32 in straight-line arithmetic the loop vectorizer widens (a
+  // libm call it cannot: each lane became a call of its own), as Cephes'
+  // expf: x = k ln2 + r with |r| <= ln2/2, e^r by a polynomial, 2^k through
+  // the exponent bits of two factors (so that k from -150 to 128 stays in
+  // range). Within 2 ulp of the exact result wherever that is a normal f32
+  // (tests/jit/compiler_test); +inf above ln(FLT_MAX), 0 below ln(2^-150),
+  // NaN for NaN.
+  llvm::Value* ExpF32(llvm::Value* x) {
+    const float kHigh = 88.72283935546875f, kLow = -103.97208404541015625f;
+    llvm::Value* c = b_.CreateSelect(b_.CreateFCmpOGT(x, F32(kHigh)), F32(kHigh), x);
+    c = b_.CreateSelect(b_.CreateFCmpOLT(c, F32(kLow)), F32(kLow), c);
+    llvm::Value* k = b_.CreateUnaryIntrinsic(llvm::Intrinsic::floor,
+                                             b_.CreateFAdd(b_.CreateFMul(c, F32(1.44269504088896341f)), F32(0.5f)));
+    llvm::Value* r = b_.CreateFSub(c, b_.CreateFMul(k, F32(0.693359375f)));
+    r = b_.CreateFSub(r, b_.CreateFMul(k, F32(-2.12194440e-4f)));
+    llvm::Value* p = F32(1.9875691500e-4f);
+    for (float coefficient : {1.3981999507e-3f, 8.3334519073e-3f, 4.1665795894e-2f, 1.6666665459e-1f, 5.0000001201e-1f}) {
+      p = b_.CreateFAdd(b_.CreateFMul(p, r), F32(coefficient));
+    }
+    p = b_.CreateFAdd(b_.CreateFAdd(b_.CreateFMul(b_.CreateFMul(p, r), r), r), F32(1.0f));
+    llvm::Value* ki = b_.CreateFPToSI(k, b_.getInt32Ty());
+    llvm::Value* half = b_.CreateAShr(ki, 1);
+    auto pow2 = [&](llvm::Value* e) {  // 2^e for e in [-126, 127]
+      return b_.CreateBitCast(b_.CreateShl(b_.CreateAdd(e, b_.getInt32(127)), 23), b_.getFloatTy());
+    };
+    llvm::Value* y = b_.CreateFMul(b_.CreateFMul(p, pow2(half)), pow2(b_.CreateSub(ki, half)));
+    y = b_.CreateSelect(b_.CreateFCmpOGT(x, F32(kHigh)), F32(std::numeric_limits<float>::infinity()), y);
+    y = b_.CreateSelect(b_.CreateFCmpOLT(x, F32(kLow)), F32(0.0f), y);
+    return b_.CreateSelect(b_.CreateFCmpUNO(x, x), x, y);
+  }
+
+  // tanh of an f32, vectorizable as ExpF32 is, as Cephes' tanhf: of |x|, an
+  // odd polynomial below 0.625 and 1 - 2 / (e^2|x| + 1) above; then x's sign.
+  llvm::Value* TanhF32(llvm::Value* x) {
+    llvm::Value* a = b_.CreateUnaryIntrinsic(llvm::Intrinsic::fabs, x);
+    llvm::Value* z = b_.CreateFMul(a, a);
+    llvm::Value* p = F32(-5.70498872745e-3f);
+    for (float coefficient : {2.06390887954e-2f, -5.37397155531e-2f, 1.33314422036e-1f, -3.33332819422e-1f}) {
+      p = b_.CreateFAdd(b_.CreateFMul(p, z), F32(coefficient));
+    }
+    llvm::Value* small = b_.CreateFAdd(b_.CreateFMul(b_.CreateFMul(p, z), a), a);
+    llvm::Value* e = ExpF32(b_.CreateFAdd(a, a));
+    llvm::Value* large = b_.CreateFSub(F32(1.0f), b_.CreateFDiv(F32(2.0f), b_.CreateFAdd(e, F32(1.0f))));
+    llvm::Value* t = b_.CreateSelect(b_.CreateFCmpOLT(a, F32(0.625f)), small, large);
+    return b_.CreateBinaryIntrinsic(llvm::Intrinsic::copysign, t, x);
+  }
+
+  llvm::Value* Exp(llvm::Value* x) {
+    return x->getType()->isFloatTy() ? ExpF32(x) : Unary(llvm::Intrinsic::exp, x);
+  }
+
   llvm::Value* CallLibm(const char* f32_name, const char* f64_name, llvm::Value* x) {
     bool f32 = x->getType()->isFloatTy();
     llvm::FunctionCallee f = m_.getOrInsertFunction(f32 ? f32_name : f64_name,
@@ -448,13 +501,13 @@ class Codegen {
     bool fp = IsFloat(in);
     switch (n.op) {
       case ScalarOp::kNeg: return fp ? b_.CreateFNeg(arg(0)) : b_.CreateNeg(arg(0));
-      case ScalarOp::kExp: return Unary(llvm::Intrinsic::exp, arg(0));
+      case ScalarOp::kExp: return Exp(arg(0));
       case ScalarOp::kLog: return Unary(llvm::Intrinsic::log, arg(0));
       case ScalarOp::kSqrt: return Unary(llvm::Intrinsic::sqrt, arg(0));
-      case ScalarOp::kTanh: return CallLibm("tanhf", "tanh", arg(0));
+      case ScalarOp::kTanh: return arg(0)->getType()->isFloatTy() ? TanhF32(arg(0)) : CallLibm("tanhf", "tanh", arg(0));
       case ScalarOp::kSigmoid: {
         llvm::Value* one = llvm::ConstantFP::get(arg(0)->getType(), 1.0);
-        return b_.CreateFDiv(one, b_.CreateFAdd(one, Unary(llvm::Intrinsic::exp, b_.CreateFNeg(arg(0)))));
+        return b_.CreateFDiv(one, b_.CreateFAdd(one, Exp(b_.CreateFNeg(arg(0)))));
       }
       case ScalarOp::kRelu: {
         llvm::Value* zero = llvm::ConstantFP::get(arg(0)->getType(), 0.0);

@@ -2,6 +2,9 @@
 // memory planning, vectorization and code release do what they promise.
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <functional>
+#include <limits>
 #include <map>
 #include <thread>
 
@@ -112,6 +115,73 @@ TEST_F(CompilerTest, ElementwiseLoopsAreVectorized) {
   CompileReport r = CheckCompiled(s, "f", {Value(RandomUniform(rng, {1024}, -1, 1)), Value(RandomUniform(rng, {1024}, -1, 1))},
                                   keep);
   EXPECT_NE(r.llvm_ir.find(" x float>"), std::string::npos) << r.llvm_ir;
+}
+
+// exp, tanh and sigmoid of f32 are inline arithmetic in compiled code (so
+// that loops of them vectorize), not libm: within a few units in the last
+// place of the correctly rounded result over the whole range, with libm's
+// answers at the edges (infinities, NaN, signed zero, overflow, underflow).
+TEST_F(CompilerTest, CompiledExpTanhAndSigmoidAreAccurateToAFewUlp) {
+  std::vector<float> xs = {0.0f, -0.0f, 1e-30f, -1e-30f, 1e-8f, -1e-8f, 0.6249f, -0.6249f, 0.625f, -0.625f,
+                           88.3f, 88.37f, -87.3f, -87.33f, -87.34f, -88.5f, -103.0f, 89.0f, 200.0f, -200.0f,
+                           std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity()};
+  for (int i = -200000; i <= 200000; ++i) xs.push_back(static_cast<float>(i) * 5e-4f);  // [-100, 100]
+  for (int i = -1000; i <= 1000; ++i) xs.push_back(std::ldexp(1.0f, i / 40) * (i < 0 ? -1.0f : 1.0f));
+  const int n = static_cast<int>(xs.size());
+  xs.push_back(std::numeric_limits<float>::quiet_NaN());
+  Snapshot s = Load("def @f(%x: Tensor[(" + std::to_string(xs.size()) +
+                    ",), f32]) { (exp(%x), tanh(%x), sigmoid(%x)) }");
+  std::vector<Tensor> input = {Tensor::FromVector<float>({static_cast<int64_t>(xs.size())}, xs)};
+  Residual r = PartialEvaluate(*s, "f", {Value(input[0])});
+  CompileOptions keep;
+  keep.keep_ir = true;
+  CompileReport report;
+  ExecutablePtr exe = session_->Compile(r.main, keep, &report);
+  EXPECT_EQ(report.llvm_ir.find("call float @tanhf"), std::string::npos) << "tanh still calls libm";
+  EXPECT_EQ(report.llvm_ir.find("expf"), std::string::npos) << "exp still calls libm";
+  std::vector<Tensor> got = exe->Run(input);
+  ASSERT_EQ(got.size(), 3u);
+
+  // Error in units in the last place of the double-precision reference
+  // rounded to f32; below the smallest normal f32, in absolute terms.
+  auto ulps = [](float g, double want) {
+    float w = static_cast<float>(want);
+    if (std::isinf(w) || std::isinf(g)) return g == w ? 0.0 : 1e9;
+    if (std::abs(w) < std::numeric_limits<float>::min()) {
+      return std::abs(g - want) <= std::numeric_limits<float>::min() ? 0.0 : 1e9;
+    }
+    double ulp = std::nextafter(std::abs(w), std::numeric_limits<float>::infinity()) - std::abs(w);
+    return std::abs(static_cast<double>(g) - want) / ulp;
+  };
+  struct Function {
+    const char* name;
+    std::function<double(double)> reference;
+    double max_ulps;
+  };
+  std::vector<Function> functions = {
+      {"exp", [](double x) { return std::exp(x); }, 2},
+      {"tanh", [](double x) { return std::tanh(x); }, 3},
+      {"sigmoid", [](double x) { return 1 / (1 + std::exp(-x)); }, 3},
+  };
+  for (size_t f = 0; f < functions.size(); ++f) {
+    const float* y = got[f].data<float>();
+    double worst = 0;
+    float worst_x = 0;
+    for (int i = 0; i < n; ++i) {
+      double e = ulps(y[i], functions[f].reference(xs[i]));
+      if (e > worst) worst = e, worst_x = xs[i];
+    }
+    EXPECT_LE(worst, functions[f].max_ulps) << functions[f].name << " at x = " << worst_x;
+    EXPECT_TRUE(std::isnan(y[n])) << functions[f].name << "(NaN) = " << y[n];
+  }
+  const int negative_zero = 1, infinity = 20, negative_infinity = 21;  // positions in xs
+  EXPECT_TRUE(std::signbit(got[1].data<float>()[negative_zero])) << "tanh(-0) is -0";
+  EXPECT_EQ(got[0].data<float>()[infinity], std::numeric_limits<float>::infinity()) << "exp(inf)";
+  EXPECT_EQ(got[0].data<float>()[negative_infinity], 0.0f) << "exp(-inf)";
+  EXPECT_EQ(got[1].data<float>()[infinity], 1.0f) << "tanh(inf)";
+  EXPECT_EQ(got[1].data<float>()[negative_infinity], -1.0f) << "tanh(-inf)";
+  EXPECT_EQ(got[2].data<float>()[infinity], 1.0f) << "sigmoid(inf)";
+  EXPECT_EQ(got[2].data<float>()[negative_infinity], 0.0f) << "sigmoid(-inf)";
 }
 
 TEST_F(CompilerTest, ProfilingTimesStepsAndCountsGemmFlops) {

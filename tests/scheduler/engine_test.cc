@@ -9,8 +9,6 @@
 #include <set>
 #include <string>
 
-#include <unistd.h>
-
 #include "support/thread_priority.h"
 #include "tests/scheduler/fixtures.h"
 
@@ -448,13 +446,15 @@ TEST(Events, ASinkReceivesOnlyTheKindsItWants) {
 
 // Background compiles yield the CPU to the threads they serve: a worker
 // runs its job at EngineOptions::worker_nice, except under policy sync,
-// whose caller waits for it.
+// whose caller waits for it. (Raising a thread's priority back needs
+// privileges a sandbox may not grant, so TBB's workers may keep the niceness
+// of earlier tests' jobs, at most the default 10: hence 19 here.)
 TEST_F(EngineTest, WorkersCompileAtALowerPriorityUnlessTheCallerWaits) {
   for (bool sync : {true, false}) {
     std::atomic<int> nice_in_compile{-100};
     EngineOptions options;
     options.workers = 1;
-    options.worker_nice = 7;
+    options.worker_nice = 19;
     options.policy = sync ? Policy::Sync() : Policy::Eager();
     options.before_compile = [&](const CompileInfo&) { nice_in_compile = CurrentThreadNice(); };
     options.compile = [](const Residual& r) { return CompileWithResidualInterpreter(r); };
@@ -463,13 +463,10 @@ TEST_F(EngineTest, WorkersCompileAtALowerPriorityUnlessTheCallerWaits) {
     std::vector<Value> args = TreeArgs(4);
     loss.call(args);
     ASSERT_EQ(loss.wait_ready(args).state, State::kReady);
-    int caller = CurrentThreadNice();  // TBB's workers start at their creator's niceness
     if (sync) {
-      // An earlier job of this process may have left a worker lowered where
-      // raising it back is not allowed (not root, RLIMIT_NICE).
-      if (geteuid() == 0) EXPECT_EQ(nice_in_compile, caller) << "sync";
+      EXPECT_LT(nice_in_compile, 19) << "sync";
     } else {
-      EXPECT_EQ(nice_in_compile, std::max(caller, 7)) << "eager";
+      EXPECT_EQ(nice_in_compile, 19) << "eager";
     }
   }
 }
