@@ -32,6 +32,7 @@ struct Config {
   std::string data = mlp::kFashionMnistDir;
   int64_t limit = 0;
   int epochs = 2, batch = 64, workers = 0, blas_threads = 1;
+  int worker_nice = -1;  // < 0: the engine's default (EngineOptions::worker_nice)
   // Policies eager and hot:N: carry on (up to max_epochs) until an epoch ran
   // compiled code in every training and inference call: the steady state.
   bool until_compiled = false;
@@ -61,6 +62,8 @@ int Measure(const Config& c) {
   options.workers = c.workers;
   options.policy = Policy::Parse(c.policy);
   options.events = compile_stats;
+  if (c.worker_nice >= 0) options.worker_nice = c.worker_nice;
+  const int worker_nice = options.worker_nice;
   mlp::RunOptions run;
   run.batch = c.batch;
   run.seed = c.seed;
@@ -114,6 +117,7 @@ int Measure(const Config& c) {
       {"impl", "pejit"},
       {"policy", c.policy},
       {"workers", es.workers},
+      {"worker_nice", worker_nice},
       {"blas_threads", BlasThreads()},
       {"blas", BlasConfig()},
 #ifdef NDEBUG
@@ -155,6 +159,7 @@ int main(int argc, char** argv) {
                "after --epochs, carry on until an epoch ran compiled code in every call");
   app.add_option("--max-epochs", c.max_epochs, "--until-compiled stops here")->capture_default_str();
   app.add_option("--workers", c.workers, "background compile workers (0: cores - 1)")->capture_default_str();
+  app.add_option("--worker-nice", c.worker_nice, "niceness of the compile workers (default: the engine's)");
   app.add_option("--blas-threads", c.blas_threads, "OpenBLAS threads per GEMM")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);

@@ -170,7 +170,7 @@ def xavier_init(torch, model):
 
 
 def tree_lstm_model(torch, embed, hidden):
-    nn, F = torch.nn, torch.nn.functional
+    nn = torch.nn
 
     class TreeLstm(nn.Module):
         """treelstm.pj's parameters: emb, w_iou+b_iou, u_iou, w_f+b_f, u_f, w_out+b_out."""

@@ -50,6 +50,7 @@ struct Config {
   double lr = 0.05;
   std::string optimizer = "adagrad";
   int epochs = 3, infer_passes = 2, workers = 0;
+  int worker_nice = -1;  // < 0: the engine's default (EngineOptions::worker_nice)
   // Policies eager and hot:N: carry on (up to these caps) until an epoch, a
   // pass, ran compiled code in every step: the steady state.
   bool until_compiled = false;
@@ -122,6 +123,8 @@ int Measure(const Config& c) {
   options.workers = c.workers;
   options.policy = Policy::Parse(c.policy);
   options.events = compile_stats;
+  if (c.worker_nice >= 0) options.worker_nice = c.worker_nice;
+  const int worker_nice = options.worker_nice;
   Engine engine(std::move(options));
   engine.module().AddSource(treelstm::ModelSource(), "treelstm.pj");
   Snapshot module = engine.module().snapshot();
@@ -207,6 +210,7 @@ int Measure(const Config& c) {
       {"impl", "pejit"},
       {"policy", c.policy},
       {"workers", es.workers},
+      {"worker_nice", worker_nice},
       {"blas_threads", BlasThreads()},
       {"blas", BlasConfig()},
 #ifdef NDEBUG
@@ -257,6 +261,7 @@ int main(int argc, char** argv) {
   app.add_option("--max-epochs", c.max_epochs, "--until-compiled stops here")->capture_default_str();
   app.add_option("--max-infer-passes", c.max_infer_passes, "--until-compiled stops here")->capture_default_str();
   app.add_option("--workers", c.workers, "background compile workers (0: cores - 1)")->capture_default_str();
+  app.add_option("--worker-nice", c.worker_nice, "niceness of the compile workers (default: the engine's)");
   app.add_option("--policy", c.policy, "eager, hot:N, interpreter or sync")->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   if (c.data.empty() == c.write_data.empty()) {

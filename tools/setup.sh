@@ -3,7 +3,7 @@
 #
 #   tools/setup.sh            the build, the tests and the Tree-LSTM demo
 #   tools/setup.sh mlp        also the Fashion-MNIST data set (examples/mlp)
-#   tools/setup.sh bench      also PyTorch, the peer in bench/
+#   tools/setup.sh bench      also PyTorch, the peer in bench/ (libblas.so.3 set to OpenBLAS)
 #
 # Idempotent and non-interactive; run as root on a fresh machine (apt-get
 # update runs only when something is missing).
