@@ -58,7 +58,7 @@ TREELSTM_SIZES = {"batch": 25, "embed": 64, "hidden": 128, "lr": 0.05}
 # (--until-compiled, at most max_epochs) until an epoch (an inference pass)
 # ran compiled code in every step, and that one is its steady figure.
 PRESETS = {
-    "treelstm": {"quick": {"size": 300, "epochs": 2, "infer_passes": 2, "max_epochs": 12, "reps": 2},
+    "treelstm": {"quick": {"size": 300, "epochs": 2, "infer_passes": 2, "max_epochs": 8, "reps": 2},
                  "full": {"size": 1500, "epochs": 2, "infer_passes": 2, "max_epochs": 10, "reps": 3}},
     "mlp": {"quick": {"limit": 10000, "epochs": 2, "max_epochs": 8, "reps": 2},
             "full": {"limit": 0, "epochs": 2, "max_epochs": 8, "reps": 3}},
