@@ -34,6 +34,7 @@ struct ExprNode {
 };
 
 struct VarNode final : ExprNode {
+  static constexpr ExprKind kKind = ExprKind::kVar;
   VarNode(std::string n, Type a, SourceLoc l) : ExprNode(ExprKind::kVar, std::move(l)), name(std::move(n)), annotation(std::move(a)) {}
   std::string name;  // without the '%'
   Type annotation;   // may be null (let without annotation)
@@ -41,11 +42,13 @@ struct VarNode final : ExprNode {
 using Var = std::shared_ptr<const VarNode>;
 
 struct ConstantNode final : ExprNode {
+  static constexpr ExprKind kKind = ExprKind::kConstant;
   ConstantNode(Tensor v, SourceLoc l) : ExprNode(ExprKind::kConstant, std::move(l)), value(std::move(v)) {}
   Tensor value;
 };
 
 struct OpCallNode final : ExprNode {
+  static constexpr ExprKind kKind = ExprKind::kOpCall;
   OpCallNode(const OpDef* o, std::vector<Expr> a, Attrs at, SourceLoc l)
       : ExprNode(ExprKind::kOpCall, std::move(l)), op(o), args(std::move(a)), attrs(std::move(at)) {}
   const OpDef* op;
@@ -54,12 +57,14 @@ struct OpCallNode final : ExprNode {
 };
 
 struct CallNode final : ExprNode {
+  static constexpr ExprKind kKind = ExprKind::kCall;
   CallNode(Expr c, std::vector<Expr> a, SourceLoc l) : ExprNode(ExprKind::kCall, std::move(l)), callee(std::move(c)), args(std::move(a)) {}
   Expr callee;  // a global, a function literal or any expression of function type
   std::vector<Expr> args;
 };
 
 struct LetNode final : ExprNode {
+  static constexpr ExprKind kKind = ExprKind::kLet;
   LetNode(Var v, Expr val, Expr b, SourceLoc l)
       : ExprNode(ExprKind::kLet, std::move(l)), var(std::move(v)), value(std::move(val)), body(std::move(b)) {}
   // Frees a let-chain with a loop: residual programs are chains of tens of
@@ -71,6 +76,7 @@ struct LetNode final : ExprNode {
 };
 
 struct IfNode final : ExprNode {
+  static constexpr ExprKind kKind = ExprKind::kIf;
   IfNode(Expr c, Expr t, Expr e, SourceLoc l)
       : ExprNode(ExprKind::kIf, std::move(l)), cond(std::move(c)), then_branch(std::move(t)), else_branch(std::move(e)) {}
   Expr cond;  // a bool scalar tensor
@@ -79,11 +85,13 @@ struct IfNode final : ExprNode {
 };
 
 struct TupleNode final : ExprNode {
+  static constexpr ExprKind kKind = ExprKind::kTuple;
   TupleNode(std::vector<Expr> f, SourceLoc l) : ExprNode(ExprKind::kTuple, std::move(l)), fields(std::move(f)) {}
   std::vector<Expr> fields;
 };
 
 struct ProjNode final : ExprNode {
+  static constexpr ExprKind kKind = ExprKind::kProj;
   ProjNode(Expr t, int i, SourceLoc l) : ExprNode(ExprKind::kProj, std::move(l)), tuple(std::move(t)), index(i) {}
   Expr tuple;
   int index;
@@ -91,6 +99,7 @@ struct ProjNode final : ExprNode {
 
 // A function literal; free variables of the body are captured (a closure).
 struct FuncNode final : ExprNode {
+  static constexpr ExprKind kKind = ExprKind::kFunc;
   FuncNode(std::vector<Var> p, Type r, Expr b, SourceLoc l)
       : ExprNode(ExprKind::kFunc, std::move(l)), params(std::move(p)), ret_type(std::move(r)), body(std::move(b)) {}
   std::vector<Var> params;  // annotated
@@ -103,11 +112,13 @@ using Func = std::shared_ptr<const FuncNode>;
 // the module version the call runs on, which is what makes recursion and
 // live redefinition work.
 struct GlobalNode final : ExprNode {
+  static constexpr ExprKind kKind = ExprKind::kGlobal;
   GlobalNode(std::string n, SourceLoc l) : ExprNode(ExprKind::kGlobal, std::move(l)), name(std::move(n)) {}
   std::string name;  // without the '@'
 };
 
 struct CtorNode final : ExprNode {
+  static constexpr ExprKind kKind = ExprKind::kCtor;
   CtorNode(TypeDefPtr a, int t, std::vector<Expr> f, SourceLoc l)
       : ExprNode(ExprKind::kCtor, std::move(l)), adt(std::move(a)), tag(t), args(std::move(f)) {}
   TypeDefPtr adt;
@@ -136,16 +147,18 @@ struct Clause {
 };
 
 struct MatchNode final : ExprNode {
+  static constexpr ExprKind kKind = ExprKind::kMatch;
   MatchNode(Expr s, std::vector<Clause> c, SourceLoc l)
       : ExprNode(ExprKind::kMatch, std::move(l)), scrutinee(std::move(s)), clauses(std::move(c)) {}
   Expr scrutinee;
   std::vector<Clause> clauses;  // tried in order
 };
 
-// Downcast of an Expr whose kind is known; null for another kind.
+// Downcast of an Expr to the node of its kind; null for another kind (or a
+// null Expr). By `kind`, not RTTI: passes call this on every node they visit.
 template <typename Node>
 const Node* As(const Expr& e) {
-  return dynamic_cast<const Node*>(e.get());
+  return e && e->kind == Node::kKind ? static_cast<const Node*>(e.get()) : nullptr;
 }
 
 // ---- Builder API ------------------------------------------------------------

@@ -69,17 +69,29 @@ bool MustStack(Rule rule, size_t position) {
   }
 }
 
-std::string ConstantKey(const ConstantNode& c) {
-  std::string key = "c" + c.value.type().ToString() + ":";
-  key.append(static_cast<const char*>(c.value.raw_data()), c.value.nbytes());
-  return key;
+// Keys are byte strings compared whole: fixed-width binary fields, built
+// without formatting (this runs for every operator of large programs).
+template <typename T>
+void AppendBytes(std::string& key, const T& value) {
+  key.append(reinterpret_cast<const char*>(&value), sizeof value);
 }
 
-std::string IdentityKey(const Expr& atom) {
-  if (auto* c = As<ConstantNode>(atom)) return ConstantKey(*c);
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "v%p", static_cast<const void*>(atom.get()));
-  return buf;
+void AppendType(std::string& key, const TensorType& t) {
+  key.push_back(static_cast<char>(t.dtype));
+  key.push_back(static_cast<char>(t.shape.size()));
+  key.append(reinterpret_cast<const char*>(t.shape.data()), t.shape.size() * sizeof(int64_t));
+}
+
+void AppendIdentity(std::string& key, const Expr& atom) {
+  if (auto* c = As<ConstantNode>(atom)) {
+    key.push_back('c');
+    AppendType(key, c->value.type());
+    AppendBytes(key, static_cast<int64_t>(c->value.nbytes()));
+    key.append(static_cast<const char*>(c->value.raw_data()), c->value.nbytes());
+  } else {
+    key.push_back('v');
+    AppendBytes(key, atom.get());
+  }
 }
 
 // What a variable of the input program is in the output.
@@ -93,11 +105,25 @@ struct Ref {
   std::vector<Ref> fields;  // kTuple
 
   std::string Key() const {
-    if (kind == Kind::kAtom) return IdentityKey(atom);
-    if (kind == Kind::kRow) return "r" + std::to_string(batch) + "." + std::to_string(output) + "." + std::to_string(row);
-    std::string key = "(";
-    for (const Ref& f : fields) key += f.Key() + ",";
-    return key + ")";
+    std::string key;
+    AppendKey(key);
+    return key;
+  }
+  void AppendKey(std::string& key) const {
+    switch (kind) {
+      case Kind::kAtom: AppendIdentity(key, atom); return;
+      case Kind::kRow:
+        key.push_back('r');
+        AppendBytes(key, batch);
+        AppendBytes(key, output);
+        AppendBytes(key, row);
+        return;
+      case Kind::kTuple:
+        key.push_back('(');
+        AppendBytes(key, fields.size());
+        for (const Ref& f : fields) f.AppendKey(key);
+        return;
+    }
   }
 };
 
@@ -156,15 +182,20 @@ class Batcher {
 
   std::string KeyOf(const OpCallNode& call, Rule rule) {
     std::string key;
-    const SourceLoc& loc = call.loc;
-    char buf[64];
-    std::snprintf(buf, sizeof buf, "%p:%d:%d|", static_cast<const void*>(loc.file.get()), loc.line, loc.col);
-    key += buf;
-    key += call.op->name + "(" + call.attrs.ToString() + ")";
+    key.reserve(128);
+    AppendBytes(key, call.loc.file.get());
+    AppendBytes(key, call.loc.line);
+    AppendBytes(key, call.loc.col);
+    AppendBytes(key, call.op);
+    std::string attrs = call.attrs.ToString();
+    AppendBytes(key, attrs.size());
+    key += attrs;
     for (size_t p = 0; p < call.args.size(); ++p) {
       const Expr& a = call.args[p];
-      key += "|" + TensorTypeOf(a).ToString();
-      if (MustShare(rule, p) || a->kind == ExprKind::kConstant) key += "=" + IdentityKey(a);
+      AppendType(key, TensorTypeOf(a));
+      bool shared = MustShare(rule, p) || a->kind == ExprKind::kConstant;
+      key.push_back(shared ? '=' : '|');
+      if (shared) AppendIdentity(key, a);
     }
     return key;
   }
@@ -388,7 +419,7 @@ class Batcher {
   // The members' values stacked: [rows.size(), ...member].
   Expr Stack(const std::vector<Ref>& rows, const TensorType& member, const SourceLoc& loc) {
     std::string key;
-    for (const Ref& r : rows) key += r.Key() + ";";
+    for (const Ref& r : rows) r.AppendKey(key);
     auto memo = stacks_.find(key);
     if (memo != stacks_.end()) return memo->second;
     std::vector<Expr> pieces;

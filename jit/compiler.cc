@@ -692,7 +692,7 @@ ExecutablePtr JitSession::Compile(const Func& program, const CompileOptions& opt
   auto t0 = Clock::now();
   Plan plan = Lower(program, options.lower);
   r.lower_ms = Ms(t0);
-  r.plan = plan.ToString();
+  if (options.keep_plan) r.plan = plan.ToString();
   r.kernels = plan.kernels();
   r.fused_kernels = static_cast<int>(std::count_if(plan.steps.begin(), plan.steps.end(),
                                                    [](const PlanStep& s) { return s.kind == PlanStep::Kind::kFused; }));

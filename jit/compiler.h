@@ -28,12 +28,13 @@ struct CompileOptions {
   bool poison_dead_buffers = false;
   // Time every step (Executable::profile()); costs two clock reads a step.
   bool profile = false;
+  bool keep_plan = false; // fill CompileReport::plan
   bool keep_ir = false;   // fill CompileReport::llvm_ir (optimized)
   bool keep_asm = false;  // fill CompileReport::assembly
 };
 
 struct CompileReport {
-  std::string plan;        // Plan::ToString()
+  std::string plan;        // Plan::ToString(), when CompileOptions::keep_plan
   std::string llvm_ir;
   std::string assembly;
   int kernels = 0;

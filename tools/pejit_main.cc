@@ -152,6 +152,7 @@ int Compile(const std::string& file, const std::string& entry, const std::string
   auto session = JitSession::Create();
   CompileOptions options;
   options.opt_level = opt_level;
+  options.keep_plan = emit == "fused";
   options.keep_ir = emit == "llvm";
   options.keep_asm = emit == "asm";
   CompileReport report;

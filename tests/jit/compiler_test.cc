@@ -33,6 +33,7 @@ class CompilerTest : public testing::Test {
   // Compiles the residual of `entry` on `args` and checks it against the interpreter.
   CompileReport CheckCompiled(const Snapshot& s, const std::string& entry, const std::vector<Value>& args,
                               CompileOptions options = {}) {
+    options.keep_plan = true;  // for the messages
     Residual r = PartialEvaluate(*s, entry, args);
     CompileReport report;
     ExecutablePtr exe = session_->Compile(r.main, options, &report);

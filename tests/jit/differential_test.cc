@@ -208,6 +208,7 @@ class DifferentialTest : public testing::TestWithParam<int> {
     }
     if (!compile) return c;
     CompileOptions options;
+    options.keep_plan = OnlySeed().has_value();
     // Every other program with freed arena buffers poisoned: a memory plan
     // overlapping live buffers then shows up as a wrong answer.
     options.poison_dead_buffers = p_->seed % 2 == 1;
