@@ -416,18 +416,16 @@ class Batcher {
     return MakeTuple(std::move(fields));
   }
 
-  // The members' values stacked: [rows.size(), ...member].
-  Expr Stack(const std::vector<Ref>& rows, const TensorType& member, const SourceLoc& loc) {
-    std::string key;
-    for (const Ref& r : rows) r.AppendKey(key);
-    auto memo = stacks_.find(key);
-    if (memo != stacks_.end()) return memo->second;
+  // The rows stacked in order: a gather per run of rows from one batch (none
+  // for a batch read whole), a stack per run of other values, one concat.
+  Expr Concatenate(const std::vector<Ref>& rows, const TensorType& member, const SourceLoc& loc) {
     std::vector<Expr> pieces;
     for (size_t i = 0; i < rows.size();) {
       const Ref& r = rows[i];
       if (r.kind != Ref::Kind::kRow) {
-        pieces.push_back(NewBinding("reshape", {Materialize(r)}, {{"shape", Prepend(1, member.shape)}}, loc));
-        ++i;
+        std::vector<Expr> values;
+        for (; i < rows.size() && rows[i].kind != Ref::Kind::kRow; ++i) values.push_back(Materialize(rows[i]));
+        pieces.push_back(NewBinding("stack", std::move(values), {{"axis", int64_t{0}}}, loc));
         continue;
       }
       std::vector<int64_t> indices;
@@ -450,10 +448,53 @@ class Batcher {
       }
       i = j;
     }
-    Expr stacked = pieces[0];
-    if (pieces.size() > 1) {
-      stacked = NewBinding("concat", pieces, {{"axis", int64_t{0}}}, loc);
+    if (pieces.size() == 1) return pieces[0];
+    stats_.copied_bytes += static_cast<int64_t>(rows.size()) * Bytes(member);
+    return NewBinding("concat", pieces, {{"axis", int64_t{0}}}, loc);
+  }
+
+  // The members' values stacked: [rows.size(), ...member].
+  Expr Stack(const std::vector<Ref>& rows, const TensorType& member, const SourceLoc& loc) {
+    std::string key;
+    for (const Ref& r : rows) r.AppendKey(key);
+    auto memo = stacks_.find(key);
+    if (memo != stacks_.end()) return memo->second;
+    // Runs of consecutive rows from one batch are one gather each. When the
+    // rows interleave a few batches (a node's children come from every level
+    // below it), that is a gather per row: instead, one gather per batch, then
+    // a permutation back into the members' order.
+    std::vector<std::pair<int, int>> sources;  // (batch, output) of each run, in order
+    for (size_t i = 0; i < rows.size(); ++i) {
+      bool run_start = i == 0 || rows[i].kind != Ref::Kind::kRow || rows[i - 1].kind != Ref::Kind::kRow ||
+                       rows[i].batch != rows[i - 1].batch || rows[i].output != rows[i - 1].output;
+      if (run_start) sources.push_back(rows[i].kind == Ref::Kind::kRow ? std::make_pair(rows[i].batch, rows[i].output)
+                                                                      : std::make_pair(-1, static_cast<int>(i)));
+    }
+    std::vector<std::pair<int, int>> distinct = sources;
+    std::sort(distinct.begin(), distinct.end());
+    distinct.erase(std::unique(distinct.begin(), distinct.end()), distinct.end());
+    Expr stacked;
+    if (distinct.size() + 2 < sources.size()) {  // fewer operations that way
+      std::map<std::pair<int, int>, std::vector<size_t>> members_of;  // by source, in order
+      for (size_t i = 0; i < rows.size(); ++i) {
+        members_of[rows[i].kind == Ref::Kind::kRow ? std::make_pair(rows[i].batch, rows[i].output)
+                                                   : std::make_pair(-1, static_cast<int>(i))]
+            .push_back(i);
+      }
+      std::vector<Ref> grouped;
+      std::vector<int64_t> position(rows.size());  // of each member's row in `grouped`
+      for (const auto& [source, members] : members_of) {
+        for (size_t i : members) {
+          position[i] = static_cast<int64_t>(grouped.size());
+          grouped.push_back(rows[i]);
+        }
+      }
+      Expr gathered = Concatenate(grouped, member, loc);
+      Expr permutation = MakeConstant(Tensor::FromVector<int64_t>({static_cast<int64_t>(rows.size())}, position));
+      stacked = NewBinding("take", {gathered, permutation}, {}, loc);
       stats_.copied_bytes += static_cast<int64_t>(rows.size()) * Bytes(member);
+    } else {
+      stacked = Concatenate(rows, member, loc);
     }
     stacks_.emplace(std::move(key), stacked);
     return stacked;
