@@ -21,8 +21,6 @@ class ScopedLowerPriority {
   ScopedLowerPriority(const ScopedLowerPriority&) = delete;
   ScopedLowerPriority& operator=(const ScopedLowerPriority&) = delete;
 
-  bool lowered() const { return lowered_; }
-
  private:
   int thread_ = 0;
   int old_nice_ = 0;
