@@ -598,7 +598,7 @@ void EngineImpl::RunJob(Job& job) {
   if (dropped == SlotDrop::kInvalidated) return Cancel(job, "a definition it uses changed");
   int64_t job_start = NowMicros();
   // Stage times for the swap event; 0 for stages that did not run.
-  int64_t pe_us = 0, autodiff_us = 0, compile_us = 0;
+  int64_t pe_us = 0, batch_us = -1, autodiff_us = 0, compile_us = 0;  // batch_us < 0: not batched
   const char* stage = "arguments";
   ExecutablePtr exec;
   CompileNotes notes;
@@ -656,8 +656,9 @@ void EngineImpl::RunJob(Job& job) {
         // Not straight-line code (a dynamic if): the compile hook decides
         // what it can do with it (the residual interpreter, in value mode).
       }
+      if (batched) batch_us = NowMicros() - start;
       if (batched && On(EventKind::kBatch)) {
-        Event e = Make(EventKind::kBatch, entry.name, &sig, start, NowMicros() - start);
+        Event e = Make(EventKind::kBatch, entry.name, &sig, start, batch_us);
         e.fields.push_back({"job", job.id});
         e.fields.push_back({"groups", batch.groups});
         e.fields.push_back({"ops_before", batch.ops_before});
@@ -733,6 +734,7 @@ void EngineImpl::RunJob(Job& job) {
       e.fields.push_back({"job", job.id});
       e.fields.push_back({"mode", slot.key.mode});
       e.fields.push_back({"pe_us", pe_us});
+      if (batch_us >= 0) e.fields.push_back({"batch_us", batch_us});
       if (job.grad) e.fields.push_back({"autodiff_us", autodiff_us});
       if (notes.jit) {
         // The line of the issue: pe=… passes=… llvm=… kernels=… code=…

@@ -139,6 +139,13 @@ TEST(Tracing, TheEventsOfOneSignatureComeInThePipelinesOrder) {
   EXPECT_EQ(swap.Text("tier"), "native");
   EXPECT_GT(std::get<int64_t>(*swap.Find("kernels")), 0);
   EXPECT_EQ(std::get<int64_t>(*swap.Find("code_bytes")), std::get<int64_t>(*compile.Find("code_bytes")));
+  // The swap line sums the stages up: batching's time is the batch event's.
+  if (events->Count(EventKind::kBatch) > 0) {
+    ASSERT_TRUE(swap.Find("batch_us"));
+    EXPECT_EQ(std::get<int64_t>(*swap.Find("batch_us")), span(EventKind::kBatch).duration_us);
+  } else {
+    EXPECT_FALSE(swap.Find("batch_us"));
+  }
 }
 
 TEST(Tracing, TheTraceFileHoldsEveryEventWithTheDocumentedSchema) {
@@ -274,7 +281,7 @@ TEST(Tracing, LogLinesOfSwapMissAndRefusedCarryTheirFields) {
   EXPECT_TRUE(std::regex_match(
       one("swap       loss        " + sig),
       std::regex("swap       loss        " + sig +
-                 R"(  native  job=\d+  mode=grad:1  pe=\S+  autodiff=\S+  passes=\S+  llvm=\S+  kernels=\d+  )"
+                 R"(  native  job=\d+  mode=grad:1  pe=\S+  (batch=\S+  )?autodiff=\S+  passes=\S+  llvm=\S+  kernels=\d+  )"
                  R"(code=\S+(KiB|B|MiB)  wait=\S+)")))
       << one("swap       loss");
   EXPECT_EQ(one("miss       loss        " + sig), "miss       loss        " + sig + "  -> interpreter (new, queue=0)");
