@@ -390,8 +390,8 @@ class Batcher {
         auto it = rows_.find(key);
         if (it != rows_.end()) return it->second;
         const Var& stacked = batches_[ref.batch].outputs[ref.output];
+        // One row of a batch, read as it lies: lowering views it.
         Var row = NewBinding("take", {stacked, MakeConstant(Tensor::ScalarOf(DType::kI64, ref.row))}, {}, stacked->loc);
-        stats_.copied_bytes += Bytes(TensorTypeOf(row));
         rows_.emplace(key, row);
         return row;
       }
@@ -425,6 +425,7 @@ class Batcher {
       if (r.kind != Ref::Kind::kRow) {
         std::vector<Expr> values;
         for (; i < rows.size() && rows[i].kind != Ref::Kind::kRow; ++i) values.push_back(Materialize(rows[i]));
+        stats_.copied_bytes += static_cast<int64_t>(values.size()) * Bytes(member);
         pieces.push_back(NewBinding("stack", std::move(values), {{"axis", int64_t{0}}}, loc));
         continue;
       }
@@ -436,15 +437,16 @@ class Batcher {
         indices.push_back(rows[j].row);
       }
       const Var& source = batches_[r.batch].outputs[r.output];
-      bool whole = static_cast<int64_t>(indices.size()) == TensorTypeOf(source).shape[0];
-      for (size_t k = 0; whole && k < indices.size(); ++k) whole = indices[k] == static_cast<int64_t>(k);
+      bool consecutive = true;  // then lowering views the rows, copying nothing
+      for (size_t k = 1; consecutive && k < indices.size(); ++k) consecutive = indices[k] == indices[0] + static_cast<int64_t>(k);
+      bool whole = consecutive && indices[0] == 0 && static_cast<int64_t>(indices.size()) == TensorTypeOf(source).shape[0];
       if (whole) {
         pieces.push_back(source);
       } else {
         auto count = static_cast<int64_t>(indices.size());
         Expr index = MakeConstant(Tensor::FromVector<int64_t>({count}, indices));
         pieces.push_back(NewBinding("take", {source, index}, {}, loc));
-        stats_.copied_bytes += count * Bytes(member);
+        if (!consecutive) stats_.copied_bytes += count * Bytes(member);
       }
       i = j;
     }
@@ -527,7 +529,49 @@ class Batcher {
     }
   }
 
-  void Emit(const std::vector<int>& members) {
+  // Layout: the order of a batch's rows is free, so pick the one that lets an
+  // operand be read as it lies. The operand chosen is the one whose members
+  // are distinct rows of earlier batches from the fewest batches (the rows of
+  // one batch are then read in order: whole or in consecutive blocks, which
+  // lowering views instead of copying); its rows sorted give the members'
+  // order. Orders propagate: a cell's elementwise chain keeps its GEMM's rows.
+  void OrderByLayout(std::vector<int>& members, std::vector<std::vector<Ref>>& operands, Rule rule) const {
+    int best = -1;
+    size_t best_sources = 0;
+    for (size_t p = 0; p < operands.size(); ++p) {
+      if (MustShare(rule, p)) continue;
+      std::vector<std::tuple<int, int, int64_t>> rows;
+      for (const Ref& r : operands[p]) {
+        if (r.kind != Ref::Kind::kRow) break;
+        rows.emplace_back(r.batch, r.output, r.row);
+      }
+      if (rows.size() != members.size()) continue;
+      std::sort(rows.begin(), rows.end());
+      if (std::adjacent_find(rows.begin(), rows.end()) != rows.end()) continue;  // a row read twice
+      size_t sources = 1;
+      for (size_t i = 1; i < rows.size(); ++i) {
+        sources += std::get<0>(rows[i]) != std::get<0>(rows[i - 1]) || std::get<1>(rows[i]) != std::get<1>(rows[i - 1]);
+      }
+      if (best < 0 || sources < best_sources) best = static_cast<int>(p), best_sources = sources;
+    }
+    if (best < 0) return;
+    std::vector<size_t> order(members.size());
+    std::iota(order.begin(), order.end(), 0);
+    const std::vector<Ref>& key = operands[best];
+    std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+      return std::tie(key[a].batch, key[a].output, key[a].row) < std::tie(key[b].batch, key[b].output, key[b].row);
+    });
+    std::vector<int> sorted_members;
+    for (size_t i : order) sorted_members.push_back(members[i]);
+    members = std::move(sorted_members);
+    for (std::vector<Ref>& refs : operands) {
+      std::vector<Ref> sorted;
+      for (size_t i : order) sorted.push_back(std::move(refs[i]));
+      refs = std::move(sorted);
+    }
+  }
+
+  void Emit(std::vector<int> members) {
     Rule rule = rule_of_[members[0]];
     if (members.size() < 2 || rule == Rule::kNone) {
       for (int i : members) EmitAlone(i);
@@ -536,10 +580,13 @@ class Batcher {
     const auto* first = As<OpCallNode>(in_.bindings[members[0]].value);
     const size_t arity = first->args.size();
     std::vector<std::vector<Ref>> operands(arity);
+    for (size_t p = 0; p < arity; ++p) {
+      for (int i : members) operands[p].push_back(RefOf(As<OpCallNode>(in_.bindings[i].value)->args[p]));
+    }
+    OrderByLayout(members, operands, rule);
     std::vector<bool> stacked(arity, false);
     bool any_stacked = false, degenerate = false;
     for (size_t p = 0; p < arity; ++p) {
-      for (int i : members) operands[p].push_back(RefOf(As<OpCallNode>(in_.bindings[i].value)->args[p]));
       if (MustShare(rule, p)) continue;
       std::string key0 = operands[p][0].Key();
       stacked[p] = std::any_of(operands[p].begin(), operands[p].end(), [&](const Ref& r) { return r.Key() != key0; });

@@ -22,10 +22,11 @@
 // the one with most computable members is emitted in part.
 //
 // A batched value is the members' values stacked along a new leading axis.
-// Operands are gathered from earlier batches with `take` (no copy when a
-// batch's rows are read whole and in order) and a member's row is read back
-// with `take` where an unbatched operator needs it; BatchStats counts those
-// copies. The result is ordinary straight-line IR with the same parameters:
+// Operands are gathered from earlier batches with `take`, and a member's row
+// is read back with `take` where an unbatched operator needs it. The order of
+// a batch's rows is chosen so that an operand's rows are read in the order
+// they lie: whole, or in blocks of consecutive rows, which lowering turns into
+// views of the batch (jit/plan.h); BatchStats counts the bytes still copied. The result is ordinary straight-line IR with the same parameters:
 // it type-checks, runs in the interpreter and differentiates.
 #pragma once
 
@@ -41,7 +42,7 @@ struct BatchStats {
   int64_t ops_after = 0;      // ... in the output (batched calls, gathers and reads included)
   int64_t groups = 0;         // batched calls emitted (two instances or more)
   int64_t batched_ops = 0;    // instances merged into them
-  int64_t copied_bytes = 0;   // bytes moved per run by gathers, concatenations and row reads
+  int64_t copied_bytes = 0;   // bytes moved per run by gathers and concatenations (views are free)
   double seconds = 0;
 
   std::string ToString() const;  // "groups=41 ops 6666 -> 520 copied=1.2MiB"

@@ -225,10 +225,13 @@ class NativeExecutable final : public Executable {
       results.push_back(Tensor::Empty(t.dtype, t.shape));
       address[b] = results.back().raw_data();
     }
-    for (size_t i = 0; i < plan_.buffers.size(); ++i) {
+    for (size_t i = 0; i < plan_.buffers.size(); ++i) {  // a view: what it views, plus its offset
+      int64_t offset = 0;
       size_t root = i;
-      while (plan_.buffers[root].kind == PlanBuffer::Kind::kAlias) root = plan_.buffers[root].alias_of;
-      address[i] = address[root];
+      for (; plan_.buffers[root].kind == PlanBuffer::Kind::kAlias; root = plan_.buffers[root].alias_of) {
+        offset += plan_.buffers[root].offset;
+      }
+      address[i] = static_cast<char*>(address[root]) + offset;
     }
     std::vector<void*> ptrs;
     const bool profile = !step_ns_.empty();

@@ -4,6 +4,7 @@
 #include <cstring>
 #include <functional>
 #include <map>
+#include <optional>
 #include <queue>
 #include <set>
 #include <unordered_map>
@@ -411,17 +412,54 @@ class Lowering {
       for (const Expr& a : call->args) step.inputs.push_back(BufferOfAtom(a));
       step.outputs = outs;
       // Moving bytes without changing them: view the input instead of copying.
-      FusionKind k = call->op->fusion;
-      bool reshape_like = k == FusionKind::kInjective &&
-                          (call->op->name == "reshape" || call->op->name == "expand_dims" ||
-                           call->op->name == "squeeze");
-      if (reshape_like) {
+      if (std::optional<int64_t> offset = outs.size() == 1 ? ViewOffset(*call, plan_.buffers[outs[0]].type) : std::nullopt) {
         plan_.buffers[outs[0]].kind = PlanBuffer::Kind::kAlias;
         plan_.buffers[outs[0]].alias_of = step.inputs[0];
+        plan_.buffers[outs[0]].offset = *offset;
         return;
       }
     }
     plan_.steps.push_back(std::move(step));
+  }
+
+  // When `call`'s result is bytes of its first operand as they lie (a
+  // reshape, or a block of consecutive rows: a batched value read in part),
+  // their byte offset there.
+  static std::optional<int64_t> ViewOffset(const OpCallNode& call, const TensorType& result) {
+    const std::string& op = call.op->name;
+    if (call.op->fusion == FusionKind::kInjective && (op == "reshape" || op == "expand_dims" || op == "squeeze")) {
+      return 0;
+    }
+    const TensorType in = TensorTypeOf(call.args[0]);
+    const int64_t row_bytes = in.rank() == 0 ? 0 : NumElements(in.shape) / std::max<int64_t>(1, in.shape[0]) *
+                                                        static_cast<int64_t>(SizeOf(in.dtype));
+    if (op == "take" && in.rank() >= 1) {
+      // Rows first, last, first + 1, ... of the table: constant, consecutive indices.
+      auto* index = As<ConstantNode>(call.args[1]);
+      if (!index || index->value.numel() == 0) return std::nullopt;
+      auto at = [&](int64_t i) { return static_cast<int64_t>(index->value.ElementAsDouble(i)); };
+      const int64_t first = at(0);
+      for (int64_t i = 1; i < index->value.numel(); ++i) {
+        if (at(i) != first + i) return std::nullopt;
+      }
+      if (first < 0 || first + index->value.numel() > in.shape[0]) return std::nullopt;
+      return first * row_bytes;
+    }
+    if (op == "slice" && in.rank() >= 1) {
+      // Contiguous when only the leading axis is cut.
+      const Shape& out = result.shape;
+      for (size_t a = 1; a < out.size(); ++a) {
+        if (out[a] != in.shape[a]) return std::nullopt;
+      }
+      const std::vector<int64_t> axes = call.attrs.GetInts("axes"), begins = call.attrs.GetInts("begins");
+      int64_t begin = 0;
+      for (size_t i = 0; i < axes.size(); ++i) {
+        int64_t axis = axes[i] < 0 ? axes[i] + in.rank() : axes[i];
+        if (axis == 0) begin = begins[i] < 0 ? begins[i] + in.shape[0] : begins[i];
+      }
+      return begin * row_bytes;
+    }
+    return std::nullopt;
   }
 
   // The buffer `b` reads its bytes from, following aliases.
@@ -575,6 +613,12 @@ std::string Plan::ToString() const {
                     " bytes (intermediates side by side: " + std::to_string(buffer_bytes) + " bytes)\n";
   for (size_t i = 0; i < params.size(); ++i) {
     out += "param " + name(params[i]) + ": " + buffers[params[i]].type.ToString() + "\n";
+  }
+  for (size_t b = 0; b < buffers.size(); ++b) {  // bytes of other buffers, as they lie
+    const PlanBuffer& buf = buffers[b];
+    if (buf.kind != PlanBuffer::Kind::kAlias) continue;
+    out += "view   " + name(static_cast<int>(b)) + " = " + name(buf.alias_of) +
+           (buf.offset ? " + " + std::to_string(buf.offset) + " bytes" : "") + "  " + buf.type.ToString() + "\n";
   }
   for (const PlanStep& s : steps) {
     std::string outs;

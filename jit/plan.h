@@ -8,7 +8,9 @@
 //      subexpression elimination, dead-code elimination.
 //   3. Fuse: trees of elementwise/broadcast operators whose inner results have
 //      one use become one kernel (one loop nest, no intermediate buffers).
-//   4. Alias: reshape-like operators reuse their input's buffer.
+//   4. Alias: reshape-like operators, and reads of a block of consecutive
+//      rows (`take` of constant consecutive indices, `slice` of the leading
+//      axis), view their input's bytes at an offset instead of copying.
 //   5. Plan memory: every intermediate buffer gets an offset in one arena;
 //      buffers whose lifetimes do not overlap share bytes.
 // The plan prints as text (`pejit compile --emit fused`) and is what codegen
@@ -31,7 +33,7 @@ struct PlanBuffer {
   TensorType type;
   int param = -1;         // kParam: parameter index
   Tensor constant;        // kConstant
-  int64_t offset = 0;     // kArena: byte offset in the arena
+  int64_t offset = 0;     // kArena: byte offset in the arena; kAlias: in alias_of's bytes
   int result = -1;        // kResult: index among the result tensors
   int alias_of = -1;      // kAlias: buffer whose bytes it views
   int first_step = -1, last_step = -1;  // lifetime, in steps

@@ -140,6 +140,36 @@ def @f(%a1: Tensor[(2, 3), f32], %a2: Tensor[(2, 3), f32], %v1: Tensor[(3,), f32
   }
 }
 
+TEST_F(BatchTest, ABatchIsLaidOutInTheOrderItsOperandsRowsLie) {
+  // The GEMMs' instances come in the order 3, 1, 2; their operands are the
+  // rows of the tanh batch, which lie in the order 1, 2, 3. The GEMM batch
+  // takes the order 1, 2, 3 and reads the tanh batch whole: the one copy
+  // left is stacking the parameters.
+  Snapshot s = Load(R"(
+def @act(%x: Tensor[(1, 4), f32]) -> Tensor[(1, 4), f32] { tanh(%x) }
+def @gemm(%a: Tensor[(1, 4), f32], %w: Tensor[(3, 4), f32], %b: Tensor[(3,), f32]) -> Tensor[(1, 3), f32] {
+  dense(%a, %w, %b)
+}
+def @f(%x1: Tensor[(1, 4), f32], %x2: Tensor[(1, 4), f32], %x3: Tensor[(1, 4), f32],
+       %w: Tensor[(3, 4), f32], %b: Tensor[(3,), f32]) {
+  let %a1 = @act(%x1);
+  let %a2 = @act(%x2);
+  let %a3 = @act(%x3);
+  let %h3 = @gemm(%a3, %w, %b);
+  let %h1 = @gemm(%a1, %w, %b);
+  let %h2 = @gemm(%a2, %w, %b);
+  (%h1, %h2, %h3)
+})");
+  Rng rng(3);
+  std::vector<Value> args;
+  for (Shape shape : {Shape{1, 4}, {1, 4}, {1, 4}, {3, 4}, {3}}) args.emplace_back(RandomUniform(rng, shape, -1, 1));
+  Residual r = PartialEvaluate(*s, "f", args);
+  BatchStats stats;
+  Func batched = CheckBatched(r.main, Flatten(args), &stats);
+  EXPECT_EQ(stats.groups, 2) << stats.ToString();
+  EXPECT_EQ(stats.copied_bytes, 3 * 4 * 4) << stats.ToString() << "\n" << PrintFunction("batched", batched);
+}
+
 class TreeLstmBatchTest : public BatchTest {
  protected:
   void SetUp() override {

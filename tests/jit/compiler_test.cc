@@ -231,6 +231,28 @@ def @f(%a: Tensor[(2, 3), f32], %b: Tensor[(3,), f32], %c: Tensor[(3, 3), f32], 
   CheckCompiled(s, "f", args);
 }
 
+TEST_F(CompilerTest, BlocksOfConsecutiveRowsAreViewedNotCopied) {
+  Snapshot s = Load(R"(
+def @f(%x: Tensor[(6, 4), f32]) {
+  let %y = exp(%x);
+  let %rows = take(%y, tensor(i64, (3,), [1, 2, 3]));
+  let %row = take(%y, tensor(i64, (), [4]));
+  let %cut = slice(%y, axes=[0], begins=[2], ends=[5]);
+  let %scattered = take(%y, tensor(i64, (2,), [0, 2]));
+  let %across = slice(%y, axes=[1], begins=[1], ends=[3]);
+  (mul(%rows, 2f32), neg(%row), add(%cut, %rows), tanh(%scattered), sigmoid(%across))
+})");
+  Rng rng(5);
+  CompileReport r = CheckCompiled(s, "f", {Value(RandomUniform(rng, {6, 4}, -1, 1))});
+  // Rows [1, 4) at byte 16, row 4 at 64, rows [2, 5) at 32: views of %y.
+  EXPECT_NE(r.plan.find("view   %rows#2 = %y#1 + 16 bytes  Tensor[(3, 4), f32]"), std::string::npos) << r.plan;
+  EXPECT_NE(r.plan.find("view   %row#4 = %y#1 + 64 bytes  Tensor[(4,), f32]"), std::string::npos) << r.plan;
+  EXPECT_NE(r.plan.find("view   %cut#6 = %y#1 + 32 bytes  Tensor[(3, 4), f32]"), std::string::npos) << r.plan;
+  // Rows 0 and 2, and columns 1 and 2 of every row, are not contiguous: copied.
+  EXPECT_NE(r.plan.find("= take(%y#1, %const"), std::string::npos) << r.plan;
+  EXPECT_NE(r.plan.find("= slice(%y#1; axes=[1]"), std::string::npos) << r.plan;
+}
+
 TEST_F(CompilerTest, KernelErrorsAtRunTimeAreReported) {
   Snapshot s = Load("def @f(%t: Tensor[(3, 2), f32], %i: Tensor[(2,), i64]) { take(%t, %i) }");
   Residual r = PartialEvaluate(*s, "f", {Value(Tensor::Zeros(DType::kF32, {3, 2})), Value(Tensor::FromVector<int64_t>({2}, {0, 1}))});
