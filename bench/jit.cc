@@ -77,25 +77,31 @@ void BM_TrainStepCompiled(benchmark::State& state) {
   auto session = JitSession::Create();
   double ignored = 0;
   BatchStats stats;
-  ExecutablePtr exe = session->Compile(TrainingProgram(w, state.range(1), &ignored, &ignored, &ignored, &stats));
+  CompileReport report;
+  ExecutablePtr exe =
+      session->Compile(TrainingProgram(w, state.range(1), &ignored, &ignored, &ignored, &stats), {}, &report);
   std::vector<Tensor> leaves = Flatten(w.args);
   for (auto _ : state) benchmark::DoNotOptimize(exe->Run(leaves));
   state.counters["trees_per_s"] = benchmark::Counter(static_cast<double>(state.range(0)), benchmark::Counter::kIsIterationInvariantRate);
   state.counters["batched_groups"] = static_cast<double>(stats.groups);
-  state.counters["copied_KiB"] = static_cast<double>(stats.copied_bytes) / 1024;
+  // Bytes the step moves without computing: gathers, concatenations, slices (forward and backward).
+  state.counters["copied_KiB"] = static_cast<double>(report.copied_bytes) / 1024;
+  state.counters["copy_steps"] = report.copy_steps;
   // Where the step's time goes, from a profiling build of the same program.
   CompileOptions profiling;
   profiling.profile = true;
   ExecutablePtr profiled = session->Compile(TrainingProgram(w, state.range(1), &ignored, &ignored, &ignored, &stats),
                                             profiling);
   for (int i = 0; i < 20; ++i) profiled->Run(leaves);
-  double total = 0, gemm = 0, flops = 0, fused = 0;
+  double total = 0, gemm = 0, flops = 0, fused = 0, copy = 0;
   for (const ProfileLine& line : profiled->profile()) {
     total += line.seconds;
     if (line.flops > 0) gemm += line.seconds, flops += line.flops * static_cast<double>(profiled->profiled_runs());
     if (line.step == "fused") fused += line.seconds;
+    if (line.step == "copy") copy += line.seconds;
   }
   state.counters["fused_share"] = fused / total;
+  state.counters["copy_share"] = copy / total;
   state.counters["gemm_share"] = gemm / total;
   state.counters["gemm_GFLOPs"] = gemm > 0 ? flops / gemm * 1e-9 : 0;
 }

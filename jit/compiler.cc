@@ -242,6 +242,11 @@ class NativeExecutable final : public Executable {
       if (profile) start = Clock::now();
       if (kernels_[s]) {
         kernels_[s](ptrs.data(), outer_[s]);
+      } else if (plan_.steps[s].kind == PlanStep::Kind::kCopy) {
+        char* to = static_cast<char*>(ptrs.back());
+        for (const CopyBlock& b : plan_.steps[s].blocks) {
+          std::memcpy(to + b.to, static_cast<const char*>(ptrs[b.input]) + b.from, b.bytes);
+        }
       } else {
         RunKernel(plan_.steps[s], ptrs);
       }
@@ -259,7 +264,9 @@ class NativeExecutable final : public Executable {
     std::map<std::string, ProfileLine> by_kind;
     for (size_t s = 0; s < step_ns_.size(); ++s) {
       const PlanStep& step = plan_.steps[s];
-      std::string kind = step.kind == PlanStep::Kind::kFused ? "fused" : step.op->name;
+      std::string kind = step.kind == PlanStep::Kind::kFused  ? "fused"
+                         : step.kind == PlanStep::Kind::kCopy ? "copy"
+                                                              : step.op->name;
       ProfileLine& line = by_kind[kind];
       line.step = kind;
       ++line.steps;
@@ -705,6 +712,9 @@ ExecutablePtr JitSession::Compile(const Func& program, const CompileOptions& opt
   r.fused_kernels = static_cast<int>(std::count_if(plan.steps.begin(), plan.steps.end(),
                                                    [](const PlanStep& s) { return s.kind == PlanStep::Kind::kFused; }));
   r.arena_bytes = plan.arena_bytes;
+  r.copy_steps = static_cast<int>(std::count_if(plan.steps.begin(), plan.steps.end(),
+                                                [](const PlanStep& s) { return s.kind == PlanStep::Kind::kCopy; }));
+  r.copied_bytes = plan.copied_bytes();
   r.buffer_bytes = plan.buffer_bytes;
 
   // (2) Per fused step, its kernel: one a live module has, or a new one,

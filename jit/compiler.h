@@ -42,6 +42,8 @@ struct CompileReport {
   int distinct_fused_kernels = 0;  // fused kernels the steps call, each shared by every step alike
   int reused_fused_kernels = 0;    // ... of which compiled before, for a specialization still live
   int64_t arena_bytes = 0, buffer_bytes = 0;
+  int copy_steps = 0;        // steps that only move bytes (jit/plan.h)
+  int64_t copied_bytes = 0;  // ... per run
   size_t code_bytes = 0;  // machine code of the kernels compiled now, and constants
   double lower_ms = 0, codegen_ms = 0, optimize_ms = 0, machine_code_ms = 0;
 };

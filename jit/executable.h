@@ -27,7 +27,7 @@ class JitFailure : public std::runtime_error {
 
 // Where a compiled function's time went, per kind of step (CompileOptions::profile).
 struct ProfileLine {
-  std::string step;     // "fused" or the operator's name ("matmul", "take", ...)
+  std::string step;     // "fused", "copy" (moves bytes: jit/plan.h), or the operator's name ("matmul", ...)
   int64_t steps = 0;    // steps of that kind in the program
   double seconds = 0;   // summed over every run so far
   double flops = 0;     // per run: multiply-adds × 2 of GEMM steps, else 0

@@ -252,6 +252,7 @@ class Lowering {
     }
     CountUses(s);
     for (const Binding& b : s.bindings) LowerBinding(b);
+    std::erase_if(plan_.steps, [](const PlanStep& step) { return step.outputs.empty(); });  // composed copies
     LowerResult(s.result);
     plan_.result_type = ResultType(s.result);
     Lifetimes();
@@ -267,6 +268,7 @@ class Lowering {
   std::unordered_map<const ExprNode*, int> uses_;
   std::unordered_set<const ExprNode*> inlined_;                          // fused into their consumer
   std::unordered_map<const ExprNode*, int> constant_buffers_;
+  std::unordered_map<int, size_t> copy_step_of_;  // buffer → the copy step writing it
 
   int NewBuffer(PlanBuffer::Kind kind, TensorType type, std::string name) {
     PlanBuffer b;
@@ -418,8 +420,166 @@ class Lowering {
         plan_.buffers[outs[0]].offset = *offset;
         return;
       }
+      std::optional<std::vector<CopyBlock>> blocks;
+      if (outs.size() == 1) blocks = CopyBlocks(*call, plan_.buffers[outs[0]].type);
+      if (blocks) {
+        step.kind = PlanStep::Kind::kCopy;
+        step.blocks = std::move(*blocks);
+        ComposeCopies(*call, step);
+        copy_step_of_[outs[0]] = plan_.steps.size();
+      }
     }
     plan_.steps.push_back(std::move(step));
+  }
+
+  // The blocks `call` moves when it only moves bytes, at most kMaxCopyBlocks
+  // of them; nullopt for other operators (and for indices out of range,
+  // which the kernel reports at run time).
+  static std::optional<std::vector<CopyBlock>> CopyBlocks(const OpCallNode& call, const TensorType& result) {
+    constexpr int64_t kMaxCopyBlocks = 1 << 16;
+    const std::string& op = call.op->name;
+    const int64_t elem = static_cast<int64_t>(SizeOf(result.dtype));
+    auto product = [](const Shape& shape, size_t from, size_t to) {
+      int64_t n = 1;
+      for (size_t i = from; i < to; ++i) n *= shape[i];
+      return n;
+    };
+    std::vector<CopyBlock> blocks;
+    auto add = [&](int input, int64_t from, int64_t to, int64_t bytes) {
+      if (bytes == 0) return;
+      if (!blocks.empty()) {
+        CopyBlock& last = blocks.back();
+        if (last.input == input && last.from + last.bytes == from && last.to + last.bytes == to) {
+          last.bytes += bytes;
+          return;
+        }
+      }
+      blocks.push_back({input, from, to, bytes});
+    };
+    if (op == "copy") {
+      add(0, 0, 0, NumElements(result.shape) * elem);
+      return blocks;
+    }
+    if (op == "take") {
+      auto* index = As<ConstantNode>(call.args[1]);
+      const TensorType table = TensorTypeOf(call.args[0]);
+      if (!index || index->value.numel() > kMaxCopyBlocks) return std::nullopt;
+      const int64_t row = product(table.shape, 1, table.shape.size()) * elem;
+      for (int64_t i = 0; i < index->value.numel(); ++i) {
+        auto r = static_cast<int64_t>(index->value.ElementAsDouble(i));
+        if (r < 0 || r >= table.shape[0]) return std::nullopt;
+        add(0, r * row, i * row, row);
+      }
+      return blocks;
+    }
+    if (op == "concat" || op == "stack") {
+      // Per index of the axes before `axis`, each input's block in turn.
+      const int rank = static_cast<int>(result.rank());
+      int64_t axis = call.attrs.GetInt("axis");
+      if (axis < 0) axis += rank;
+      const int64_t outer = product(result.shape, 0, static_cast<size_t>(axis));
+      if (outer * static_cast<int64_t>(call.args.size()) > kMaxCopyBlocks) return std::nullopt;
+      std::vector<int64_t> piece(call.args.size());
+      for (size_t i = 0; i < call.args.size(); ++i) piece[i] = NumElements(TensorTypeOf(call.args[i]).shape) / outer * elem;
+      int64_t to = 0;
+      for (int64_t o = 0; o < outer; ++o) {
+        for (size_t i = 0; i < call.args.size(); ++i) {
+          add(static_cast<int>(i), o * piece[i], to, piece[i]);
+          to += piece[i];
+        }
+      }
+      return blocks;
+    }
+    if (op == "slice") {
+      // Contiguous runs: the last axis cut and every axis after it.
+      const Shape in = TensorTypeOf(call.args[0]).shape;
+      const size_t rank = in.size();
+      Shape begin(rank, 0);
+      const std::vector<int64_t> axes = call.attrs.GetInts("axes"), begins = call.attrs.GetInts("begins");
+      for (size_t i = 0; i < axes.size(); ++i) {
+        int64_t axis = axes[i] < 0 ? axes[i] + static_cast<int64_t>(rank) : axes[i];
+        begin[axis] = begins[i] < 0 ? begins[i] + in[axis] : begins[i];
+      }
+      size_t cut = 0;  // the last axis whose extent changes, + 1
+      for (size_t a = 0; a < rank; ++a) {
+        if (result.shape[a] != in[a]) cut = a + 1;
+      }
+      if (cut == 0) {
+        add(0, 0, 0, NumElements(in) * elem);
+        return blocks;
+      }
+      const int64_t runs = product(result.shape, 0, cut - 1);
+      if (runs > kMaxCopyBlocks) return std::nullopt;
+      const Shape strides = RowMajorStrides(in);
+      const int64_t run = result.shape[cut - 1] * strides[cut - 1] * elem;
+      Shape at(cut - 1, 0);  // index over the axes before the cut one
+      for (int64_t r = 0; r < runs; ++r) {
+        int64_t from = begin[cut - 1] * strides[cut - 1];
+        for (size_t a = 0; a + 1 < cut; ++a) from += (begin[a] + at[a]) * strides[a];
+        add(0, from * elem, r * run, run);
+        for (size_t a = cut - 1; a-- > 0;) {  // next index, last axis fastest
+          if (++at[a] < result.shape[a]) break;
+          at[a] = 0;
+        }
+      }
+      return blocks;
+    }
+    return std::nullopt;
+  }
+
+  // When an input of copy `step` is the output of an earlier copy used only
+  // here, reads those bytes where that copy took them from, and drops it.
+  void ComposeCopies(const OpCallNode& call, PlanStep& step) {
+    std::vector<int> inputs;
+    auto input_index = [&](int buffer) {
+      auto it = std::find(inputs.begin(), inputs.end(), buffer);
+      if (it != inputs.end()) return static_cast<int>(it - inputs.begin());
+      inputs.push_back(buffer);
+      return static_cast<int>(inputs.size()) - 1;
+    };
+    std::vector<CopyBlock> blocks;
+    auto add = [&](CopyBlock b) {
+      if (!blocks.empty()) {
+        CopyBlock& last = blocks.back();
+        if (last.input == b.input && last.from + last.bytes == b.from && last.to + last.bytes == b.to) {
+          last.bytes += b.bytes;
+          return;
+        }
+      }
+      blocks.push_back(b);
+    };
+    std::vector<const PlanStep*> producer(step.inputs.size(), nullptr);
+    for (size_t k = 0; k < step.inputs.size(); ++k) {
+      const Expr& arg = call.args[k];
+      auto it = copy_step_of_.find(step.inputs[k]);
+      if (arg->kind == ExprKind::kVar && uses_[arg.get()] == 1 && it != copy_step_of_.end()) {
+        producer[k] = &plan_.steps[it->second];
+      }
+    }
+    if (std::none_of(producer.begin(), producer.end(), [](const PlanStep* p) { return p != nullptr; })) return;
+    for (const CopyBlock& b : step.blocks) {
+      const PlanStep* p = producer[b.input];
+      if (!p) {
+        add({input_index(step.inputs[b.input]), b.from, b.to, b.bytes});
+        continue;
+      }
+      // The producer's blocks (in order of `to`) that cover [b.from, b.from + b.bytes).
+      auto first = std::upper_bound(p->blocks.begin(), p->blocks.end(), b.from,
+                                    [](int64_t at, const CopyBlock& q) { return at < q.to; });
+      if (first == p->blocks.begin()) throw JitFailure("plan: a copy reads bytes no copy wrote");
+      for (auto q = std::prev(first); q != p->blocks.end() && q->to < b.from + b.bytes; ++q) {
+        int64_t lo = std::max(b.from, q->to), hi = std::min(b.from + b.bytes, q->to + q->bytes);
+        add({input_index(p->inputs[q->input]), q->from + (lo - q->to), b.to + (lo - b.from), hi - lo});
+      }
+    }
+    for (size_t k = 0; k < producer.size(); ++k) {
+      if (!producer[k]) continue;
+      PlanStep& dead = plan_.steps[copy_step_of_.at(step.inputs[k])];
+      copy_step_of_.erase(dead.outputs[0]);
+      dead.outputs.clear();  // removed once lowering is done
+    }
+    step.inputs = std::move(inputs);
+    step.blocks = std::move(blocks);
   }
 
   // When `call`'s result is bytes of its first operand as they lie (a
@@ -490,13 +650,15 @@ class Lowering {
         plan_.results.push_back(b);
         continue;
       }
+      const int64_t bytes = buf.bytes();  // `buf` does not outlive NewBuffer
       int copy = NewBuffer(PlanBuffer::Kind::kResult, buf.type, "result" + std::to_string(index));
       plan_.buffers[copy].result = index;
       PlanStep step;
-      step.kind = PlanStep::Kind::kKernel;
+      step.kind = PlanStep::Kind::kCopy;
       step.op = &LookupOp("copy");
       step.inputs = {b};
       step.outputs = {copy};
+      step.blocks = {{0, 0, 0, bytes}};
       plan_.steps.push_back(std::move(step));
       plan_.results.push_back(copy);
     }
@@ -532,7 +694,8 @@ class Lowering {
   void PlanMemory() {
     std::vector<int> order;
     for (size_t b = 0; b < plan_.buffers.size(); ++b) {
-      if (plan_.buffers[b].kind == PlanBuffer::Kind::kArena) order.push_back(static_cast<int>(b));
+      const PlanBuffer& buf = plan_.buffers[b];
+      if (buf.kind == PlanBuffer::Kind::kArena && buf.first_step >= 0) order.push_back(static_cast<int>(b));
     }
     std::stable_sort(order.begin(), order.end(),
                      [&](int a, int b) { return plan_.buffers[a].first_step < plan_.buffers[b].first_step; });
@@ -593,6 +756,14 @@ class Lowering {
 
 Plan Lower(const Func& program, const LowerOptions& options) { return Lowering(options).Run(program); }
 
+int64_t Plan::copied_bytes() const {
+  int64_t bytes = 0;
+  for (const PlanStep& step : steps) {
+    for (const CopyBlock& b : step.blocks) bytes += b.bytes;
+  }
+  return bytes;
+}
+
 std::string Plan::ToString() const {
   auto name = [&](int b) {
     const PlanBuffer& buf = buffers[b];
@@ -627,6 +798,11 @@ std::string Plan::ToString() const {
     for (int b : s.inputs) ins += (ins.empty() ? "" : ", ") + name(b);
     if (s.kind == PlanStep::Kind::kKernel) {
       out += "kernel " + outs + " = " + s.op->name + "(" + ins + (s.attrs.empty() ? "" : "; " + s.attrs.ToString()) + ")\n";
+    } else if (s.kind == PlanStep::Kind::kCopy) {
+      int64_t bytes = 0;
+      for (const CopyBlock& b : s.blocks) bytes += b.bytes;
+      out += "copy   " + outs + " = " + s.op->name + "(" + ins + ")  " + std::to_string(s.blocks.size()) + " blocks, " +
+             std::to_string(bytes) + " bytes\n";
     } else {
       std::string ops;
       for (const std::string& o : s.fused_ops) ops += (ops.empty() ? "" : ", ") + o;

@@ -11,7 +11,12 @@
 //   4. Alias: reshape-like operators, and reads of a block of consecutive
 //      rows (`take` of constant consecutive indices, `slice` of the leading
 //      axis), view their input's bytes at an offset instead of copying.
-//   5. Plan memory: every intermediate buffer gets an offset in one arena;
+//   5. Copy: operators that only move bytes (gathers of constant rows,
+//      concatenations, stacks, slices) become lists of blocks to memcpy, and
+//      a copy of bytes another copy just made (a gather into a concatenation,
+//      then permuted) reads them where they came from: one step, no buffer
+//      in between.
+//   6. Plan memory: every intermediate buffer gets an offset in one arena;
 //      buffers whose lifetimes do not overlap share bytes.
 // The plan prints as text (`pejit compile --emit fused`) and is what codegen
 // (jit/codegen.cc) turns into LLVM IR.
@@ -54,16 +59,26 @@ struct FusedNode {
   DType dtype = DType::kF32; // the node's element type
 };
 
+// Bytes [from, from + bytes) of a copy step's input `input` (an index into
+// its `inputs`) go to [to, to + bytes) of its output.
+struct CopyBlock {
+  int input = 0;
+  int64_t from = 0, to = 0, bytes = 0;
+};
+
 struct PlanStep {
-  enum class Kind : uint8_t { kKernel, kFused };
+  enum class Kind : uint8_t { kKernel, kFused, kCopy };
   Kind kind;
   // kKernel: a registered operator's kernel, called through the runtime.
+  // kCopy: the operator (take, concat, stack, slice, copy) whose bytes `blocks` move.
   const OpDef* op = nullptr;
   Attrs attrs;
   std::vector<int> inputs, outputs;  // buffers
   // kFused: `nodes` computes outputs[0] elementwise over its shape.
   std::vector<FusedNode> nodes;
   std::vector<std::string> fused_ops;  // names of the operators fused, in order
+  // kCopy: every byte of outputs[0], in order of `to`.
+  std::vector<CopyBlock> blocks;
 };
 
 struct Plan {
@@ -74,6 +89,8 @@ struct Plan {
   Type result_type;
   int64_t arena_bytes = 0;    // after sharing
   int64_t buffer_bytes = 0;   // all intermediates side by side
+
+  int64_t copied_bytes() const;  // what the copy steps move per run
 
   int kernels() const { return static_cast<int>(steps.size()); }
   std::string ToString() const;

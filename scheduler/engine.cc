@@ -770,6 +770,8 @@ void EngineImpl::EmitCompileStages(const std::string& entry, const Signature& si
     e.fields.push_back({"kernels", static_cast<int64_t>(r.kernels)});
     e.fields.push_back({"fused_kernels", static_cast<int64_t>(r.fused_kernels)});
     e.fields.push_back({"arena_bytes", r.arena_bytes});
+    e.fields.push_back({"copy_steps", static_cast<int64_t>(r.copy_steps)});
+    e.fields.push_back({"copied_bytes", r.copied_bytes});
     Emit(e);
   }
   if (On(EventKind::kCodegen)) {

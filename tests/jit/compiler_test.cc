@@ -248,9 +248,32 @@ def @f(%x: Tensor[(6, 4), f32]) {
   EXPECT_NE(r.plan.find("view   %rows#2 = %y#1 + 16 bytes  Tensor[(3, 4), f32]"), std::string::npos) << r.plan;
   EXPECT_NE(r.plan.find("view   %row#4 = %y#1 + 64 bytes  Tensor[(4,), f32]"), std::string::npos) << r.plan;
   EXPECT_NE(r.plan.find("view   %cut#6 = %y#1 + 32 bytes  Tensor[(3, 4), f32]"), std::string::npos) << r.plan;
-  // Rows 0 and 2, and columns 1 and 2 of every row, are not contiguous: copied.
-  EXPECT_NE(r.plan.find("= take(%y#1, %const"), std::string::npos) << r.plan;
-  EXPECT_NE(r.plan.find("= slice(%y#1; axes=[1]"), std::string::npos) << r.plan;
+  // Rows 0 and 2, and columns 1 and 2 of every row, are not contiguous:
+  // copied, a block per row.
+  EXPECT_NE(r.plan.find("= take(%y#1, %const#8)  2 blocks, 32 bytes"), std::string::npos) << r.plan;
+  EXPECT_NE(r.plan.find("= slice(%y#1)  6 blocks, 48 bytes"), std::string::npos) << r.plan;
+}
+
+TEST_F(CompilerTest, CopiesOfCopiesReadWhereTheBytesCameFrom) {
+  // A gather of rows from two batches, concatenated, then permuted (what
+  // batching emits for a tree level's children): one copy step, its blocks
+  // read from %a and %b, and no buffer in between.
+  Snapshot s = Load(R"(
+def @f(%x: Tensor[(4, 3), f32], %z: Tensor[(5, 3), f32]) {
+  let %a = exp(%x);
+  let %b = tanh(%z);
+  let %rows = concat(take(%a, tensor(i64, (2,), [3, 0])), take(%b, tensor(i64, (3,), [1, 2, 4])), axis=0);
+  let %permuted = take(%rows, tensor(i64, (5,), [4, 0, 2, 3, 1]));
+  let %stacked = stack(%permuted, %b, axis=1);
+  neg(%stacked)
+})");
+  Rng rng(6);
+  CompileReport r = CheckCompiled(s, "f", {Value(RandomUniform(rng, {4, 3}, -1, 1)), Value(RandomUniform(rng, {5, 3}, -1, 1))});
+  // Rows of the result: (b4, b0), (a3, b1), (b1, b2), (b2, b3), (a0, b4); the
+  // (b1, b2) and (b2, b3) pairs lie in %b as one block each: 8 blocks.
+  EXPECT_EQ(r.kernels, 4) << r.plan;  // exp, tanh, one copy, neg
+  EXPECT_NE(r.plan.find("copy   %stacked#11 [arena+128] = stack(%b#3, %a#2)  8 blocks, 120 bytes"), std::string::npos)
+      << r.plan;
 }
 
 TEST_F(CompilerTest, KernelErrorsAtRunTimeAreReported) {
