@@ -127,7 +127,7 @@ Func EliminateDeadCode(const Func& program) {
   return Recompose(s);
 }
 
-Func CombineScatterAdds(const Func& program) {
+Func CombineSums(const Func& program) {
   Straight s = Decompose(program);
   std::unordered_map<const ExprNode*, int> uses, binding_of;
   std::function<void(const Expr&)> count = [&](const Expr& e) {
@@ -169,7 +169,7 @@ Func CombineScatterAdds(const Func& program) {
     Attrs normalized = NormalizeAttrs(def, attrs);
     std::vector<TensorType> in;
     for (const Expr& a : args) in.push_back(TensorTypeOf(a));
-    Var v = MakeVar("scatter" + std::to_string(fresh++), TensorTy(InferTypes(def, in, normalized)[0]));
+    Var v = MakeVar("sum" + std::to_string(fresh++), TensorTy(InferTypes(def, in, normalized)[0]));
     out.push_back({v, std::make_shared<OpCallNode>(&def, std::move(args), normalized, SourceLoc{})});
     return v;
   };
@@ -180,43 +180,66 @@ Func CombineScatterAdds(const Func& program) {
       continue;
     }
     const TensorType type = TensorTypeOf(b.var);
-    // The sum's terms; scatter_adds of constant indices into the same rows
-    // become one scatter_add of their values, concatenated.
+    // The sum's terms, by kind.
     std::vector<Expr> others;
-    std::vector<const OpCallNode*> scatters;
+    std::vector<std::pair<Expr, const OpCallNode*>> scatters, products;  // (term, its call)
     std::function<void(const Expr&)> collect = [&](const Expr& term) {
       if (const OpCallNode* a = call_of(term, "add"); is_sum(a, type)) {
         for (const Expr& t : a->args) collect(t);
       } else if (const OpCallNode* sc = call_of(term, "scatter_add");
                  sc && sc->args[1]->kind == ExprKind::kConstant) {
-        scatters.push_back(sc);
+        scatters.emplace_back(term, sc);
+      } else if (const OpCallNode* mm = call_of(term, "matmul");
+                 mm && mm->attrs.GetBool("transpose_a") && !mm->attrs.GetBool("transpose_b") &&
+                 TensorTypeOf(mm->args[0]).rank() == 2 && TensorTypeOf(mm->args[1]).rank() == 2) {
+        products.emplace_back(term, mm);
       } else {
         others.push_back(term);
       }
     };
     for (const Expr& a : add->args) collect(a);
-    if (scatters.size() < 2) {
+    if (scatters.size() < 2 && products.size() < 2) {
       out.push_back(b);
       continue;
     }
-    std::vector<Expr> values;
-    std::vector<int64_t> indices;
-    for (const OpCallNode* sc : scatters) {
-      const Tensor& idx = As<ConstantNode>(sc->args[1])->value;
-      for (int64_t k = 0; k < idx.numel(); ++k) indices.push_back(idx.data<int64_t>()[k]);
-      Shape flat = TensorTypeOf(sc->args[0]).shape;
-      flat.erase(flat.begin(), flat.begin() + idx.rank());
-      flat.insert(flat.begin(), idx.numel());
-      values.push_back(emit("reshape", {sc->args[0]}, {{"shape", flat}}));
+    auto concat = [&](std::vector<Expr> values) {
+      return values.size() == 1 ? values[0] : emit("concat", std::move(values), {{"axis", int64_t{0}}});
+    };
+    std::vector<Expr> terms;
+    if (scatters.size() >= 2) {
+      std::vector<Expr> values;
+      std::vector<int64_t> indices;
+      for (const auto& [term, sc] : scatters) {
+        const Tensor& idx = As<ConstantNode>(sc->args[1])->value;
+        for (int64_t k = 0; k < idx.numel(); ++k) indices.push_back(idx.data<int64_t>()[k]);
+        Shape flat = TensorTypeOf(sc->args[0]).shape;
+        flat.erase(flat.begin(), flat.begin() + idx.rank());
+        flat.insert(flat.begin(), idx.numel());
+        values.push_back(emit("reshape", {sc->args[0]}, {{"shape", flat}}));
+      }
+      auto count_indices = static_cast<int64_t>(indices.size());
+      terms.push_back(emit("scatter_add",
+                           {concat(std::move(values)), MakeConstant(Tensor::FromVector<int64_t>({count_indices}, indices))},
+                           scatters[0].second->attrs));
+    } else {
+      for (const auto& [term, sc] : scatters) others.push_back(term);
     }
-    Expr all = values.size() == 1 ? values[0] : emit("concat", values, {{"axis", int64_t{0}}});
-    auto count_indices = static_cast<int64_t>(indices.size());
-    Expr sum = emit("scatter_add", {all, MakeConstant(Tensor::FromVector<int64_t>({count_indices}, indices))},
-                    scatters[0]->attrs);
-    for (size_t k = 0; k + 1 < others.size(); ++k) sum = emit("add", {sum, others[k]}, {});
-    out.push_back({b.var, others.empty() ? MakeOpCall("reshape", {sum}, {{"shape", type.shape}})
-                                         : std::make_shared<OpCallNode>(add->op, std::vector<Expr>{sum, others.back()},
-                                                                        add->attrs, add->loc)});
+    if (products.size() >= 2) {
+      std::vector<Expr> a, c;
+      for (const auto& [term, mm] : products) {
+        a.push_back(mm->args[0]);
+        c.push_back(mm->args[1]);
+      }
+      terms.push_back(emit("matmul", {concat(std::move(a)), concat(std::move(c))}, products[0].second->attrs));
+    } else {
+      for (const auto& [term, mm] : products) others.push_back(term);
+    }
+    terms.insert(terms.end(), others.begin(), others.end());
+    Expr sum = terms[0];
+    for (size_t k = 1; k + 1 < terms.size(); ++k) sum = emit("add", {sum, terms[k]}, {});
+    out.push_back({b.var, terms.size() == 1 ? MakeOpCall("reshape", {sum}, {{"shape", type.shape}})
+                                            : std::make_shared<OpCallNode>(add->op, std::vector<Expr>{sum, terms.back()},
+                                                                           add->attrs, add->loc)});
   }
   s.bindings = std::move(out);
   return EliminateDeadCode(Recompose(s));
@@ -239,7 +262,7 @@ class Lowering {
     Func f = program;
     Decompose(f);  // checks
     f = FoldConstants(f);
-    f = CombineScatterAdds(f);
+    f = CombineSums(f);
     if (options_.cse) f = EliminateCommonSubexpressions(f);
     f = EliminateDeadCode(f);
     Straight s = Decompose(f);
@@ -254,6 +277,8 @@ class Lowering {
     for (const Binding& b : s.bindings) LowerBinding(b);
     std::erase_if(plan_.steps, [](const PlanStep& step) { return step.outputs.empty(); });  // composed copies
     LowerResult(s.result);
+    ConcatenateInPlace();
+    std::erase_if(plan_.steps, [](const PlanStep& step) { return step.outputs.empty(); });
     plan_.result_type = ResultType(s.result);
     Lifetimes();
     PlanMemory();
@@ -673,11 +698,55 @@ class Lowering {
     return TensorTy(TensorTypeOf(e));
   }
 
+  // A value concatenated whole is computed where the concatenation puts it:
+  // its buffer becomes a view of the concatenation's, which is then copied
+  // only from the inputs that cannot be (parameters, constants, views of
+  // part of a buffer, values in another concatenation already). A
+  // concatenation left with nothing to copy is dropped.
+  void ConcatenateInPlace() {
+    for (PlanStep& step : plan_.steps) {
+      if (step.kind != PlanStep::Kind::kCopy || (step.op->name != "concat" && step.op->name != "stack")) continue;
+      const int out = step.outputs[0];
+      std::vector<int> reads(step.inputs.size(), 0);
+      for (const CopyBlock& b : step.blocks) ++reads[b.input];
+      std::vector<CopyBlock> kept;
+      for (const CopyBlock& b : step.blocks) {
+        int64_t offset = 0;
+        int root = step.inputs[b.input];
+        for (; plan_.buffers[root].kind == PlanBuffer::Kind::kAlias; root = plan_.buffers[root].alias_of) {
+          offset += plan_.buffers[root].offset;
+        }
+        PlanBuffer& value = plan_.buffers[root];
+        bool whole = reads[b.input] == 1 && b.from == 0 && offset == 0 && b.bytes == value.bytes();
+        if (!whole || value.kind != PlanBuffer::Kind::kArena || root == Root(out)) {
+          kept.push_back(b);
+          continue;
+        }
+        value.kind = PlanBuffer::Kind::kAlias;
+        value.alias_of = out;
+        value.offset = b.to;
+      }
+      if (kept.empty()) {
+        step.outputs.clear();  // removed by the caller
+        continue;
+      }
+      std::vector<int> inputs;
+      for (CopyBlock& b : kept) {
+        int buffer = step.inputs[b.input];
+        auto it = std::find(inputs.begin(), inputs.end(), buffer);
+        b.input = static_cast<int>(it - inputs.begin());
+        if (it == inputs.end()) inputs.push_back(buffer);
+      }
+      step.inputs = std::move(inputs);
+      step.blocks = std::move(kept);
+    }
+  }
+
   void Lifetimes() {
     for (size_t s = 0; s < plan_.steps.size(); ++s) {
       int step = static_cast<int>(s);
-      for (int b : plan_.steps[s].outputs) {
-        PlanBuffer& buf = plan_.buffers[b];
+      for (int b : plan_.steps[s].outputs) {  // written in place of a concatenation: its root
+        PlanBuffer& buf = plan_.buffers[Root(b)];
         if (buf.first_step < 0) buf.first_step = step;
         buf.last_step = std::max(buf.last_step, step);
       }

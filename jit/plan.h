@@ -4,7 +4,7 @@
 // Lowering runs these passes, each small and testable alone (jit/plan.cc):
 //   1. Check: the program is straight-line tensor code (lets of operator
 //      calls, tuples and projections) with fully known shapes.
-//   2. Simplify: constant folding, sums of scatters combined, common-
+//   2. Simplify: constant folding, per-level sums combined, common-
 //      subexpression elimination, dead-code elimination.
 //   3. Fuse: trees of elementwise/broadcast operators whose inner results have
 //      one use become one kernel (one loop nest, no intermediate buffers).
@@ -15,7 +15,8 @@
 //      concatenations, stacks, slices) become lists of blocks to memcpy, and
 //      a copy of bytes another copy just made (a gather into a concatenation,
 //      then permuted) reads them where they came from: one step, no buffer
-//      in between.
+//      in between. A value concatenated whole is computed in place, inside
+//      the concatenation's buffer.
 //   6. Plan memory: every intermediate buffer gets an offset in one arena;
 //      buffers whose lifetimes do not overlap share bytes.
 // The plan prints as text (`pejit compile --emit fused`) and is what codegen
@@ -109,10 +110,17 @@ Plan Lower(const Func& program, const LowerOptions& options = {});
 Func FoldConstants(const Func& program);
 Func EliminateCommonSubexpressions(const Func& program);
 Func EliminateDeadCode(const Func& program);
-// A sum of scatter_adds of literal constant indices (so, after FoldConstants)
-// into the same rows (a batched value's gradient, gathered from by many tree
-// levels) becomes one scatter_add of the values concatenated: one zeroed
-// buffer, not one per term. Reassociates the sum: the last bits may differ.
-Func CombineScatterAdds(const Func& program);
+// Sums whose terms are computed per tree level become one computation over
+// all levels' rows:
+//  - scatter_adds of literal constant indices (so, after FoldConstants) into
+//    the same rows (a batched value's gradient, gathered from by many levels)
+//    become one scatter_add of the values concatenated: one zeroed buffer,
+//    not one per term;
+//  - products over rows, matmul(a_i, b_i, transpose_a=true) (a weight's
+//    gradient, one per level), become one matmul of the a_i and of the b_i
+//    concatenated: one GEMM whose inner dimension is every level's rows,
+//    not many with a few rows each.
+// Reassociates the sum: the last bits may differ.
+Func CombineSums(const Func& program);
 
 }  // namespace pejit

@@ -222,7 +222,7 @@ def @f(%a: Tensor[(2, 3), f32], %b: Tensor[(3,), f32], %c: Tensor[(3, 3), f32], 
   std::vector<Value> args;
   for (Shape shape : {Shape{2, 3}, {3}, {3, 3}, {4, 3}}) args.emplace_back(RandomUniform(rng, shape, -1, 1));
   Func residual = PartialEvaluate(*s, "f", args).main;
-  Func combined = CombineScatterAdds(FoldConstants(residual));  // indices must be literal constants
+  Func combined = CombineSums(FoldConstants(residual));  // indices must be literal constants
   int scatters = 0;
   PostOrderVisit(combined->body, [&](const Expr& e) {
     if (auto* call = As<OpCallNode>(e); call && call->op->name == "scatter_add") ++scatters;
@@ -274,6 +274,51 @@ def @f(%x: Tensor[(4, 3), f32], %z: Tensor[(5, 3), f32]) {
   EXPECT_EQ(r.kernels, 4) << r.plan;  // exp, tanh, one copy, neg
   EXPECT_NE(r.plan.find("copy   %stacked#11 [arena+128] = stack(%b#3, %a#2)  8 blocks, 120 bytes"), std::string::npos)
       << r.plan;
+}
+
+TEST_F(CompilerTest, ProductsOverRowsSummedBecomeOneGemm) {
+  // A weight's gradient over three tree levels: sum of (dy_l)^T x_l.
+  Snapshot s = Load(R"(
+def @f(%d1: Tensor[(2, 3), f32], %x1: Tensor[(2, 4), f32], %d2: Tensor[(5, 3), f32], %x2: Tensor[(5, 4), f32],
+       %d3: Tensor[(1, 3), f32], %x3: Tensor[(1, 4), f32], %e: Tensor[(3, 4), f32]) {
+  let %g1 = matmul(%d1, %x1, transpose_a=true);
+  let %g2 = matmul(%d2, %x2, transpose_a=true);
+  let %g3 = matmul(%d3, %x3, transpose_a=true);
+  add(add(%g1, %e), add(%g2, %g3))
+})");
+  Rng rng(7);
+  std::vector<Value> args;
+  for (Shape shape : {Shape{2, 3}, {2, 4}, {5, 3}, {5, 4}, {1, 3}, {1, 4}, {3, 4}}) {
+    args.emplace_back(RandomUniform(rng, shape, -1, 1));
+  }
+  Func combined = CombineSums(PartialEvaluate(*s, "f", args).main);
+  int gemms = 0;
+  PostOrderVisit(combined->body, [&](const Expr& e) {
+    if (auto* call = As<OpCallNode>(e); call && call->op->name == "matmul") ++gemms;
+  });
+  EXPECT_EQ(gemms, 1) << PrintFunction("combined", combined);
+  CheckCompiled(s, "f", args);
+}
+
+TEST_F(CompilerTest, ValuesConcatenatedWholeAreComputedInPlace) {
+  // %a and %b are computed where the concatenation puts them and the
+  // parameter %z is copied in; %c, concatenated twice, is computed in the
+  // first place and copied to the second.
+  Snapshot s = Load(R"(
+def @f(%x: Tensor[(2, 3), f32], %y: Tensor[(4, 3), f32], %z: Tensor[(1, 3), f32]) {
+  let %a = exp(%x);
+  let %b = tanh(%y);
+  let %c = neg(%x);
+  (sigmoid(concat(%a, %z, %b, axis=0)), concat(%c, %c, axis=0))
+})");
+  Rng rng(8);
+  CompileReport r = CheckCompiled(s, "f", {Value(RandomUniform(rng, {2, 3}, -1, 1)), Value(RandomUniform(rng, {4, 3}, -1, 1)),
+                                            Value(RandomUniform(rng, {1, 3}, -1, 1))});
+  EXPECT_NE(r.plan.find("view   %a#3 = %t#6  "), std::string::npos) << r.plan;
+  EXPECT_NE(r.plan.find("view   %b#4 = %t#6 + 36 bytes  "), std::string::npos) << r.plan;
+  EXPECT_NE(r.plan.find("= concat(%p2#2)  1 blocks, 12 bytes"), std::string::npos) << r.plan;
+  EXPECT_NE(r.plan.find("view   %c#5 = %t#8  "), std::string::npos) << r.plan;
+  EXPECT_NE(r.plan.find("= concat(%c#5)  1 blocks, 24 bytes"), std::string::npos) << r.plan;
 }
 
 TEST_F(CompilerTest, KernelErrorsAtRunTimeAreReported) {
