@@ -7,7 +7,9 @@
 #include <numeric>
 #include <queue>
 #include <set>
+#include <type_traits>
 #include <unordered_map>
+#include <variant>
 
 #include "jit/straight.h"
 #include "ops/op.h"
@@ -91,6 +93,25 @@ void AppendIdentity(std::string& key, const Expr& atom) {
   } else {
     key.push_back('v');
     AppendBytes(key, atom.get());
+  }
+}
+
+void AppendAttrs(std::string& key, const Attrs& attrs) {
+  AppendBytes(key, attrs.items().size());
+  for (const auto& [name, value] : attrs.items()) {
+    AppendBytes(key, name.size());
+    key += name;
+    key.push_back(static_cast<char>(value.index()));
+    std::visit(
+        [&](const auto& v) {
+          if constexpr (std::is_same_v<std::decay_t<decltype(v)>, std::vector<int64_t>>) {
+            AppendBytes(key, v.size());
+            key.append(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(int64_t));
+          } else {
+            AppendBytes(key, v);
+          }
+        },
+        value);
   }
 }
 
@@ -187,9 +208,7 @@ class Batcher {
     AppendBytes(key, call.loc.line);
     AppendBytes(key, call.loc.col);
     AppendBytes(key, call.op);
-    std::string attrs = call.attrs.ToString();
-    AppendBytes(key, attrs.size());
-    key += attrs;
+    AppendAttrs(key, call.attrs);
     for (size_t p = 0; p < call.args.size(); ++p) {
       const Expr& a = call.args[p];
       AppendType(key, TensorTypeOf(a));
