@@ -15,6 +15,7 @@
 #include <chrono>
 #include <cstdio>
 #include <memory>
+#include <thread>
 
 #include "bench/compile_stats.h"
 #include "examples/mlp/fashion_mnist.h"
@@ -32,6 +33,8 @@ struct Config {
   std::string data = mlp::kFashionMnistDir;
   int64_t limit = 0;
   int epochs = 2, batch = 64, workers = 0, blas_threads = 1;
+  // EngineOptions::idle_blas_threads: all cores once nothing is compiling.
+  int idle_blas_threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   int worker_nice = -1;  // < 0: the engine's default (EngineOptions::worker_nice)
   // Policies eager and hot:N: carry on (up to max_epochs) until an epoch ran
   // compiled code in every training and inference call: the steady state.
@@ -63,6 +66,7 @@ int Measure(const Config& c) {
   options.policy = Policy::Parse(c.policy);
   options.events = compile_stats;
   if (c.worker_nice >= 0) options.worker_nice = c.worker_nice;
+  options.idle_blas_threads = c.idle_blas_threads;
   const int worker_nice = options.worker_nice;
   mlp::RunOptions run;
   run.batch = c.batch;
@@ -118,7 +122,8 @@ int Measure(const Config& c) {
       {"policy", c.policy},
       {"workers", es.workers},
       {"worker_nice", worker_nice},
-      {"blas_threads", BlasThreads()},
+      {"blas_threads", c.blas_threads},
+      {"idle_blas_threads", c.idle_blas_threads},
       {"blas", BlasConfig()},
 #ifdef NDEBUG
       {"optimized_build", true},
@@ -160,6 +165,11 @@ int main(int argc, char** argv) {
   app.add_option("--max-epochs", c.max_epochs, "--until-compiled stops here")->capture_default_str();
   app.add_option("--workers", c.workers, "background compile workers (0: cores - 1)")->capture_default_str();
   app.add_option("--worker-nice", c.worker_nice, "niceness of the compile workers (default: the engine's)");
+  app.add_option("--idle-blas-threads", c.idle_blas_threads,
+                 "OpenBLAS threads while no compile job is in flight (EngineOptions::idle_blas_threads; 0: "
+                 "--blas-threads throughout)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
   app.add_option("--blas-threads", c.blas_threads, "OpenBLAS threads per GEMM")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);

@@ -51,6 +51,7 @@ struct Config {
   std::string optimizer = "adagrad";
   int epochs = 3, infer_passes = 2, workers = 0;
   int worker_nice = -1;  // < 0: the engine's default (EngineOptions::worker_nice)
+  int idle_blas_threads = 0;  // EngineOptions::idle_blas_threads
   // Policies eager and hot:N: carry on (up to these caps) until an epoch, a
   // pass, ran compiled code in every step: the steady state.
   bool until_compiled = false;
@@ -124,6 +125,7 @@ int Measure(const Config& c) {
   options.policy = Policy::Parse(c.policy);
   options.events = compile_stats;
   if (c.worker_nice >= 0) options.worker_nice = c.worker_nice;
+  options.idle_blas_threads = c.idle_blas_threads;
   const int worker_nice = options.worker_nice;
   Engine engine(std::move(options));
   engine.module().AddSource(treelstm::ModelSource(), "treelstm.pj");
@@ -211,7 +213,8 @@ int Measure(const Config& c) {
       {"policy", c.policy},
       {"workers", es.workers},
       {"worker_nice", worker_nice},
-      {"blas_threads", BlasThreads()},
+      {"blas_threads", 1},
+      {"idle_blas_threads", c.idle_blas_threads},
       {"blas", BlasConfig()},
 #ifdef NDEBUG
       {"optimized_build", true},
@@ -262,6 +265,11 @@ int main(int argc, char** argv) {
   app.add_option("--max-infer-passes", c.max_infer_passes, "--until-compiled stops here")->capture_default_str();
   app.add_option("--workers", c.workers, "background compile workers (0: cores - 1)")->capture_default_str();
   app.add_option("--worker-nice", c.worker_nice, "niceness of the compile workers (default: the engine's)");
+  app.add_option("--idle-blas-threads", c.idle_blas_threads,
+                 "OpenBLAS threads while no compile job is in flight (EngineOptions::idle_blas_threads; 0: 1 "
+                 "throughout)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
   app.add_option("--policy", c.policy, "eager, hot:N, interpreter or sync")->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   if (c.data.empty() == c.write_data.empty()) {

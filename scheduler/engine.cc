@@ -24,6 +24,7 @@
 
 #include "jit/autodiff.h"
 #include "jit/batch.h"
+#include "ops/blas.h"
 #include "scheduler/code_cache.h"
 #include "scheduler/job_queue.h"
 #include "scheduler/residual_executable.h"
@@ -197,6 +198,7 @@ class EngineImpl {
   bool Promote(Request& r, const SlotPtr& slot, JobPriority priority);
   void Spawn();
   void WorkerTask();
+  void FitBlasThreads();
   void RunJob(Job& job);
   void Cancel(Job& job, const char* why);
   void Wait(const Slot& slot);
@@ -230,6 +232,8 @@ class EngineImpl {
   std::mutex tasks_mu_;
   std::condition_variable tasks_cv_;
   int64_t outstanding_ = 0;
+  std::atomic<int64_t> jobs_in_flight_{0};  // outstanding_, read without the lock
+  std::atomic<int> blas_threads_{0};        // what FitBlasThreads last set (0: nothing yet)
   std::atomic<bool> stopping_{false};
 
   // Invalidated code kept for its kernels, oldest first (retained_code_bytes).
@@ -368,8 +372,15 @@ void EngineImpl::Prepare(Request& r) {
   r.cacheable = true;
 }
 
+void EngineImpl::FitBlasThreads() {
+  if (options.idle_blas_threads <= 0) return;
+  int want = jobs_in_flight_.load(std::memory_order_relaxed) == 0 ? options.idle_blas_threads : 1;
+  if (blas_threads_.exchange(want, std::memory_order_relaxed) != want) SetBlasThreads(want);
+}
+
 ValueAndGrad EngineImpl::Run(Request& r) {
   if (sink_) r.start_us = NowMicros();
+  FitBlasThreads();
   Prepare(r);
   if (!r.cacheable) return RunInterpreter(r);
   // (3) Look the slot up.
@@ -553,6 +564,7 @@ void EngineImpl::Spawn() {
   {
     std::lock_guard<std::mutex> lock(tasks_mu_);
     ++outstanding_;
+    jobs_in_flight_.fetch_add(1, std::memory_order_relaxed);
   }
   // One task per queued job; each takes whichever job is most urgent when it
   // starts, so TBB's own (FIFO) order does not matter.
@@ -571,6 +583,7 @@ void EngineImpl::WorkerTask() {
   // The last touch of `this`: under the lock, so the destructor cannot see
   // zero and free the engine before notify_all returns.
   std::lock_guard<std::mutex> lock(tasks_mu_);
+  jobs_in_flight_.fetch_sub(1, std::memory_order_relaxed);
   if (--outstanding_ == 0) tasks_cv_.notify_all();
 }
 

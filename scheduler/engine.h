@@ -90,6 +90,13 @@ struct EngineOptions {
   // policy sync, whose callers wait for the worker.
   int worker_nice = 10;
   Policy policy = Policy::Eager();
+  // OpenBLAS threads for the calls that find no compile job queued or
+  // running: the workers then leave the cores to the calling thread, whose
+  // larger GEMMs (an MLP's, whole minibatches) go faster on all of them.
+  // While a job is in flight, 1 (OpenBLAS's threads would oversubscribe the
+  // cores the workers use). The calling thread sets it on entry, so with
+  // several calling threads leave it 0: BLAS's thread count untouched.
+  int idle_blas_threads = 0;
   // Sum of Executable::code_bytes() over the ready specializations; past it
   // the least recently used are evicted.
   size_t code_cache_bytes = size_t{256} << 20;

@@ -8,8 +8,10 @@
 #include <nlohmann/json.hpp>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <thread>
 
 #include "examples/mlp/fashion_mnist.h"
 #include "examples/mlp/trainer.h"
@@ -26,6 +28,8 @@ struct Config {
   mlp::RunOptions run;
   int workers = 0;
   int blas_threads = 1;
+  // EngineOptions::idle_blas_threads: all cores once nothing is compiling.
+  int idle_blas_threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   std::string policy = "eager";
   std::string log_level, trace_file;  // empty: PEJIT_LOG, PEJIT_TRACE (docs/tracing.md)
 };
@@ -95,6 +99,7 @@ int Run(const Config& c) {
   options.policy = Policy::Parse(c.policy);
   options.log_level = c.log_level;
   options.trace_file = c.trace_file;
+  options.idle_blas_threads = c.idle_blas_threads;
   mlp::Trainer trainer(c.run, train, test, options);
 
   std::fprintf(stderr, "pejit MLP 784-256-10 on Fashion-MNIST: %lld train / %lld test images, batch %d, %s lr %g, "
@@ -178,6 +183,10 @@ int main(int argc, char** argv) {
   app.add_option("--blas-threads", c.blas_threads, "OpenBLAS threads per GEMM")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
+  app.add_option("--idle-blas-threads", c.idle_blas_threads,
+                 "OpenBLAS threads while no compile job is in flight (0: --blas-threads throughout)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
   app.add_option("--policy", c.policy, "eager, hot:N, interpreter or sync")->capture_default_str();
   app.add_option("--log", c.log_level, "the JIT's log on stderr: off, info, debug or trace (default: PEJIT_LOG)");
   app.add_option("--trace", c.trace_file, "write the JIT's events to this JSON-lines file (default: PEJIT_TRACE)");

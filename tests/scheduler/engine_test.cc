@@ -9,6 +9,7 @@
 #include <set>
 #include <string>
 
+#include "ops/blas.h"
 #include "support/thread_priority.h"
 #include "tests/scheduler/fixtures.h"
 
@@ -469,6 +470,36 @@ TEST_F(EngineTest, WorkersCompileAtALowerPriorityUnlessTheCallerWaits) {
       EXPECT_EQ(nice_in_compile, 19) << "eager";
     }
   }
+}
+
+// EngineOptions::idle_blas_threads: BLAS gets the cores while no compile job
+// is in flight, and gives them back (1 thread) to the workers while one is.
+TEST_F(EngineTest, BlasUsesTheIdleThreadCountOnlyWhileNothingCompiles) {
+  SetBlasThreads(1);
+  std::atomic<bool> compiling{false}, release{false};
+  EngineOptions options;
+  options.workers = 1;
+  options.idle_blas_threads = 2;
+  options.before_compile = [&](const CompileInfo&) {
+    compiling = true;
+    while (!release) std::this_thread::sleep_for(1ms);
+  };
+  options.compile = [](const Residual& r) { return CompileWithResidualInterpreter(r); };
+  Start(std::move(options));
+  Entry loss = engine_->entry("loss");
+  std::vector<Value> args = TreeArgs(4);
+  loss.call(args);  // nothing in flight when it starts; it queues the job
+  EXPECT_EQ(BlasThreads(), 2);
+  ASSERT_TRUE(Eventually([&] { return compiling.load(); }));
+  loss.call(args);
+  EXPECT_EQ(BlasThreads(), 1) << "a call while the job compiles";
+  release = true;
+  ASSERT_EQ(loss.wait_ready(args).state, State::kReady);
+  EXPECT_TRUE(Eventually([&] {
+    loss.call(args);
+    return BlasThreads() == 2;
+  })) << "calls after the job finished";
+  SetBlasThreads(1);
 }
 
 }  // namespace
