@@ -19,8 +19,8 @@
 //      the concatenation's buffer.
 //   6. Plan memory: every intermediate buffer gets an offset in one arena;
 //      buffers whose lifetimes do not overlap share bytes.
-// The plan prints as text (`pejit compile --emit fused`) and is what codegen
-// (jit/codegen.cc) turns into LLVM IR.
+// The plan prints as text (`pejit compile --emit fused`) and is what
+// jit/compiler.cc turns into LLVM IR (fused steps) and runs (the others).
 #pragma once
 
 #include <cstdint>
