@@ -20,6 +20,15 @@
 namespace pejit {
 namespace {
 
+// Calls of operator `op` in `f`.
+int CountCalls(const Func& f, const std::string& op) {
+  int n = 0;
+  PostOrderVisit(f->body, [&](const Expr& e) {
+    if (auto* call = As<OpCallNode>(e); call && call->op->name == op) ++n;
+  });
+  return n;
+}
+
 class CompilerTest : public testing::Test {
  protected:
   static void SetUpTestSuite() { session_ = JitSession::Create().release(); }
@@ -223,11 +232,7 @@ def @f(%a: Tensor[(2, 3), f32], %b: Tensor[(3,), f32], %c: Tensor[(3, 3), f32], 
   for (Shape shape : {Shape{2, 3}, {3}, {3, 3}, {4, 3}}) args.emplace_back(RandomUniform(rng, shape, -1, 1));
   Func residual = PartialEvaluate(*s, "f", args).main;
   Func combined = CombineSums(FoldConstants(residual));  // indices must be literal constants
-  int scatters = 0;
-  PostOrderVisit(combined->body, [&](const Expr& e) {
-    if (auto* call = As<OpCallNode>(e); call && call->op->name == "scatter_add") ++scatters;
-  });
-  EXPECT_EQ(scatters, 1) << PrintFunction("combined", combined);
+  EXPECT_EQ(CountCalls(combined, "scatter_add"), 1) << PrintFunction("combined", combined);
   CheckCompiled(s, "f", args);
 }
 
@@ -292,11 +297,7 @@ def @f(%d1: Tensor[(2, 3), f32], %x1: Tensor[(2, 4), f32], %d2: Tensor[(5, 3), f
     args.emplace_back(RandomUniform(rng, shape, -1, 1));
   }
   Func combined = CombineSums(PartialEvaluate(*s, "f", args).main);
-  int gemms = 0;
-  PostOrderVisit(combined->body, [&](const Expr& e) {
-    if (auto* call = As<OpCallNode>(e); call && call->op->name == "matmul") ++gemms;
-  });
-  EXPECT_EQ(gemms, 1) << PrintFunction("combined", combined);
+  EXPECT_EQ(CountCalls(combined, "matmul"), 1) << PrintFunction("combined", combined);
   CheckCompiled(s, "f", args);
 }
 
