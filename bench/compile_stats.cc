@@ -1,7 +1,5 @@
 #include "bench/compile_stats.h"
 
-#include <sys/resource.h>
-
 #include <algorithm>
 #include <cmath>
 
@@ -12,13 +10,6 @@ double Percentile(std::vector<double> v, double q) {
   std::sort(v.begin(), v.end());
   size_t rank = static_cast<size_t>(std::ceil(q * static_cast<double>(v.size())));
   return v[std::min(v.size() - 1, rank > 0 ? rank - 1 : 0)];
-}
-
-double ProcessCpuSeconds() {
-  rusage u{};
-  getrusage(RUSAGE_SELF, &u);
-  auto seconds = [](const timeval& t) { return static_cast<double>(t.tv_sec) + 1e-6 * static_cast<double>(t.tv_usec); };
-  return seconds(u.ru_utime) + seconds(u.ru_stime);
 }
 
 bool CompileStatsSink::Wants(EventKind kind) const {

@@ -43,7 +43,5 @@ class CompileStatsSink final : public EventSink {
 // Nearest-rank percentile, q in (0, 1]; 0 for no values.
 double Percentile(std::vector<double> values, double q);
 
-// CPU seconds this process has used so far, all threads (getrusage).
-double ProcessCpuSeconds();
 
 }  // namespace pejit::bench

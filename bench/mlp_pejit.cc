@@ -22,6 +22,7 @@
 #include "examples/mlp/trainer.h"
 #include "ops/blas.h"
 #include "scheduler/engine.h"
+#include "support/cpu_clock.h"
 
 namespace pejit {
 namespace {
@@ -85,15 +86,15 @@ int Measure(const Config& c) {
   for (int epoch = 0; more(); ++epoch) {
     std::vector<double> step_ms;
     double last_seconds = 0;
-    double cpu_before = bench::ProcessCpuSeconds();
+    double cpu_before = ProcessCpuSeconds();
     mlp::EpochResult r = trainer.TrainEpoch([&](size_t, const mlp::EpochResult& so_far) {
       step_ms.push_back(1e3 * (so_far.seconds - last_seconds));
       last_seconds = so_far.seconds;
     });
-    double train_cpu = bench::ProcessCpuSeconds() - cpu_before;
-    cpu_before = bench::ProcessCpuSeconds();
+    double train_cpu = ProcessCpuSeconds() - cpu_before;
+    cpu_before = ProcessCpuSeconds();
     mlp::EvalResult e = trainer.Evaluate();
-    double infer_cpu = bench::ProcessCpuSeconds() - cpu_before;
+    double infer_cpu = ProcessCpuSeconds() - cpu_before;
     epochs.push_back({{"epoch", epoch},
                       {"images", r.images},
                       {"seconds", r.seconds},
@@ -138,7 +139,7 @@ int Measure(const Config& c) {
       {"epochs", epochs},
       {"compile", compile_stats->Summary()},
       {"code_bytes_in_cache", es.code_bytes},
-      {"cpu_seconds", bench::ProcessCpuSeconds()},
+      {"cpu_seconds", ProcessCpuSeconds()},
       {"seconds", Seconds(start)},
   };
   std::printf("%s\n", out.dump().c_str());

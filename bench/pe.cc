@@ -4,22 +4,15 @@
 // cache of helper specializations (pe/pe_cache.h) costs and saves.
 #include <benchmark/benchmark.h>
 
-#include <time.h>
-
 #include <memory>
 
 #include "examples/treelstm/listops.h"
 #include "examples/treelstm/model.h"
 #include "pe/partial_eval.h"
+#include "support/cpu_clock.h"
 
 namespace pejit {
 namespace {
-
-double ThreadSeconds() {
-  timespec ts;
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
-}
 
 // The model and one minibatch of `trees` ListOps trees.
 struct Workload {
@@ -62,16 +55,16 @@ void Run(benchmark::State& state, const std::string& entry, CacheUse use) {
   for (auto _ : state) {
     std::unique_ptr<PeCache> empty = use == kRecording ? std::make_unique<PeCache>() : nullptr;
     PeCache* cache = use == kRecording ? empty.get() : use == kReusing ? &warm : nullptr;
-    double start = ThreadSeconds();
+    double start = ThreadCpuSeconds();
     {
       Residual r = PartialEvaluate(*w.snapshot, entry, args, {}, {}, cache);
       stats = r.stats;
       benchmark::DoNotOptimize(r.main);
-      double end = ThreadSeconds();
+      double end = ThreadCpuSeconds();
       pe_seconds += end - start;
       start = end;
     }
-    free_seconds += ThreadSeconds() - start;
+    free_seconds += ThreadCpuSeconds() - start;
   }
   if (use == kReusing && stats.reused_specializations != 1) state.SkipWithError("the cache was not used");
   double iterations = static_cast<double>(state.iterations());

@@ -31,6 +31,7 @@
 #include "examples/treelstm/trainer.h"
 #include "ops/blas.h"
 #include "scheduler/engine.h"
+#include "support/cpu_clock.h"
 #include "train/optimizer.h"
 
 namespace pejit {
@@ -151,7 +152,7 @@ int Measure(const Config& c) {
   for (int epoch = 0; more(epochs, c.epochs, c.max_epochs); ++epoch) {
     std::vector<treelstm::Batch> batches = make_values(kTrainBatches);  // the same minibatches every epoch
     const int64_t compiled_before = loss.stats().calls_compiled();
-    const double cpu_before = bench::ProcessCpuSeconds();
+    const double cpu_before = ProcessCpuSeconds();
     std::vector<double> step_ms;
     double loss_sum = 0;
     int64_t trees = 0;
@@ -169,7 +170,7 @@ int Measure(const Config& c) {
     epochs.push_back({{"epoch", epoch},
                       {"trees", trees},
                       {"seconds", seconds},
-                      {"cpu_seconds", bench::ProcessCpuSeconds() - cpu_before},
+                      {"cpu_seconds", ProcessCpuSeconds() - cpu_before},
                       {"trees_per_s", static_cast<double>(trees) / seconds},
                       {"loss", loss_sum / static_cast<double>(trees)},
                       {"compiled_share", static_cast<double>(loss.stats().calls_compiled() - compiled_before) /
@@ -185,7 +186,7 @@ int Measure(const Config& c) {
   for (int pass = 0; more(passes, c.infer_passes, c.max_infer_passes); ++pass) {
     std::vector<treelstm::Batch> batches = make_values(kInferBatches);
     const int64_t compiled_before = infer.stats().calls_compiled();
-    const double cpu_before = bench::ProcessCpuSeconds();
+    const double cpu_before = ProcessCpuSeconds();
     int64_t trees = 0, right = 0;
     const auto pass_start = Clock::now();
     for (const treelstm::Batch& b : batches) {
@@ -199,7 +200,7 @@ int Measure(const Config& c) {
     passes.push_back({{"pass", pass},
                       {"trees", trees},
                       {"seconds", seconds},
-                      {"cpu_seconds", bench::ProcessCpuSeconds() - cpu_before},
+                      {"cpu_seconds", ProcessCpuSeconds() - cpu_before},
                       {"trees_per_s", static_cast<double>(trees) / seconds},
                       {"accuracy", static_cast<double>(right) / static_cast<double>(trees)},
                       {"compiled_share", static_cast<double>(infer.stats().calls_compiled() - compiled_before) /
@@ -232,7 +233,7 @@ int Measure(const Config& c) {
       {"infer", passes},
       {"compile", compile_stats->Summary()},
       {"code_bytes_in_cache", es.code_bytes},
-      {"cpu_seconds", bench::ProcessCpuSeconds()},
+      {"cpu_seconds", ProcessCpuSeconds()},
       {"seconds", Seconds(start)},
   };
   std::printf("%s\n", out.dump().c_str());

@@ -10,7 +10,6 @@
 #include <nlohmann/json.hpp>
 #include <pthread.h>
 #include <sys/stat.h>
-#include <time.h>
 
 #include <chrono>
 #include <cstdio>
@@ -21,6 +20,7 @@
 #include "examples/growing/growing.h"
 #include "examples/mlp/model.h"
 #include "ops/blas.h"
+#include "support/cpu_clock.h"
 #include "train/optimizer.h"
 
 namespace pejit {
@@ -44,19 +44,13 @@ struct Config {
 using Clock = std::chrono::steady_clock;
 double Seconds(Clock::time_point since) { return std::chrono::duration<double>(Clock::now() - since).count(); }
 
-int64_t CpuMicros(clockid_t clock) {
-  timespec ts{};
-  clock_gettime(clock, &ts);
-  return static_cast<int64_t>(ts.tv_sec) * 1'000'000 + ts.tv_nsec / 1000;
-}
-
 // CPU time spent off the training thread: the workers and ORC's own
 // compile threads (LLJIT materializes on a thread pool, so the worker's
 // thread clock alone misses most of LLVM's work).
 class BackgroundCpu {
  public:
   BackgroundCpu() { pthread_getcpuclockid(pthread_self(), &training_); }  // constructed on the training thread
-  int64_t Now() const { return CpuMicros(CLOCK_PROCESS_CPUTIME_ID) - CpuMicros(training_); }
+  int64_t Now() const { return static_cast<int64_t>((ProcessCpuSeconds() - CpuSeconds(training_)) * 1e6); }
 
  private:
   clockid_t training_{};

@@ -2,23 +2,17 @@
 
 #include <algorithm>
 #include <chrono>
-#include <ctime>
 #include <stdexcept>
 
 #include "examples/treelstm/listops.h"
 #include "examples/treelstm/sst.h"
+#include "support/cpu_clock.h"
 #include "train/checkpoint.h"
 
 namespace pejit::treelstm {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-double ThreadCpuMs() {
-  timespec t{};
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
-  return static_cast<double>(t.tv_sec) * 1e3 + static_cast<double>(t.tv_nsec) * 1e-6;
-}
 
 // Independent random streams of one seed: parameters, fixed minibatches
 // (and epoch e's reshuffled ones), evaluation sets.
@@ -156,13 +150,13 @@ EpochResult Trainer::TrainEpoch(const StepCallback& after_step) {
   auto epoch_start = Clock::now();
   for (size_t i = 0; i < values.size(); ++i) {
     auto step_start = Clock::now();
-    double cpu_start = ThreadCpuMs();
+    double cpu_start = ThreadCpuSeconds();
     int64_t compiled_before = loss.stats().calls_compiled();
     ValueAndGrad vg = loss.value_and_grad({values[i].trees, values[i].labels, params_}, {2});
     r.compiled_steps += loss.stats().calls_compiled() - compiled_before;
     optimizer_->Step(params_, vg.grads[0]);
     r.step_ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - step_start).count());
-    r.step_cpu_ms.push_back(ThreadCpuMs() - cpu_start);
+    r.step_cpu_ms.push_back((ThreadCpuSeconds() - cpu_start) * 1e3);
     double step_loss = vg.value.tensor().item();
     int64_t trees = static_cast<int64_t>(batches_[i].size());
     r.losses.push_back(step_loss);
