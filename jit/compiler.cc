@@ -190,6 +190,11 @@ class NativeExecutable final : public Executable {
       }
       operands_.push_back(std::move(operands));
     }
+    for (size_t b = 0; b < plan_.buffers.size(); ++b) {  // resolved once, not per run
+      if (plan_.buffers[b].kind != PlanBuffer::Kind::kAlias) continue;
+      auto [root, offset] = plan_.ViewOf(static_cast<int>(b));
+      views_.push_back({static_cast<int>(b), root, offset});
+    }
   }
 
   std::vector<Tensor> Run(std::span<const Tensor> inputs) const override {
@@ -225,14 +230,7 @@ class NativeExecutable final : public Executable {
       results.push_back(Tensor::Empty(t.dtype, t.shape));
       address[b] = results.back().raw_data();
     }
-    for (size_t i = 0; i < plan_.buffers.size(); ++i) {  // a view: what it views, plus its offset
-      int64_t offset = 0;
-      size_t root = i;
-      for (; plan_.buffers[root].kind == PlanBuffer::Kind::kAlias; root = plan_.buffers[root].alias_of) {
-        offset += plan_.buffers[root].offset;
-      }
-      address[i] = static_cast<char*>(address[root]) + offset;
-    }
+    for (const View& v : views_) address[v.buffer] = static_cast<char*>(address[v.root]) + v.offset;
     std::vector<void*> ptrs;
     const bool profile = !step_ns_.empty();
     for (size_t s = 0; s < plan_.steps.size(); ++s) {
@@ -328,6 +326,11 @@ class NativeExecutable final : public Executable {
   std::vector<KernelFn> kernels_;
   std::vector<int64_t> outer_;  // per fused step: its kernel's outermost extent
   std::vector<std::vector<int>> operands_;
+  struct View {
+    int buffer, root;
+    int64_t offset;
+  };
+  std::vector<View> views_;  // every view buffer: the buffer it views and where
   // Dropped with the last holder, when no call can still be running the code.
   std::vector<std::shared_ptr<CodeModule>> modules_;
   size_t code_bytes_;

@@ -249,6 +249,28 @@ Func CombineSums(const Func& program) {
 
 namespace {
 
+// Appends `b` to `blocks` (in order of `to`), extending the last block when
+// `b` continues it in both input and output.
+void AppendBlock(std::vector<CopyBlock>& blocks, const CopyBlock& b) {
+  if (b.bytes == 0) return;
+  if (!blocks.empty()) {
+    CopyBlock& last = blocks.back();
+    if (last.input == b.input && last.from + last.bytes == b.from && last.to + last.bytes == b.to) {
+      last.bytes += b.bytes;
+      return;
+    }
+  }
+  blocks.push_back(b);
+}
+
+// The position of `buffer` in a step's `inputs`, appending it when absent.
+int InputIndex(std::vector<int>& inputs, int buffer) {
+  auto it = std::find(inputs.begin(), inputs.end(), buffer);
+  if (it != inputs.end()) return static_cast<int>(it - inputs.begin());
+  inputs.push_back(buffer);
+  return static_cast<int>(inputs.size()) - 1;
+}
+
 bool Fusible(const OpCallNode* call) {
   FusionKind k = call->op->fusion;
   return (k == FusionKind::kElementwise || k == FusionKind::kBroadcast) && call->op->scalar != ScalarOp::kNone;
@@ -470,17 +492,7 @@ class Lowering {
       return n;
     };
     std::vector<CopyBlock> blocks;
-    auto add = [&](int input, int64_t from, int64_t to, int64_t bytes) {
-      if (bytes == 0) return;
-      if (!blocks.empty()) {
-        CopyBlock& last = blocks.back();
-        if (last.input == input && last.from + last.bytes == from && last.to + last.bytes == to) {
-          last.bytes += bytes;
-          return;
-        }
-      }
-      blocks.push_back({input, from, to, bytes});
-    };
+    auto add = [&](int input, int64_t from, int64_t to, int64_t bytes) { AppendBlock(blocks, {input, from, to, bytes}); };
     if (op == "copy") {
       add(0, 0, 0, NumElements(result.shape) * elem);
       return blocks;
@@ -556,23 +568,7 @@ class Lowering {
   // here, reads those bytes where that copy took them from, and drops it.
   void ComposeCopies(const OpCallNode& call, PlanStep& step) {
     std::vector<int> inputs;
-    auto input_index = [&](int buffer) {
-      auto it = std::find(inputs.begin(), inputs.end(), buffer);
-      if (it != inputs.end()) return static_cast<int>(it - inputs.begin());
-      inputs.push_back(buffer);
-      return static_cast<int>(inputs.size()) - 1;
-    };
     std::vector<CopyBlock> blocks;
-    auto add = [&](CopyBlock b) {
-      if (!blocks.empty()) {
-        CopyBlock& last = blocks.back();
-        if (last.input == b.input && last.from + last.bytes == b.from && last.to + last.bytes == b.to) {
-          last.bytes += b.bytes;
-          return;
-        }
-      }
-      blocks.push_back(b);
-    };
     std::vector<const PlanStep*> producer(step.inputs.size(), nullptr);
     for (size_t k = 0; k < step.inputs.size(); ++k) {
       const Expr& arg = call.args[k];
@@ -585,7 +581,7 @@ class Lowering {
     for (const CopyBlock& b : step.blocks) {
       const PlanStep* p = producer[b.input];
       if (!p) {
-        add({input_index(step.inputs[b.input]), b.from, b.to, b.bytes});
+        AppendBlock(blocks, {InputIndex(inputs, step.inputs[b.input]), b.from, b.to, b.bytes});
         continue;
       }
       // The producer's blocks (in order of `to`) that cover [b.from, b.from + b.bytes).
@@ -594,7 +590,7 @@ class Lowering {
       if (first == p->blocks.begin()) throw JitFailure("plan: a copy reads bytes no copy wrote");
       for (auto q = std::prev(first); q != p->blocks.end() && q->to < b.from + b.bytes; ++q) {
         int64_t lo = std::max(b.from, q->to), hi = std::min(b.from + b.bytes, q->to + q->bytes);
-        add({input_index(p->inputs[q->input]), q->from + (lo - q->to), b.to + (lo - b.from), hi - lo});
+        AppendBlock(blocks, {InputIndex(inputs, p->inputs[q->input]), q->from + (lo - q->to), b.to + (lo - b.from), hi - lo});
       }
     }
     for (size_t k = 0; k < producer.size(); ++k) {
@@ -648,10 +644,7 @@ class Lowering {
   }
 
   // The buffer `b` reads its bytes from, following aliases.
-  int Root(int b) const {
-    while (plan_.buffers[b].kind == PlanBuffer::Kind::kAlias) b = plan_.buffers[b].alias_of;
-    return b;
-  }
+  int Root(int b) const { return plan_.ViewOf(b).first; }
 
   void LowerResult(const Expr& result) {
     std::vector<int> atoms;
@@ -711,11 +704,7 @@ class Lowering {
       for (const CopyBlock& b : step.blocks) ++reads[b.input];
       std::vector<CopyBlock> kept;
       for (const CopyBlock& b : step.blocks) {
-        int64_t offset = 0;
-        int root = step.inputs[b.input];
-        for (; plan_.buffers[root].kind == PlanBuffer::Kind::kAlias; root = plan_.buffers[root].alias_of) {
-          offset += plan_.buffers[root].offset;
-        }
+        auto [root, offset] = plan_.ViewOf(step.inputs[b.input]);
         PlanBuffer& value = plan_.buffers[root];
         bool whole = reads[b.input] == 1 && b.from == 0 && offset == 0 && b.bytes == value.bytes();
         if (!whole || value.kind != PlanBuffer::Kind::kArena || root == Root(out)) {
@@ -731,12 +720,7 @@ class Lowering {
         continue;
       }
       std::vector<int> inputs;
-      for (CopyBlock& b : kept) {
-        int buffer = step.inputs[b.input];
-        auto it = std::find(inputs.begin(), inputs.end(), buffer);
-        b.input = static_cast<int>(it - inputs.begin());
-        if (it == inputs.end()) inputs.push_back(buffer);
-      }
+      for (CopyBlock& b : kept) b.input = InputIndex(inputs, step.inputs[b.input]);
       step.inputs = std::move(inputs);
       step.blocks = std::move(kept);
     }
@@ -825,12 +809,24 @@ class Lowering {
 
 Plan Lower(const Func& program, const LowerOptions& options) { return Lowering(options).Run(program); }
 
+int64_t PlanStep::copied_bytes() const {
+  int64_t bytes = 0;
+  for (const CopyBlock& b : blocks) bytes += b.bytes;
+  return bytes;
+}
+
 int64_t Plan::copied_bytes() const {
   int64_t bytes = 0;
-  for (const PlanStep& step : steps) {
-    for (const CopyBlock& b : step.blocks) bytes += b.bytes;
-  }
+  for (const PlanStep& step : steps) bytes += step.copied_bytes();
   return bytes;
+}
+
+std::pair<int, int64_t> Plan::ViewOf(int buffer) const {
+  int64_t offset = 0;
+  for (; buffers[buffer].kind == PlanBuffer::Kind::kAlias; buffer = buffers[buffer].alias_of) {
+    offset += buffers[buffer].offset;
+  }
+  return {buffer, offset};
 }
 
 std::string Plan::ToString() const {
@@ -868,10 +864,8 @@ std::string Plan::ToString() const {
     if (s.kind == PlanStep::Kind::kKernel) {
       out += "kernel " + outs + " = " + s.op->name + "(" + ins + (s.attrs.empty() ? "" : "; " + s.attrs.ToString()) + ")\n";
     } else if (s.kind == PlanStep::Kind::kCopy) {
-      int64_t bytes = 0;
-      for (const CopyBlock& b : s.blocks) bytes += b.bytes;
       out += "copy   " + outs + " = " + s.op->name + "(" + ins + ")  " + std::to_string(s.blocks.size()) + " blocks, " +
-             std::to_string(bytes) + " bytes\n";
+             std::to_string(s.copied_bytes()) + " bytes\n";
     } else {
       std::string ops;
       for (const std::string& o : s.fused_ops) ops += (ops.empty() ? "" : ", ") + o;

@@ -25,6 +25,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "ir/expr.h"
@@ -80,6 +81,8 @@ struct PlanStep {
   std::vector<std::string> fused_ops;  // names of the operators fused, in order
   // kCopy: every byte of outputs[0], in order of `to`.
   std::vector<CopyBlock> blocks;
+
+  int64_t copied_bytes() const;  // of `blocks`
 };
 
 struct Plan {
@@ -92,6 +95,9 @@ struct Plan {
   int64_t buffer_bytes = 0;   // all intermediates side by side
 
   int64_t copied_bytes() const;  // what the copy steps move per run
+  // The buffer whose bytes `buffer` views (itself unless a view) and the byte
+  // offset there, following views of views.
+  std::pair<int, int64_t> ViewOf(int buffer) const;
 
   int kernels() const { return static_cast<int>(steps.size()); }
   std::string ToString() const;
