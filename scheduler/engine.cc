@@ -375,6 +375,8 @@ void EngineImpl::Prepare(Request& r) {
 void EngineImpl::FitBlasThreads() {
   if (options.idle_blas_threads <= 0) return;
   int want = jobs_in_flight_.load(std::memory_order_relaxed) == 0 ? options.idle_blas_threads : 1;
+  // Read first: most calls change nothing, and need not write the shared line.
+  if (blas_threads_.load(std::memory_order_relaxed) == want) return;
   if (blas_threads_.exchange(want, std::memory_order_relaxed) != want) SetBlasThreads(want);
 }
 
