@@ -20,6 +20,11 @@
 namespace pejit {
 namespace {
 
+// `line` appears in the printed plan of `r`.
+void ExpectPlanHas(const CompileReport& r, const std::string& line) {
+  EXPECT_NE(r.plan.find(line), std::string::npos) << "no \"" << line << "\" in\n" << r.plan;
+}
+
 // Calls of operator `op` in `f`.
 int CountCalls(const Func& f, const std::string& op) {
   int n = 0;
@@ -250,13 +255,13 @@ def @f(%x: Tensor[(6, 4), f32]) {
   Rng rng(5);
   CompileReport r = CheckCompiled(s, "f", {Value(RandomUniform(rng, {6, 4}, -1, 1))});
   // Rows [1, 4) at byte 16, row 4 at 64, rows [2, 5) at 32: views of %y.
-  EXPECT_NE(r.plan.find("view   %rows#2 = %y#1 + 16 bytes  Tensor[(3, 4), f32]"), std::string::npos) << r.plan;
-  EXPECT_NE(r.plan.find("view   %row#4 = %y#1 + 64 bytes  Tensor[(4,), f32]"), std::string::npos) << r.plan;
-  EXPECT_NE(r.plan.find("view   %cut#6 = %y#1 + 32 bytes  Tensor[(3, 4), f32]"), std::string::npos) << r.plan;
+  ExpectPlanHas(r, "view   %rows#2 = %y#1 + 16 bytes  Tensor[(3, 4), f32]");
+  ExpectPlanHas(r, "view   %row#4 = %y#1 + 64 bytes  Tensor[(4,), f32]");
+  ExpectPlanHas(r, "view   %cut#6 = %y#1 + 32 bytes  Tensor[(3, 4), f32]");
   // Rows 0 and 2, and columns 1 and 2 of every row, are not contiguous:
   // copied, a block per row.
-  EXPECT_NE(r.plan.find("= take(%y#1, %const#8)  2 blocks, 32 bytes"), std::string::npos) << r.plan;
-  EXPECT_NE(r.plan.find("= slice(%y#1)  6 blocks, 48 bytes"), std::string::npos) << r.plan;
+  ExpectPlanHas(r, "= take(%y#1, %const#8)  2 blocks, 32 bytes");
+  ExpectPlanHas(r, "= slice(%y#1)  6 blocks, 48 bytes");
 }
 
 TEST_F(CompilerTest, CopiesOfCopiesReadWhereTheBytesCameFrom) {
@@ -277,8 +282,7 @@ def @f(%x: Tensor[(4, 3), f32], %z: Tensor[(5, 3), f32]) {
   // Rows of the result: (b4, b0), (a3, b1), (b1, b2), (b2, b3), (a0, b4); the
   // (b1, b2) and (b2, b3) pairs lie in %b as one block each: 8 blocks.
   EXPECT_EQ(r.kernels, 4) << r.plan;  // exp, tanh, one copy, neg
-  EXPECT_NE(r.plan.find("copy   %stacked#11 [arena+128] = stack(%b#3, %a#2)  8 blocks, 120 bytes"), std::string::npos)
-      << r.plan;
+  ExpectPlanHas(r, "copy   %stacked#11 [arena+128] = stack(%b#3, %a#2)  8 blocks, 120 bytes");
 }
 
 TEST_F(CompilerTest, ProductsOverRowsSummedBecomeOneGemm) {
@@ -315,11 +319,11 @@ def @f(%x: Tensor[(2, 3), f32], %y: Tensor[(4, 3), f32], %z: Tensor[(1, 3), f32]
   Rng rng(8);
   CompileReport r = CheckCompiled(s, "f", {Value(RandomUniform(rng, {2, 3}, -1, 1)), Value(RandomUniform(rng, {4, 3}, -1, 1)),
                                             Value(RandomUniform(rng, {1, 3}, -1, 1))});
-  EXPECT_NE(r.plan.find("view   %a#3 = %t#6  "), std::string::npos) << r.plan;
-  EXPECT_NE(r.plan.find("view   %b#4 = %t#6 + 36 bytes  "), std::string::npos) << r.plan;
-  EXPECT_NE(r.plan.find("= concat(%p2#2)  1 blocks, 12 bytes"), std::string::npos) << r.plan;
-  EXPECT_NE(r.plan.find("view   %c#5 = %t#8  "), std::string::npos) << r.plan;
-  EXPECT_NE(r.plan.find("= concat(%c#5)  1 blocks, 24 bytes"), std::string::npos) << r.plan;
+  ExpectPlanHas(r, "view   %a#3 = %t#6  ");
+  ExpectPlanHas(r, "view   %b#4 = %t#6 + 36 bytes  ");
+  ExpectPlanHas(r, "= concat(%p2#2)  1 blocks, 12 bytes");
+  ExpectPlanHas(r, "view   %c#5 = %t#8  ");
+  ExpectPlanHas(r, "= concat(%c#5)  1 blocks, 24 bytes");
 }
 
 TEST_F(CompilerTest, KernelErrorsAtRunTimeAreReported) {
