@@ -53,6 +53,7 @@ struct Config {
   int epochs = 3, infer_passes = 2, workers = 0;
   int worker_nice = -1;  // < 0: the engine's default (EngineOptions::worker_nice)
   int idle_blas_threads = 0;  // EngineOptions::idle_blas_threads
+  int lookahead = 8;          // as the demo's trainer: minibatches prefetched (Prefetch::kNext) ahead of the step
   // Policies eager and hot:N: carry on (up to these caps) until an epoch, a
   // pass, ran compiled code in every step: the steady state.
   bool until_compiled = false;
@@ -156,9 +157,19 @@ int Measure(const Config& c) {
     std::vector<double> step_ms;
     double loss_sum = 0;
     int64_t trees = 0;
+    // The step `step` steps from this epoch's start; past its end, the next
+    // epoch's (the same minibatches).
+    auto prefetch = [&](size_t step) {
+      const treelstm::Batch& b = batches[step % batches.size()];
+      loss.prefetch({b.trees, b.labels, params}, {2}, Prefetch::kNext);
+    };
+    const size_t ahead = static_cast<size_t>(c.lookahead);
+    for (size_t k = 1; k < ahead; ++k) prefetch(k);
     const auto epoch_start = Clock::now();
-    for (const treelstm::Batch& b : batches) {
+    for (size_t i = 0; i < batches.size(); ++i) {
+      const treelstm::Batch& b = batches[i];
       const auto step_start = Clock::now();
+      if (ahead > 0) prefetch(i + ahead);
       ValueAndGrad vg = loss.value_and_grad({b.trees, b.labels, params}, {2});
       optimizer->Step(params, vg.grads[0]);
       step_ms.push_back(1e3 * Seconds(step_start));
@@ -216,6 +227,7 @@ int Measure(const Config& c) {
       {"worker_nice", worker_nice},
       {"blas_threads", 1},
       {"idle_blas_threads", c.idle_blas_threads},
+      {"lookahead", c.lookahead},
       {"blas", BlasConfig()},
 #ifdef NDEBUG
       {"optimized_build", true},
@@ -269,6 +281,9 @@ int main(int argc, char** argv) {
   app.add_option("--idle-blas-threads", c.idle_blas_threads,
                  "OpenBLAS threads while no compile job is in flight (EngineOptions::idle_blas_threads; 0: 1 "
                  "throughout)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--lookahead", c.lookahead, "minibatches prefetched ahead of the step, to compile before it gets there (0: none)")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
   app.add_option("--policy", c.policy, "eager, hot:N, interpreter or sync")->capture_default_str();

@@ -17,8 +17,8 @@
 //      flattened dynamic leaves, and rebuilds the result Value; done;
 //   5. otherwise, per policy: creates the slot pending and enqueues one job
 //      (eager, sync, hot:N at its N-th call; never twice: only the thread
-//      that creates the slot or moves it cold → pending enqueues), or raises
-//      a queued job to the front (most recent miss first);
+//      that creates the slot or moves it cold → pending enqueues), or moves
+//      a queued job up (most recent miss first; job_queue.h);
 //   6. runs tier 0, the interpreter, on the same snapshot — unless the policy
 //      is sync, which waits for the slot and then goes to step 4.
 // A job, on a oneTBB worker:

@@ -175,7 +175,7 @@ class EngineImpl {
   };
 
   ValueAndGrad Run(Request& r);
-  void Prefetch(Request& r);
+  void Prefetch(Request& r, pejit::Prefetch when);
   CodeStatus WaitReady(Request& r);
   CodeStatus Status(Request& r);
   EntryState& State(const std::string& name);
@@ -511,21 +511,23 @@ SlotPtr EngineImpl::Miss(Request& r, SlotPtr slot) {
     Emit(e);
   }
   bool hot = options.policy.kind == Policy::Kind::kHot;
+  // Under sync the caller waits for the job.
+  JobPriority priority = options.policy.kind == Policy::Kind::kSync ? JobPriority::kWait : JobPriority::kMiss;
   bool inserted = false;
   if (!slot) {
     slot = Insert(r, hot ? SlotState::kCold : SlotState::kPending, &inserted);
     if (!slot) return nullptr;  // raced with an edit: this call's definitions are already gone
     if (inserted && !hot) {
-      Enqueue(r, slot, JobPriority::kMiss);
+      Enqueue(r, slot, priority);
       return slot;
     }
   }
   SlotState state = slot->Load();
   if (state == SlotState::kPending) {
-    queue.Raise(slot.get());  // most recently missed first
+    queue.Requeue(slot.get(), priority);  // most recently missed first
   } else if (state == SlotState::kCold) {
     int64_t calls = slot->calls.fetch_add(1, std::memory_order_relaxed) + 1;
-    if (!hot || calls >= options.policy.hot_calls) Promote(r, slot, JobPriority::kMiss);
+    if (!hot || calls >= options.policy.hot_calls) Promote(r, slot, priority);
   }
   return slot;
 }
@@ -554,7 +556,7 @@ void EngineImpl::Enqueue(Request& r, const SlotPtr& slot, JobPriority priority) 
   if (On(EventKind::kEnqueue)) {
     Event e = Make(EventKind::kEnqueue, r.entry.name, &r.key.signature);
     e.fields.push_back({"job", id});
-    e.fields.push_back({"priority", std::string(priority == JobPriority::kMiss ? "miss" : "prefetch")});
+    e.fields.push_back({"priority", std::string(JobPriorityName(priority))});
     e.fields.push_back({"queue", static_cast<int64_t>(queue.size())});
     e.fields.push_back({"mode", r.key.mode});
     Emit(e);
@@ -897,24 +899,29 @@ CodeStatus EngineImpl::StatusOf(const Slot& slot) {
   return status;
 }
 
-void EngineImpl::Prefetch(Request& r) {
+void EngineImpl::Prefetch(Request& r, pejit::Prefetch when) {
   Prepare(r);
   if (!r.cacheable) return;
+  JobPriority priority = when == pejit::Prefetch::kNext ? JobPriority::kNext : JobPriority::kIdle;
   bool inserted = false;
   SlotPtr slot = Insert(r, SlotState::kPending, &inserted);
-  bool queued = false;
+  bool queued = false, requeued = false;
   if (slot && inserted) {
-    Enqueue(r, slot, JobPriority::kPrefetch);
+    Enqueue(r, slot, priority);
     queued = true;
   } else if (slot && slot->Load() == SlotState::kCold) {
-    queued = Promote(r, slot, JobPriority::kPrefetch);
+    queued = Promote(r, slot, priority);
+  } else if (slot && slot->Load() == SlotState::kPending) {
+    requeued = queue.Requeue(slot.get(), priority);
   }
   if (queued) Count(r.entry.prefetched);
   if (On(EventKind::kPrefetch)) {
     Event e = Make(EventKind::kPrefetch, r.entry.name, &r.key.signature);
-    e.fields.push_back({"state", std::string(queued ? "queued"
-                                             : slot ? SlotStateName(slot->Load())
-                                                    : "stale")});
+    e.fields.push_back({"state", std::string(queued     ? "queued"
+                                             : requeued ? "requeued"
+                                             : slot     ? SlotStateName(slot->Load())
+                                                        : "stale")});
+    e.fields.push_back({"priority", std::string(JobPriorityName(priority))});
     Emit(e);
   }
 }
@@ -927,11 +934,11 @@ CodeStatus EngineImpl::WaitReady(Request& r) {
     SlotPtr slot = Insert(r, SlotState::kPending, &inserted);
     if (!slot) continue;  // raced with an edit: again on the new snapshot
     if (inserted) {
-      Enqueue(r, slot, JobPriority::kMiss);
+      Enqueue(r, slot, JobPriority::kWait);
     } else if (slot->Load() == SlotState::kCold) {
-      Promote(r, slot, JobPriority::kMiss);
+      Promote(r, slot, JobPriority::kWait);
     } else if (slot->Load() == SlotState::kPending) {
-      queue.Raise(slot.get());
+      queue.Requeue(slot.get(), JobPriority::kWait);
     }
     Wait(*slot);
     // Specialized for definitions that changed meanwhile: the next call could
@@ -988,14 +995,14 @@ ValueAndGrad Entry::value_and_grad(const std::vector<Value>& args, const std::ve
   return engine_->Run(r);
 }
 
-void Entry::prefetch(const std::vector<Value>& args) const {
+void Entry::prefetch(const std::vector<Value>& args, Prefetch when) const {
   EngineImpl::Request r{*state_, static_args_, args, nullptr, {}, {}, false, {}};
-  engine_->Prefetch(r);
+  engine_->Prefetch(r, when);
 }
 
-void Entry::prefetch(const std::vector<Value>& args, const std::vector<int>& wrt) const {
+void Entry::prefetch(const std::vector<Value>& args, const std::vector<int>& wrt, Prefetch when) const {
   EngineImpl::Request r{*state_, static_args_, args, &wrt, {}, {}, false, {}};
-  engine_->Prefetch(r);
+  engine_->Prefetch(r, when);
 }
 
 CodeStatus Entry::wait_ready(const std::vector<Value>& args) const {

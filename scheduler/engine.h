@@ -180,6 +180,12 @@ const char* CodeStateName(CodeStatus::State s);
 
 using ValueAndGrad = Interpreter::ValueAndGrad;
 
+// How soon a prefetched signature is called (Entry::prefetch).
+enum class Prefetch : uint8_t {
+  kNext,      // among the next few calls, in the order prefetched
+  kWhenIdle,  // some time later (an evaluation set)
+};
+
 class EngineImpl;   // engine.cc
 struct EntryState;  // engine.cc
 
@@ -198,10 +204,13 @@ class Entry {
   // Interpreter::CallWithGrad returns them.
   ValueAndGrad value_and_grad(const std::vector<Value>& args, const std::vector<int>& wrt) const;
 
-  // Queues the specialization of these arguments' signature, to run when the
-  // workers are idle; returns at once. No effect under policy interpreter.
-  void prefetch(const std::vector<Value>& args) const;
-  void prefetch(const std::vector<Value>& args, const std::vector<int>& wrt) const;
+  // Queues the specialization of these arguments' signature and returns at
+  // once: `kNext` before the jobs of calls already made (the loop's next
+  // minibatches: their code can be ready when it gets there), `kWhenIdle`
+  // when no other job waits. No effect under policy interpreter.
+  void prefetch(const std::vector<Value>& args, Prefetch when = Prefetch::kWhenIdle) const;
+  void prefetch(const std::vector<Value>& args, const std::vector<int>& wrt,
+                Prefetch when = Prefetch::kWhenIdle) const;
 
   // Blocks until that signature's code is ready or has failed, queueing its
   // job first when there is none (any policy but interpreter, whose answer is

@@ -28,8 +28,8 @@ namespace pejit {
   X(kCall, "call", "a call ran, signature to result; tier (interpreter, residual-interpreter, native), mode")   \
   X(kHit, "hit", "a call found ready code for its signature; tier")                                             \
   X(kMiss, "miss", "a call found no ready code; state (new, cold, pending, failed), policy, queue")              \
-  X(kEnqueue, "enqueue", "a specialization job was queued; job, priority (miss, prefetch), queue, mode")        \
-  X(kPrefetch, "prefetch", "prefetch asked for a signature; state it found")                                    \
+  X(kEnqueue, "enqueue", "a specialization job was queued; job, priority (wait, next, miss, idle), queue, mode") \
+  X(kPrefetch, "prefetch", "prefetch asked for a signature; state it found, priority")                          \
   X(kPe, "pe", "partial evaluation of one job; job, residual_ops, params, unfoldings, PE cache use")            \
   X(kAutodiff, "autodiff", "the residual was differentiated (grad mode); job, wrt_leaves")                      \
   X(kBatch, "batch", "the residual was batched; job, groups, ops_before, ops_after, copied_bytes")              \

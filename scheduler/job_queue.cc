@@ -2,11 +2,25 @@
 
 namespace pejit {
 
+const char* JobPriorityName(JobPriority p) {
+  switch (p) {
+    case JobPriority::kWait:
+      return "wait";
+    case JobPriority::kNext:
+      return "next";
+    case JobPriority::kMiss:
+      return "miss";
+    case JobPriority::kIdle:
+      return "idle";
+  }
+  return "?";
+}
+
 bool JobQueue::Push(JobPtr job, JobPriority priority) {
   std::lock_guard<std::mutex> lock(mu_);
   const Slot* slot = job->slot.get();
   if (index_.count(slot)) {
-    RaiseLocked(slot, priority);
+    RequeueLocked(slot, priority);
     return false;
   }
   Order order = OrderFor(priority);
@@ -15,21 +29,34 @@ bool JobQueue::Push(JobPtr job, JobPriority priority) {
   return true;
 }
 
-void JobQueue::Raise(const Slot* slot) {
+bool JobQueue::Requeue(const Slot* slot, JobPriority priority) {
   std::lock_guard<std::mutex> lock(mu_);
-  RaiseLocked(slot, JobPriority::kMiss);
+  return RequeueLocked(slot, priority);
 }
 
-void JobQueue::RaiseLocked(const Slot* slot, JobPriority priority) {
+bool JobQueue::RequeueLocked(const Slot* slot, JobPriority priority) {
   auto it = index_.find(slot);
-  if (it == index_.end()) return;
-  // A prefetch request never demotes a missed job.
-  if (priority == JobPriority::kPrefetch) return;
+  if (it == index_.end()) return false;
+  auto queued = static_cast<JobPriority>(it->second.first);
+  bool moves = false;
+  switch (priority) {
+    case JobPriority::kWait:
+    case JobPriority::kMiss:
+      moves = queued != JobPriority::kWait;
+      break;
+    case JobPriority::kNext:
+      moves = queued == JobPriority::kMiss || queued == JobPriority::kIdle;
+      break;
+    case JobPriority::kIdle:
+      break;
+  }
+  if (!moves) return false;
   auto node = queue_.extract(it->second);
   Order order = OrderFor(priority);
   node.key() = order;
   queue_.insert(std::move(node));
   it->second = order;
+  return true;
 }
 
 JobPtr JobQueue::Pop() {

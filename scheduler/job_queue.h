@@ -1,10 +1,18 @@
 // \file The specialization jobs waiting for a worker, most urgent first.
 //
-// Jobs for signatures a call missed come first, the most recently missed
-// first: that is the minibatch the training loop is on now (older misses may
-// never come back). Prefetch jobs come after every miss job, oldest first, so
-// they run when the workers would otherwise be idle, in the order a data
-// loader handed them in. A miss on a queued prefetch job raises it.
+// Four classes, in this order:
+//  - wait: a caller blocks until the job is done (policy sync, wait_ready).
+//  - next: signatures the program said it calls next (a data loader's coming
+//    minibatches), oldest request first. Compiled before it gets there, they
+//    run compiled the first time they are called: in a training loop's first
+//    epoch, where every minibatch is new, that is the only way to a hit.
+//  - miss: signatures a call missed, the most recently missed first: that is
+//    the minibatch the loop is on now (older misses may never come back).
+//  - idle: prefetched for some later time (an evaluation set), oldest first:
+//    they run when the workers would otherwise be idle.
+// A miss moves a queued job to the front of the missed ones, out of `next`
+// too: the call it was compiled ahead of has come and gone (only a waiting
+// caller's job stays where it is).
 #pragma once
 
 #include <cstdint>
@@ -22,7 +30,8 @@
 
 namespace pejit {
 
-enum class JobPriority : uint8_t { kMiss = 0, kPrefetch = 1 };
+enum class JobPriority : uint8_t { kWait = 0, kNext = 1, kMiss = 2, kIdle = 3 };
+const char* JobPriorityName(JobPriority p);  // "wait", "next", "miss", "idle"
 
 // Everything a worker needs to specialize one slot.
 struct Job {
@@ -40,11 +49,14 @@ using JobPtr = std::shared_ptr<Job>;
 class JobQueue {
  public:
   // Queues `job` unless its slot already has a job queued, which is then
-  // raised to `priority` if that is more urgent (a miss always moves to the
-  // front). Returns true when `job` was added.
+  // requeued at `priority` instead. Returns true when `job` was added.
   bool Push(JobPtr job, JobPriority priority);
-  // Moves the queued job of `slot`, if any, to the front.
-  void Raise(const Slot* slot);
+  // The queued job of `slot`, if any, asked for again at `priority`: `wait`
+  // moves it to the waiting jobs; a miss moves it to the front of the missed
+  // ones unless a caller waits for it; `next` moves a missed or idle job to
+  // the back of the next ones; `idle` changes nothing. Returns true when the
+  // job moved.
+  bool Requeue(const Slot* slot, JobPriority priority);
   // The most urgent job, or null.
   JobPtr Pop();
   // Everything queued, emptying the queue (shutdown).
@@ -52,14 +64,14 @@ class JobQueue {
   size_t size() const;
 
  private:
-  // (priority, order): miss jobs by descending sequence number, prefetch
-  // jobs by ascending one.
+  // (priority, order): miss jobs by descending sequence number, the others
+  // by ascending one.
   using Order = std::pair<int, int64_t>;
   Order OrderFor(JobPriority priority) {
     int64_t seq = ++sequence_;
     return {static_cast<int>(priority), priority == JobPriority::kMiss ? -seq : seq};
   }
-  void RaiseLocked(const Slot* slot, JobPriority priority);
+  bool RequeueLocked(const Slot* slot, JobPriority priority);
 
   mutable std::mutex mu_;
   int64_t sequence_ = 0;

@@ -195,6 +195,9 @@ int main(int argc, char** argv) {
   app.add_option("--weight-decay", r.optimizer.weight_decay)->capture_default_str();
   app.add_option("--seed", r.seed)->capture_default_str();
   app.add_flag("--reshuffle", r.reshuffle, "new minibatches every epoch (new signatures to compile)");
+  app.add_option("--lookahead", r.lookahead, "minibatches prefetched ahead of the step, to compile before it gets there (0: none)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
   app.add_option("--train-sample", r.train_sample, "training trees the train accuracy is measured on")
       ->capture_default_str();
   app.add_option("--workers", c.workers, "background compile workers (0: cores - 1)")->capture_default_str();

@@ -147,9 +147,19 @@ EpochResult Trainer::TrainEpoch(const StepCallback& after_step) {
   EpochResult r;
   r.epoch = epoch_;
   double loss_sum = 0;
+  // The step `step` steps from this epoch's start; past its end, the next
+  // epoch's (the same minibatches unless reshuffled).
+  auto prefetch = [&](size_t step) {
+    if (step >= values.size() && options_.reshuffle) return;
+    const Batch& b = values[step % values.size()];
+    loss.prefetch({b.trees, b.labels, params_}, {2}, Prefetch::kNext);
+  };
+  const size_t ahead = static_cast<size_t>(std::max(0, options_.lookahead));
+  for (size_t k = 1; k < ahead; ++k) prefetch(k);
   auto epoch_start = Clock::now();
   for (size_t i = 0; i < values.size(); ++i) {
     auto step_start = Clock::now();
+    if (ahead > 0) prefetch(i + ahead);
     double cpu_start = ThreadCpuSeconds();
     int64_t compiled_before = loss.stats().calls_compiled();
     ValueAndGrad vg = loss.value_and_grad({values[i].trees, values[i].labels, params_}, {2});

@@ -31,6 +31,9 @@ struct RunOptions {
   OptimizerOptions optimizer;
   uint64_t seed = 1;
   bool reshuffle = false;            // new minibatches every epoch instead of fixed ones
+  // Minibatches prefetched ahead of the step (Prefetch::kNext), so that their
+  // code can be ready when the loop gets there, even in epoch 0; 0: none.
+  int lookahead = 8;
   int train_sample = 500;            // training trees that TrainAccuracy measures
 };
 

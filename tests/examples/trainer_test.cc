@@ -67,6 +67,39 @@ TEST(Trainer, CompiledStepsTrainLikeTheInterpreter) {
   EXPECT_NE(pa, Flat(Trainer(o, treelstm::LoadDataset(o), WithPolicy(Policy::Interpreter())).params()));
 }
 
+// Each step prefetches the minibatch `lookahead` steps ahead as next (past
+// the epoch's end, the next epoch's: the same minibatches), so that the
+// workers compile it before the loop gets there.
+TEST(Trainer, PrefetchesTheMinibatchesAheadOfEachStep) {
+  RunOptions o = Small();  // 3 steps
+  o.lookahead = 2;
+  auto events = std::make_shared<RecordingSink>();
+  EngineOptions e = WithPolicy(Policy::Eager());
+  e.events = events;
+  Trainer trainer(o, treelstm::LoadDataset(o), e);
+  trainer.TrainEpoch();
+  std::vector<std::string> calls, prefetches;  // signatures, in order
+  std::vector<size_t> call_at, prefetch_at;    // positions in the event stream
+  std::vector<Event> all = events->events();
+  for (size_t i = 0; i < all.size(); ++i) {
+    if (all[i].entry != "loss") continue;
+    if (all[i].kind == EventKind::kCall) {
+      calls.push_back(all[i].signature);
+      call_at.push_back(i);
+    } else if (all[i].kind == EventKind::kPrefetch) {
+      EXPECT_EQ(all[i].Text("priority"), "next");
+      prefetches.push_back(all[i].signature);
+      prefetch_at.push_back(i);
+    }
+  }
+  ASSERT_EQ(calls.size(), 3u);
+  ASSERT_EQ(prefetches.size(), 4u) << "steps 1 and 2, then the next epoch's 0 and 1";
+  for (size_t j = 0; j < prefetches.size(); ++j) EXPECT_EQ(prefetches[j], calls[(j + 1) % 3]) << "prefetch " << j;
+  for (size_t step = 0; step < 3; ++step) {
+    EXPECT_LT(prefetch_at[step + 1], call_at[step]) << "step " << step + 2 << " was not prefetched before step " << step;
+  }
+}
+
 // Three epochs straight, against one epoch, a checkpoint, and two more
 // epochs in a new trainer resumed from it: the same losses and parameters,
 // bit for bit (policy interpreter is deterministic). With reshuffled

@@ -209,82 +209,144 @@ TEST_F(EngineTest, InterpreterPolicyNeverCompiles) {
   EXPECT_EQ(engine_->stats().slots, 0u);
 }
 
+// Records the order the only worker compiles jobs in, and holds it on the
+// first until Release, so that a test can queue everything else meanwhile.
+class CompileOrder {
+ public:
+  void Install(EngineOptions& o) {
+    o.workers = 1;
+    o.before_compile = [this](const CompileInfo& info) {
+      bool first;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        first = order_.empty();
+        order_.push_back(info.signature.ShortHash());
+      }
+      if (first) open_.wait();
+    };
+  }
+  // True once the worker holds the first job.
+  bool Holding() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return !order_.empty();
+  }
+  void Release() { gate_.set_value(); }
+  std::vector<std::string> Order() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return order_;
+  }
+
+ private:
+  std::promise<void> gate_;
+  std::shared_future<void> open_ = gate_.get_future().share();
+  std::mutex mu_;
+  std::vector<std::string> order_;
+};
+
+std::string Sig(const std::vector<Value>& args) { return ComputeSignature(args).ShortHash(); }
+
 // Jobs for the signature missed most recently go first; prefetched ones wait
 // until no missed job is left, in the order they were asked for.
 TEST_F(EngineTest, MostRecentMissFirstAndPrefetchWhenIdle) {
-  std::promise<void> gate;
-  std::shared_future<void> open = gate.get_future().share();
-  std::mutex mu;
-  std::vector<std::string> order;
-  Start(Options(Policy::Eager(), [&](EngineOptions& o) {
-    o.before_compile = [&](const CompileInfo& info) {
-      bool first;
-      {
-        std::lock_guard<std::mutex> lock(mu);
-        first = order.empty();
-        order.push_back(info.signature.ShortHash());
-      }
-      if (first) open.wait();  // hold the only worker until everything is queued
-    };
-  }));
+  CompileOrder compiles;
+  Start(Options(Policy::Eager(), [&](EngineOptions& o) { compiles.Install(o); }));
   Entry loss = engine_->entry("loss");
-  auto sig = [&](const std::vector<Value>& a) { return ComputeSignature(a).ShortHash(); };
   std::vector<Value> blocker = TreeArgs(2), a = TreeArgs(3), b = TreeArgs(4), c = TreeArgs(5),
                      d = TreeArgs(6);
   loss.call(blocker);
-  ASSERT_TRUE(Eventually([&] {
-    std::lock_guard<std::mutex> lock(mu);
-    return !order.empty();
-  }));
+  ASSERT_TRUE(Eventually([&] { return compiles.Holding(); }));
   loss.prefetch(a);
   loss.prefetch(b);
   loss.call(c);
   loss.call(d);
   EXPECT_EQ(engine_->stats().queued, 4u);
-  gate.set_value();
+  compiles.Release();
   // (Not wait_ready: a caller blocked on a signature raises its job too.)
   for (const auto& args : {a, b, c, d}) {
     EXPECT_TRUE(Eventually([&] { return loss.status(args).ready(); }));
   }
-  std::lock_guard<std::mutex> lock(mu);
-  EXPECT_EQ(order, (std::vector<std::string>{sig(blocker), sig(d), sig(c), sig(a), sig(b)}));
+  EXPECT_EQ(compiles.Order(), (std::vector<std::string>{Sig(blocker), Sig(d), Sig(c), Sig(a), Sig(b)}));
   EXPECT_EQ(loss.stats().prefetched, 2);
 }
 
 TEST_F(EngineTest, AMissRaisesAPrefetchedJob) {
-  std::promise<void> gate;
-  std::shared_future<void> open = gate.get_future().share();
-  std::mutex mu;
-  std::vector<std::string> order;
-  Start(Options(Policy::Eager(), [&](EngineOptions& o) {
-    o.before_compile = [&](const CompileInfo& info) {
-      bool first;
-      {
-        std::lock_guard<std::mutex> lock(mu);
-        first = order.empty();
-        order.push_back(info.signature.ShortHash());
-      }
-      if (first) open.wait();
-    };
-  }));
+  CompileOrder compiles;
+  Start(Options(Policy::Eager(), [&](EngineOptions& o) { compiles.Install(o); }));
   Entry loss = engine_->entry("loss");
   std::vector<Value> blocker = TreeArgs(2), a = TreeArgs(3), b = TreeArgs(4);
   loss.call(blocker);
-  ASSERT_TRUE(Eventually([&] {
-    std::lock_guard<std::mutex> lock(mu);
-    return !order.empty();
-  }));
+  ASSERT_TRUE(Eventually([&] { return compiles.Holding(); }));
   loss.prefetch(a);
   loss.prefetch(b);
   loss.call(b);  // the training loop reached b before its prefetch ran
-  gate.set_value();
+  compiles.Release();
   for (const auto& args : {a, b}) {
     EXPECT_TRUE(Eventually([&] { return loss.status(args).ready(); }));
   }
-  std::lock_guard<std::mutex> lock(mu);
-  ASSERT_EQ(order.size(), 3u);
-  EXPECT_EQ(order[1], ComputeSignature(b).ShortHash());
+  EXPECT_EQ(compiles.Order(), (std::vector<std::string>{Sig(blocker), Sig(b), Sig(a)}));
   EXPECT_EQ(events_->Count(EventKind::kEnqueue), 3);  // b was queued once
+}
+
+// A training loop's next minibatches (Prefetch::kNext) compile before the
+// jobs of calls already made, in the order the loop will call them, so that
+// their code can be ready when it gets there; one the loop reached first is
+// an ordinary miss again. Prefetching a queued missed job as next moves it up.
+TEST_F(EngineTest, TheNextMinibatchesCompileBeforeMissedOnes) {
+  CompileOrder compiles;
+  Start(Options(Policy::Eager(), [&](EngineOptions& o) { compiles.Install(o); }));
+  Entry loss = engine_->entry("loss");
+  std::vector<Value> blocker = TreeArgs(2), idle = TreeArgs(3), missed = TreeArgs(4), next1 = TreeArgs(5),
+                     next2 = TreeArgs(6), reached = TreeArgs(7), again = TreeArgs(8);
+  loss.call(blocker);
+  ASSERT_TRUE(Eventually([&] { return compiles.Holding(); }));
+  loss.prefetch(idle);
+  loss.call(again);
+  loss.call(missed);
+  loss.prefetch(next1, Prefetch::kNext);
+  loss.prefetch(reached, Prefetch::kNext);
+  loss.prefetch(next2, Prefetch::kNext);
+  loss.call(reached);                       // got there before its code
+  loss.prefetch(again, Prefetch::kNext);    // missed earlier, and next again
+  loss.prefetch(next1, Prefetch::kWhenIdle);  // changes nothing
+  EXPECT_EQ(engine_->stats().queued, 6u);
+  compiles.Release();
+  for (const auto& args : {idle, missed, next1, next2, reached, again}) {
+    EXPECT_TRUE(Eventually([&] { return loss.status(args).ready(); }));
+  }
+  EXPECT_EQ(compiles.Order(), (std::vector<std::string>{Sig(blocker), Sig(next1), Sig(next2), Sig(again),
+                                                        Sig(reached), Sig(missed), Sig(idle)}));
+  std::vector<std::string> priorities;
+  for (const Event& e : events_->Of(EventKind::kEnqueue)) priorities.push_back(e.Text("priority"));
+  EXPECT_EQ(priorities, (std::vector<std::string>{"miss", "idle", "miss", "miss", "next", "next", "next"}));
+  std::vector<std::string> prefetches;
+  for (const Event& e : events_->Of(EventKind::kPrefetch)) prefetches.push_back(e.Text("state"));
+  EXPECT_EQ(prefetches, (std::vector<std::string>{"queued", "queued", "queued", "queued", "requeued", "pending"}));
+}
+
+// A caller blocked on a signature (wait_ready, policy sync) goes before
+// everything queued, the next minibatches included.
+TEST_F(EngineTest, AWaitingCallerGoesFirst) {
+  CompileOrder compiles;
+  Start(Options(Policy::Eager(), [&](EngineOptions& o) { compiles.Install(o); }));
+  Entry loss = engine_->entry("loss");
+  std::vector<Value> blocker = TreeArgs(2), next = TreeArgs(3), missed = TreeArgs(4), waited = TreeArgs(5);
+  loss.call(blocker);
+  ASSERT_TRUE(Eventually([&] { return compiles.Holding(); }));
+  loss.prefetch(next, Prefetch::kNext);
+  loss.call(missed);
+  std::thread waiter([&] { EXPECT_TRUE(loss.wait_ready(waited).ready()); });
+  ASSERT_TRUE(Eventually([&] {
+    for (const Event& e : events_->Of(EventKind::kEnqueue))
+      if (e.signature == Sig(waited)) return e.Text("priority") == "wait";
+    return false;
+  }));
+  loss.call(waited);  // a miss while a caller waits: stays first
+  compiles.Release();
+  waiter.join();
+  for (const auto& args : {next, missed}) {
+    EXPECT_TRUE(Eventually([&] { return loss.status(args).ready(); }));
+  }
+  EXPECT_EQ(compiles.Order(), (std::vector<std::string>{Sig(blocker), Sig(waited), Sig(next), Sig(missed)}));
 }
 
 // Static arguments are specialized on: each value is a signature of its own,
