@@ -47,6 +47,10 @@ class Value {
   bool is_tensor() const { return kind_ == Kind::kTensor; }
   const Tensor& tensor() const;                 // throws std::logic_error for other kinds
   const std::vector<Value>& fields() const;     // tuple or ADT fields
+  // The fields of a tuple or ADT value, shared by every copy of it (null for
+  // other kinds): caches keyed by a value's identity hold it weakly, so that
+  // an entry dies with its value (pe/signature.h's SignatureCache).
+  std::weak_ptr<const std::vector<Value>> fields_identity() const { return fields_; }
   const TypeDefPtr& adt() const { return adt_; }
   int tag() const { return tag_; }
   const std::string& ctor_name() const { return adt_->ctors[tag_].name; }

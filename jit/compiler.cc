@@ -11,7 +11,8 @@
 //       each tree level) calls the same function;
 //   (2) any other step runs the operator's registered kernel (OpenBLAS for
 //       GEMMs) on views of the buffers;
-//   (3) a call gets its own arena, so concurrent calls share nothing mutable.
+//   (3) a call's intermediate buffers live in its thread's arena, so
+//       concurrent calls share nothing mutable (ThreadArena below).
 // Kernels are shared across specializations: the session keeps the kernels of
 // every live module by what they compute, and a compile emits only those no
 // live module has (after the first minibatches, usually none: the cells of a
@@ -45,8 +46,10 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <new>
 #include <map>
 #include <mutex>
 #include <set>
@@ -167,6 +170,57 @@ LoopNest NestOf(const Plan& plan, const PlanStep& step) {
   return nest;
 }
 
+// The calling thread's arena for the intermediate buffers of one compiled
+// call, grown to the largest call it ran and kept: a fresh allocation per
+// call (megabytes for a minibatch of trees) went back to the system at
+// every free and came back as page faults at every step, and a kept arena
+// is still in cache from the previous step. A thread runs one compiled call
+// at a time; a call made from inside another (none today) gets memory of
+// its own.
+class ThreadArena {
+ public:
+  explicit ThreadArena(int64_t bytes) {
+    State& s = state();
+    if (s.busy || bytes > s.capacity) {
+      // Rounded up so that slowly growing minibatches do not reallocate every time.
+      int64_t capacity = std::max<int64_t>(4096, bytes + bytes / 4);
+      capacity = (capacity + 63) / 64 * 64;
+      owned_.reset(static_cast<char*>(std::aligned_alloc(64, static_cast<size_t>(capacity))));
+      if (!owned_) throw std::bad_alloc();
+      if (s.busy) {
+        data_ = owned_.get();
+        return;
+      }
+      s.memory = std::move(owned_);
+      s.capacity = capacity;
+    }
+    s.busy = true;
+    data_ = s.memory.get();
+  }
+  ~ThreadArena() {
+    if (!owned_) state().busy = false;
+  }
+  ThreadArena(const ThreadArena&) = delete;
+  ThreadArena& operator=(const ThreadArena&) = delete;
+  char* data() const { return data_; }
+
+ private:
+  struct Free {
+    void operator()(char* p) const { std::free(p); }
+  };
+  struct State {
+    std::unique_ptr<char, Free> memory;
+    int64_t capacity = 0;
+    bool busy = false;
+  };
+  static State& state() {
+    thread_local State s;
+    return s;
+  }
+  std::unique_ptr<char, Free> owned_;  // set only for a nested call's own memory
+  char* data_ = nullptr;
+};
+
 class NativeExecutable final : public Executable {
  public:
   // `kernels[i]`: the function of step i when it is fused, else null.
@@ -203,8 +257,7 @@ class NativeExecutable final : public Executable {
                                   std::to_string(inputs.size()));
     }
     std::vector<Tensor> results;
-    std::unique_ptr<char, decltype(&std::free)> arena(
-        static_cast<char*>(std::aligned_alloc(64, std::max<int64_t>(64, plan_.arena_bytes))), &std::free);
+    ThreadArena arena(plan_.arena_bytes);
     std::vector<void*> address(plan_.buffers.size(), nullptr);
     for (size_t i = 0; i < plan_.buffers.size(); ++i) {
       const PlanBuffer& buf = plan_.buffers[i];
@@ -220,7 +273,7 @@ class NativeExecutable final : public Executable {
           break;
         }
         case PlanBuffer::Kind::kResult: break;
-        case PlanBuffer::Kind::kArena: address[i] = arena.get() + buf.offset; break;
+        case PlanBuffer::Kind::kArena: address[i] = arena.data() + buf.offset; break;
         case PlanBuffer::Kind::kConstant: address[i] = const_cast<void*>(buf.constant.raw_data()); break;
         case PlanBuffer::Kind::kAlias: break;
       }

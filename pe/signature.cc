@@ -34,14 +34,75 @@ void Walk(const Value& root, Node&& node, Leaf&& leaf) {
   }
 }
 
-// FNV-1a over the key; stable across runs (logs can be compared).
-uint64_t Fnv1a(const std::string& s) {
-  uint64_t h = 0xcbf29ce484222325ull;
-  for (unsigned char c : s) {
-    h ^= c;
+// FNV-1a; stable across runs (logs can be compared).
+uint64_t Fnv1a(const void* data, size_t n, uint64_t h = 0xcbf29ce484222325ull) {
+  for (size_t i = 0; i < n; ++i) {
+    h ^= static_cast<const unsigned char*>(data)[i];
     h *= 0x100000001b3ull;
   }
   return h;
+}
+
+// The signature's hash: of each argument's key's hash in turn, so that a
+// cached argument's hash is reused too.
+class Hasher {
+ public:
+  void Add(uint64_t argument_hash) { h_ = Fnv1a(&argument_hash, sizeof argument_hash, h_); }
+  uint64_t hash() const { return h_; }
+
+ private:
+  uint64_t h_ = 0xcbf29ce484222325ull;
+};
+
+// Appends one node of argument `i` (not its fields) to the key.
+void AppendNode(std::string& key, const Value& v, bool whole, size_t i) {
+  switch (v.kind()) {
+    case Value::Kind::kNone: key.push_back('0'); break;
+    case Value::Kind::kTensor: {
+      const Tensor& t = v.tensor();
+      key.push_back('T');
+      key.push_back(static_cast<char>(t.dtype()));
+      Put(key, static_cast<uint8_t>(t.rank()));
+      for (int64_t d : t.shape()) Put(key, d);
+      break;
+    }
+    case Value::Kind::kTuple:
+      key.push_back('(');
+      Put(key, static_cast<uint32_t>(v.fields().size()));
+      break;
+    case Value::Kind::kAdt:
+      key.push_back('A');
+      key.append(v.adt()->name);
+      key.push_back('\0');
+      Put(key, static_cast<uint16_t>(v.tag()));
+      break;
+    case Value::Kind::kClosure:
+      if (!whole) {
+        throw std::invalid_argument("argument " + std::to_string(i) + " holds a function value; only static arguments may");
+      }
+      key.push_back('F');
+      Put(key, static_cast<const void*>(&v.closure()));
+      break;
+  }
+}
+
+// Appends argument `i`'s part of the key.
+void AppendKey(std::string& key, const Value& arg, bool whole, size_t i) {
+  key.push_back(whole ? 'S' : 'D');
+  Walk(
+      arg, [&](const Value& v) { AppendNode(key, v, whole, i); },
+      [&](const Tensor& t) {
+        if (whole) Put(key, t.raw_data(), t.nbytes());
+      });
+}
+
+// Appends argument `i`'s part of the key and its hash; returns where it begins in the key.
+size_t AppendArgument(Signature& sig, Hasher& hasher, const Value& arg, bool whole, size_t i, uint64_t* hash) {
+  size_t begin = sig.key.size();
+  AppendKey(sig.key, arg, whole, i);
+  *hash = Fnv1a(sig.key.data() + begin, sig.key.size() - begin);
+  hasher.Add(*hash);
+  return begin;
 }
 
 }  // namespace
@@ -54,50 +115,61 @@ std::string Signature::ShortHash() const {
 
 Signature ComputeSignature(const std::vector<Value>& args, const std::vector<bool>& static_args) {
   Signature sig;
-  std::string& key = sig.key;
-  key.reserve(64 * args.size());
-  for (size_t i = 0; i < args.size(); ++i) {
-    bool whole = IsStatic(static_args, i);
-    key.push_back(whole ? 'S' : 'D');
-    Walk(
-        args[i],
-        [&](const Value& v) {
-          switch (v.kind()) {
-            case Value::Kind::kNone: key.push_back('0'); break;
-            case Value::Kind::kTensor: {
-              const Tensor& t = v.tensor();
-              key.push_back('T');
-              key.push_back(static_cast<char>(t.dtype()));
-              Put(key, static_cast<uint8_t>(t.rank()));
-              for (int64_t d : t.shape()) Put(key, d);
-              break;
-            }
-            case Value::Kind::kTuple:
-              key.push_back('(');
-              Put(key, static_cast<uint32_t>(v.fields().size()));
-              break;
-            case Value::Kind::kAdt:
-              key.push_back('A');
-              key.append(v.adt()->name);
-              key.push_back('\0');
-              Put(key, static_cast<uint16_t>(v.tag()));
-              break;
-            case Value::Kind::kClosure:
-              if (!whole) {
-                throw std::invalid_argument("argument " + std::to_string(i) +
-                                            " holds a function value; only static arguments may");
-              }
-              key.push_back('F');
-              Put(key, static_cast<const void*>(&v.closure()));
-              break;
-          }
-        },
-        [&](const Tensor& t) {
-          if (whole) Put(key, t.raw_data(), t.nbytes());
-        });
-  }
-  sig.hash = Fnv1a(key);
+  sig.key.reserve(64 * args.size());
+  Hasher hasher;
+  uint64_t hash;
+  for (size_t i = 0; i < args.size(); ++i) AppendArgument(sig, hasher, args[i], IsStatic(static_args, i), i, &hash);
+  sig.hash = hasher.hash();
   return sig;
+}
+
+Signature SignatureCache::Compute(const std::vector<Value>& args, const std::vector<bool>& static_args) {
+  Signature sig;
+  Hasher hasher;
+  for (size_t i = 0; i < args.size(); ++i) {
+    const Value& arg = args[i];
+    bool whole = IsStatic(static_args, i);
+    uint64_t hash;
+    std::shared_ptr<const std::vector<Value>> identity;
+    if (!whole && (arg.kind() == Value::Kind::kTuple || arg.kind() == Value::Kind::kAdt)) {
+      identity = arg.fields_identity().lock();
+    }
+    if (!identity) {
+      AppendArgument(sig, hasher, arg, whole, i, &hash);
+      continue;
+    }
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      auto it = entries_.find(identity.get());
+      // A live entry for this address is this value's: the address cannot
+      // have been reused while the value it was taken from lives. The value's
+      // own constructor and tag are in its handle, not its fields: checked
+      // against the key's first bytes.
+      if (it != entries_.end() && it->second.value.lock() == identity) {
+        std::string head = "D";
+        AppendNode(head, arg, whole, i);
+        if (it->second.key.compare(0, head.size(), head) == 0) {
+          sig.key += it->second.key;
+          hasher.Add(it->second.hash);
+          continue;
+        }
+      }
+    }
+    size_t begin = AppendArgument(sig, hasher, arg, whole, i, &hash);
+    std::lock_guard<std::mutex> lock(mu_);
+    if (entries_.size() >= capacity_) {
+      std::erase_if(entries_, [](const auto& e) { return e.second.value.expired(); });
+      if (entries_.size() >= capacity_) entries_.clear();
+    }
+    entries_[identity.get()] = Entry{identity, sig.key.substr(begin), hash};
+  }
+  sig.hash = hasher.hash();
+  return sig;
+}
+
+size_t SignatureCache::size() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return entries_.size();
 }
 
 std::vector<Tensor> Flatten(const std::vector<Value>& args, const std::vector<bool>& static_args) {

@@ -187,6 +187,7 @@ class EngineImpl {
   CodeCache cache;
   JobQueue queue;
   PeCache pe_cache;  // shared by the workers' PE runs
+  SignatureCache signatures;  // of arguments passed before (a minibatch's trees, every epoch)
 
  private:
   void Prepare(Request& r);
@@ -364,7 +365,7 @@ void EngineImpl::Prepare(Request& r) {
   }
   // (2) The signature.
   try {
-    r.key = SlotKey{&r.entry, ModeOf(r.wrt), ComputeSignature(r.args, r.static_args), std::move(versions)};
+    r.key = SlotKey{&r.entry, ModeOf(r.wrt), signatures.Compute(r.args, r.static_args), std::move(versions)};
   } catch (const std::invalid_argument& e) {
     r.uncacheable = e.what();  // a function value among dynamic arguments: tier 0 only
     return;

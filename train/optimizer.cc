@@ -58,10 +58,12 @@ class Adagrad final : public Optimizer {
   void set_buffers(std::vector<std::vector<float>> b) override { sum_ = std::move(b); }
   void Update(size_t i, float* p, const float* g, int64_t n) override {
     const float lr = static_cast<float>(options_.learning_rate), eps = static_cast<float>(options_.epsilon);
-    float* s = sum_[i].data();
+    float* __restrict s = sum_[i].data();
+    float* __restrict out = p;
+    const float* __restrict grad = g;
     for (int64_t j = 0; j < n; ++j) {
-      s[j] += g[j] * g[j];
-      p[j] -= lr * g[j] / (std::sqrt(s[j]) + eps);
+      s[j] += grad[j] * grad[j];
+      out[j] -= lr * grad[j] / (std::sqrt(s[j]) + eps);
     }
   }
 
@@ -94,10 +96,14 @@ class Adam final : public Optimizer {
     const float lr = static_cast<float>(options_.learning_rate * std::sqrt(1 - std::pow(options_.beta2, t)) /
                                         (1 - std::pow(options_.beta1, t)));
     const float eps = static_cast<float>(options_.epsilon);
+    float* __restrict m = m_[i].data();
+    float* __restrict v = v_[i].data();
+    float* __restrict out = p;
+    const float* __restrict grad = g;
     for (int64_t j = 0; j < n; ++j) {
-      m_[i][j] = b1 * m_[i][j] + (1 - b1) * g[j];
-      v_[i][j] = b2 * v_[i][j] + (1 - b2) * g[j] * g[j];
-      p[j] -= lr * m_[i][j] / (std::sqrt(v_[i][j]) + eps);
+      m[j] = b1 * m[j] + (1 - b1) * grad[j];
+      v[j] = b2 * v[j] + (1 - b2) * grad[j] * grad[j];
+      out[j] -= lr * m[j] / (std::sqrt(v[j]) + eps);
     }
   }
 

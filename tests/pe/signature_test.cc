@@ -1,5 +1,7 @@
 // The leaves a gradient is taken for (FloatWrtLeaves): what the engine, the
-// `pejit compile --grad` command and bench/jit all ask autodiff for.
+// `pejit compile --grad` command and bench/jit all ask autodiff for; and the
+// engine's cache of argument signatures (SignatureCache), which must always
+// agree with ComputeSignature.
 #include <gtest/gtest.h>
 
 #include "pe/signature.h"
@@ -41,6 +43,53 @@ TEST(FloatWrtLeavesTest, AnIndexThatNamesNoArgumentIsRefused) {
   } catch (const std::invalid_argument& e) {
     EXPECT_STREQ(e.what(), "gradient with respect to argument 3: there is no such argument (the call has 1)");
   }
+}
+
+// A list of `n` tuples (i64 word, f32 vector of `width`), as a minibatch's trees are.
+Value Items(int n, int64_t width) {
+  std::vector<Value> items;
+  for (int i = 0; i < n; ++i) items.push_back(Value::Tuple({I64(i), F32(std::vector<float>(width, 1.0f))}));
+  return Value::Tuple(std::move(items));
+}
+
+TEST(SignatureCacheTest, AnArgumentPassedAgainHasTheSignatureItHad) {
+  SignatureCache cache;
+  Value items = Items(3, 2), params = Value::Tuple({F32({1, 2})});
+  std::vector<Value> args = {items, I64(0), params};
+  Signature first = cache.Compute(args);
+  EXPECT_EQ(first, ComputeSignature(args));
+  EXPECT_EQ(first.ShortHash(), ComputeSignature(args).ShortHash());
+  EXPECT_EQ(cache.size(), 2u) << "the two tuples, not the tensor";
+  std::vector<Value> again = {items, I64(5), params};  // copies of the same values
+  EXPECT_EQ(cache.Compute(again), first);
+  // Other values of other shapes: other signatures, whatever the cache holds.
+  std::vector<Value> other = {Items(3, 3), I64(0), params};
+  EXPECT_EQ(cache.Compute(other), ComputeSignature(other));
+  EXPECT_NE(cache.Compute(other), first);
+  EXPECT_EQ(cache.size(), 3u);
+}
+
+TEST(SignatureCacheTest, EntriesDieWithTheirValues) {
+  SignatureCache cache(/*capacity=*/4);
+  // Short-lived values, so that later ones may reuse the addresses of earlier
+  // ones: each must still get its own signature.
+  for (int n = 1; n <= 40; ++n) {
+    std::vector<Value> args = {Items(n % 7 + 1, n % 3 + 1)};
+    EXPECT_EQ(cache.Compute(args), ComputeSignature(args)) << n;
+    EXPECT_LE(cache.size(), 4u);
+  }
+}
+
+TEST(SignatureCacheTest, StaticArgumentsAreReadEveryTime) {
+  SignatureCache cache;
+  Tensor scale = Tensor::FromVector<float>({1}, {2});
+  std::vector<Value> args = {Value::Tuple({Value(scale)})};
+  Signature before = cache.Compute(args, {true});
+  scale.data<float>()[0] = 3;  // written in place, as an optimizer does
+  Signature after = cache.Compute(args, {true});
+  EXPECT_NE(after, before);
+  EXPECT_EQ(after, ComputeSignature(args, {true}));
+  EXPECT_EQ(cache.size(), 0u);
 }
 
 }  // namespace
