@@ -57,7 +57,8 @@ TREELSTM_SIZES = {"batch": 25, "embed": 64, "hidden": 128, "lr": 0.05}
 # epoch 0) but `eager`, whose steady state begins once its one background
 # worker has compiled every minibatch's signature: its process carries on
 # (--until-compiled, at most max_epochs) until an epoch (an inference pass)
-# ran compiled code in every step, and that one is its steady figure.
+# ran compiled code in every step while no compile job ended (a compile on
+# the other core still slows the steps), and that one is its steady figure.
 PRESETS = {
     "treelstm": {"quick": {"size": 300, "epochs": 2, "infer_passes": 2, "max_epochs": 8, "reps": 2},
                  "full": {"size": 1500, "epochs": 2, "infer_passes": 2, "max_epochs": 10, "reps": 5}},

@@ -54,6 +54,11 @@ void CompileStatsSink::Emit(const Event& e) {
   }
 }
 
+int64_t CompileStatsSink::jobs_ended() const {
+  std::lock_guard lock(mu_);
+  return static_cast<int64_t>(swaps_.size()) + refused_ + failed_;
+}
+
 nlohmann::json CompileStatsSink::Summary() const {
   std::lock_guard lock(mu_);
   std::vector<double> job_ms, sight_ms, bytes;

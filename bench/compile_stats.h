@@ -28,6 +28,9 @@ class CompileStatsSink final : public EventSink {
   //  "code_bytes_p50"/"_max", "by_entry": {entry: specializations}};
   // percentiles are nearest-rank, 0 when nothing was compiled.
   nlohmann::json Summary() const;
+  // Jobs that have ended so far (swapped, refused or failed): a difference of
+  // two readings says whether the compiler finished anything in between.
+  int64_t jobs_ended() const;
 
  private:
   struct Swap {

@@ -230,24 +230,35 @@ class NativeExecutable final : public Executable {
       : plan_(std::move(plan)), kernels_(std::move(kernels)), outer_(std::move(outer)), modules_(std::move(modules)),
         code_bytes_(code_bytes), poison_(poison), step_ns_(profile ? plan_.steps.size() : 0) {
     // What each step reads and writes, in the order its kernel wants them.
-    for (size_t i = 0; i < plan_.steps.size(); ++i) {
-      const PlanStep& step = plan_.steps[i];
-      std::vector<int> operands;
+    for (const PlanStep& step : plan_.steps) {
+      operand_begin_.push_back(operands_.size());
       if (step.kind == PlanStep::Kind::kFused) {
-        operands.push_back(step.outputs[0]);
+        operands_.push_back(step.outputs[0]);
         for (const FusedNode& n : step.nodes) {
-          if (n.kind == FusedNode::Kind::kLoad) operands.push_back(n.buffer);
+          if (n.kind == FusedNode::Kind::kLoad) operands_.push_back(n.buffer);
         }
       } else {
-        operands = step.inputs;
-        operands.insert(operands.end(), step.outputs.begin(), step.outputs.end());
+        operands_.insert(operands_.end(), step.inputs.begin(), step.inputs.end());
+        operands_.insert(operands_.end(), step.outputs.begin(), step.outputs.end());
       }
-      operands_.push_back(std::move(operands));
     }
-    for (size_t b = 0; b < plan_.buffers.size(); ++b) {  // resolved once, not per run
-      if (plan_.buffers[b].kind != PlanBuffer::Kind::kAlias) continue;
-      auto [root, offset] = plan_.ViewOf(static_cast<int>(b));
-      views_.push_back({static_cast<int>(b), root, offset});
+    operand_begin_.push_back(operands_.size());
+    // Where each buffer is, resolved once: a run then walks short arrays
+    // instead of every buffer's description.
+    for (size_t b = 0; b < plan_.buffers.size(); ++b) {
+      const PlanBuffer& buf = plan_.buffers[b];
+      int i = static_cast<int>(b);
+      switch (buf.kind) {
+        case PlanBuffer::Kind::kParam: params_.push_back({i, buf.param}); break;
+        case PlanBuffer::Kind::kArena: arena_.push_back({i, buf.offset}); break;
+        case PlanBuffer::Kind::kConstant: constants_.push_back({i, const_cast<void*>(buf.constant.raw_data())}); break;
+        case PlanBuffer::Kind::kAlias: {
+          auto [root, offset] = plan_.ViewOf(i);
+          views_.push_back({i, root, offset});
+          break;
+        }
+        case PlanBuffer::Kind::kResult: break;
+      }
     }
   }
 
@@ -259,25 +270,17 @@ class NativeExecutable final : public Executable {
     std::vector<Tensor> results;
     ThreadArena arena(plan_.arena_bytes);
     std::vector<void*> address(plan_.buffers.size(), nullptr);
-    for (size_t i = 0; i < plan_.buffers.size(); ++i) {
-      const PlanBuffer& buf = plan_.buffers[i];
-      switch (buf.kind) {
-        case PlanBuffer::Kind::kParam: {
-          const Tensor& in = inputs[buf.param];
-          if (!in.defined() || in.type() != buf.type) {
-            throw std::invalid_argument("input " + std::to_string(buf.param) + " of the compiled function must be " +
-                                        buf.type.ToString() + ", got " +
-                                        (in.defined() ? in.type().ToString() : "nothing"));
-          }
-          address[i] = const_cast<void*>(in.raw_data());
-          break;
-        }
-        case PlanBuffer::Kind::kResult: break;
-        case PlanBuffer::Kind::kArena: address[i] = arena.data() + buf.offset; break;
-        case PlanBuffer::Kind::kConstant: address[i] = const_cast<void*>(buf.constant.raw_data()); break;
-        case PlanBuffer::Kind::kAlias: break;
+    for (auto [b, param] : params_) {
+      const Tensor& in = inputs[param];
+      const TensorType& want = plan_.buffers[b].type;
+      if (!in.defined() || in.type() != want) {
+        throw std::invalid_argument("input " + std::to_string(param) + " of the compiled function must be " +
+                                    want.ToString() + ", got " + (in.defined() ? in.type().ToString() : "nothing"));
       }
+      address[b] = const_cast<void*>(in.raw_data());
     }
+    for (auto [b, offset] : arena_) address[b] = arena.data() + offset;
+    for (auto [b, data] : constants_) address[b] = data;
     for (int b : plan_.results) {
       const TensorType& t = plan_.buffers[b].type;
       results.push_back(Tensor::Empty(t.dtype, t.shape));
@@ -288,7 +291,7 @@ class NativeExecutable final : public Executable {
     const bool profile = !step_ns_.empty();
     for (size_t s = 0; s < plan_.steps.size(); ++s) {
       ptrs.clear();
-      for (int b : operands_[s]) ptrs.push_back(address[b]);
+      for (size_t k = operand_begin_[s]; k < operand_begin_[s + 1]; ++k) ptrs.push_back(address[operands_[k]]);
       Clock::time_point start;
       if (profile) start = Clock::now();
       if (kernels_[s]) {
@@ -378,7 +381,12 @@ class NativeExecutable final : public Executable {
   Plan plan_;
   std::vector<KernelFn> kernels_;
   std::vector<int64_t> outer_;  // per fused step: its kernel's outermost extent
-  std::vector<std::vector<int>> operands_;
+  // Step s's operands are operands_[operand_begin_[s] .. operand_begin_[s + 1]).
+  std::vector<int> operands_;
+  std::vector<size_t> operand_begin_;
+  std::vector<std::pair<int, int>> params_;         // (buffer, input)
+  std::vector<std::pair<int, int64_t>> arena_;      // (buffer, offset in the arena)
+  std::vector<std::pair<int, void*>> constants_;    // (buffer, data)
   struct View {
     int buffer, root;
     int64_t offset;

@@ -82,7 +82,9 @@ Tensor Tensor::Wrap(void* data, DType dtype, Shape shape, std::shared_ptr<void> 
   Tensor t;
   t.type_ = {dtype, std::move(shape)};
   t.numel_ = NumElements(t.type_.shape);
-  t.buffer_ = keep_alive ? std::move(keep_alive) : std::shared_ptr<void>(data, [](void*) {});
+  // Without an owner: a pointer that owns nothing (the aliasing constructor
+  // over an empty owner), so that wrapping allocates no control block.
+  t.buffer_ = keep_alive ? std::move(keep_alive) : std::shared_ptr<void>(std::shared_ptr<void>(), data);
   t.data_ = data;
   return t;
 }

@@ -123,6 +123,31 @@ Signature ComputeSignature(const std::vector<Value>& args, const std::vector<boo
   return sig;
 }
 
+namespace {
+
+// The fields of argument `i` when the cache may keep it: a tuple or ADT value
+// that is not static. Null otherwise.
+std::shared_ptr<const std::vector<Value>> Identity(const Value& arg, bool whole) {
+  if (whole || (arg.kind() != Value::Kind::kTuple && arg.kind() != Value::Kind::kAdt)) return nullptr;
+  return arg.fields_identity().lock();
+}
+
+}  // namespace
+
+const SignatureCache::Entry* SignatureCache::Find(const Value& arg,
+                                                  const std::shared_ptr<const std::vector<Value>>& identity,
+                                                  size_t i) const {
+  auto it = entries_.find(identity.get());
+  // A live entry for this address is this value's: the address cannot have
+  // been reused while the value it was taken from lives. The value's own
+  // constructor and tag are in its handle, not its fields: checked against
+  // the key's first bytes.
+  if (it == entries_.end() || it->second.value.lock() != identity) return nullptr;
+  std::string head = "D";
+  AppendNode(head, arg, /*whole=*/false, i);
+  return it->second.key.compare(0, head.size(), head) == 0 ? &it->second : nullptr;
+}
+
 Signature SignatureCache::Compute(const std::vector<Value>& args, const std::vector<bool>& static_args) {
   Signature sig;
   Hasher hasher;
@@ -130,41 +155,51 @@ Signature SignatureCache::Compute(const std::vector<Value>& args, const std::vec
     const Value& arg = args[i];
     bool whole = IsStatic(static_args, i);
     uint64_t hash;
-    std::shared_ptr<const std::vector<Value>> identity;
-    if (!whole && (arg.kind() == Value::Kind::kTuple || arg.kind() == Value::Kind::kAdt)) {
-      identity = arg.fields_identity().lock();
-    }
+    std::shared_ptr<const std::vector<Value>> identity = Identity(arg, whole);
     if (!identity) {
       AppendArgument(sig, hasher, arg, whole, i, &hash);
       continue;
     }
     {
       std::lock_guard<std::mutex> lock(mu_);
-      auto it = entries_.find(identity.get());
-      // A live entry for this address is this value's: the address cannot
-      // have been reused while the value it was taken from lives. The value's
-      // own constructor and tag are in its handle, not its fields: checked
-      // against the key's first bytes.
-      if (it != entries_.end() && it->second.value.lock() == identity) {
-        std::string head = "D";
-        AppendNode(head, arg, whole, i);
-        if (it->second.key.compare(0, head.size(), head) == 0) {
-          sig.key += it->second.key;
-          hasher.Add(it->second.hash);
-          continue;
-        }
+      if (const Entry* e = Find(arg, identity, i)) {
+        sig.key += e->key;
+        hasher.Add(e->hash);
+        continue;
       }
     }
     size_t begin = AppendArgument(sig, hasher, arg, whole, i, &hash);
+    Entry entry{identity, sig.key.substr(begin), hash, {}};
+    Walk(arg, [](const Value&) {}, [&](const Tensor& t) { entry.leaves.push_back(&t); });
     std::lock_guard<std::mutex> lock(mu_);
     if (entries_.size() >= capacity_) {
       std::erase_if(entries_, [](const auto& e) { return e.second.value.expired(); });
       if (entries_.size() >= capacity_) entries_.clear();
     }
-    entries_[identity.get()] = Entry{identity, sig.key.substr(begin), hash};
+    entries_[identity.get()] = std::move(entry);
   }
   sig.hash = hasher.hash();
   return sig;
+}
+
+std::vector<Tensor> SignatureCache::Flatten(const std::vector<Value>& args, const std::vector<bool>& static_args,
+                                            std::vector<size_t>* first) {
+  std::vector<Tensor> leaves;
+  first->assign(args.size(), 0);
+  for (size_t i = 0; i < args.size(); ++i) {
+    (*first)[i] = leaves.size();
+    bool whole = IsStatic(static_args, i);
+    if (whole) continue;
+    if (std::shared_ptr<const std::vector<Value>> identity = Identity(args[i], whole)) {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (const Entry* e = Find(args[i], identity, i)) {
+        for (const Tensor* t : e->leaves) leaves.push_back(*t);
+        continue;
+      }
+    }
+    Walk(args[i], [](const Value&) {}, [&](const Tensor& t) { leaves.push_back(t); });
+  }
+  return leaves;
 }
 
 size_t SignatureCache::size() const {

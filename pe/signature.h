@@ -39,18 +39,23 @@ struct SignatureHash {
 // Throws std::invalid_argument for a function value among dynamic arguments.
 Signature ComputeSignature(const std::vector<Value>& args, const std::vector<bool>& static_args = {});
 
-// ComputeSignature, remembering the key of every tuple or ADT argument that
-// is not static by the argument's identity: values are immutable, so a value
-// passed again (a training loop passes each minibatch's trees every epoch)
-// has the key it had, and walking its nodes again costs a cache miss per
-// node, hundreds of microseconds for a minibatch of trees. Entries hold
-// their values weakly and go when the value does, or past `capacity`
-// arguments. Static arguments are always walked (their tensors' contents
-// may be written in place). Thread safe.
+// ComputeSignature and Flatten, remembering for every tuple or ADT argument
+// that is not static, by the argument's identity, its part of the key and
+// where its leaves are: values are immutable, so a value passed again (a
+// training loop passes each minibatch's trees every epoch) has the skeleton
+// it had, and walking its nodes again costs a cache miss per node, hundreds
+// of microseconds for a minibatch of trees. Entries hold their values weakly
+// and go when the value does, or past `capacity` arguments. Static arguments
+// are always walked (their tensors' contents may be written in place).
+// Thread safe.
 class SignatureCache {
  public:
   explicit SignatureCache(size_t capacity = 4096) : capacity_(capacity) {}
   Signature Compute(const std::vector<Value>& args, const std::vector<bool>& static_args = {});
+  // Flatten's leaves; `first[i]` is where argument i's begin. Arguments
+  // Compute has seen are not walked.
+  std::vector<Tensor> Flatten(const std::vector<Value>& args, const std::vector<bool>& static_args,
+                              std::vector<size_t>* first);
   size_t size() const;
 
  private:
@@ -58,7 +63,10 @@ class SignatureCache {
     std::weak_ptr<const std::vector<Value>> value;
     std::string key;  // the argument's part of the signature's key
     uint64_t hash = 0;
+    std::vector<const Tensor*> leaves;  // inside the value's fields
   };
+  // The live entry of `arg`, whose fields `identity` holds, or null; under mu_.
+  const Entry* Find(const Value& arg, const std::shared_ptr<const std::vector<Value>>& identity, size_t i) const;
   const size_t capacity_;
   mutable std::mutex mu_;
   std::unordered_map<const void*, Entry> entries_;

@@ -84,17 +84,6 @@ struct Leaves {
   std::vector<size_t> offset;  // per argument; static ones get none
 };
 
-Leaves FlattenByArgument(const std::vector<Value>& args, const std::vector<bool>& static_args) {
-  Leaves l;
-  l.offset.resize(args.size(), 0);
-  for (size_t i = 0; i < args.size(); ++i) {
-    l.offset[i] = l.all.size();
-    if (i < static_args.size() && static_args[i]) continue;
-    for (Tensor& t : Flatten({args[i]})) l.all.push_back(std::move(t));
-  }
-  return l;
-}
-
 size_t LeafCount(const Leaves& l, size_t i) {
   return (i + 1 < l.offset.size() ? l.offset[i + 1] : l.all.size()) - l.offset[i];
 }
@@ -412,7 +401,8 @@ std::optional<ValueAndGrad> EngineImpl::RunCompiled(Request& r, Slot& slot) {
   std::string failure;
   ValueAndGrad out;
   try {
-    Leaves leaves = FlattenByArgument(r.args, r.static_args);
+    Leaves leaves;
+    leaves.all = signatures.Flatten(r.args, r.static_args, &leaves.offset);
     std::vector<Tensor> result = exec->Run(leaves.all);
     if (!r.wrt) {
       size_t pos = 0;

@@ -4,6 +4,8 @@
 // agree with ComputeSignature.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "pe/signature.h"
 
 namespace pejit {
@@ -69,6 +71,28 @@ TEST(SignatureCacheTest, AnArgumentPassedAgainHasTheSignatureItHad) {
   EXPECT_EQ(cache.size(), 3u);
 }
 
+// Leaves of arguments the cache has seen come from the cache: the same
+// tensors, in the same order, as walking the values.
+TEST(SignatureCacheTest, FlattensLikeFlatten) {
+  SignatureCache cache;
+  Value items = Items(3, 2), params = Value::Tuple({F32({1, 2}), I64(4)});
+  std::vector<Value> args = {items, I64(0), params, F32({5})};
+  auto expect_same = [&](const std::vector<bool>& static_args) {
+    std::vector<size_t> first;
+    std::vector<Tensor> got = cache.Flatten(args, static_args, &first), want = Flatten(args, static_args);
+    EXPECT_EQ(got.size(), want.size());
+    for (size_t j = 0; j < std::min(got.size(), want.size()); ++j) {
+      EXPECT_EQ(got[j].raw_data(), want[j].raw_data()) << "leaf " << j;
+    }
+    return first;
+  };
+  EXPECT_EQ(expect_same({}), (std::vector<size_t>{0, 6, 7, 9})) << "before the cache has seen them";
+  cache.Compute(args);
+  EXPECT_EQ(cache.size(), 2u);
+  EXPECT_EQ(expect_same({}), (std::vector<size_t>{0, 6, 7, 9}));
+  EXPECT_EQ(expect_same({false, false, true}), (std::vector<size_t>{0, 6, 7, 7}));
+}
+
 TEST(SignatureCacheTest, EntriesDieWithTheirValues) {
   SignatureCache cache(/*capacity=*/4);
   // Short-lived values, so that later ones may reuse the addresses of earlier
@@ -76,6 +100,8 @@ TEST(SignatureCacheTest, EntriesDieWithTheirValues) {
   for (int n = 1; n <= 40; ++n) {
     std::vector<Value> args = {Items(n % 7 + 1, n % 3 + 1)};
     EXPECT_EQ(cache.Compute(args), ComputeSignature(args)) << n;
+    std::vector<size_t> first;
+    EXPECT_EQ(cache.Flatten(args, {}, &first).size(), Flatten(args).size()) << n;
     EXPECT_LE(cache.size(), 4u);
   }
 }
