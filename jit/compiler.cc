@@ -49,9 +49,9 @@
 #include <cstdlib>
 #include <cstring>
 #include <limits>
-#include <new>
 #include <map>
 #include <mutex>
+#include <new>
 #include <set>
 
 namespace pejit {
@@ -171,12 +171,11 @@ LoopNest NestOf(const Plan& plan, const PlanStep& step) {
 }
 
 // The calling thread's arena for the intermediate buffers of one compiled
-// call, grown to the largest call it ran and kept: a fresh allocation per
-// call (megabytes for a minibatch of trees) went back to the system at
-// every free and came back as page faults at every step, and a kept arena
-// is still in cache from the previous step. A thread runs one compiled call
-// at a time; a call made from inside another (none today) gets memory of
-// its own.
+// call, grown to the largest call it ran and kept (for the thread's life):
+// instead of a malloc and free of megabytes per step (a minibatch of trees),
+// memory still in cache from the previous step. A thread runs one compiled
+// call at a time; a call made from inside another (none today) gets memory
+// of its own.
 class ThreadArena {
  public:
   explicit ThreadArena(int64_t bytes) {

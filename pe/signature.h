@@ -44,13 +44,14 @@ Signature ComputeSignature(const std::vector<Value>& args, const std::vector<boo
 // where its leaves are: values are immutable, so a value passed again (a
 // training loop passes each minibatch's trees every epoch) has the skeleton
 // it had, and walking its nodes again costs a cache miss per node, hundreds
-// of microseconds for a minibatch of trees. Entries hold their values weakly
-// and go when the value does, or past `capacity` arguments. Static arguments
+// of microseconds for a minibatch of trees. Entries hold their values weakly;
+// past `capacity` arguments, those whose values died go (all of them, when
+// none has: a loop over more minibatches than that walks them as before). Static arguments
 // are always walked (their tensors' contents may be written in place).
 // Thread safe.
 class SignatureCache {
  public:
-  explicit SignatureCache(size_t capacity = 4096) : capacity_(capacity) {}
+  explicit SignatureCache(size_t capacity = 1024) : capacity_(capacity) {}
   Signature Compute(const std::vector<Value>& args, const std::vector<bool>& static_args = {});
   // Flatten's leaves; `first[i]` is where argument i's begin. Arguments
   // Compute has seen are not walked.
