@@ -105,6 +105,13 @@ size_t AppendArgument(Signature& sig, Hasher& hasher, const Value& arg, bool who
   return begin;
 }
 
+// The fields of argument `arg` when the cache may keep it: a tuple or ADT
+// value that is not static. Null otherwise.
+std::shared_ptr<const std::vector<Value>> Identity(const Value& arg, bool whole) {
+  if (whole || (arg.kind() != Value::Kind::kTuple && arg.kind() != Value::Kind::kAdt)) return nullptr;
+  return arg.fields_identity().lock();
+}
+
 }  // namespace
 
 std::string Signature::ShortHash() const {
@@ -122,17 +129,6 @@ Signature ComputeSignature(const std::vector<Value>& args, const std::vector<boo
   sig.hash = hasher.hash();
   return sig;
 }
-
-namespace {
-
-// The fields of argument `i` when the cache may keep it: a tuple or ADT value
-// that is not static. Null otherwise.
-std::shared_ptr<const std::vector<Value>> Identity(const Value& arg, bool whole) {
-  if (whole || (arg.kind() != Value::Kind::kTuple && arg.kind() != Value::Kind::kAdt)) return nullptr;
-  return arg.fields_identity().lock();
-}
-
-}  // namespace
 
 const SignatureCache::Entry* SignatureCache::Find(const Value& arg,
                                                   const std::shared_ptr<const std::vector<Value>>& identity,
