@@ -160,19 +160,12 @@ int Measure(const Config& c) {
     std::vector<double> step_ms;
     double loss_sum = 0;
     int64_t trees = 0;
-    // The step `step` steps from this epoch's start; past its end, the next
-    // epoch's (the same minibatches).
-    auto prefetch = [&](size_t step) {
-      const treelstm::Batch& b = batches[step % batches.size()];
-      loss.prefetch({b.trees, b.labels, params}, {2}, Prefetch::kNext);
-    };
-    const size_t ahead = static_cast<size_t>(c.lookahead);
-    for (size_t k = 1; k < ahead; ++k) prefetch(k);
+    treelstm::Lookahead lookahead(loss, batches, params, c.lookahead, /*wraps=*/true);
     const auto epoch_start = Clock::now();
     for (size_t i = 0; i < batches.size(); ++i) {
       const treelstm::Batch& b = batches[i];
       const auto step_start = Clock::now();
-      if (ahead > 0) prefetch(i + ahead);
+      lookahead.BeforeStep(i);
       ValueAndGrad vg = loss.value_and_grad({b.trees, b.labels, params}, {2});
       optimizer->Step(params, vg.grads[0]);
       step_ms.push_back(1e3 * Seconds(step_start));

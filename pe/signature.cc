@@ -86,20 +86,25 @@ void AppendNode(std::string& key, const Value& v, bool whole, size_t i) {
   }
 }
 
-// Appends argument `i`'s part of the key.
-void AppendKey(std::string& key, const Value& arg, bool whole, size_t i) {
+// Appends argument `i`'s part of the key; and, given `leaves`, the addresses
+// of its tensors (in the same walk: each node is a cache miss).
+void AppendKey(std::string& key, const Value& arg, bool whole, size_t i,
+               std::vector<const Tensor*>* leaves = nullptr) {
   key.push_back(whole ? 'S' : 'D');
   Walk(
       arg, [&](const Value& v) { AppendNode(key, v, whole, i); },
       [&](const Tensor& t) {
         if (whole) Put(key, t.raw_data(), t.nbytes());
+        if (leaves) leaves->push_back(&t);
       });
 }
 
-// Appends argument `i`'s part of the key and its hash; returns where it begins in the key.
-size_t AppendArgument(Signature& sig, Hasher& hasher, const Value& arg, bool whole, size_t i, uint64_t* hash) {
+// Appends argument `i`'s part of the key and its hash (and, given `leaves`,
+// its tensors' addresses); returns where it begins in the key.
+size_t AppendArgument(Signature& sig, Hasher& hasher, const Value& arg, bool whole, size_t i, uint64_t* hash,
+                      std::vector<const Tensor*>* leaves = nullptr) {
   size_t begin = sig.key.size();
-  AppendKey(sig.key, arg, whole, i);
+  AppendKey(sig.key, arg, whole, i, leaves);
   *hash = Fnv1a(sig.key.data() + begin, sig.key.size() - begin);
   hasher.Add(*hash);
   return begin;
@@ -164,9 +169,9 @@ Signature SignatureCache::Compute(const std::vector<Value>& args, const std::vec
         continue;
       }
     }
-    size_t begin = AppendArgument(sig, hasher, arg, whole, i, &hash);
-    Entry entry{identity, sig.key.substr(begin), hash, {}};
-    Walk(arg, [](const Value&) {}, [&](const Tensor& t) { entry.leaves.push_back(&t); });
+    std::vector<const Tensor*> leaves;
+    size_t begin = AppendArgument(sig, hasher, arg, whole, i, &hash, &leaves);
+    Entry entry{identity, sig.key.substr(begin), hash, std::move(leaves)};
     std::lock_guard<std::mutex> lock(mu_);
     if (entries_.size() >= capacity_) {
       std::erase_if(entries_, [](const auto& e) { return e.second.value.expired(); });

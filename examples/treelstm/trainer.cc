@@ -42,6 +42,22 @@ nlohmann::json RunShape(const RunOptions& o, const Dataset& d) {
 
 }  // namespace
 
+Lookahead::Lookahead(Entry loss, const std::vector<Batch>& batches, const Value& params, int ahead, bool wraps)
+    : loss_(std::move(loss)), batches_(batches), params_(params), ahead_(static_cast<size_t>(std::max(0, ahead))),
+      wraps_(wraps) {
+  for (size_t k = 1; k < ahead_; ++k) Prefetch(k);
+}
+
+void Lookahead::BeforeStep(size_t step) {
+  if (ahead_ > 0) Prefetch(step + ahead_);
+}
+
+void Lookahead::Prefetch(size_t step) {
+  if (batches_.empty() || (step >= batches_.size() && !wraps_)) return;
+  const Batch& b = batches_[step % batches_.size()];
+  loss_.prefetch({b.trees, b.labels, params_}, {2}, pejit::Prefetch::kNext);
+}
+
 std::vector<std::vector<const Example*>> MakeBatches(const std::vector<Example>& examples, int size, Rng& rng) {
   if (size < 1) throw std::invalid_argument("minibatch size must be at least 1");
   std::vector<const Example*> sorted;
@@ -147,19 +163,12 @@ EpochResult Trainer::TrainEpoch(const StepCallback& after_step) {
   EpochResult r;
   r.epoch = epoch_;
   double loss_sum = 0;
-  // The step `step` steps from this epoch's start; past its end, the next
-  // epoch's (the same minibatches unless reshuffled).
-  auto prefetch = [&](size_t step) {
-    if (step >= values.size() && options_.reshuffle) return;
-    const Batch& b = values[step % values.size()];
-    loss.prefetch({b.trees, b.labels, params_}, {2}, Prefetch::kNext);
-  };
-  const size_t ahead = static_cast<size_t>(std::max(0, options_.lookahead));
-  for (size_t k = 1; k < ahead; ++k) prefetch(k);
+  // Reshuffled, the next epoch's minibatches are not known yet.
+  Lookahead lookahead(loss, values, params_, options_.lookahead, /*wraps=*/!options_.reshuffle);
   auto epoch_start = Clock::now();
   for (size_t i = 0; i < values.size(); ++i) {
     auto step_start = Clock::now();
-    if (ahead > 0) prefetch(i + ahead);
+    lookahead.BeforeStep(i);
     double cpu_start = ThreadCpuSeconds();
     int64_t compiled_before = loss.stats().calls_compiled();
     ValueAndGrad vg = loss.value_and_grad({values[i].trees, values[i].labels, params_}, {2});

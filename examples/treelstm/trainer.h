@@ -105,6 +105,27 @@ class Trainer {
   int epoch_ = 0;
 };
 
+// Keeps the minibatches `ahead` steps in front of a training loop over
+// `batches` prefetched as next (Prefetch::kNext), so that the workers compile
+// them before the loop gets there: those of steps 1 .. ahead-1 at once, then
+// one per step. Past the end, the next epoch's (the same minibatches) when
+// `wraps`. `ahead` 0 prefetches nothing. The trainer and bench/treelstm use it.
+class Lookahead {
+ public:
+  Lookahead(Entry loss, const std::vector<Batch>& batches, const Value& params, int ahead, bool wraps);
+  // Call as step `step` begins.
+  void BeforeStep(size_t step);
+
+ private:
+  void Prefetch(size_t step);
+
+  Entry loss_;
+  const std::vector<Batch>& batches_;
+  const Value& params_;
+  size_t ahead_;
+  bool wraps_;
+};
+
 // Minibatches of `size` examples of similar size (bucketed by node count),
 // in a shuffled order; deterministic for `rng`'s state.
 std::vector<std::vector<const Example*>> MakeBatches(const std::vector<Example>& examples, int size, Rng& rng);
