@@ -13,6 +13,7 @@
 #include "ir/printer.h"
 #include "jit/straight.h"
 #include "ops/eager.h"
+#include "ops/packed_gemm.h"
 
 namespace pejit {
 
@@ -245,6 +246,39 @@ Func CombineSums(const Func& program) {
   return EliminateDeadCode(Recompose(s));
 }
 
+Func PackGemmOperands(const Func& program) {
+  constexpr int64_t kMaxInner = 1024;  // the micro-kernel keeps a panel (k·16 floats) near L1
+  Straight s = Decompose(program);
+  std::vector<Binding> out;
+  int fresh = 0;
+  auto pack = [&](const Expr& rhs, bool transpose_b) -> Expr {
+    const OpDef& def = LookupOp("gemm_pack");
+    Attrs attrs = NormalizeAttrs(def, {{"transpose_b", transpose_b}});
+    Var v = MakeVar("pack" + std::to_string(fresh++), TensorTy(InferTypes(def, {{TensorTypeOf(rhs)}}, attrs)[0]));
+    out.push_back({v, std::make_shared<OpCallNode>(&def, std::vector<Expr>{rhs}, attrs, SourceLoc{})});
+    return v;
+  };
+  auto f32_matrix = [](const Expr& e) {
+    const TensorType t = TensorTypeOf(e);
+    return t.dtype == DType::kF32 && t.rank() == 2;
+  };
+  for (Binding b : s.bindings) {
+    auto* call = As<OpCallNode>(b.value);
+    const std::string& op = call ? call->op->name : std::string();
+    if (op == "matmul" && !call->attrs.GetBool("transpose_a") && f32_matrix(call->args[0]) &&
+        f32_matrix(call->args[1]) && TensorTypeOf(call->args[0]).shape[1] <= kMaxInner) {
+      Expr packed = pack(call->args[1], call->attrs.GetBool("transpose_b"));
+      b.value = MakeOpCall("packed_matmul", {call->args[0], packed}, {{"n", TensorTypeOf(b.var).shape[1]}}, call->loc);
+    } else if (op == "dense" && f32_matrix(call->args[0]) && TensorTypeOf(call->args[0]).shape[1] <= kMaxInner) {
+      Expr packed = pack(call->args[1], true);
+      b.value = MakeOpCall("packed_dense", {call->args[0], packed, call->args[2]}, {}, call->loc);
+    }
+    out.push_back(std::move(b));
+  }
+  s.bindings = std::move(out);
+  return Recompose(s);
+}
+
 // ---- Lowering ------------------------------------------------------------------------
 
 namespace {
@@ -285,6 +319,7 @@ class Lowering {
     Decompose(f);  // checks
     f = FoldConstants(f);
     f = CombineSums(f);
+    if (options_.pack_gemm && PackedGemmFast()) f = PackGemmOperands(f);
     if (options_.cse) f = EliminateCommonSubexpressions(f);
     f = EliminateDeadCode(f);
     Straight s = Decompose(f);

@@ -4,8 +4,10 @@
 // Lowering runs these passes, each small and testable alone (jit/plan.cc):
 //   1. Check: the program is straight-line tensor code (lets of operator
 //      calls, tuples and projections) with fully known shapes.
-//   2. Simplify: constant folding, per-level sums combined, common-
-//      subexpression elimination, dead-code elimination.
+//   2. Simplify: constant folding, per-level sums combined, products
+//      against one right operand sharing its packing (where the CPU runs
+//      ops/packed_gemm.h's micro-kernel), common-subexpression elimination,
+//      dead-code elimination.
 //   3. Fuse: trees of elementwise/broadcast operators whose inner results have
 //      one use become one kernel (one loop nest, no intermediate buffers).
 //   4. Alias: reshape-like operators, and reads of a block of consecutive
@@ -106,6 +108,7 @@ struct Plan {
 struct LowerOptions {
   bool fuse = true;
   bool cse = true;
+  bool pack_gemm = true;  // PackGemmOperands, where PackedGemmFast()
 };
 
 // Lowers a residual program; throws JitFailure naming what it cannot compile.
@@ -128,5 +131,11 @@ Func EliminateDeadCode(const Func& program);
 //    not many with a few rows each.
 // Reassociates the sum: the last bits may differ.
 Func CombineSums(const Func& program);
+// Every f32 2-D matmul (lhs not transposed) and dense becomes a gemm_pack of
+// its right operand and a packed_matmul / packed_dense against it; CSE then
+// leaves one pack per operand, so a weight read by every tree level, forward
+// and backward, is packed once per orientation per call instead of by
+// OpenBLAS at every product. Not for inner dimensions over 1024.
+Func PackGemmOperands(const Func& program);
 
 }  // namespace pejit

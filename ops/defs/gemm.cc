@@ -1,7 +1,12 @@
-// Matrix products through OpenBLAS: matmul (2-D and batched 3-D, optionally
-// transposed operands) and dense (x·Wᵀ + b).
+// Matrix products: matmul (2-D and batched 3-D, optionally transposed
+// operands) and dense (x·Wᵀ + b) through OpenBLAS; and the forms jit/'s
+// lowering rewrites them into when one right operand serves many products:
+// gemm_pack (the operand in panels, ops/packed_gemm.h), packed_matmul and
+// packed_dense (products against it). The packed forms are not
+// differentiable: they appear after differentiation.
 #include "ops/blas.h"
 #include "ops/defs/defs.h"
+#include "ops/packed_gemm.h"
 
 namespace pejit {
 namespace {
@@ -121,6 +126,68 @@ std::vector<GradValue> DenseGrad(GradBuilder& b, const GradContext& c) {
           b.Emit("sum", {g}, {{"axes", std::vector<int64_t>{0}}})};
 }
 
+std::vector<TensorType> GemmPackType(std::span<const TensorType> in, const Attrs& attrs) {
+  const TensorType& b = in[0];
+  RequireDType("gemm_pack", "rhs", b, {DType::kF32});
+  if (b.rank() != 2) throw OpError("gemm_pack", "rhs must be rank 2: got " + ShapeToString(b.shape));
+  bool tb = attrs.GetBool("transpose_b");
+  int64_t k = tb ? b.shape[1] : b.shape[0], n = tb ? b.shape[0] : b.shape[1];
+  if (k == kUnknownDim || n == kUnknownDim) return {{DType::kF32, {kUnknownDim, k, kPackedPanel}}};
+  return {{DType::kF32, PackedShape(k, n)}};
+}
+
+void GemmPackKernel(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& attrs) {
+  const Tensor& b = in[0];
+  bool tb = attrs.GetBool("transpose_b");
+  int64_t k = tb ? b.shape()[1] : b.shape()[0], n = tb ? b.shape()[0] : b.shape()[1];
+  PackGemmRhs(tb, k, n, b.data<float>(), b.shape()[1], out[0].data<float>());
+}
+
+// Checks lhs (m, k) against a packed operand (panels, k, 16) of n columns;
+// returns m.
+int64_t CheckPacked(std::string_view op, const TensorType& lhs, const TensorType& packed, int64_t n) {
+  RequireDType(op, "lhs", lhs, {DType::kF32});
+  RequireDType(op, "packed", packed, {DType::kF32});
+  if (lhs.rank() != 2 || packed.rank() != 3 || packed.shape[2] != kPackedPanel) {
+    throw OpError(op, "needs lhs (m, k) and packed (panels, k, " + std::to_string(kPackedPanel) + ") from gemm_pack: got " +
+                          ShapeToString(lhs.shape) + " and " + ShapeToString(packed.shape));
+  }
+  auto differ = [](int64_t a, int64_t b) { return a != b && a != kUnknownDim && b != kUnknownDim; };
+  if (differ(lhs.shape[1], packed.shape[1])) {
+    throw OpError(op, "inner dimensions differ: lhs " + ShapeToString(lhs.shape) + " vs packed " + ShapeToString(packed.shape));
+  }
+  if (n != kUnknownDim && (n < 0 || differ(PackedShape(0, n)[0], packed.shape[0]))) {
+    throw OpError(op, std::to_string(n) + " columns do not fit packed " + ShapeToString(packed.shape));
+  }
+  return lhs.shape[0];
+}
+
+std::vector<TensorType> PackedMatmulType(std::span<const TensorType> in, const Attrs& attrs) {
+  int64_t n = attrs.GetInt("n");
+  return {{DType::kF32, {CheckPacked("packed_matmul", in[0], in[1], n), n}}};
+}
+
+void PackedMatmulKernel(std::span<const Tensor> in, std::span<Tensor> out, const Attrs&) {
+  const Tensor &a = in[0], &packed = in[1];
+  int64_t m = a.shape()[0], k = a.shape()[1], n = out[0].shape()[1];
+  GemmPacked(m, n, k, a.data<float>(), k, packed.data<float>(), out[0].data<float>(), n, false);
+}
+
+std::vector<TensorType> PackedDenseType(std::span<const TensorType> in, const Attrs&) {
+  const TensorType& bias = in[2];
+  RequireDType("packed_dense", "bias", bias, {DType::kF32});
+  if (bias.rank() != 1) throw OpError("packed_dense", "bias must be rank 1: got " + ShapeToString(bias.shape));
+  return {{DType::kF32, {CheckPacked("packed_dense", in[0], in[1], bias.shape[0]), bias.shape[0]}}};
+}
+
+void PackedDenseKernel(std::span<const Tensor> in, std::span<Tensor> out, const Attrs&) {
+  const Tensor &x = in[0], &packed = in[1], &bias = in[2];
+  int64_t m = x.shape()[0], k = x.shape()[1], n = bias.shape()[0];
+  float* y = out[0].data<float>();
+  for (int64_t i = 0; i < m; ++i) std::copy_n(bias.data<float>(), n, y + i * n);
+  GemmPacked(m, n, k, x.data<float>(), k, packed.data<float>(), y, n, true);
+}
+
 }  // namespace
 
 void RegisterGemmOps(Registry& r) {
@@ -142,6 +209,31 @@ void RegisterGemmOps(Registry& r) {
   dense.kernel = DenseKernel;
   dense.grad = DenseGrad;
   AddOp(r, std::move(dense));
+
+  OpDef pack;
+  pack.name = "gemm_pack";
+  pack.input_names = {"rhs"};
+  pack.attrs = {{"transpose_b", AttrKind::kBool, false}};
+  pack.infer = GemmPackType;
+  pack.kernel = GemmPackKernel;
+  AddOp(r, std::move(pack));
+
+  OpDef packed_matmul;
+  packed_matmul.name = "packed_matmul";
+  packed_matmul.input_names = {"lhs", "packed"};
+  packed_matmul.attrs = {{"n", AttrKind::kInt, std::nullopt}};
+  packed_matmul.fusion = FusionKind::kGemm;
+  packed_matmul.infer = PackedMatmulType;
+  packed_matmul.kernel = PackedMatmulKernel;
+  AddOp(r, std::move(packed_matmul));
+
+  OpDef packed_dense;
+  packed_dense.name = "packed_dense";
+  packed_dense.input_names = {"x", "packed", "bias"};
+  packed_dense.fusion = FusionKind::kGemm;
+  packed_dense.infer = PackedDenseType;
+  packed_dense.kernel = PackedDenseKernel;
+  AddOp(r, std::move(packed_dense));
 }
 
 }  // namespace pejit

@@ -14,6 +14,8 @@
 #include "ir/printer.h"
 #include "ir/visitor.h"
 #include "jit/compiler.h"
+#include "jit/plan.h"
+#include "ops/packed_gemm.h"
 #include "ops/random.h"
 #include "pe/partial_eval.h"
 
@@ -208,6 +210,7 @@ def @f(%x: Tensor[(4, 5), f32], %w: Tensor[(3, 5), f32], %b: Tensor[(3,), f32]) 
   std::vector<Value> args = {Value(RandomUniform(rng, {4, 5}, -1, 1)), Value(RandomUniform(rng, {3, 5}, -1, 1)),
                              Value(RandomUniform(rng, {3}, -1, 1))};
   CompileOptions options;
+  options.lower.pack_gemm = false;  // OpenBLAS's matmul and dense (packed products: below)
   ExecutablePtr plain = session_->Compile(PartialEvaluate(*s, "f", args).main, options);
   EXPECT_TRUE(plain->profile().empty());
   options.profile = true;
@@ -222,6 +225,47 @@ def @f(%x: Tensor[(4, 5), f32], %w: Tensor[(3, 5), f32], %b: Tensor[(3,), f32]) 
   EXPECT_EQ(lines["fused"].flops, 0);
   EXPECT_EQ(lines["fused"].steps, 1);
   for (const auto& [kind, line] : lines) EXPECT_GT(line.seconds, 0) << kind;
+
+  if (!PackedGemmFast()) return;
+  options.lower.pack_gemm = true;
+  ExecutablePtr packed = session_->Compile(PartialEvaluate(*s, "f", args).main, options);
+  packed->Run(Flatten(args));
+  lines.clear();
+  for (const ProfileLine& line : packed->profile()) lines[line.step] = line;
+  ASSERT_EQ(lines.size(), 4u);  // one gemm_pack of %w, the two products, the fused add+tanh
+  EXPECT_EQ(lines["gemm_pack"].steps, 1);
+  EXPECT_EQ(lines["gemm_pack"].flops, 0);
+  EXPECT_EQ(lines["packed_matmul"].flops, 2.0 * 4 * 3 * 5);
+  EXPECT_EQ(lines["packed_dense"].flops, 2.0 * 4 * 3 * 5);
+}
+
+TEST_F(CompilerTest, ProductsAgainstOneWeightPackItOncePerOrientation) {
+  // A weight read by every level forward (x·Wᵀ) and backward (g·W): packed
+  // once for each; the transposed-lhs product (a weight gradient) and the
+  // f64 one stay OpenBLAS's.
+  Snapshot s = Load(R"(
+def @f(%x1: Tensor[(7, 20), f32], %x2: Tensor[(2, 20), f32], %g: Tensor[(5, 18), f32], %w: Tensor[(18, 20), f32],
+       %b: Tensor[(18,), f32], %d: Tensor[(3, 2), f64], %v: Tensor[(2, 2), f64]) {
+  let %h1 = tanh(matmul(%x1, %w, transpose_b=true));
+  let %h2 = tanh(dense(%x2, %w, %b));
+  let %back = matmul(%g, %w);
+  let %grad = matmul(%x1, %h1, transpose_a=true);
+  (%h1, %h2, %back, %grad, matmul(%d, %v))
+})");
+  Rng rng(8);
+  std::vector<Value> args;
+  for (Shape shape : {Shape{7, 20}, {2, 20}, {5, 18}, {18, 20}, {18}}) args.emplace_back(RandomUniform(rng, shape, -1, 1));
+  for (Shape shape : {Shape{3, 2}, {2, 2}}) args.emplace_back(RandomUniform(rng, shape, -1, 1, DType::kF64));
+  Func packed = EliminateCommonSubexpressions(PackGemmOperands(PartialEvaluate(*s, "f", args).main));
+  EXPECT_EQ(CountCalls(packed, "gemm_pack"), 2) << PrintFunction("packed", packed);
+  EXPECT_EQ(CountCalls(packed, "packed_matmul"), 2) << PrintFunction("packed", packed);
+  EXPECT_EQ(CountCalls(packed, "packed_dense"), 1) << PrintFunction("packed", packed);
+  EXPECT_EQ(CountCalls(packed, "matmul"), 2) << PrintFunction("packed", packed);
+  CompileReport r = CheckCompiled(s, "f", args);
+  if (PackedGemmFast()) {  // %w is the residual's parameter %p3
+    ExpectPlanHas(r, "= gemm_pack(%p3#3; transpose_b=true)");
+    ExpectPlanHas(r, "= gemm_pack(%p3#3; transpose_b=false)");
+  }
 }
 
 TEST_F(CompilerTest, SumsOfScattersIntoTheSameRowsBecomeOneScatter) {

@@ -597,6 +597,90 @@ TEST(DenseKernel, GivesTheBiasForNoInputFeaturesAndEmptyResultsForNoRowsOrOutput
   CheckDense({{1, 3, 0, 4}, {1, 0, 5, 4}, {1, 3, 5, 0}});
 }
 
+// The packed forms jit/ lowers repeated products to: gemm_pack lays op(B) out
+// in panels of 16 columns, packed_matmul / packed_dense multiply by it. The
+// shapes cross the micro-kernel's 6-row and 16-column tiles and their tails.
+std::vector<GemmCase> PackedCases(Rng& rng) {
+  std::vector<GemmCase> cases = {{1, 1, 1, 1}, {1, 6, 8, 16}, {1, 7, 3, 17}, {1, 13, 33, 40}, {1, 5, 128, 15},
+                                 {1, 25, 64, 48}, {1, 12, 1, 32}};
+  for (int i = 0; i < 6; ++i) cases.push_back({1, rng.NextInt(1, 30), rng.NextInt(1, 40), rng.NextInt(1, 70)});
+  return cases;
+}
+
+TEST(GemmPackKernel, LaysTheOperandOutInPanelsOfSixteenColumnsPaddedWithZeros) {
+  Rng rng(kSeed);
+  for (bool tb : {false, true}) {
+    for (const GemmCase& c : PackedCases(rng)) {
+      Tensor b = RandomValues(rng, DType::kF32, tb ? Shape{c.n, c.k} : Shape{c.k, c.n});
+      const int64_t panels = (c.n + 15) / 16;
+      Expected want(DType::kF32, {panels, c.k, 16});
+      for (int64_t p = 0; p < panels; ++p) {
+        for (int64_t l = 0; l < c.k; ++l) {
+          for (int64_t j = 0; j < 16; ++j) {
+            const int64_t col = p * 16 + j;
+            want.values[(p * c.k + l) * 16 + j] = col >= c.n ? 0.0 : Get(b, tb ? col * c.k + l : l * c.n + col);
+          }
+        }
+      }
+      Check("gemm_pack", {b}, {{"transpose_b", tb}}, want, Tol::kExact);
+    }
+  }
+}
+
+TEST(PackedMatmulKernel, MatchesMatmulAgainstTheUnpackedOperand) {
+  Rng rng(kSeed + 2);
+  for (bool tb : {false, true}) {
+    for (const GemmCase& c : PackedCases(rng)) {
+      Tensor a = RandomValues(rng, DType::kF32, {c.m, c.k});
+      Tensor b = RandomValues(rng, DType::kF32, tb ? Shape{c.n, c.k} : Shape{c.k, c.n});
+      Tensor packed = RunKernel("gemm_pack", {b}, {{"transpose_b", tb}})[0];
+      Check("packed_matmul", {a, packed}, {{"n", c.n}}, MatmulReference(a, b, false, tb), Tol::kRounding);
+    }
+  }
+}
+
+TEST(PackedMatmulKernel, GivesEmptyResultsForNoRowsAndZerosForNoInnerDimension) {
+  Tensor packed = RunKernel("gemm_pack", {Tensor::Zeros(DType::kF32, {0, 20})}, {})[0];
+  EXPECT_EQ(packed.shape(), (Shape{2, 0, 16}));
+  Tensor none = RunKernel("packed_matmul", {Tensor::Zeros(DType::kF32, {0, 0}), packed}, {{"n", int64_t{20}}})[0];
+  EXPECT_EQ(none.shape(), (Shape{0, 20}));
+  Tensor zeros = RunKernel("packed_matmul", {Tensor::Ones(DType::kF32, {3, 0}), packed}, {{"n", int64_t{20}}})[0];
+  for (int64_t i = 0; i < zeros.numel(); ++i) EXPECT_EQ(zeros.data<float>()[i], 0.0f);
+}
+
+TEST(PackedMatmulKernel, RejectsOperandsThatDoNotFitWithTheShapes) {
+  Tensor packed = RunKernel("gemm_pack", {Tensor::Zeros(DType::kF32, {8, 20})}, {})[0];  // k 8, n 20: 2 panels
+  auto message = [&](const Tensor& a, int64_t n) {
+    try {
+      RunKernel("packed_matmul", {a, packed}, {{"n", n}});
+    } catch (const OpError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_EQ(message(Tensor::Zeros(DType::kF32, {3, 7}), 20),
+            "packed_matmul: inner dimensions differ: lhs (3, 7) vs packed (2, 8, 16)");
+  EXPECT_EQ(message(Tensor::Zeros(DType::kF32, {3, 8}), 40), "packed_matmul: 40 columns do not fit packed (2, 8, 16)");
+  EXPECT_THROW(RunKernel("packed_matmul", {Tensor::Zeros(DType::kF64, {3, 8}), packed}, {{"n", int64_t{20}}}), OpError);
+  EXPECT_THROW(RunKernel("gemm_pack", {Tensor::Zeros(DType::kF32, {2, 3, 4})}, {}), OpError);
+}
+
+TEST(PackedDenseKernel, MatchesDense) {
+  Rng rng(kSeed + 3);
+  for (const GemmCase& c : PackedCases(rng)) {
+    Tensor x = RandomValues(rng, DType::kF32, {c.m, c.k});
+    Tensor w = RandomValues(rng, DType::kF32, {c.n, c.k});
+    Tensor bias = RandomValues(rng, DType::kF32, {c.n});
+    Tensor packed = RunKernel("gemm_pack", {w}, {{"transpose_b", true}})[0];
+    Expected want = MatmulReference(x, w, false, true);
+    for (size_t i = 0; i < want.values.size(); ++i) {
+      want.values[i] += Get(bias, static_cast<int64_t>(i) % c.n);
+      want.scales[i] += std::abs(Get(bias, static_cast<int64_t>(i) % c.n));
+    }
+    Check("packed_dense", {x, packed, bias}, {}, want, Tol::kRounding);
+  }
+}
+
 // ---- Data movement ---------------------------------------------------------------------------------------
 
 TEST(TransposeKernel, PermutesAxes) {
