@@ -59,12 +59,24 @@ TREELSTM_SIZES = {"batch": 25, "embed": 64, "hidden": 128, "lr": 0.05}
 # (--until-compiled, at most max_epochs) until an epoch (an inference pass)
 # ran compiled code in every step while no compile job ended (a compile on
 # the other core still slows the steps), and that one is its steady figure.
+#
+# A steady Tree-LSTM epoch of the compiled modes and the level-batched peer
+# lasts 0.3-0.9 s, shorter than this VM's spells of speed: their steady
+# figure is over the last --steady-epochs epochs (inference passes) together
+# (eager: that many in a row steady). The interpreter's and the recursive
+# peer's take 9-17 s each; theirs is the last one.
+WINDOWED = {"eager", "eager_no_lookahead", "sync", "torch_batched"}
 PRESETS = {
-    "treelstm": {"quick": {"size": 300, "epochs": 2, "infer_passes": 2, "max_epochs": 8, "reps": 2},
-                 "full": {"size": 1500, "epochs": 2, "infer_passes": 2, "max_epochs": 10, "reps": 5}},
-    "mlp": {"quick": {"limit": 10000, "epochs": 2, "max_epochs": 8, "reps": 2},
-            "full": {"limit": 0, "epochs": 2, "max_epochs": 8, "reps": 3}},
+    "treelstm": {"quick": {"size": 300, "epochs": 2, "infer_passes": 2, "steady_epochs": 3, "max_epochs": 10, "reps": 2},
+                 "full": {"size": 1500, "epochs": 2, "infer_passes": 2, "steady_epochs": 5, "max_epochs": 14, "reps": 5}},
+    "mlp": {"quick": {"limit": 10000, "epochs": 2, "steady_epochs": 1, "max_epochs": 8, "reps": 2},
+            "full": {"limit": 0, "epochs": 2, "steady_epochs": 1, "max_epochs": 8, "reps": 3}},
 }
+
+
+def steady_window(suite, label, args):
+    """Epochs (inference passes) after epoch 0 that the steady figure spans."""
+    return args.steady_epochs if suite == "treelstm" and label in WINDOWED else 1
 
 
 def fail(message):
@@ -196,18 +208,29 @@ def treelstm_flops(path, embed, hidden, classes=torch_peers.CLASSES):
     return total / trees
 
 
-def treelstm_derived(label, threads, rep, r):
+def over_window(entries, window):
+    """trees/s over the last `window` entries together, and their lowest compiled share."""
+    last = entries[-window:]
+    rate = sum(x["trees"] for x in last) / sum(x["seconds"] for x in last)
+    shares = [x["compiled_share"] for x in last if x.get("compiled_share") is not None]
+    return rate, (min(shares) if shares else None)
+
+
+def treelstm_derived(label, threads, rep, r, window=1):
     e, p = r["epochs"], r["infer"]
+    train, train_share = over_window(e, window)
+    infer, infer_share = over_window(p, window) if p else (None, None)
     d = {"suite": "treelstm", "mode": label, "threads": threads, "rep": rep,
          "train_epoch0_trees_per_s": e[0]["trees_per_s"],
-         "train_steady_trees_per_s": e[-1]["trees_per_s"],
-         "train_steady_compiled_share": e[-1]["compiled_share"], "steady_epoch": e[-1]["epoch"],
-         "infer_steady_compiled_share": p[-1]["compiled_share"] if p else None,
+         "train_steady_trees_per_s": train, "steady_window": window,
+         "train_steady_compiled_share": train_share if train_share is not None else e[-1]["compiled_share"],
+         "steady_epoch": e[-1]["epoch"],
+         "infer_steady_compiled_share": infer_share if p else None,
          "epoch0_seconds": e[0]["seconds"],
          "epoch0_step_ms_p50": e[0]["step_ms_p50"], "epoch0_step_ms_p99": e[0]["step_ms_p99"],
          "epoch0_step_ms_max": e[0]["step_ms_max"],
          "infer_first_trees_per_s": p[0]["trees_per_s"] if p else None,
-         "infer_steady_trees_per_s": p[-1]["trees_per_s"] if p else None,
+         "infer_steady_trees_per_s": infer,
          "epoch0_loss": e[0]["loss"], "final_loss": e[-1]["loss"],
          "train_accuracy": p[-1]["accuracy"] if p else None}
     if "compile" in r:
@@ -215,7 +238,7 @@ def treelstm_derived(label, threads, rep, r):
     return d
 
 
-def mlp_derived(label, threads, rep, r):
+def mlp_derived(label, threads, rep, r, window=1):
     e = r["epochs"]
     return {"suite": "mlp", "mode": label, "threads": threads, "rep": rep,
             "train_epoch0_images_per_s": e[0]["images_per_s"],
@@ -238,22 +261,28 @@ PEJIT_OPTIONS = {"eager_no_lookahead": ["--lookahead", "0"]}
 
 
 def command_for(suite, label, kind, what, threads, args, data):
+    window = steady_window(suite, label, args)
+    windowed = suite == "treelstm" and label in WINDOWED
+    epochs = str(1 + window if windowed else args.epochs)
+    passes = str(1 + window if windowed else args.infer_passes)
     if kind == "pejit":
         steady = ["--until-compiled", "--max-epochs", str(args.max_epochs)] if what == "eager" else []
+        if what == "eager" and suite == "treelstm":
+            steady += ["--steady-epochs", str(window)]
         steady += PEJIT_OPTIONS.get(label, [])
         if args.worker_nice is not None:
             steady += ["--worker-nice", str(args.worker_nice)]
         if suite == "treelstm":
-            return [find_binary("treelstm_pejit"), "--data", data, "--policy", what, "--epochs", str(args.epochs),
-                    "--infer-passes", str(args.infer_passes), "--max-infer-passes", str(args.max_epochs)] + steady + [
+            return [find_binary("treelstm_pejit"), "--data", data, "--policy", what, "--epochs", epochs,
+                    "--infer-passes", passes, "--max-infer-passes", str(args.max_epochs)] + steady + [
                     "--batch", str(args.batch), "--embed", str(args.embed),
                     "--hidden", str(args.hidden), "--lr", str(TREELSTM_SIZES["lr"]), "--seed", str(args.seed)], None
         return [find_binary("mlp_pejit"), "--policy", what, "--epochs", str(args.epochs)] + steady + ["--limit", str(args.limit),
                 "--batch", "64", "--lr", "0.1", "--seed", str(args.seed)], None
     peer = [PYTHON, os.path.join(HERE, "torch_peers.py"), suite, "--threads", str(threads), "--epochs",
-            str(args.epochs), "--seed", str(args.seed)]
+            epochs, "--seed", str(args.seed)]
     if suite == "treelstm":
-        peer += ["--impl", what, "--data", data, "--plan", data + ".plan.json", "--infer-passes", str(args.infer_passes), "--batch", str(args.batch),
+        peer += ["--impl", what, "--data", data, "--plan", data + ".plan.json", "--infer-passes", passes, "--batch", str(args.batch),
                  "--embed", str(args.embed), "--hidden", str(args.hidden), "--lr", str(TREELSTM_SIZES["lr"])]
     else:
         peer += ["--limit", str(args.limit), "--batch", "64", "--lr", "0.1"]
@@ -279,7 +308,7 @@ def measure(suite, modes, args, data):
                      f"(or --allow-debug-build)")
             if kind == "torch":
                 check_blas(r, tag)
-            d = derive(label, threads, rep, r)
+            d = derive(label, threads, rep, r, steady_window(suite, label, args))
             d["blas"] = r.get("blas_libraries", r.get("blas"))
             if sgemm is not None:
                 d["sgemm_gflops_rep"] = sgemm
@@ -305,7 +334,7 @@ def best_threads(rows, label, key):
 def table_rows(suite, rows, unit):
     """Markdown: one row per (mode, threads), medians (min–max) over the repetitions."""
     out = [f"| mode | threads | train {unit}/s, epoch 0 | train {unit}/s, steady | infer {unit}/s, first pass | "
-           f"infer {unit}/s, steady | steady: compiled train / infer (last epoch) | epoch 0 step ms p50 / p99 / max | epoch 0 s | "
+           f"infer {unit}/s, steady | steady: compiled share, lowest, train / infer (last epoch) | epoch 0 step ms p50 / p99 / max | epoch 0 s | "
            f"loss epoch 0 → last |",
            "|---|---|---|---|---|---|---|---|---|---|"]
     seen = []
@@ -436,6 +465,9 @@ def main():
     parser.add_argument("--quick", action="store_true", help="small sizes, 2 repetitions: under 3 minutes")
     parser.add_argument("--reps", type=int, help="repetitions of every mode (default: 2 quick; full: 5 treelstm, 3 mlp)")
     parser.add_argument("--epochs", type=int, help="training epochs per process (steady state: the last)")
+    parser.add_argument("--steady-epochs", type=int,
+                        help="treelstm: epochs (inference passes) the steady figure of the compiled modes and the "
+                             "level-batched peer spans (default: 3 quick, 5 full)")
     parser.add_argument("--max-epochs", type=int,
                         help="eager: at most this many epochs (inference passes) waiting for all code compiled")
     parser.add_argument("--size", type=int, help="treelstm: ListOps training examples generated")
@@ -457,9 +489,10 @@ def main():
     for k, v in preset.items():
         if getattr(args, k, None) is None:
             setattr(args, k, v)
-    if args.reps < 1 or args.epochs < 2 or args.max_epochs < args.epochs:
-        parser.error("--reps must be at least 1, --epochs at least 2 (epoch 0 and a steady one), "
-                     "--max-epochs at least --epochs")
+    if args.reps < 1 or args.epochs < 2 or args.steady_epochs < 1 or args.max_epochs < 1 + args.steady_epochs or \
+            args.max_epochs < args.epochs:
+        parser.error("--reps and --steady-epochs must be at least 1, --epochs at least 2 (epoch 0 and a steady one), "
+                     "--max-epochs at least --epochs and 1 + --steady-epochs")
     modes = TREELSTM_MODES if args.suite == "treelstm" else MLP_MODES
     if args.modes:
         wanted = args.modes.split(",")
@@ -528,8 +561,11 @@ def report(args, rows, modes, data, gflops, started, load_before):
     what = (f"ListOps, {args.size} training trees, batch {args.batch}, embed {args.embed}, hidden {args.hidden}, "
             f"Adagrad lr 0.05" if args.suite == "treelstm" else
             f"Fashion-MNIST, {args.limit or 60000} training / {args.limit or 10000} test images, batch 64, SGD lr 0.1")
-    print(f"{what}; {args.epochs} epochs per process (eager: until one ran all compiled, at most {args.max_epochs}; "
-          f"steady: the last), {args.reps} repetitions; "
+    window = (f"epoch 0, then {args.steady_epochs} more in eager, eager_no_lookahead, sync and torch_batched "
+              f"(eager: until {args.steady_epochs} in a row ran all compiled, at most {args.max_epochs}), steady: "
+              f"those together; {args.epochs - 1} more in the others, steady: the last" if args.suite == "treelstm" else
+              f"{args.epochs} epochs (eager: until one ran all compiled, at most {args.max_epochs}), steady: the last")
+    print(f"{what}; per process {window}; {args.reps} repetitions; "
           f"medians (min–max). pejit: 1 training thread, 1 background compile worker (nice "
           f"{'10, the default' if args.worker_nice is None else args.worker_nice}: EngineOptions::worker_nice), "
           f"OpenBLAS at 1 thread.\n")

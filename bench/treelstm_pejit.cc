@@ -57,7 +57,7 @@ struct Config {
   // Policies eager and hot:N: carry on (up to these caps) until an epoch, a
   // pass, ran compiled code in every step: the steady state.
   bool until_compiled = false;
-  int max_epochs = 12, max_infer_passes = 12;
+  int steady_epochs = 1, max_epochs = 12, max_infer_passes = 12;
   std::string policy = "eager";
 };
 
@@ -147,11 +147,17 @@ int Measure(const Config& c) {
 
   nlohmann::json epochs = nlohmann::json::array();
   auto more = [&](const nlohmann::json& done, int wanted, int cap) {
-    if (static_cast<int>(done.size()) < wanted) return true;
+    const int n = static_cast<int>(done.size());
+    if (n < wanted) return true;
+    if (!c.until_compiled || n >= cap) return false;
     // Steady: every step compiled, and no compile finishing meanwhile (a
-    // compile on the other core slows the steps down, through the shared cache).
-    return c.until_compiled && static_cast<int>(done.size()) < cap &&
-           (done.back()["compiled_share"].get<double>() < 1.0 || done.back()["jobs_ended"].get<int64_t>() > 0);
+    // compile on the other core slows the steps down, through the shared
+    // cache); the last --steady-epochs of them.
+    if (n < c.steady_epochs) return true;
+    for (int i = n - c.steady_epochs; i < n; ++i) {
+      if (done[i]["compiled_share"].get<double>() < 1.0 || done[i]["jobs_ended"].get<int64_t>() > 0) return true;
+    }
+    return false;
   };
   for (int epoch = 0; more(epochs, c.epochs, c.max_epochs); ++epoch) {
     std::vector<treelstm::Batch> batches = make_values(kTrainBatches);  // the same minibatches every epoch
@@ -271,8 +277,12 @@ int main(int argc, char** argv) {
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
   app.add_flag("--until-compiled", c.until_compiled,
-               "after --epochs and --infer-passes, carry on until one ran compiled code in every step with no "
-               "compile job ending meanwhile");
+               "after --epochs and --infer-passes, carry on until one (--steady-epochs in a row) ran compiled code in "
+               "every step with no compile job ending meanwhile");
+  app.add_option("--steady-epochs", c.steady_epochs,
+                 "--until-compiled: until this many epochs (inference passes) in a row were steady")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
   app.add_option("--max-epochs", c.max_epochs, "--until-compiled stops here")->capture_default_str();
   app.add_option("--max-infer-passes", c.max_infer_passes, "--until-compiled stops here")->capture_default_str();
   app.add_option("--workers", c.workers, "background compile workers (0: cores - 1)")->capture_default_str();
