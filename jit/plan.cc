@@ -262,16 +262,35 @@ Func PackGemmOperands(const Func& program) {
     const TensorType t = TensorTypeOf(e);
     return t.dtype == DType::kF32 && t.rank() == 2;
   };
-  for (Binding b : s.bindings) {
-    auto* call = As<OpCallNode>(b.value);
+  // The right operand and its orientation of a product the micro-kernel can
+  // take, or null.
+  auto packable = [&](const OpCallNode* call) -> std::pair<const ExprNode*, bool> {
     const std::string& op = call ? call->op->name : std::string();
     if (op == "matmul" && !call->attrs.GetBool("transpose_a") && f32_matrix(call->args[0]) &&
         f32_matrix(call->args[1]) && TensorTypeOf(call->args[0]).shape[1] <= kMaxInner) {
-      Expr packed = pack(call->args[1], call->attrs.GetBool("transpose_b"));
-      b.value = MakeOpCall("packed_matmul", {call->args[0], packed}, {{"n", TensorTypeOf(b.var).shape[1]}}, call->loc);
-    } else if (op == "dense" && f32_matrix(call->args[0]) && TensorTypeOf(call->args[0]).shape[1] <= kMaxInner) {
-      Expr packed = pack(call->args[1], true);
-      b.value = MakeOpCall("packed_dense", {call->args[0], packed, call->args[2]}, {}, call->loc);
+      return {call->args[1].get(), call->attrs.GetBool("transpose_b")};
+    }
+    if (op == "dense" && f32_matrix(call->args[0]) && TensorTypeOf(call->args[0]).shape[1] <= kMaxInner) {
+      return {call->args[1].get(), true};
+    }
+    return {nullptr, false};
+  };
+  // A product whose operand no other product shares stays OpenBLAS's, which
+  // packs it as well and, unlike the micro-kernel, may use several threads
+  // (an MLP's layer over a large minibatch).
+  std::map<std::pair<const ExprNode*, bool>, int> products;
+  for (const Binding& b : s.bindings) {
+    if (auto key = packable(As<OpCallNode>(b.value)); key.first) ++products[key];
+  }
+  for (Binding b : s.bindings) {
+    auto* call = As<OpCallNode>(b.value);
+    auto key = packable(call);
+    if (key.first && products[key] >= 2) {
+      Expr packed = pack(call->args[1], key.second);
+      b.value = call->op->name == "dense"
+                    ? MakeOpCall("packed_dense", {call->args[0], packed, call->args[2]}, {}, call->loc)
+                    : MakeOpCall("packed_matmul", {call->args[0], packed}, {{"n", TensorTypeOf(b.var).shape[1]}},
+                                 call->loc);
     }
     out.push_back(std::move(b));
   }

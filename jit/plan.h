@@ -131,11 +131,13 @@ Func EliminateDeadCode(const Func& program);
 //    not many with a few rows each.
 // Reassociates the sum: the last bits may differ.
 Func CombineSums(const Func& program);
-// Every f32 2-D matmul (lhs not transposed) and dense becomes a gemm_pack of
-// its right operand and a packed_matmul / packed_dense against it; CSE then
-// leaves one pack per operand, so a weight read by every tree level, forward
-// and backward, is packed once per orientation per call instead of by
-// OpenBLAS at every product. Not for inner dimensions over 1024.
+// f32 2-D matmuls (lhs not transposed) and denses that share a right operand
+// in one orientation become a gemm_pack of it and packed_matmul /
+// packed_dense against it; CSE then leaves one pack per operand, so a weight
+// read by every tree level, forward and backward, is packed once per
+// orientation per call instead of by OpenBLAS at every product. A product
+// alone with its operand stays OpenBLAS's. Not for inner dimensions over
+// 1024.
 Func PackGemmOperands(const Func& program);
 
 }  // namespace pejit

@@ -240,31 +240,36 @@ def @f(%x: Tensor[(4, 5), f32], %w: Tensor[(3, 5), f32], %b: Tensor[(3,), f32]) 
 }
 
 TEST_F(CompilerTest, ProductsAgainstOneWeightPackItOncePerOrientation) {
-  // A weight read by every level forward (x·Wᵀ) and backward (g·W): packed
-  // once for each; the transposed-lhs product (a weight gradient) and the
-  // f64 one stay OpenBLAS's.
+  // A weight read by two levels forward (x·Wᵀ) and two backward (g·W):
+  // packed once for each orientation. A product alone with its operand (%u),
+  // the transposed-lhs one (a weight gradient) and the f64 one stay
+  // OpenBLAS's.
   Snapshot s = Load(R"(
-def @f(%x1: Tensor[(7, 20), f32], %x2: Tensor[(2, 20), f32], %g: Tensor[(5, 18), f32], %w: Tensor[(18, 20), f32],
-       %b: Tensor[(18,), f32], %d: Tensor[(3, 2), f64], %v: Tensor[(2, 2), f64]) {
+def @f(%x1: Tensor[(7, 20), f32], %x2: Tensor[(2, 20), f32], %g1: Tensor[(5, 18), f32], %g2: Tensor[(1, 18), f32],
+       %w: Tensor[(18, 20), f32], %b: Tensor[(18,), f32], %u: Tensor[(20, 3), f32], %d: Tensor[(3, 2), f64],
+       %v: Tensor[(2, 2), f64]) {
   let %h1 = tanh(matmul(%x1, %w, transpose_b=true));
   let %h2 = tanh(dense(%x2, %w, %b));
-  let %back = matmul(%g, %w);
+  let %back1 = matmul(%g1, %w);
+  let %back2 = matmul(%g2, %w);
   let %grad = matmul(%x1, %h1, transpose_a=true);
-  (%h1, %h2, %back, %grad, matmul(%d, %v))
+  (%h1, %h2, %back1, %back2, %grad, matmul(%x2, %u), matmul(%d, %v))
 })");
   Rng rng(8);
   std::vector<Value> args;
-  for (Shape shape : {Shape{7, 20}, {2, 20}, {5, 18}, {18, 20}, {18}}) args.emplace_back(RandomUniform(rng, shape, -1, 1));
+  for (Shape shape : {Shape{7, 20}, {2, 20}, {5, 18}, {1, 18}, {18, 20}, {18}, {20, 3}}) {
+    args.emplace_back(RandomUniform(rng, shape, -1, 1));
+  }
   for (Shape shape : {Shape{3, 2}, {2, 2}}) args.emplace_back(RandomUniform(rng, shape, -1, 1, DType::kF64));
   Func packed = EliminateCommonSubexpressions(PackGemmOperands(PartialEvaluate(*s, "f", args).main));
   EXPECT_EQ(CountCalls(packed, "gemm_pack"), 2) << PrintFunction("packed", packed);
-  EXPECT_EQ(CountCalls(packed, "packed_matmul"), 2) << PrintFunction("packed", packed);
+  EXPECT_EQ(CountCalls(packed, "packed_matmul"), 3) << PrintFunction("packed", packed);
   EXPECT_EQ(CountCalls(packed, "packed_dense"), 1) << PrintFunction("packed", packed);
-  EXPECT_EQ(CountCalls(packed, "matmul"), 2) << PrintFunction("packed", packed);
+  EXPECT_EQ(CountCalls(packed, "matmul"), 3) << PrintFunction("packed", packed);
   CompileReport r = CheckCompiled(s, "f", args);
-  if (PackedGemmFast()) {  // %w is the residual's parameter %p3
-    ExpectPlanHas(r, "= gemm_pack(%p3#3; transpose_b=true)");
-    ExpectPlanHas(r, "= gemm_pack(%p3#3; transpose_b=false)");
+  if (PackedGemmFast()) {  // %w is the residual's parameter %p4
+    ExpectPlanHas(r, "= gemm_pack(%p4#4; transpose_b=true)");
+    ExpectPlanHas(r, "= gemm_pack(%p4#4; transpose_b=false)");
   }
 }
 
