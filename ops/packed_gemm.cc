@@ -42,48 +42,18 @@ PEJIT_AVX2 void Kernel6x16(int64_t k, const float* const* a, int rows, const flo
     c50 = _mm256_fmadd_ps(x, b0, c50);
     c51 = _mm256_fmadd_ps(x, b1, c51);
   }
+  // Out of the loop, an array is fine: accumulator q is row q / 2, columns
+  // 8 * (q % 2) on.
+  const __m256 acc[2 * kRows] = {c00, c01, c10, c11, c20, c21, c30, c31, c40, c41, c50, c51};
   if (rows == kRows && cols == kPackedPanel) {
-    if (accumulate) {
-      c00 = _mm256_add_ps(c00, _mm256_loadu_ps(c));
-      c01 = _mm256_add_ps(c01, _mm256_loadu_ps(c + 8));
-      c10 = _mm256_add_ps(c10, _mm256_loadu_ps(c + ldc));
-      c11 = _mm256_add_ps(c11, _mm256_loadu_ps(c + ldc + 8));
-      c20 = _mm256_add_ps(c20, _mm256_loadu_ps(c + 2 * ldc));
-      c21 = _mm256_add_ps(c21, _mm256_loadu_ps(c + 2 * ldc + 8));
-      c30 = _mm256_add_ps(c30, _mm256_loadu_ps(c + 3 * ldc));
-      c31 = _mm256_add_ps(c31, _mm256_loadu_ps(c + 3 * ldc + 8));
-      c40 = _mm256_add_ps(c40, _mm256_loadu_ps(c + 4 * ldc));
-      c41 = _mm256_add_ps(c41, _mm256_loadu_ps(c + 4 * ldc + 8));
-      c50 = _mm256_add_ps(c50, _mm256_loadu_ps(c + 5 * ldc));
-      c51 = _mm256_add_ps(c51, _mm256_loadu_ps(c + 5 * ldc + 8));
+    for (int q = 0; q < 2 * kRows; ++q) {
+      float* out = c + (q / 2) * ldc + 8 * (q % 2);
+      _mm256_storeu_ps(out, accumulate ? _mm256_add_ps(acc[q], _mm256_loadu_ps(out)) : acc[q]);
     }
-    _mm256_storeu_ps(c, c00);
-    _mm256_storeu_ps(c + 8, c01);
-    _mm256_storeu_ps(c + ldc, c10);
-    _mm256_storeu_ps(c + ldc + 8, c11);
-    _mm256_storeu_ps(c + 2 * ldc, c20);
-    _mm256_storeu_ps(c + 2 * ldc + 8, c21);
-    _mm256_storeu_ps(c + 3 * ldc, c30);
-    _mm256_storeu_ps(c + 3 * ldc + 8, c31);
-    _mm256_storeu_ps(c + 4 * ldc, c40);
-    _mm256_storeu_ps(c + 4 * ldc + 8, c41);
-    _mm256_storeu_ps(c + 5 * ldc, c50);
-    _mm256_storeu_ps(c + 5 * ldc + 8, c51);
     return;
   }
   alignas(32) float t[kRows][kPackedPanel];
-  _mm256_store_ps(t[0], c00);
-  _mm256_store_ps(t[0] + 8, c01);
-  _mm256_store_ps(t[1], c10);
-  _mm256_store_ps(t[1] + 8, c11);
-  _mm256_store_ps(t[2], c20);
-  _mm256_store_ps(t[2] + 8, c21);
-  _mm256_store_ps(t[3], c30);
-  _mm256_store_ps(t[3] + 8, c31);
-  _mm256_store_ps(t[4], c40);
-  _mm256_store_ps(t[4] + 8, c41);
-  _mm256_store_ps(t[5], c50);
-  _mm256_store_ps(t[5] + 8, c51);
+  for (int q = 0; q < 2 * kRows; ++q) _mm256_store_ps(t[q / 2] + 8 * (q % 2), acc[q]);
   for (int r = 0; r < rows; ++r) {
     float* row = c + r * ldc;
     for (int64_t j = 0; j < cols; ++j) row[j] = accumulate ? row[j] + t[r][j] : t[r][j];
