@@ -110,6 +110,11 @@ size_t AppendArgument(Signature& sig, Hasher& hasher, const Value& arg, bool who
   return begin;
 }
 
+// Appends the tensors of `arg` to `leaves`, in the order of the key.
+void AppendLeaves(const Value& arg, std::vector<Tensor>& leaves) {
+  Walk(arg, [](const Value&) {}, [&](const Tensor& t) { leaves.push_back(t); });
+}
+
 // The fields of argument `arg` when the cache may keep it: a tuple or ADT
 // value that is not static. Null otherwise.
 std::shared_ptr<const std::vector<Value>> Identity(const Value& arg, bool whole) {
@@ -198,7 +203,7 @@ std::vector<Tensor> SignatureCache::Flatten(const std::vector<Value>& args, cons
         continue;
       }
     }
-    Walk(args[i], [](const Value&) {}, [&](const Tensor& t) { leaves.push_back(t); });
+    AppendLeaves(args[i], leaves);
   }
   return leaves;
 }
@@ -211,8 +216,7 @@ size_t SignatureCache::size() const {
 std::vector<Tensor> Flatten(const std::vector<Value>& args, const std::vector<bool>& static_args) {
   std::vector<Tensor> leaves;
   for (size_t i = 0; i < args.size(); ++i) {
-    if (IsStatic(static_args, i)) continue;
-    Walk(args[i], [](const Value&) {}, [&](const Tensor& t) { leaves.push_back(t); });
+    if (!IsStatic(static_args, i)) AppendLeaves(args[i], leaves);
   }
   return leaves;
 }
@@ -244,8 +248,7 @@ std::vector<int> FloatWrtLeaves(const std::vector<Value>& args, std::span<const 
   std::vector<size_t> first(args.size());
   for (size_t i = 0; i < args.size(); ++i) {
     first[i] = leaves.size();
-    if (IsStatic(static_args, i)) continue;
-    Walk(args[i], [](const Value&) {}, [&](const Tensor& t) { leaves.push_back(t); });
+    if (!IsStatic(static_args, i)) AppendLeaves(args[i], leaves);
   }
   return FloatWrtLeaves(leaves, first, wrt);
 }
