@@ -212,8 +212,7 @@ def over_window(entries, window):
     """trees/s over the last `window` entries together, and their lowest compiled share."""
     last = entries[-window:]
     rate = sum(x["trees"] for x in last) / sum(x["seconds"] for x in last)
-    shares = [x["compiled_share"] for x in last if x.get("compiled_share") is not None]
-    return rate, (min(shares) if shares else None)
+    return rate, min(x["compiled_share"] for x in last)
 
 
 def treelstm_derived(label, threads, rep, r, window=1):
@@ -223,9 +222,9 @@ def treelstm_derived(label, threads, rep, r, window=1):
     d = {"suite": "treelstm", "mode": label, "threads": threads, "rep": rep,
          "train_epoch0_trees_per_s": e[0]["trees_per_s"],
          "train_steady_trees_per_s": train, "steady_window": window,
-         "train_steady_compiled_share": train_share if train_share is not None else e[-1]["compiled_share"],
+         "train_steady_compiled_share": train_share,
          "steady_epoch": e[-1]["epoch"],
-         "infer_steady_compiled_share": infer_share if p else None,
+         "infer_steady_compiled_share": infer_share,
          "epoch0_seconds": e[0]["seconds"],
          "epoch0_step_ms_p50": e[0]["step_ms_p50"], "epoch0_step_ms_p99": e[0]["step_ms_p99"],
          "epoch0_step_ms_max": e[0]["step_ms_max"],
