@@ -25,8 +25,9 @@
 //   J1. drops out if its slot was invalidated or the engine is shutting down;
 //   J2. partially evaluates the entry on the call's snapshot and arguments;
 //   J3. refuses residuals that still call residual functions (loops) or
-//       results that are not tensors in tuples; in grad mode differentiates
-//       the residual with respect to the float leaves of the wrt arguments;
+//       results that are not tensors in tuples; batches the residual and,
+//       in grad mode, differentiates it with respect to the float leaves of
+//       the wrt arguments (jit/pipeline.h);
 //   J4. runs the compile hook (LLVM, or the residual interpreter);
 //   J5. publishes: the Executable is written into the slot, then the slot's
 //       state is set to ready with one release store — the swap;

@@ -22,8 +22,7 @@
 #include <optional>
 #include <stdexcept>
 
-#include "jit/autodiff.h"
-#include "jit/batch.h"
+#include "jit/pipeline.h"
 #include "ops/blas.h"
 #include "scheduler/code_cache.h"
 #include "scheduler/job_queue.h"
@@ -649,46 +648,36 @@ void EngineImpl::RunJob(Job& job) {
       throw JitFailure("the residual calls " + std::to_string(residual.functions.size()) +
                        " residual function(s) (a loop on dynamic data, or PE fuel ran out); not compiled");
     }
-    // Instances of one computation at independent tree nodes become one
-    // batched operation (jit/batch.h); before autodiff, so that the backward
-    // pass is batched alike.
-    if (options.batch) {
-      stage = "batch";
-      start = NowMicros();
-      bool batched = false;
-      BatchStats batch;
-      try {
-        residual.main = Batch(residual.main, &batch);
-        batched = true;
-      } catch (const JitFailure&) {
-        // Not straight-line code (a dynamic if): the compile hook decides
-        // what it can do with it (the residual interpreter, in value mode).
-      }
-      if (batched) batch_us = NowMicros() - start;
-      if (batched && On(EventKind::kBatch)) {
-        Event e = Make(EventKind::kBatch, entry.name, &sig, start, batch_us);
-        e.fields.push_back({"job", job.id});
-        e.fields.push_back({"groups", batch.groups});
-        e.fields.push_back({"ops_before", batch.ops_before});
-        e.fields.push_back({"ops_after", batch.ops_after});
-        e.fields.push_back({"copied_bytes", batch.copied_bytes});
-        Emit(e);
-      }
-    }
+    // Batching and, in grad mode, autodiff (jit/pipeline.h). A program
+    // that is not straight-line code stays unbatched: the compile hook decides
+    // what it can do with it (the residual interpreter, in value mode).
     size_t expected_results = CountTensorLeaves(type->ret);
+    PipelineOptions pipeline;
+    pipeline.batch = options.batch;
     if (job.grad) {
-      stage = "autodiff";
-      start = NowMicros();
-      std::vector<int> floats = FloatWrtLeaves(job.args, job.wrt, job.static_args);
-      residual.main = Differentiate(residual.main, floats);
-      expected_results = 1 + floats.size();
-      autodiff_us = NowMicros() - start;
-      if (On(EventKind::kAutodiff)) {
-        Event e = Make(EventKind::kAutodiff, entry.name, &sig, start, autodiff_us);
-        e.fields.push_back({"job", job.id});
-        e.fields.push_back({"wrt_leaves", static_cast<int64_t>(floats.size())});
-        Emit(e);
-      }
+      pipeline.wrt_leaves = FloatWrtLeaves(job.args, job.wrt, job.static_args);
+      expected_results = 1 + pipeline.wrt_leaves->size();
+    }
+    stage = job.grad ? "batch and autodiff" : "batch";
+    start = NowMicros();
+    PipelineReport prepared;
+    residual.main = PrepareResidual(residual.main, pipeline, &prepared);
+    if (prepared.batched) batch_us = static_cast<int64_t>(prepared.batch_ms * 1e3);
+    autodiff_us = static_cast<int64_t>(prepared.autodiff_ms * 1e3);
+    if (prepared.batched && On(EventKind::kBatch)) {
+      Event e = Make(EventKind::kBatch, entry.name, &sig, start, batch_us);
+      e.fields.push_back({"job", job.id});
+      e.fields.push_back({"groups", prepared.batch.groups});
+      e.fields.push_back({"ops_before", prepared.batch.ops_before});
+      e.fields.push_back({"ops_after", prepared.batch.ops_after});
+      e.fields.push_back({"copied_bytes", prepared.batch.copied_bytes});
+      Emit(e);
+    }
+    if (job.grad && On(EventKind::kAutodiff)) {
+      Event e = Make(EventKind::kAutodiff, entry.name, &sig, start + std::max<int64_t>(batch_us, 0), autodiff_us);
+      e.fields.push_back({"job", job.id});
+      e.fields.push_back({"wrt_leaves", static_cast<int64_t>(pipeline.wrt_leaves->size())});
+      Emit(e);
     }
     // (J4) Compile. A hook that returns nothing or the wrong results is
     // broken (failed), not a program the compilers decline (refused).

@@ -1,0 +1,60 @@
+// \file The specialization pipeline after partial evaluation, written once.
+//
+// A residual program (pe/) becomes native code through the same stages for
+// every caller, the engine's workers, `pejit compile` and bench/jit alike:
+//
+//   batch     independent instances of one computation merged (batch.h);
+//             before autodiff, so that the backward pass is batched alike
+//   autodiff  grad mode only: (loss, gradients) of the chosen leaves (autodiff.h)
+//   compile   lowering (plan.h) and LLVM (compiler.h), by a JitSession
+//
+// PrepareResidual() runs the first two, which every compile step takes (the engine's
+// compile hook may be another tier than LLVM); CompileResidual() all three. Each
+// stage is timed, and `print_after` sees the program after every stage that
+// ran, for tests and `pejit compile --print-after`. The pipeline takes the
+// residual's main function, not the partial evaluator's result, so that jit/
+// does not depend on pe/.
+#pragma once
+
+#include <functional>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "ir/expr.h"
+#include "jit/batch.h"
+#include "jit/compiler.h"
+
+namespace pejit {
+
+struct PipelineOptions {
+  bool batch = true;
+  // Grad mode: the residual parameters (dynamic leaves) to differentiate for;
+  // the program's result must then be a scalar f32 loss. Empty: value mode.
+  std::optional<std::vector<int>> wrt_leaves;
+  CompileOptions compile;
+  // Called with a stage's name ("residual", "batch", "autodiff") and the
+  // program it produced, once per stage that ran.
+  std::function<void(std::string_view stage, const Func& program)> print_after;
+};
+
+struct PipelineReport {
+  bool batched = false;
+  // Why the program was not batched when batching was asked for (it is not
+  // straight-line code: a dynamic `if`); the compile step then decides.
+  std::string batch_skipped;
+  BatchStats batch;
+  double batch_ms = 0, autodiff_ms = 0;
+  CompileReport compile;  // CompileResidual() only
+};
+
+// Batches (when asked and possible) and differentiates (grad mode). Throws
+// JitFailure when a grad-mode program cannot be differentiated.
+Func PrepareResidual(const Func& residual, const PipelineOptions& options, PipelineReport* report = nullptr);
+
+// PrepareResidual(), then lowering and LLVM in `session`. Throws JitFailure.
+ExecutablePtr CompileResidual(JitSession& session, const Func& residual, const PipelineOptions& options,
+                      PipelineReport* report = nullptr);
+
+}  // namespace pejit

@@ -1,0 +1,111 @@
+// The pipeline after PE (jit/pipeline.h): the stages run in their order, each
+// seen by the print-after hook and timed, and what comes out computes the
+// interpreter's values and gradients.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "examples/treelstm/listops.h"
+#include "examples/treelstm/model.h"
+#include "interp/interpreter.h"
+#include "ir/visitor.h"
+#include "jit/pipeline.h"
+#include "ops/random.h"
+#include "pe/partial_eval.h"
+
+namespace pejit {
+namespace {
+
+int CountOps(const Func& f) {
+  int n = 0;
+  PostOrderVisit(f->body, [&](const Expr& e) { n += As<OpCallNode>(e) != nullptr; });
+  return n;
+}
+
+struct TreeLstmCall {
+  Module module;
+  Snapshot snapshot;
+  std::vector<Value> args;
+
+  explicit TreeLstmCall(int trees) {
+    module.AddSource(treelstm::ModelSource(), "treelstm.pj");
+    snapshot = module.snapshot();
+    listops::Splits data = listops::GenerateSplits(3, trees, 0, 0);
+    std::vector<const listops::Example*> batch;
+    for (const auto& ex : data.train) batch.push_back(&ex);
+    treelstm::Batch b = treelstm::MakeBatch(batch, *snapshot);
+    Rng rng(5);
+    args = {b.trees, b.labels, treelstm::InitParams(rng, {listops::kVocabularySize, 8, 16, listops::kClasses})};
+  }
+};
+
+TEST(PipelineTest, GradModeRunsBatchThenAutodiffAndMatchesTheInterpreterTape) {
+  TreeLstmCall call(4);
+  Residual residual = PartialEvaluate(*call.snapshot, "loss", call.args);
+  PipelineOptions options;
+  options.wrt_leaves = FloatWrtLeaves(call.args, std::vector<int>{2});
+  std::vector<std::string> stages;
+  std::vector<int> ops;
+  options.print_after = [&](std::string_view stage, const Func& program) {
+    stages.emplace_back(stage);
+    ops.push_back(CountOps(program));
+  };
+  auto session = JitSession::Create();
+  PipelineReport report;
+  ExecutablePtr exe = CompileResidual(*session, residual.main, options, &report);
+
+  EXPECT_EQ(stages, (std::vector<std::string>{"residual", "batch", "autodiff"}));
+  ASSERT_EQ(ops.size(), 3u);
+  EXPECT_LT(ops[1], ops[0]) << "batching merges the cells of the four trees";
+  EXPECT_GT(ops[2], ops[1]) << "autodiff adds the backward pass";
+  EXPECT_TRUE(report.batched);
+  EXPECT_TRUE(report.batch_skipped.empty());
+  EXPECT_GT(report.batch.groups, 0);
+  EXPECT_GT(report.compile.kernels, 0);
+
+  std::vector<Tensor> got = exe->Run(Flatten(call.args));
+  Interpreter interp;
+  Interpreter::ValueAndGrad want = interp.CallWithGrad(*call.snapshot, "loss", call.args, {2});
+  std::vector<Tensor> want_leaves = Flatten({want.value});
+  for (const Tensor& g : Flatten({want.grads[0]})) want_leaves.push_back(g);
+  ASSERT_EQ(got.size(), want_leaves.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    EXPECT_TRUE(AllClose(got[i], want_leaves[i], 1e-4, 1e-5)) << "result " << i;
+  }
+}
+
+TEST(PipelineTest, ValueModeWithoutBatchingHasOneStage) {
+  TreeLstmCall call(2);
+  std::vector<Value> args = {call.args[0], call.args[2]};
+  Residual residual = PartialEvaluate(*call.snapshot, "infer", args);
+  PipelineOptions options;
+  options.batch = false;
+  std::vector<std::string> stages;
+  options.print_after = [&](std::string_view stage, const Func&) { stages.emplace_back(stage); };
+  PipelineReport report;
+  Func program = PrepareResidual(residual.main, options, &report);
+  EXPECT_EQ(stages, std::vector<std::string>{"residual"});
+  EXPECT_FALSE(report.batched);
+  EXPECT_EQ(program.get(), residual.main.get()) << "nothing to do: the residual itself";
+}
+
+TEST(PipelineTest, AProgramThatIsNotStraightLineStaysUnbatchedAndSaysWhy) {
+  Module m;
+  m.AddSource("def @f(%x: Tensor[(3,), f32]) -> Tensor[(3,), f32] {\n"
+              "  if (greater(sum(%x), 0f32)) { tanh(%x) } else { neg(%x) }\n"
+              "}\n",
+              "f.pj");
+  Rng rng(1);
+  std::vector<Value> args = {Value(RandomUniform(rng, {3}, -1, 1))};
+  Residual residual = PartialEvaluate(*m.snapshot(), "f", args);
+  PipelineReport report;
+  Func program = PrepareResidual(residual.main, {}, &report);
+  EXPECT_FALSE(report.batched);
+  EXPECT_NE(report.batch_skipped.find("if"), std::string::npos) << report.batch_skipped;
+  auto session = JitSession::Create();
+  EXPECT_THROW(CompileResidual(*session, residual.main, {}), JitFailure);
+}
+
+}  // namespace
+}  // namespace pejit
