@@ -1,5 +1,6 @@
 // The `pejit` command line: check, run, partially evaluate and compile .pj
-// programs, and read trace files (trace_command.h).
+// programs, replay their calls through the engine (replay_command.h), and
+// read trace files (trace_command.h).
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
@@ -13,54 +14,24 @@
 #include "interp/interpreter.h"
 #include "ir/json.h"
 #include "ir/module.h"
-#include "jit/autodiff.h"
-#include "jit/batch.h"
-#include "jit/compiler.h"
+#include "ir/printer.h"
+#include "jit/pipeline.h"
 #include "pe/partial_eval.h"
+#include "tools/program_files.h"
+#include "tools/replay_command.h"
 #include "tools/trace_command.h"
 
 namespace pejit {
 namespace {
 
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw std::runtime_error("cannot read " + path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-Snapshot Load(const std::string& path) {
-  Module m;
-  m.AddSource(ReadFile(path), path);
-  return m.snapshot();
-}
-
-std::vector<int> ParseIndices(const std::string& list) {
-  std::vector<int> out;
-  std::stringstream ss(list);
-  std::string item;
-  while (std::getline(ss, item, ',')) {
-    try {
-      size_t used = 0;
-      out.push_back(std::stoi(item, &used));
-      if (used != item.size()) throw std::invalid_argument(item);
-    } catch (const std::exception&) {
-      throw std::runtime_error("--wrt: '" + item + "' is not an argument index");
-    }
-  }
-  return out;
-}
-
 int Check(const std::string& file) {
-  Snapshot s = Load(file);
+  Snapshot s = LoadProgram(file);
   std::printf("%s: ok, %zu definitions, %zu types\n", file.c_str(), s->definitions().size(), s->types().size());
   return 0;
 }
 
 // The arguments of `entry` from a JSON file holding an array of them.
 std::vector<Value> LoadArgs(const ModuleSnapshot& s, const std::string& entry, const std::string& args_file) {
-  const Definition& d = s.Get(entry);
   nlohmann::json args_json;
   try {
     args_json = nlohmann::json::parse(args_file == "-" ? std::string(std::istreambuf_iterator<char>(std::cin), {})
@@ -68,28 +39,17 @@ std::vector<Value> LoadArgs(const ModuleSnapshot& s, const std::string& entry, c
   } catch (const nlohmann::json::parse_error& e) {
     throw std::runtime_error(args_file + ": not valid JSON: " + e.what());
   }
-  if (!args_json.is_array()) throw std::runtime_error(args_file + ": expected a JSON array of arguments");
-  if (args_json.size() != d.func->params.size()) {
-    throw std::runtime_error("@" + entry + " takes " + std::to_string(d.func->params.size()) + " arguments, " +
-                             args_file + " has " + std::to_string(args_json.size()));
-  }
-  std::vector<Value> args;
-  auto types = [&](const std::string& n) { return s.FindType(n); };
-  for (size_t i = 0; i < args_json.size(); ++i) {
-    args.push_back(ValueFromJson(args_json[i], d.func->params[i]->annotation, types,
-                                 "args[" + std::to_string(i) + "] (%" + d.func->params[i]->name + ")"));
-  }
-  return args;
+  return ArgumentsFromJson(s, entry, args_json, args_file);
 }
 
 int Run(const std::string& file, const std::string& entry, const std::string& args_file, bool grad,
         const std::string& wrt_list) {
-  Snapshot s = Load(file);
+  Snapshot s = LoadProgram(file);
   std::vector<Value> args = LoadArgs(*s, entry, args_file);
   Interpreter interp;
   nlohmann::json out;
   if (grad) {
-    std::vector<int> wrt = wrt_list.empty() ? std::vector<int>{} : ParseIndices(wrt_list);
+    std::vector<int> wrt = wrt_list.empty() ? std::vector<int>{} : ParseIndices(wrt_list, "--wrt");
     if (wrt.empty()) {
       for (size_t i = 0; i < args.size(); ++i) wrt.push_back(static_cast<int>(i));
     }
@@ -107,10 +67,10 @@ int Run(const std::string& file, const std::string& entry, const std::string& ar
 
 int PartialEval(const std::string& file, const std::string& entry, const std::string& args_file,
                 const std::string& static_list, const PeOptions& options) {
-  Snapshot s = Load(file);
+  Snapshot s = LoadProgram(file);
   std::vector<Value> args = LoadArgs(*s, entry, args_file);
   std::vector<bool> static_args(args.size(), false);
-  for (int i : static_list.empty() ? std::vector<int>{} : ParseIndices(static_list)) {
+  for (int i : static_list.empty() ? std::vector<int>{} : ParseIndices(static_list, "--static")) {
     if (i < 0 || i >= static_cast<int>(args.size())) {
       throw std::runtime_error("--static: @" + entry + " has no argument " + std::to_string(i));
     }
@@ -130,44 +90,48 @@ int PartialEval(const std::string& file, const std::string& entry, const std::st
 }
 
 int Compile(const std::string& file, const std::string& entry, const std::string& args_file, bool grad,
-            const std::string& wrt_list, bool batch, const std::string& emit, int opt_level) {
-  Snapshot s = Load(file);
+            const std::string& wrt_list, bool batch, const std::string& emit, int opt_level,
+            const std::vector<std::string>& print_after) {
+  Snapshot s = LoadProgram(file);
   std::vector<Value> args = LoadArgs(*s, entry, args_file);
   auto t0 = std::chrono::steady_clock::now();
   Residual r = PartialEvaluate(*s, entry, args);
   double pe_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-  Func program = r.main;
-  BatchStats batched;
-  if (batch) program = Batch(program, &batched);
-  double ad_ms = 0;
+  PipelineOptions options;
+  options.batch = batch;
   if (grad) {
-    std::vector<int> wrt = wrt_list.empty() ? std::vector<int>{} : ParseIndices(wrt_list);
+    std::vector<int> wrt = wrt_list.empty() ? std::vector<int>{} : ParseIndices(wrt_list, "--wrt");
     if (wrt.empty()) {
       for (size_t i = 0; i < args.size(); ++i) wrt.push_back(static_cast<int>(i));
     }
-    t0 = std::chrono::steady_clock::now();
-    program = Differentiate(program, FloatWrtLeaves(args, wrt));
-    ad_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    options.wrt_leaves = FloatWrtLeaves(args, wrt);
   }
+  options.print_after = [&](std::string_view stage, const Func& program) {
+    if (std::find(print_after.begin(), print_after.end(), stage) == print_after.end()) return;
+    std::printf("# after %.*s\n%s\n", static_cast<int>(stage.size()), stage.data(),
+                PrintFunction("main", program).c_str());
+  };
+  options.compile.opt_level = opt_level;
+  options.compile.keep_plan = emit == "fused";
+  options.compile.keep_ir = emit == "llvm";
+  options.compile.keep_asm = emit == "asm";
   auto session = JitSession::Create();
-  CompileOptions options;
-  options.opt_level = opt_level;
-  options.keep_plan = emit == "fused";
-  options.keep_ir = emit == "llvm";
-  options.keep_asm = emit == "asm";
-  CompileReport report;
-  ExecutablePtr exe = session->Compile(program, options, &report);
+  PipelineReport pipeline;
+  ExecutablePtr exe = CompileResidual(*session, r.main, options, &pipeline);
+  const CompileReport& report = pipeline.compile;
   if (emit == "fused") std::printf("%s", report.plan.c_str());
   if (emit == "llvm") std::printf("%s", report.llvm_ir.c_str());
   if (emit == "asm") std::printf("%s", report.assembly.c_str());
   std::printf(
       "# %s for %s: %d kernels (%d fused, %d distinct fused), arena %.1f KiB (buffers side by side %.1f KiB), "
-      "code %.1f KiB\n# times: pe %.2f ms, autodiff %.2f ms, passes %.2f ms, llvm ir %.2f ms, llvm opt %.2f ms, "
-      "machine code %.2f ms\n",
+      "code %.1f KiB\n# times: pe %.2f ms, batch %.2f ms, autodiff %.2f ms, passes %.2f ms, llvm ir %.2f ms, "
+      "llvm opt %.2f ms, machine code %.2f ms\n",
       entry.c_str(), session->host_cpu().c_str(), report.kernels, report.fused_kernels, report.distinct_fused_kernels,
-      report.arena_bytes / 1024.0, report.buffer_bytes / 1024.0, report.code_bytes / 1024.0, pe_ms, ad_ms,
-      report.lower_ms, report.codegen_ms, report.optimize_ms, report.machine_code_ms);
-  if (batch) std::printf("# batching: %s in %.2f ms\n", batched.ToString().c_str(), batched.seconds * 1e3);
+      report.arena_bytes / 1024.0, report.buffer_bytes / 1024.0, report.code_bytes / 1024.0, pe_ms,
+      pipeline.batch_ms, pipeline.autodiff_ms, report.lower_ms, report.codegen_ms, report.optimize_ms,
+      report.machine_code_ms);
+  if (pipeline.batched) std::printf("# batching: %s\n", pipeline.batch.ToString().c_str());
+  if (!pipeline.batch_skipped.empty()) std::printf("# not batched: %s\n", pipeline.batch_skipped.c_str());
   return 0;
 }
 
@@ -222,7 +186,13 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"fused", "llvm", "asm"}))
       ->capture_default_str();
   compile->add_option("-O", opt_level, "LLVM optimization level")->check(CLI::Range(0, 3))->capture_default_str();
+  std::vector<std::string> print_after;
+  compile->add_option("--print-after", print_after,
+                      "also print the program after these stages (comma-separated): residual, batch, autodiff")
+      ->delimiter(',')
+      ->check(CLI::IsMember({"residual", "batch", "autodiff"}));
 
+  pejit::ReplayCommand replay(app);
   pejit::TraceCommand trace(app);
 
   CLI11_PARSE(app, argc, argv);
@@ -230,7 +200,8 @@ int main(int argc, char** argv) {
     if (check->parsed()) return pejit::Check(file);
     if (run->parsed()) return pejit::Run(file, entry, args_file, grad, wrt);
     if (pe->parsed()) return pejit::PartialEval(file, entry, args_file, static_list, pe_options);
-    if (compile->parsed()) return pejit::Compile(file, entry, args_file, grad, wrt, !no_batch, emit, opt_level);
+    if (compile->parsed()) return pejit::Compile(file, entry, args_file, grad, wrt, !no_batch, emit, opt_level, print_after);
+    if (replay.parsed()) return replay.Run();
     if (trace.parsed()) return trace.Run();
   } catch (const std::exception& e) {
     std::fprintf(stderr, "pejit: %s\n", e.what());

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # `pejit check` and `pejit run` on a recursive tree program: exact JSON out,
-# and errors as file:line:col with a non-zero exit. `pejit trace` on a
-# recorded trace.
+# and errors as file:line:col with a non-zero exit. `pejit replay` of a file
+# of calls through the engine, checked against the interpreter. `pejit trace`
+# on a recorded trace.
 set -euo pipefail
 pejit="$1"
 dir="$2"
@@ -25,7 +26,7 @@ if err=$("$pejit" check "$tmp/bad.pj" 2>&1); then fail "check accepted a bad pro
 
 echo '[1]' > "$tmp/args.json"
 if err=$("$pejit" run "$dir/trees.pj" --entry encode --args "$tmp/args.json" 2>&1); then fail "bad args accepted"; fi
-[[ "$err" == "pejit: @encode takes 2 arguments, $tmp/args.json has 1" ]] || fail "args error: $err"
+[[ "$err" == "pejit: $tmp/args.json: @encode takes 2 arguments, not 1" ]] || fail "args error: $err"
 
 out=$("$pejit" pe "$dir/trees.pj" --entry loss --args "$dir/trees_args.json")
 [[ "$out" == *"def @main(%p0: Tensor[(), i64], %p1: Tensor[(), i64], %p2: Tensor[(), i64], %p3: Tensor[(3, 2), f32])"* ]] \
@@ -66,4 +67,29 @@ if err=$("$pejit" trace summary "$tmp/bad.jsonl" 2>&1); then fail "a bad trace w
 [[ "$err" == "pejit: $tmp/bad.jsonl:1: unknown event \"nope\"" ]] || fail "bad trace error: $err"
 "$pejit" trace --help | grep -q "summary" || fail "trace --help"
 "$pejit" trace chrome --help | grep -q -- "--output" || fail "trace chrome --help"
+# `pejit replay`: the calls of trees_calls.jsonl (12 random trees, 8 distinct
+# shapes) through the engine, every compiled result checked against the
+# interpreter. Policy sync compiles each new shape before its call, so the
+# first epoch compiles the 8 and the second runs natively throughout.
+out=$("$pejit" replay "$dir/trees.pj" --entry loss --calls "$dir/trees_calls.jsonl" --grad --wrt 1 --epochs 2 \
+        --reshuffle --policy sync --check 2>/dev/null)
+[[ "$(grep -c '^epoch [01]: 12 calls in' <<< "$out")" == 2 ]] || fail "replay epoch lines: $out"
+python3 - "$(tail -n 1 <<< "$out")" <<'PY' || fail "replay: not the expected final line: $out"
+import json, sys
+r = json.loads(sys.argv[1])
+assert r["calls"] == 12 and r["mode"] == "grad" and r["divergences"] == 0, r
+assert [e["epoch"] for e in r["epochs"]] == [0, 1], r
+assert r["epochs"][0]["compiled_specializations"] == 8 and r["specializations_compiled"] == 8, r
+assert all(e["compiled_share"] == 1.0 and e["native_share"] == 1.0 for e in r["epochs"]), r
+assert r["epochs"][1]["compiled_specializations"] == 0 and r["epochs"][1]["code_bytes"] > 0, r
+PY
+{ head -n 2 "$dir/trees_calls.jsonl"; echo '[{"ctor": "Leaf", "fields": [{"dtype": "i64", "shape": [], "data": [0]}]}]'; } \
+  > "$tmp/calls.jsonl"
+if err=$("$pejit" replay "$dir/trees.pj" --entry loss --calls "$tmp/calls.jsonl" 2>&1); then fail "bad calls accepted"; fi
+[[ "$err" == "pejit: $tmp/calls.jsonl:3: @loss takes 2 arguments, not 1" ]] || fail "replay calls error: $err"
+if err=$("$pejit" replay "$dir/trees.pj" --entry loss --calls "$dir/trees_calls.jsonl" --grad --wrt 2 2>&1); then
+  fail "replay --wrt 2 accepted"
+fi
+[[ "$err" == "pejit: --wrt: @loss has no argument 2" ]] || fail "replay --wrt error: $err"
+"$pejit" replay --help | grep -q -- "--reshuffle" || fail "replay --help"
 echo PASS

@@ -1,0 +1,58 @@
+#include "tools/program_files.h"
+
+#include <fstream>
+#include <sstream>
+#include <stdexcept>
+
+#include "ir/json.h"
+
+namespace pejit {
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw std::runtime_error("cannot read " + path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+Snapshot LoadProgram(const std::string& path) {
+  Module m;
+  m.AddSource(ReadFile(path), path);
+  return m.snapshot();
+}
+
+std::vector<int> ParseIndices(const std::string& list, const std::string& option) {
+  std::vector<int> out;
+  std::stringstream ss(list);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    try {
+      size_t used = 0;
+      out.push_back(std::stoi(item, &used));
+      if (used != item.size()) throw std::invalid_argument(item);
+    } catch (const std::exception&) {
+      throw std::runtime_error(option + ": '" + item + "' is not an argument index");
+    }
+  }
+  return out;
+}
+
+std::vector<Value> ArgumentsFromJson(const ModuleSnapshot& module, const std::string& entry,
+                                     const nlohmann::json& json, const std::string& where) {
+  const Definition& d = module.Get(entry);
+  if (!json.is_array()) throw std::runtime_error(where + ": expected a JSON array of arguments");
+  if (json.size() != d.func->params.size()) {
+    throw std::runtime_error(where + ": @" + entry + " takes " + std::to_string(d.func->params.size()) +
+                             " arguments, not " + std::to_string(json.size()));
+  }
+  std::vector<Value> args;
+  auto types = [&](const std::string& n) { return module.FindType(n); };
+  for (size_t i = 0; i < json.size(); ++i) {
+    args.push_back(ValueFromJson(json[i], d.func->params[i]->annotation, types,
+                                 where + ": args[" + std::to_string(i) + "] (%" + d.func->params[i]->name + ")"));
+  }
+  return args;
+}
+
+}  // namespace pejit

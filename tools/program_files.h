@@ -1,0 +1,29 @@
+// \file What the `pejit` subcommands read: .pj programs, JSON arguments and
+// lists of argument indices, with errors that name the file (and line).
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <string>
+#include <vector>
+
+#include "ir/module.h"
+#include "ir/value.h"
+
+namespace pejit {
+
+// The whole file; throws std::runtime_error when it cannot be read.
+std::string ReadFile(const std::string& path);
+
+// A module holding `path`'s definitions (throws IrError with file:line:col).
+Snapshot LoadProgram(const std::string& path);
+
+// "0,2" -> {0, 2}; throws std::runtime_error naming `option` and the item.
+std::vector<int> ParseIndices(const std::string& list, const std::string& option);
+
+// The arguments of `entry` from `json`, an array of them; `where` names the
+// source in errors ("calls.jsonl:3"), each argument as where: args[i] (%name).
+std::vector<Value> ArgumentsFromJson(const ModuleSnapshot& module, const std::string& entry,
+                                     const nlohmann::json& json, const std::string& where);
+
+}  // namespace pejit

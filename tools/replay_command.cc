@@ -1,0 +1,258 @@
+#include "tools/replay_command.h"
+
+#include <nlohmann/json.hpp>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <numeric>
+#include <random>
+#include <stdexcept>
+
+#include "interp/interpreter.h"
+#include "pe/signature.h"
+#include "scheduler/engine.h"
+#include "tools/program_files.h"
+
+namespace pejit {
+namespace {
+
+struct Call {
+  int line;  // in the calls file, from 1
+  std::vector<Value> args;
+};
+
+// One JSON array of arguments per line; blank lines and lines starting with
+// '#' are skipped.
+std::vector<Call> ReadCalls(const ModuleSnapshot& module, const std::string& entry, const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw std::runtime_error("cannot read " + path);
+  std::vector<Call> calls;
+  std::string text;
+  for (int line = 1; std::getline(in, text); ++line) {
+    size_t first = text.find_first_not_of(" \t\r");
+    if (first == std::string::npos || text[first] == '#') continue;
+    std::string where = path + ":" + std::to_string(line);
+    nlohmann::json json;
+    try {
+      json = nlohmann::json::parse(text);
+    } catch (const nlohmann::json::parse_error& e) {
+      throw std::runtime_error(where + ": not valid JSON: " + e.what());
+    }
+    calls.push_back({line, ArgumentsFromJson(module, entry, json, where)});
+  }
+  if (calls.empty()) throw std::runtime_error(path + ": no calls (one JSON array of arguments per line)");
+  return calls;
+}
+
+// The tensors a result holds, depth first: the value, then each gradient.
+std::vector<Tensor> Leaves(const Value& value, const std::vector<Value>& grads) {
+  std::vector<Tensor> out = Flatten({value});
+  for (const Tensor& t : Flatten(grads)) out.push_back(t);
+  return out;
+}
+
+// Empty when `got` matches `want`; otherwise what differs.
+std::string Compare(const std::vector<Tensor>& got, const std::vector<Tensor>& want, double rtol, double atol) {
+  if (got.size() != want.size()) {
+    return std::to_string(got.size()) + " tensors, the interpreter " + std::to_string(want.size());
+  }
+  for (size_t i = 0; i < got.size(); ++i) {
+    if (got[i].type() != want[i].type()) {
+      return "tensor " + std::to_string(i) + " is " + got[i].type().ToString() + ", the interpreter's " +
+             want[i].type().ToString();
+    }
+    bool exact = !IsFloat(want[i].dtype());
+    if (!AllClose(got[i], want[i], exact ? 0 : rtol, exact ? 0 : atol)) {
+      char error[32];
+      std::snprintf(error, sizeof error, "%.3g", MaxRelativeError(got[i], want[i], atol));
+      return "tensor " + std::to_string(i) + " differs (largest relative error " + error + ")";
+    }
+  }
+  return "";
+}
+
+class Progress {
+ public:
+  Progress(int epoch, size_t total) : epoch_(epoch), total_(total), tty_(isatty(2)) {}
+  void Update(size_t done, int64_t compiled, double seconds) {
+    bool quarter = total_ >= 4 && done % (total_ / 4) == 0;
+    if (!tty_ && !quarter && done != total_) return;
+    int width = 24, filled = static_cast<int>(width * done / std::max<size_t>(1, total_));
+    std::fprintf(stderr, "%s  epoch %d [%s%s] %zu/%zu calls  %.1f calls/s  compiled %3.0f%%%s", tty_ ? "\r" : "",
+                 epoch_, std::string(filled, '#').c_str(), std::string(width - filled, '.').c_str(), done, total_,
+                 static_cast<double>(done) / std::max(1e-9, seconds),
+                 100.0 * static_cast<double>(compiled) / static_cast<double>(std::max<size_t>(1, done)),
+                 tty_ ? "" : "\n");
+    if (tty_ && done == total_) std::fprintf(stderr, "\n");
+  }
+
+ private:
+  int epoch_;
+  size_t total_;
+  bool tty_;
+};
+
+}  // namespace
+
+ReplayCommand::ReplayCommand(CLI::App& app) {
+  replay_ = app.add_subcommand("replay",
+                               "Run an entry's calls (a JSON-lines file, one array of arguments per line) through "
+                               "the tiered engine as a training loop would; print per-epoch figures and a JSON line");
+  replay_->add_option("program", o_.program, "the .pj program")->required()->check(CLI::ExistingFile);
+  replay_->add_option("--entry", o_.entry, "the definition to call, without '@'")->required();
+  replay_->add_option("--calls", o_.calls, "JSON lines: each an array of arguments, as `run --args` takes")
+      ->required()
+      ->check(CLI::ExistingFile);
+  replay_->add_flag("--grad", o_.grad, "value and gradients of the (scalar f32) result, as training takes them");
+  replay_->add_option("--wrt", o_.wrt, "comma-separated argument indices to differentiate (default: all)");
+  replay_->add_option("--static", o_.static_args, "comma-separated argument indices specialized on whole");
+  replay_->add_option("--epochs", o_.epochs, "passes over the calls")->capture_default_str()->check(CLI::PositiveNumber);
+  replay_->add_flag("--reshuffle", o_.reshuffle, "a new order of the calls every epoch (seeded)");
+  replay_->add_option("--seed", o_.seed, "the order --reshuffle draws")->capture_default_str();
+  replay_->add_option("--policy", o_.policy, "eager, hot:N, interpreter or sync")->capture_default_str();
+  replay_->add_option("--lookahead", o_.lookahead, "calls prefetched ahead of the one running (0: none)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 1024));
+  replay_->add_option("--workers", o_.workers, "background compile workers (0: cores - 1)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 256));
+  replay_->add_flag("--check", o_.check,
+                    "compare every compiled result (values and gradients) with the interpreter's; exit 1 on a "
+                    "divergence, naming the call");
+  replay_->add_option("--rtol", o_.rtol, "--check: relative tolerance for float tensors")->capture_default_str();
+  replay_->add_option("--atol", o_.atol, "--check: absolute tolerance for float tensors")->capture_default_str();
+  replay_->add_option("--log", o_.log_level, "the JIT's log on stderr: off, info, debug or trace (default: PEJIT_LOG)");
+  replay_->add_option("--trace", o_.trace_file, "write the JIT's events to this JSON-lines file (default: PEJIT_TRACE)");
+}
+
+bool ReplayCommand::parsed() const { return replay_->parsed(); }
+
+int ReplayCommand::Run() const {
+  using Clock = std::chrono::steady_clock;
+  auto seconds_since = [](Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); };
+  EngineOptions options;
+  options.policy = Policy::Parse(o_.policy);
+  options.workers = o_.workers;
+  options.log_level = o_.log_level;
+  options.trace_file = o_.trace_file;
+  Engine engine(options);
+  engine.module().AddSource(ReadFile(o_.program), o_.program);
+  Snapshot snapshot = engine.module().snapshot();
+  std::vector<Call> calls = ReadCalls(*snapshot, o_.entry, o_.calls);
+  size_t arity = calls[0].args.size();
+  auto indices = [&](const std::string& list, const std::string& option) {
+    std::vector<int> out = ParseIndices(list, option);
+    for (int i : out) {
+      if (i < 0 || static_cast<size_t>(i) >= arity) {
+        throw std::runtime_error(option + ": @" + o_.entry + " has no argument " + std::to_string(i));
+      }
+    }
+    return out;
+  };
+  EntryOptions entry_options;
+  entry_options.static_argnums = indices(o_.static_args, "--static");
+  std::vector<int> wrt = indices(o_.wrt, "--wrt");
+  if (o_.grad && wrt.empty()) {
+    for (size_t i = 0; i < arity; ++i) wrt.push_back(static_cast<int>(i));
+  }
+  Entry entry = engine.entry(o_.entry, entry_options);
+  Interpreter reference;
+
+  auto start = Clock::now();
+  nlohmann::json epochs = nlohmann::json::array();
+  std::mt19937_64 rng(o_.seed);
+  std::vector<size_t> order(calls.size());
+  std::iota(order.begin(), order.end(), 0);
+  int64_t divergences = 0;
+  for (int epoch = 0; epoch < o_.epochs; ++epoch) {
+    if (o_.reshuffle && epoch > 0) std::shuffle(order.begin(), order.end(), rng);
+    EntryStats before = entry.stats();
+    size_t code_before = engine.stats().code_bytes;
+    Progress progress(epoch, order.size());
+    auto epoch_start = Clock::now();
+    auto prefetch = [&](size_t position) {
+      if (position >= order.size()) return;
+      const std::vector<Value>& args = calls[order[position]].args;
+      if (o_.grad) {
+        entry.prefetch(args, wrt, Prefetch::kNext);
+      } else {
+        entry.prefetch(args, Prefetch::kNext);
+      }
+    };
+    for (size_t k = 1; k <= static_cast<size_t>(o_.lookahead); ++k) prefetch(k);
+    for (size_t step = 0; step < order.size(); ++step) {
+      if (o_.lookahead > 0) prefetch(step + static_cast<size_t>(o_.lookahead));
+      const Call& call = calls[order[step]];
+      EntryStats was = entry.stats();
+      std::vector<Tensor> got;
+      std::string where = o_.calls + ":" + std::to_string(call.line) + " (epoch " + std::to_string(epoch) + ")";
+      try {
+        if (o_.grad) {
+          ValueAndGrad r = entry.value_and_grad(call.args, wrt);
+          got = Leaves(r.value, r.grads);
+        } else {
+          got = Leaves(entry.call(call.args), {});
+        }
+      } catch (const std::exception& e) {
+        throw std::runtime_error(where + ": " + e.what());
+      }
+      bool compiled = entry.stats().calls_compiled() > was.calls_compiled();
+      if (o_.check && compiled) {
+        std::vector<Tensor> want;
+        if (o_.grad) {
+          Interpreter::ValueAndGrad r = reference.CallWithGrad(*snapshot, o_.entry, call.args, wrt);
+          want = Leaves(r.value, r.grads);
+        } else {
+          want = Leaves(reference.Call(*snapshot, o_.entry, call.args), {});
+        }
+        if (std::string diff = Compare(got, want, o_.rtol, o_.atol); !diff.empty()) {
+          std::fprintf(stderr, "pejit replay: %s: the compiled result diverges from the interpreter's: %s\n",
+                       where.c_str(), diff.c_str());
+          ++divergences;
+        }
+      }
+      progress.Update(step + 1, entry.stats().calls_compiled() - before.calls_compiled(), seconds_since(epoch_start));
+    }
+    double seconds = seconds_since(epoch_start);
+    EntryStats after = entry.stats();
+    double n = static_cast<double>(order.size());
+    auto share = [&](int64_t EntryStats::*field) { return static_cast<double>(after.*field - before.*field) / n; };
+    double native = share(&EntryStats::calls_native), residual = share(&EntryStats::calls_residual_interpreter);
+    double interpreter = share(&EntryStats::calls_interpreter);
+    int64_t compiled_now = after.compiled - before.compiled;
+    size_t code_bytes = engine.stats().code_bytes;
+    std::printf("epoch %d: %zu calls in %.2f s, %.1f calls/s; native %.0f%%, residual-interpreter %.0f%%, "
+                "interpreter %.0f%%; %lld specializations compiled, %.1f KiB of code held\n",
+                epoch, order.size(), seconds, n / std::max(1e-9, seconds), 100 * native, 100 * residual,
+                100 * interpreter, static_cast<long long>(compiled_now), static_cast<double>(code_bytes) / 1024);
+    epochs.push_back({{"epoch", epoch},
+                      {"seconds", seconds},
+                      {"calls_per_s", n / std::max(1e-9, seconds)},
+                      {"compiled_share", native + residual},
+                      {"native_share", native},
+                      {"residual_interpreter_share", residual},
+                      {"interpreter_share", interpreter},
+                      {"compiled_specializations", compiled_now},
+                      {"failed_specializations", after.failed - before.failed},
+                      {"code_bytes", code_bytes},
+                      {"code_bytes_added", static_cast<int64_t>(code_bytes) - static_cast<int64_t>(code_before)}});
+  }
+  EntryStats total = entry.stats();
+  nlohmann::json out = {{"entry", o_.entry},
+                        {"mode", o_.grad ? "grad" : "value"},
+                        {"policy", o_.policy},
+                        {"calls", calls.size()},
+                        {"epochs", epochs},
+                        {"specializations_compiled", total.compiled},
+                        {"specializations_failed", total.failed},
+                        {"seconds", seconds_since(start)}};
+  if (o_.check) out["divergences"] = divergences;
+  std::printf("%s\n", out.dump().c_str());
+  std::fflush(stdout);
+  return divergences == 0 ? 0 : 1;
+}
+
+}  // namespace pejit
