@@ -1,0 +1,86 @@
+#!/usr/bin/env python3
+"""Random calls of a model, as `pejit replay --calls` reads them: one JSON array
+of arguments per line. Each call is a new minibatch (its structure drawn at
+random, most of them unlike any other); the parameters are the same in every
+call. Deterministic for a seed.
+
+    make_calls.py MODEL CALLS SEED > calls.jsonl
+
+MODEL is treelstm (examples/treelstm/treelstm.pj, @loss), seq_lstm or
+tree_rnn (tests/tools/testdata, @loss)."""
+import json
+import random
+import sys
+
+
+def tensor(dtype, shape, data):
+    return {"dtype": dtype, "shape": shape, "data": data}
+
+
+def i64(v):
+    return tensor("i64", [], [v])
+
+
+def uniform(rng, *shape, scale=0.3):
+    n = 1
+    for d in shape:
+        n *= d
+    return tensor("f32", list(shape), [round(rng.uniform(-scale, scale), 5) for _ in range(n)])
+
+
+def cons_list(items):
+    out = {"ctor": "Nil", "fields": []}
+    for item in reversed(items):
+        out = {"ctor": "Cons", "fields": [item, out]}
+    return out
+
+
+def treelstm_tree(rng, depth):
+    if depth == 0 or rng.random() < 0.35:
+        return {"ctor": "Leaf", "fields": [i64(rng.randrange(10))]}
+    children = [treelstm_tree(rng, depth - 1) for _ in range(rng.randint(1, 4))]
+    return {"ctor": "Node", "fields": [i64(rng.randrange(10, 14)), cons_list(children)]}
+
+
+def binary_tree(rng, depth, vocab, classes):
+    if depth == 0 or rng.random() < 0.3:
+        return {"ctor": "Leaf", "fields": [i64(rng.randrange(vocab)), i64(rng.randrange(classes))]}
+    return {"ctor": "Node", "fields": [binary_tree(rng, depth - 1, vocab, classes),
+                                       binary_tree(rng, depth - 1, vocab, classes), i64(rng.randrange(classes))]}
+
+
+def main():
+    model, calls, seed = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+    rng = random.Random(seed)
+    e, h, c = 6, 8, 3
+    if model == "treelstm":
+        c, v = 10, 14
+        params = [uniform(rng, v, e), uniform(rng, 3 * h, e), uniform(rng, 3 * h, h), uniform(rng, 3 * h),
+                  uniform(rng, h, e), uniform(rng, h, h), uniform(rng, h), uniform(rng, c, h), uniform(rng, c)]
+        for _ in range(calls):
+            n = rng.randint(1, 4)
+            trees = [treelstm_tree(rng, 4) for _ in range(n)]
+            labels = tensor("i64", [n], [rng.randrange(c) for _ in range(n)])
+            print(json.dumps([cons_list(trees), labels, params]))
+    elif model == "seq_lstm":
+        v = 20
+        params = [uniform(rng, v, e), uniform(rng, 4 * h, e), uniform(rng, 4 * h, h), uniform(rng, 4 * h),
+                  uniform(rng, c, h), uniform(rng, c)]
+        zero = tensor("f32", [1, h], [0.0] * h)
+        for _ in range(calls):
+            n = rng.randint(1, 4)
+            seqs = [cons_list([i64(rng.randrange(v)) for _ in range(rng.randint(0, 7))]) for _ in range(n)]
+            labels = tensor("i64", [n], [rng.randrange(c) for _ in range(n)])
+            print(json.dumps([cons_list(seqs), labels, zero, params]))
+    elif model == "tree_rnn":
+        v = 20
+        params = [uniform(rng, v, h), uniform(rng, h, 2 * h), uniform(rng, h), uniform(rng, c, h), uniform(rng, c)]
+        for _ in range(calls):
+            trees = [binary_tree(rng, 4, v, c) for _ in range(rng.randint(1, 3))]
+            print(json.dumps([cons_list(trees), params]))
+    else:
+        sys.exit("make_calls.py: unknown model " + model)
+
+
+if __name__ == "__main__":
+    main()
