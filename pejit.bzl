@@ -9,15 +9,16 @@ PEJIT_COPTS = [
 def pejit_cc_library(name, copts = [], **kwargs):
     native.cc_library(name = name, copts = PEJIT_COPTS + copts, **kwargs)
 
-def pejit_cc_binary(name, copts = [], **kwargs):
-    native.cc_binary(name = name, copts = PEJIT_COPTS + copts, **kwargs)
+# Every program links the allocator of //third_party:malloc.
+def pejit_cc_binary(name, copts = [], deps = [], **kwargs):
+    native.cc_binary(name = name, copts = PEJIT_COPTS + copts, deps = deps + ["//third_party:malloc"], **kwargs)
 
 def pejit_cc_test(name, copts = [], deps = [], **kwargs):
     """A GoogleTest suite; links gtest_main unless the test brings its own main."""
     native.cc_test(
         name = name,
         copts = PEJIT_COPTS + copts,
-        deps = deps + ["//third_party:gtest_main"],
+        deps = deps + ["//third_party:gtest_main", "//third_party:malloc"],
         **kwargs
     )
 

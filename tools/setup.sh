@@ -18,6 +18,7 @@ packages=(
   libspdlog-dev libfmt-dev
   libgtest-dev
   libopenblas-dev
+  libtcmalloc-minimal4 # the allocator every pejit binary links (third_party:malloc)
   nlohmann-json3-dev
   libcli11-dev
   libbenchmark-dev
