@@ -1,7 +1,6 @@
 #include "tools/replay_command.h"
 
 #include <nlohmann/json.hpp>
-#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -14,6 +13,7 @@
 #include "interp/interpreter.h"
 #include "pe/signature.h"
 #include "scheduler/engine.h"
+#include "support/progress.h"
 #include "tools/program_files.h"
 
 namespace pejit {
@@ -73,27 +73,6 @@ std::string Compare(const std::vector<Tensor>& got, const std::vector<Tensor>& w
   }
   return "";
 }
-
-class Progress {
- public:
-  Progress(int epoch, size_t total) : epoch_(epoch), total_(total), tty_(isatty(2)) {}
-  void Update(size_t done, int64_t compiled, double seconds) {
-    bool quarter = total_ >= 4 && done % (total_ / 4) == 0;
-    if (!tty_ && !quarter && done != total_) return;
-    int width = 24, filled = static_cast<int>(width * done / std::max<size_t>(1, total_));
-    std::fprintf(stderr, "%s  epoch %d [%s%s] %zu/%zu calls  %.1f calls/s  compiled %3.0f%%%s", tty_ ? "\r" : "",
-                 epoch_, std::string(filled, '#').c_str(), std::string(width - filled, '.').c_str(), done, total_,
-                 static_cast<double>(done) / std::max(1e-9, seconds),
-                 100.0 * static_cast<double>(compiled) / static_cast<double>(std::max<size_t>(1, done)),
-                 tty_ ? "" : "\n");
-    if (tty_ && done == total_) std::fprintf(stderr, "\n");
-  }
-
- private:
-  int epoch_;
-  size_t total_;
-  bool tty_;
-};
 
 }  // namespace
 
@@ -171,7 +150,7 @@ int ReplayCommand::Run() const {
     if (o_.reshuffle && epoch > 0) std::shuffle(order.begin(), order.end(), rng);
     EntryStats before = entry.stats();
     size_t code_before = engine.stats().code_bytes;
-    Progress progress(epoch, order.size());
+    ProgressBar progress("epoch " + std::to_string(epoch), "calls", order.size());
     auto epoch_start = Clock::now();
     auto prefetch = [&](size_t position) {
       if (position >= order.size()) return;
@@ -214,7 +193,12 @@ int ReplayCommand::Run() const {
           ++divergences;
         }
       }
-      progress.Update(step + 1, entry.stats().calls_compiled() - before.calls_compiled(), seconds_since(epoch_start));
+      char status[64];
+      std::snprintf(status, sizeof status, "%.1f calls/s  compiled %3.0f%%",
+                    static_cast<double>(step + 1) / std::max(1e-9, seconds_since(epoch_start)),
+                    100.0 * static_cast<double>(entry.stats().calls_compiled() - before.calls_compiled()) /
+                        static_cast<double>(step + 1));
+      progress.Update(step + 1, status);
     }
     double seconds = seconds_since(epoch_start);
     EntryStats after = entry.stats();

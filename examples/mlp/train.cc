@@ -6,7 +6,6 @@
 // per epoch (loss, test accuracy, images/s, tier shares) and a final JSON line.
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
-#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -17,6 +16,7 @@
 #include "examples/mlp/trainer.h"
 #include "ops/blas.h"
 #include "scheduler/engine.h"
+#include "support/progress.h"
 
 namespace pejit {
 namespace {
@@ -45,30 +45,6 @@ mlp::Split Head(const mlp::Split& s, int64_t n) {
   std::copy_n(s.labels.data<int64_t>(), n, head.labels.data<int64_t>());
   return head;
 }
-
-class Progress {
- public:
-  Progress(int epoch, size_t total) : epoch_(epoch), total_(total), tty_(isatty(2)) {}
-  void Update(size_t done, const mlp::EpochResult& r) {
-    bool tenth = total_ >= 10 && done % (total_ / 10) == 0;
-    if (!tty_ && !tenth && done != total_) return;
-    // Redrawing a terminal line costs a write: at most every 1/10 s.
-    if (tty_ && done != total_ && Seconds(last_) < 0.1) return;
-    last_ = Clock::now();
-    int width = 24, filled = static_cast<int>(width * done / std::max<size_t>(1, total_));
-    std::fprintf(stderr, "%s  epoch %d [%s%s] %zu/%zu steps  loss %.3f  %.0f images/s  compiled %3.0f%%%s",
-                 tty_ ? "\r" : "", epoch_, std::string(filled, '#').c_str(), std::string(width - filled, '.').c_str(),
-                 done, total_, r.loss, static_cast<double>(r.images) / r.seconds, 100 * r.tiers.compiled_share(),
-                 tty_ ? "" : "\n");
-    if (tty_ && done == total_) std::fprintf(stderr, "\n");
-  }
-
- private:
-  int epoch_;
-  size_t total_;
-  bool tty_;
-  Clock::time_point last_{};
-};
 
 nlohmann::json TiersJson(const mlp::TierCounts& t) {
   return {{"interpreter", t.interpreter}, {"residual_interpreter", t.residual_interpreter}, {"native", t.native}};
@@ -114,8 +90,13 @@ int Run(const Config& c) {
   mlp::EpochResult last;
   mlp::EvalResult eval;
   for (int epoch = 0; epoch < c.epochs; ++epoch) {
-    Progress progress(epoch, trainer.steps_per_epoch());
-    last = trainer.TrainEpoch([&](size_t done, const mlp::EpochResult& r) { progress.Update(done, r); });
+    ProgressBar progress("epoch " + std::to_string(epoch), "steps", trainer.steps_per_epoch(), 10);
+    last = trainer.TrainEpoch([&](size_t done, const mlp::EpochResult& r) {
+      char status[96];
+      std::snprintf(status, sizeof status, "loss %.3f  %.0f images/s  compiled %3.0f%%", r.loss,
+                    static_cast<double>(r.images) / r.seconds, 100 * r.tiers.compiled_share());
+      progress.Update(done, status);
+    });
     eval = trainer.Evaluate();
     loss_tiers += last.tiers;
     infer_tiers += eval.tiers;

@@ -8,7 +8,6 @@
 // line (stdout); examples/README.md explains them.
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
-#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -20,6 +19,7 @@
 #include "examples/treelstm/trainer.h"
 #include "ops/blas.h"
 #include "scheduler/engine.h"
+#include "support/progress.h"
 
 namespace pejit {
 namespace {
@@ -53,26 +53,14 @@ double Percentile(std::vector<double> v, double q) {
   return v[std::min(v.size() - 1, rank > 0 ? rank - 1 : 0)];
 }
 
-class Progress {
- public:
-  Progress(int epoch, size_t total) : epoch_(epoch), total_(total), tty_(isatty(2)) {}
-  void Update(size_t done, const treelstm::EpochResult& r) {
-    bool quarter = total_ >= 4 && done % (total_ / 4) == 0;
-    if (!tty_ && !quarter && done != total_) return;
-    int width = 24, filled = static_cast<int>(width * done / std::max<size_t>(1, total_));
-    std::fprintf(stderr, "%s  epoch %d [%s%s] %zu/%zu steps  loss %.3f  %.0f trees/s  compiled %3.0f%%%s",
-                 tty_ ? "\r" : "", epoch_, std::string(filled, '#').c_str(), std::string(width - filled, '.').c_str(),
-                 done, total_, r.loss, static_cast<double>(r.trees) / std::max(1e-9, r.seconds),
-                 100.0 * static_cast<double>(r.compiled_steps) / static_cast<double>(std::max<int64_t>(1, r.steps)),
-                 tty_ ? "" : "\n");
-    if (tty_ && done == total_) std::fprintf(stderr, "\n");
-  }
-
- private:
-  int epoch_;
-  size_t total_;
-  bool tty_;
-};
+// What the progress bar shows after the counts.
+std::string Status(const treelstm::EpochResult& r) {
+  char text[96];
+  std::snprintf(text, sizeof text, "loss %.3f  %.0f trees/s  compiled %3.0f%%", r.loss,
+                static_cast<double>(r.trees) / std::max(1e-9, r.seconds),
+                100.0 * static_cast<double>(r.compiled_steps) / static_cast<double>(std::max<int64_t>(1, r.steps)));
+  return text;
+}
 
 int Run(Config c) {
   auto start = Clock::now();
@@ -111,9 +99,9 @@ int Run(Config c) {
   int64_t trees_trained = 0, steps_after_first = 0, compiled_after_first = 0;
   while (trainer.epoch() < c.epochs) {
     const int epoch = trainer.epoch();
-    Progress progress(epoch, trainer.steps_per_epoch());
+    ProgressBar progress("epoch " + std::to_string(epoch), "steps", trainer.steps_per_epoch());
     treelstm::EpochResult r = trainer.TrainEpoch([&](size_t done, const treelstm::EpochResult& so_far) {
-      progress.Update(done, so_far);
+      progress.Update(done, Status(so_far));
     });
     train_seconds += r.seconds;
     trees_trained += r.trees;
