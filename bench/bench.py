@@ -1,6 +1,8 @@
 """pejit beside PyTorch, side by side in one run (bench/README.md, issue 14).
 
   bench.py treelstm [--quick]   Child-Sum Tree-LSTM on ListOps: trees/s
+  bench.py treelstm --issue22   10,000 training + 1,000 dev trees, batch 32: the
+                                same minibatches every epoch beside reshuffled ones
   bench.py mlp [--quick]        784-256-10 MLP on Fashion-MNIST: images/s
 
 Every mode runs as its own process, the modes alternated A B C ... A B C ...
@@ -11,7 +13,9 @@ Before anything is measured, the PyTorch process must have loaded OpenBLAS:
 any other BLAS (Debian's reference libblas is 15-40x slower) stops the run.
 
 Prints a JSON line per measurement, Markdown tables (medians over the
-repetitions, with min and max), a JSON line on the issue's goals, and last
+repetitions, with min and max), the first --reshuffle-epochs epochs of pejit
+beside the level-batched peer on the same minibatches when both ran them
+({"first_epochs": ...}), a JSON line on the issue's goals, and last
 {"summary": {MODE: {...}}}.
 """
 
@@ -42,6 +46,19 @@ TREELSTM_MODES = [
     ("torch_batched", "torch", "batched", 1),
     ("torch_batched", "torch", "batched", 2),
 ]
+# Not in the default run (--modes, --issue22): a fresh random partition of the
+# training trees into minibatches every epoch, the same for both sides (the
+# plan's reshuffled_train_batches), for --reshuffle-epochs epochs.
+TREELSTM_RESHUFFLED_MODES = [
+    ("eager_reshuffled", "pejit", "eager", None),
+    ("torch_batched_reshuffled", "torch", "batched", 1),
+    ("torch_batched_reshuffled", "torch", "batched", 2),
+]
+RESHUFFLED = {m[0] for m in TREELSTM_RESHUFFLED_MODES}
+# pejit's mode and the peer's that train the same minibatches, compared over
+# their first --reshuffle-epochs epochs.
+EPOCH_PAIRS = [("eager", "torch_batched"), ("eager_reshuffled", "torch_batched_reshuffled")]
+ISSUE22_MODES = [label for pair in EPOCH_PAIRS for label in pair]
 MLP_MODES = [
     ("interpreter", "pejit", "interpreter", None),
     ("eager", "pejit", "eager", None),
@@ -66,9 +83,14 @@ TREELSTM_SIZES = {"batch": 25, "embed": 64, "hidden": 128, "lr": 0.05}
 # (eager: that many in a row steady). The interpreter's and the recursive
 # peer's take 9-17 s each; theirs is the last one.
 WINDOWED = {"eager", "eager_no_lookahead", "sync", "torch_batched"}
+# --issue22: the data issue 22 asks for; steady_epochs 9 makes the fixed
+# modes run (at least) as many epochs as the reshuffled ones.
 PRESETS = {
     "treelstm": {"quick": {"size": 300, "epochs": 2, "infer_passes": 2, "steady_epochs": 3, "max_epochs": 10, "reps": 2},
-                 "full": {"size": 1500, "epochs": 2, "infer_passes": 2, "steady_epochs": 5, "max_epochs": 14, "reps": 5}},
+                 "full": {"size": 1500, "epochs": 2, "infer_passes": 2, "steady_epochs": 5, "max_epochs": 14, "reps": 5},
+                 "issue22": {"size": 10000, "dev_size": 1000, "batch": 32, "embed": 64, "hidden": 128,
+                             "reshuffle_epochs": 10, "epochs": 2, "infer_passes": 2, "steady_epochs": 9,
+                             "max_epochs": 16, "reps": 2}},
     "mlp": {"quick": {"limit": 10000, "epochs": 2, "steady_epochs": 1, "max_epochs": 8, "reps": 2},
             "full": {"limit": 0, "epochs": 2, "steady_epochs": 1, "max_epochs": 8, "reps": 3}},
 }
@@ -188,14 +210,15 @@ def fmt1(stat, digits=1):
 # ---------------------------------------------------------------- Tree-LSTM
 
 
-def treelstm_flops(path, embed, hidden, classes=torch_peers.CLASSES):
-    """GEMM FLOPs of one training tree, averaged over the file: the forward
+def treelstm_flops(path, embed, hidden, classes=torch_peers.CLASSES, train=None):
+    """GEMM FLOPs of one training tree, averaged over the file's first `train`
+    trees (None: all; the dev trees follow them): the forward
     products (2mnk each; leaves: w_iou x; inner nodes: w_iou x, u_iou h_sum,
     w_f x, and u_f h per child; the classifier per tree), times 3 for
     training (the backward pass's two products per forward one)."""
     e, h = embed, hidden
     total = trees = 0
-    for tree, _ in torch_peers.read_listops(path):
+    for tree, _ in torch_peers.read_listops(path)[:train]:
         stack, forward = [tree], 2 * h * classes
         while stack:
             t = stack.pop()
@@ -231,7 +254,10 @@ def treelstm_derived(label, threads, rep, r, window=1):
          "infer_first_trees_per_s": p[0]["trees_per_s"] if p else None,
          "infer_steady_trees_per_s": infer,
          "epoch0_loss": e[0]["loss"], "final_loss": e[-1]["loss"],
-         "train_accuracy": p[-1]["accuracy"] if p else None}
+         "train_accuracy": p[-1]["accuracy"] if p else None,
+         "first_pass_accuracy": p[0]["accuracy"] if p else None,
+         "epoch_seconds": [x["seconds"] for x in e], "epoch_compiled_share": [x["compiled_share"] for x in e],
+         "epoch_wall_since_start_s": [x.get("wall_since_start_s") for x in e], "epoch_loss": [x["loss"] for x in e]}
     if "compile" in r:
         d["compile"] = r["compile"]
     return d
@@ -256,24 +282,27 @@ def mlp_derived(label, threads, rep, r, window=1):
 # Options of a pejit mode beyond its policy. `eager` prefetches the next
 # minibatches as the demo's trainer does (treelstm_pejit --lookahead, 8 by
 # default); `eager_no_lookahead` shows what that buys in epoch 0.
-PEJIT_OPTIONS = {"eager_no_lookahead": ["--lookahead", "0"]}
+PEJIT_OPTIONS = {"eager_no_lookahead": ["--lookahead", "0"], "eager_reshuffled": ["--reshuffle"]}
 
 
 def command_for(suite, label, kind, what, threads, args, data):
     window = steady_window(suite, label, args)
     windowed = suite == "treelstm" and label in WINDOWED
-    epochs = str(1 + window if windowed else args.epochs)
+    reshuffled = label in RESHUFFLED  # a fixed number of epochs, not --until-compiled
+    epochs = str(args.reshuffle_epochs if reshuffled else 1 + window if windowed else args.epochs)
     passes = str(1 + window if windowed else args.infer_passes)
     if kind == "pejit":
-        steady = ["--until-compiled", "--max-epochs", str(args.max_epochs)] if what == "eager" else []
-        if what == "eager" and suite == "treelstm":
+        until_compiled = what == "eager" and not reshuffled
+        steady = ["--until-compiled", "--max-epochs", str(args.max_epochs)] if until_compiled else []
+        if until_compiled and suite == "treelstm":
             steady += ["--steady-epochs", str(window)]
         steady += PEJIT_OPTIONS.get(label, [])
         if args.worker_nice is not None:
             steady += ["--worker-nice", str(args.worker_nice)]
         if suite == "treelstm":
-            return [find_binary("treelstm_pejit"), "--data", data, "--policy", what, "--epochs", epochs,
-                    "--infer-passes", passes, "--max-infer-passes", str(args.max_epochs)] + steady + [
+            return [find_binary("treelstm_pejit"), "--data", data, "--plan", data + ".plan.json", "--policy", what,
+                    "--epochs", epochs, "--infer-passes", passes,
+                    "--max-infer-passes", str(args.max_epochs)] + steady + [
                     "--batch", str(args.batch), "--embed", str(args.embed),
                     "--hidden", str(args.hidden), "--lr", str(TREELSTM_SIZES["lr"]), "--seed", str(args.seed)], None
         return [find_binary("mlp_pejit"), "--policy", what, "--epochs", str(args.epochs)] + steady + ["--limit", str(args.limit),
@@ -283,6 +312,8 @@ def command_for(suite, label, kind, what, threads, args, data):
     if suite == "treelstm":
         peer += ["--impl", what, "--data", data, "--plan", data + ".plan.json", "--infer-passes", passes, "--batch", str(args.batch),
                  "--embed", str(args.embed), "--hidden", str(args.hidden), "--lr", str(TREELSTM_SIZES["lr"])]
+        if reshuffled:
+            peer.append("--reshuffle")
     else:
         peer += ["--limit", str(args.limit), "--batch", "64", "--lr", "0.1"]
     return peer, torch_env(threads)
@@ -358,10 +389,82 @@ def table_rows(suite, rows, unit):
     return out
 
 
+def first_epochs(g, n):
+    """Repetitions `g` of one (mode, threads) over their first n epochs:
+    epoch 0's seconds, the median of epochs 1..n-1's, the n together, the
+    wall time since the start less data loading after epoch n-1, the loss
+    then; medians (min–max) over the repetitions. None unless each ran n."""
+    if not g or any(len(r.get("epoch_seconds", [])) < n for r in g):
+        return None
+    seconds = [r["epoch_seconds"][:n] for r in g]
+    return {"epoch0_s": med([x[0] for x in seconds]), "later_s": med([statistics.median(x[1:]) for x in seconds]),
+            "total_s": med([sum(x) for x in seconds]),
+            "wall_since_start_s": med([r["epoch_wall_since_start_s"][n - 1] for r in g]),
+            "loss": med([r["epoch_loss"][n - 1] for r in g])}
+
+
+FIRST_EPOCHS_KEYS = ("epoch0_s", "later_s", "total_s", "wall_since_start_s")
+
+
+def first_epochs_comparison(rows, n):
+    """EPOCH_PAIRS over their first n epochs: per (mode, threads) the
+    figures of first_epochs and, for the peer, its time over pejit's."""
+    out = []
+    for pejit_label, peer_label in EPOCH_PAIRS:
+        base = first_epochs(group(rows, pejit_label), n)
+        peers = [(t, first_epochs(group(rows, peer_label, t), n))
+                 for t in sorted({r["threads"] for r in group(rows, peer_label)})]
+        if base is None or not peers or any(f is None for _, f in peers):
+            continue
+        out.append({"mode": pejit_label, "threads": None, **base})
+        for threads, f in peers:
+            ratio = {k: f[k]["median"] / base[k]["median"] if f[k] and base[k] else None for k in FIRST_EPOCHS_KEYS}
+            out.append({"mode": peer_label, "threads": threads, **f, "torch_over_pejit": ratio})
+    return out
+
+
+def first_epochs_tables(rows, comparison, n):
+    """Markdown: the pairs' first n epochs, then per epoch."""
+    out = [f"| mode | threads | epoch 0 s | epochs 1–{n - 1} s, median | {n} epochs s | wall since start s, after "
+           f"epoch {n - 1} | PyTorch / pejit: epoch 0 · 1–{n - 1} · {n} epochs · wall | loss epoch {n - 1} | "
+           f"infer trees/s, first pass after training | accuracy then |",
+           "|---|---|---|---|---|---|---|---|---|---|"]
+    for c in comparison:
+        g = group(rows, c["mode"], c["threads"])
+        col = lambda k: med([x[k] for x in g])  # noqa: E731
+        ratio = c.get("torch_over_pejit")
+        ratios = "–" if ratio is None else " · ".join("–" if ratio[k] is None else f"{ratio[k]:.2f}"
+                                                      for k in FIRST_EPOCHS_KEYS)
+        threads = "1 + 1 compiling" if c["threads"] is None else str(c["threads"])
+        trained = med([len(x["epoch_seconds"]) for x in g])
+        after = "" if trained["min"] == trained["max"] == n else f" (after {fmt1(trained, 0)} epochs)"
+        out.append(f"| {c['mode']} | {threads} | {fmt(c['epoch0_s'], 2)} | {fmt(c['later_s'], 2)} | "
+                   f"{fmt(c['total_s'], 2)} | {fmt(c['wall_since_start_s'], 2)} | {ratios} | {fmt1(c['loss'], 3)} | "
+                   f"{fmt(col('infer_first_trees_per_s'))} | {fmt1(col('first_pass_accuracy'), 3)}{after} |")
+    for pejit_label, peer_label in EPOCH_PAIRS:
+        peers = [c["threads"] for c in comparison if c["mode"] == peer_label]
+        if not peers:
+            continue
+        out += ["", f"| epoch | {pejit_label} s | compiled share | wall since start s | " +
+                " | ".join(f"{peer_label} {t}t s (× pejit's) | wall since start s" for t in peers) + " |",
+                "|---|---|---|---|" + "---|---|" * len(peers)]
+        for e in range(n):
+            at = lambda label, key, t=None: med([r[key][e] for r in group(rows, label, t)])  # noqa: E731
+            seconds = at(pejit_label, "epoch_seconds")
+            cells = [f"{fmt1(seconds, 2)}", f"{100 * at(pejit_label, 'epoch_compiled_share')['median']:.0f}%",
+                     fmt1(at(pejit_label, "epoch_wall_since_start_s"), 2)]
+            for t in peers:
+                peer = at(peer_label, "epoch_seconds", t)
+                cells += [f"{fmt1(peer, 2)} ({peer['median'] / seconds['median']:.2f}×)",
+                          fmt1(at(peer_label, "epoch_wall_since_start_s", t), 2)]
+            out.append(f"| {e} | " + " | ".join(cells) + " |")
+    return out
+
+
 def compile_table(rows):
     out = ["| mode | specializations | compile ms p50 / p99 / max | first sight → swap ms p50 / p99 / max | "
            "code bytes (total) | refused + failed |", "|---|---|---|---|---|---|"]
-    for label in ("eager", "eager_no_lookahead", "sync"):
+    for label in ("eager", "eager_no_lookahead", "sync", "eager_reshuffled"):
         g = [r["compile"] for r in group(rows, label) if "compile" in r]
         if not g:
             continue
@@ -445,23 +548,47 @@ def goals(suite, rows, summary, unit, args, flops=None, gflops=None):
     return g
 
 
+def loss_agreement(rows, key):
+    """{mode: its first repetition's `key` loss}, and the largest relative
+    difference from the interpreter's (or the first mode's)."""
+    losses = {}
+    for r in rows:
+        losses.setdefault(r["mode"] + ("" if r["threads"] is None else f"_{r['threads']}t"), r[key])
+    reference = losses.get("interpreter", next(iter(losses.values())))
+    return losses, max(abs(v - reference) / abs(reference) for v in losses.values())
+
+
 def same_model_check(rows):
     """Every mode starts from the same parameters and (treelstm) minibatches,
     so epoch 0's mean loss must agree up to float rounding: evidence that the
-    peers compute the same model with the same optimizer."""
-    losses = {}
-    for r in rows:
-        key = r["mode"] + ("" if r["threads"] is None else f"_{r['threads']}t")
-        losses.setdefault(key, r["epoch0_loss"])
-    reference = losses.get("interpreter", next(iter(losses.values())))
-    worst = max(abs(v - reference) / abs(reference) for v in losses.values())
-    return {"epoch0_loss": losses, "max_relative_difference": worst, "agree": worst < 1e-3}
+    peers compute the same model with the same optimizer. The reshuffled
+    modes train other minibatches: they are compared among themselves, and
+    their last epoch's loss too (the same epoch in each; rounding grows over
+    the epochs, so not part of `agree`)."""
+    check = {}
+    fixed = [r for r in rows if r["mode"] not in RESHUFFLED]
+    if fixed:
+        losses, worst = loss_agreement(fixed, "epoch0_loss")
+        check = {"epoch0_loss": losses, "max_relative_difference": worst, "agree": worst < 1e-3}
+    reshuffled = [r for r in rows if r["mode"] in RESHUFFLED]
+    if reshuffled:
+        losses, worst = loss_agreement(reshuffled, "epoch0_loss")
+        final, final_worst = loss_agreement(reshuffled, "final_loss")
+        check["reshuffled"] = {"epoch0_loss": losses, "max_relative_difference": worst, "final_loss": final,
+                               "final_max_relative_difference": final_worst, "agree": worst < 1e-3}
+        check["agree"] = check.get("agree", True) and worst < 1e-3
+    return check
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("suite", choices=["treelstm", "mlp"])
-    parser.add_argument("--quick", action="store_true", help="small sizes, 2 repetitions: under 3 minutes")
+    preset = parser.add_mutually_exclusive_group()
+    preset.add_argument("--quick", action="store_true", help="small sizes, 2 repetitions: under 3 minutes")
+    preset.add_argument("--issue22", action="store_true",
+                        help="treelstm: issue 22's data (10,000 training and 1,000 dev trees, batch 32, embed 64, "
+                             "hidden 128) and modes (eager, torch_batched and their reshuffled pairs, 10 epochs), "
+                             "2 repetitions; options given explicitly override it")
     parser.add_argument("--reps", type=int, help="repetitions of every mode (default: 2 quick; full: 5 treelstm, 3 mlp)")
     parser.add_argument("--epochs", type=int, help="training epochs per process (steady state: the last)")
     parser.add_argument("--steady-epochs", type=int,
@@ -470,21 +597,31 @@ def main():
     parser.add_argument("--max-epochs", type=int,
                         help="eager: at most this many epochs (inference passes) waiting for all code compiled")
     parser.add_argument("--size", type=int, help="treelstm: ListOps training examples generated")
+    parser.add_argument("--dev-size", type=int, help="treelstm: dev examples generated beside them, distinct; "
+                                                     "inference runs over these (default 0: over the training ones)")
+    parser.add_argument("--reshuffle-epochs", type=int,
+                        help="treelstm: epochs of the reshuffled modes, each on its own random partition of the "
+                             "training trees, and of the first-epochs table (default 10)")
     parser.add_argument("--infer-passes", type=int, help="treelstm: passes of inference over the same trees")
     parser.add_argument("--limit", type=int, help="mlp: first N training and test images (0: all)")
-    parser.add_argument("--batch", type=int, default=TREELSTM_SIZES["batch"], help="treelstm: trees per minibatch")
-    parser.add_argument("--embed", type=int, default=TREELSTM_SIZES["embed"])
-    parser.add_argument("--hidden", type=int, default=TREELSTM_SIZES["hidden"])
+    parser.add_argument("--batch", type=int, help=f"treelstm: trees per minibatch (default {TREELSTM_SIZES['batch']})")
+    parser.add_argument("--embed", type=int, help=f"treelstm (default {TREELSTM_SIZES['embed']})")
+    parser.add_argument("--hidden", type=int, help=f"treelstm (default {TREELSTM_SIZES['hidden']})")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--worker-nice", type=int, help="pejit: niceness of the compile worker (default: the "
                                                             "engine's, 10; 0 competes with the training thread)")
-    parser.add_argument("--modes", help="comma-separated subset of the modes (e.g. eager,torch_batched)")
+    parser.add_argument("--modes", help="comma-separated subset of the modes (e.g. eager,torch_batched); treelstm "
+                                        "also eager_reshuffled, torch_batched_reshuffled (not run by default)")
     parser.add_argument("--keep", metavar="DIR", help="keep the data file and every process's stderr log here")
     parser.add_argument("--replay", metavar="FILE", help="print the tables, goals and summary again from a saved "
                                                          "run's output instead of measuring")
     parser.add_argument("--allow-debug-build", action="store_true", help="accept pejit binaries built without -c opt")
     args = parser.parse_args()
-    preset = PRESETS[args.suite]["quick" if args.quick else "full"]
+    if args.issue22 and args.suite != "treelstm":
+        parser.error("--issue22 is a treelstm preset")
+    preset = PRESETS[args.suite]["issue22" if args.issue22 else "quick" if args.quick else "full"]
+    if args.suite == "treelstm":
+        preset = {**TREELSTM_SIZES, "dev_size": 0, "reshuffle_epochs": 10, **preset}
     for k, v in preset.items():
         if getattr(args, k, None) is None:
             setattr(args, k, v)
@@ -492,17 +629,20 @@ def main():
             args.max_epochs < args.epochs:
         parser.error("--reps and --steady-epochs must be at least 1, --epochs at least 2 (epoch 0 and a steady one), "
                      "--max-epochs at least --epochs and 1 + --steady-epochs")
+    if args.suite == "treelstm" and (args.reshuffle_epochs < 2 or args.dev_size < 0):
+        parser.error("--reshuffle-epochs must be at least 2 (epoch 0 and later ones), --dev-size at least 0")
+    known = TREELSTM_MODES + TREELSTM_RESHUFFLED_MODES if args.suite == "treelstm" else MLP_MODES
     modes = TREELSTM_MODES if args.suite == "treelstm" else MLP_MODES
-    if args.modes:
-        wanted = args.modes.split(",")
-        unknown = [w for w in wanted if w not in {m[0] for m in modes}]
+    wanted = args.modes.split(",") if args.modes else ISSUE22_MODES if args.issue22 else None
+    if wanted:
+        unknown = [w for w in wanted if w not in {m[0] for m in known}]
         if unknown:
-            parser.error(f"unknown modes {unknown}; known: {sorted({m[0] for m in modes})}")
-        modes = [m for m in modes if m[0] in wanted]
+            parser.error(f"unknown modes {unknown}; known: {sorted({m[0] for m in known})}")
+        modes = [m for m in known if m[0] in wanted]
 
     cwd = os.environ.get("BUILD_WORKING_DIRECTORY", os.getcwd())
     if args.replay:
-        replay(args, os.path.join(cwd, args.replay), modes)
+        replay(args, os.path.join(cwd, args.replay), modes if wanted else known)
         return
     args.work = os.path.join(cwd, args.keep) if args.keep else tempfile.mkdtemp(prefix=f"pejit-bench-{args.suite}-")
     os.makedirs(args.work, exist_ok=True)
@@ -514,15 +654,20 @@ def main():
                                   "torch_blas": blas["blas_libraries"], "sgemm_gflops_1thread": blas["sgemm_gflops"],
                                   "torch_version": blas["torch_version"]},
                       "config": {k: v for k, v in vars(args).items()
-                                 if k != "work" and v is not None and (args.suite == "treelstm" or
-                                                                       k not in ("batch", "embed", "hidden"))}}),
+                                 if k != "work" and v is not None}}),
           flush=True)
 
     data = None
     if args.suite == "treelstm":
         data = os.path.join(args.work, "listops_train.tsv")
-        subprocess.run([find_binary("treelstm_pejit"), "--write-data", data, "--size", str(args.size), "--seed",
-                        str(args.seed)], check=True, stderr=subprocess.DEVNULL)
+        write = [find_binary("treelstm_pejit"), "--write-data", data, "--size", str(args.size),
+                 "--seed", str(args.seed), "--batch", str(args.batch), "--embed", str(args.embed),
+                 "--hidden", str(args.hidden)]
+        if args.dev_size:
+            write += ["--dev-size", str(args.dev_size)]
+        if any(m[0] in RESHUFFLED for m in modes):
+            write += ["--reshuffle-epochs", str(args.reshuffle_epochs)]
+        subprocess.run(write, check=True, stderr=subprocess.DEVNULL)
     rows = measure(args.suite, modes, args, data)
     report(args, rows, modes, data, blas["sgemm_gflops"], started, load_before)
     if not args.keep:
@@ -557,27 +702,49 @@ def replay(args, path, modes):
 def report(args, rows, modes, data, gflops, started, load_before):
     unit = "trees" if args.suite == "treelstm" else "images"
     print()
-    what = (f"ListOps, {args.size} training trees, batch {args.batch}, embed {args.embed}, hidden {args.hidden}, "
+    dev = getattr(args, "dev_size", 0)
+    what = (f"ListOps, {args.size} training trees{f' + {dev} dev trees (inference over these)' if dev else ''}, "
+            f"batch {args.batch}, embed {args.embed}, hidden {args.hidden}, "
             f"Adagrad lr 0.05" if args.suite == "treelstm" else
             f"Fashion-MNIST, {args.limit or 60000} training / {args.limit or 10000} test images, batch 64, SGD lr 0.1")
     window = (f"epoch 0, then {args.steady_epochs} more in eager, eager_no_lookahead, sync and torch_batched "
               f"(eager: until {args.steady_epochs} in a row ran all compiled, at most {args.max_epochs}), steady: "
               f"those together; {args.epochs - 1} more in the others, steady: the last" if args.suite == "treelstm" else
               f"{args.epochs} epochs (eager: until one ran all compiled, at most {args.max_epochs}), steady: the last")
+    fixed = [r for r in rows if r["mode"] not in RESHUFFLED]
+    reshuffled = sorted({r["mode"] for r in rows if r["mode"] in RESHUFFLED})
+    window = "; ".join(([window] if fixed else []) + (
+        [f"{args.reshuffle_epochs} epochs in {' and '.join(reshuffled)}, each on its own random partition of the "
+         f"training trees"] if reshuffled else []))
     print(f"{what}; per process {window}; {args.reps} repetitions; "
           f"medians (min–max). pejit: 1 training thread, 1 background compile worker (nice "
           f"{'10, the default' if args.worker_nice is None else args.worker_nice}: EngineOptions::worker_nice), "
-          f"OpenBLAS at 1 thread.\n")
-    print("\n".join(table_rows(args.suite, rows, unit)))
-    if any(r["mode"] in ("eager", "sync") for r in rows):
+          f"OpenBLAS at 1 thread.")
+    if fixed:
+        print()
+        print("\n".join(table_rows(args.suite, fixed, unit)))
+    comparison = first_epochs_comparison(rows, args.reshuffle_epochs) if args.suite == "treelstm" else []
+    if comparison:
+        n = args.reshuffle_epochs
+        print(f"\nThe first {n} epochs, pejit beside the level-batched peer on the same minibatches (eager and "
+              f"torch_batched: the same every epoch; the reshuffled pair: epoch e's random partition): seconds of "
+              f"the training loop; wall since start: since the process began (PyTorch: after `import torch`), "
+              f"less data loading (the file, the plan, the minibatches' values or tensors and level schedules); "
+              f"PyTorch / pejit: the peer's time over pejit's (above 1: pejit faster).\n")
+        print("\n".join(first_epochs_tables(rows, comparison, n)))
+    if any(r["mode"] in ("eager", "sync", "eager_reshuffled") for r in rows):
         print()
         print("\n".join(compile_table(rows)))
     summary = summarize(args.suite, rows, unit)
-    flops = treelstm_flops(data, args.embed, args.hidden) if args.suite == "treelstm" and data else None
+    flops = treelstm_flops(data, args.embed, args.hidden, train=args.size if dev else None) \
+        if args.suite == "treelstm" and data else None
     g = goals(args.suite, rows, summary, unit, args, flops, gflops) if set(
-        m[0] for m in modes) == set(m[0] for m in (TREELSTM_MODES if args.suite == "treelstm" else MLP_MODES)) else {}
+        m[0] for m in modes) >= set(m[0] for m in (TREELSTM_MODES if args.suite == "treelstm" else MLP_MODES)) else {}
     if args.suite == "treelstm":
         g["same_model_check"] = same_model_check(rows)
+    if comparison:
+        print()
+        print(json.dumps({"first_epochs": {"epochs": args.reshuffle_epochs, "rows": comparison}}))
     print()
     load_after = os.getloadavg()
     print(json.dumps({"goals": g, "seconds": time.monotonic() - started,

@@ -12,6 +12,10 @@ actually loaded (read from /proc/self/maps after a matrix product).
                               minibatch's nodes of equal height in one GEMM
   mlp                         the 784-256-10 MLP on Fashion-MNIST
 
+With --plan (treelstm_pejit --write-data FILE writes FILE.plan.json) the
+Tree-LSTM starts from pejit's initial parameters and trains and infers on its
+minibatches; with --reshuffle, epoch e on the plan's epoch-e minibatches.
+
 The model, initialization scheme and optimizer are those of
 examples/treelstm (model.cc, train/optimizer.cc): Xavier-uniform matrices,
 normal(0, 0.1) embeddings, zero biases but the forget gate's (1), Adagrad
@@ -277,7 +281,8 @@ class TreeBatch:
 
 def load_plan(torch, model, path, args):
     """treelstm_pejit's FILE.plan.json: its initial parameters, copied into the
-    model, and its training and inference minibatches (example numbers)."""
+    model; returns its training and inference minibatches (example numbers)
+    and (--reshuffle) epoch e's training minibatches, None without."""
     with open(path) as f:
         plan = json.load(f)
     for key in ("embed", "hidden", "batch"):
@@ -290,17 +295,35 @@ def load_plan(torch, model, path, args):
         for name, target in targets.items():
             p = plan["params"][name]
             target.copy_(torch.tensor(p["data"], dtype=torch.float32).reshape(p["shape"]))
-    return plan["train_batches"], plan["infer_batches"]
+    reshuffled = None
+    if args.reshuffle:
+        reshuffled = plan.get("reshuffled_train_batches", [])
+        if len(reshuffled) < args.epochs:
+            raise ValueError(f"{path} holds {len(reshuffled)} reshuffled epochs, this run has {args.epochs} "
+                             f"(treelstm_pejit --write-data ... --reshuffle-epochs N)")
+    return plan["train_batches"], plan["infer_batches"], reshuffled
 
 
 def run_treelstm(torch, args):
     F = torch.nn.functional
+    # wall_since_start_s: the wall time since here less data loading (the
+    # file, the plan, the minibatches' tensors and level schedules).
+    run_start, data_seconds = time.perf_counter(), 0.0
+
+    def loading(build):
+        nonlocal data_seconds
+        t = time.perf_counter()
+        value = build()
+        data_seconds += time.perf_counter() - t
+        return value
+
     torch.manual_seed(args.seed)
-    examples = read_listops(args.data)
+    examples = loading(lambda: read_listops(args.data))
     model = tree_lstm_model(torch, args.embed, args.hidden)
     xavier_init(torch, model)
+    reshuffled = None
     if args.plan:
-        train_plan, infer_plan = load_plan(torch, model, args.plan, args)
+        train_plan, infer_plan, reshuffled = loading(lambda: load_plan(torch, model, args.plan, args))
         train_batches = [[examples[i] for i in b] for b in train_plan]
         infer_batches = [[examples[i] for i in b] for b in infer_plan]
     else:
@@ -309,9 +332,15 @@ def run_treelstm(torch, args):
     optimizer = torch.optim.Adagrad(model.parameters(), lr=args.lr, eps=1e-8)
     logits_of = model.logits_recursive if args.impl == "recursive" else model.logits_batched
 
+    def epoch_batches(epoch):
+        """The same minibatches every epoch, or (--reshuffle) the plan's of this epoch."""
+        if reshuffled is None:
+            return train_batches
+        return [[examples[i] for i in b] for b in reshuffled[epoch]]
+
     epochs = []
     for epoch in range(args.epochs):
-        batches = [TreeBatch(torch, b, args.impl) for b in train_batches]  # the same minibatches every epoch
+        batches = loading(lambda: [TreeBatch(torch, b, args.impl) for b in epoch_batches(epoch)])
         step_ms, loss_sum, trees = [], 0.0, 0
         cpu_before, start = cpu_seconds(), time.perf_counter()
         for b in batches:
@@ -328,14 +357,15 @@ def run_treelstm(torch, args):
         epochs.append({"epoch": epoch, "trees": trees, "seconds": seconds, "cpu_seconds": cpu_seconds() - cpu_before,
                        "trees_per_s": trees / seconds, "loss": loss_sum / trees, "compiled_share": 0.0,
                        "step_ms_p50": percentile(step_ms, 0.5), "step_ms_p99": percentile(step_ms, 0.99),
-                       "step_ms_max": max(step_ms)})
+                       "step_ms_max": max(step_ms),
+                       "wall_since_start_s": time.perf_counter() - run_start - data_seconds})
         print(f"torch {args.impl} {args.threads}t epoch {epoch}: {trees / seconds:.0f} trees/s, "
               f"loss {loss_sum / trees:.4f}", file=sys.stderr)
 
     passes = []
     with torch.no_grad():
         for p in range(args.infer_passes):
-            batches = [TreeBatch(torch, b, args.impl) for b in infer_batches]
+            batches = loading(lambda: [TreeBatch(torch, b, args.impl) for b in infer_batches])
             right = trees = 0
             cpu_before, start = cpu_seconds(), time.perf_counter()
             for b in batches:
@@ -344,9 +374,12 @@ def run_treelstm(torch, args):
                 trees += len(b.trees)
             seconds = time.perf_counter() - start
             passes.append({"pass": p, "trees": trees, "seconds": seconds, "cpu_seconds": cpu_seconds() - cpu_before,
-                           "trees_per_s": trees / seconds, "accuracy": right / trees, "compiled_share": 0.0})
+                           "trees_per_s": trees / seconds, "accuracy": right / trees, "compiled_share": 0.0,
+                           "wall_since_start_s": time.perf_counter() - run_start - data_seconds})
     return {"suite": "treelstm", "examples": len(examples), "batch": args.batch, "embed": args.embed,
-            "hidden": args.hidden, "optimizer": "adagrad", "lr": args.lr, "plan": args.plan, "epochs": epochs, "infer": passes}
+            "hidden": args.hidden, "optimizer": "adagrad", "lr": args.lr, "plan": args.plan,
+            "reshuffle": args.reshuffle, "infer_trees": passes[0]["trees"] if passes else 0,
+            "data_seconds": data_seconds, "epochs": epochs, "infer": passes}
 
 
 # ---------------------------------------------------------------- MLP
@@ -443,11 +476,16 @@ def main():
     parser.add_argument("--lr", type=float)
     parser.add_argument("--epochs", type=int, default=2)
     parser.add_argument("--infer-passes", type=int, default=2, help="treelstm only")
+    parser.add_argument("--reshuffle", action="store_true",
+                        help="treelstm: epoch e trains on the plan's reshuffled_train_batches[e] (treelstm_pejit "
+                             "--write-data FILE --reshuffle-epochs N) instead of the same minibatches every epoch")
     args = parser.parse_args()
     if args.threads < 1:
         parser.error("--threads must be at least 1")
     if args.suite == "treelstm" and not args.data:
         parser.error("treelstm needs --data FILE (written by treelstm_pejit --write-data)")
+    if args.reshuffle and not args.plan:
+        parser.error("--reshuffle needs --plan FILE.plan.json (treelstm_pejit --write-data FILE --reshuffle-epochs N)")
     args.batch = args.batch or (25 if args.suite == "treelstm" else 64)
     args.lr = args.lr or (0.05 if args.suite == "treelstm" else 0.1)
     # Before torch loads OpenMP and OpenBLAS: their pools read these once.
@@ -458,13 +496,15 @@ def main():
     torch.set_num_threads(args.threads)
     torch.set_num_interop_threads(1)
     blas = loaded_blas(torch)
+    startup = time.perf_counter() - start  # importing torch, the BLAS probe: before any measured figure
     if args.suite == "blas":
         result = {"sgemm_gflops": sgemm_gflops(torch)}
     else:
         result = (run_treelstm if args.suite == "treelstm" else run_mlp)(torch, args)
     result.update({"impl": f"torch_{args.impl}" if args.suite == "treelstm" else "torch", "threads": args.threads,
                    "torch_threads": torch.get_num_threads(), "torch_version": torch.__version__,
-                   "cpu_seconds": cpu_seconds(), "seconds": time.perf_counter() - start, **blas})
+                   "cpu_seconds": cpu_seconds(), "seconds": time.perf_counter() - start, "startup_seconds": startup,
+                   **blas})
     print(json.dumps(result))
 
 

@@ -1,22 +1,30 @@
 // One pejit mode of bench/treelstm, in a process of its own (bench.py runs
 // it; see README.md): trains the Child-Sum Tree-LSTM of
 // examples/treelstm/treelstm.pj on a ListOps file through the tiered engine
-// under one policy, then runs `infer` over the same trees, and prints one
-// JSON line: per epoch and inference pass trees/s, CPU seconds, the share
-// of compiled calls and the compile jobs that ended meanwhile; epoch 0's step latencies; the background compiler's
-// latencies and code bytes (compile_stats.h).
+// under one policy, then runs `infer` over the same trees (or the plan's dev
+// trees), and prints one JSON line: per epoch and inference pass trees/s,
+// CPU seconds, the share of compiled calls, the compile jobs that ended
+// meanwhile and the wall time since the start less data loading; epoch 0's
+// step latencies; the background compiler's latencies and code bytes
+// (compile_stats.h).
 //
 // The step is the demo's (examples/treelstm/trainer.cc): value_and_grad of
 // `loss` then the optimizer's update, on fixed minibatches of trees of
-// similar size (treelstm::MakeBatches); building the minibatches' values is
-// outside the timed loop, as in the demo.
+// similar size (treelstm::MakeBatches), or with --reshuffle on epoch e's
+// minibatches of the plan; building the minibatches' values is outside the
+// timed loop, as in the demo.
 //
-//   treelstm_pejit --write-data FILE --size N   writes N generated examples,
-//       and FILE.plan.json: the initial parameters (from --seed) and the
-//       training and inference minibatches (example numbers, from 0, in the
-//       file's order), exactly as a measurement with the same options uses
-//       them, so that a PyTorch peer can start from the same numbers
-//   treelstm_pejit --data FILE --policy eager   measures one mode
+//   treelstm_pejit --write-data FILE --size N   writes N generated examples
+//       (then --dev-size D more, distinct ones), and FILE.plan.json: the
+//       initial parameters (from --seed) and the training and inference
+//       minibatches (example numbers, from 0, in the file's order; inference
+//       over the dev examples if any, else over the training ones), exactly
+//       as a measurement with the same options uses them, so that a PyTorch
+//       peer can start from the same numbers; --reshuffle-epochs E adds
+//       epochs 0..E-1's random partitions of the training examples
+//   treelstm_pejit --data FILE --policy eager   measures one mode (--plan
+//       FILE.plan.json: on the plan's minibatches; --reshuffle: epoch e on
+//       the plan's epoch-e ones)
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
@@ -40,12 +48,15 @@ namespace {
 using Clock = std::chrono::steady_clock;
 double Seconds(Clock::time_point since) { return std::chrono::duration<double>(Clock::now() - since).count(); }
 
-// Minibatch orders for training and for inference: independent streams of the seed.
-constexpr uint64_t kTrainBatches = 0x9E3779B97F4A7C15ull, kInferBatches = 0xBF58476D1CE4E5B9ull;
+// Minibatch orders for training, for inference, and epoch e's reshuffled
+// training minibatches (the stream times e + 1): independent streams of the seed.
+constexpr uint64_t kTrainBatches = 0x9E3779B97F4A7C15ull, kInferBatches = 0xBF58476D1CE4E5B9ull,
+                   kReshuffledBatches = 0x94D049BB133111EBull;
 
 struct Config {
-  std::string data, write_data;
-  int size = 6000;
+  std::string data, write_data, plan;
+  int size = 6000, dev_size = 0, reshuffle_epochs = 0;
+  bool reshuffle = false;  // epoch e trains on the plan's reshuffled_train_batches[e]
   uint64_t seed = 1;
   int batch = 25, embed = 64, hidden = 128;
   double lr = 0.05;
@@ -66,11 +77,83 @@ Value InitialParams(const Config& c) {
   return treelstm::InitParams(init, {listops::kVocabularySize, c.embed, c.hidden, listops::kClasses});
 }
 
-// The fixed minibatches of one stream, as example pointers into `examples`.
-std::vector<std::vector<const treelstm::Example*>> Minibatches(const Config& c, const std::vector<treelstm::Example>& examples,
-                                                              uint64_t stream) {
+// Minibatches as example numbers in the data file, from 0.
+using Batches = std::vector<std::vector<int64_t>>;
+
+// A run's minibatches: training (the same every epoch), inference, and
+// (--reshuffle) epoch e's training ones.
+struct Plan {
+  Batches train, infer;
+  std::vector<Batches> reshuffled;
+};
+
+// treelstm::MakeBatches (trees of similar size together) over the examples
+// [first, first + count) of `examples`, from one stream of the seed.
+Batches SimilarSizeBatches(const Config& c, const std::vector<treelstm::Example>& examples, size_t first, size_t count,
+                           uint64_t stream) {
+  const std::vector<treelstm::Example> part(examples.begin() + first, examples.begin() + first + count);
   Rng rng(c.seed ^ stream);
-  return treelstm::MakeBatches(examples, c.batch, rng);
+  Batches out;
+  for (const auto& b : treelstm::MakeBatches(part, c.batch, rng)) {
+    out.emplace_back();
+    for (const treelstm::Example* e : b) out.back().push_back(static_cast<int64_t>(first) + (e - part.data()));
+  }
+  return out;
+}
+
+// Epoch `epoch`'s reshuffled minibatches: a random partition of the examples
+// [0, count) into minibatches of c.batch (the last one the rest), sizes mixed.
+Batches RandomPartition(const Config& c, size_t count, int epoch) {
+  Rng rng(c.seed ^ (kReshuffledBatches * static_cast<uint64_t>(epoch + 1)));
+  std::vector<int64_t> order(count);
+  for (size_t i = 0; i < count; ++i) order[i] = static_cast<int64_t>(i);
+  for (size_t i = count; i > 1; --i) std::swap(order[i - 1], order[rng.NextInt(0, static_cast<int64_t>(i))]);
+  Batches out;
+  for (size_t i = 0; i < count; i += static_cast<size_t>(c.batch)) {
+    out.emplace_back(order.begin() + i, order.begin() + std::min(count, i + c.batch));
+  }
+  return out;
+}
+
+// The first `train` examples are the training ones, the rest the dev ones
+// (inference runs over those, or over the training ones if there are none).
+Plan MakePlan(const Config& c, const std::vector<treelstm::Example>& examples, size_t train, int reshuffle_epochs) {
+  Plan p;
+  p.train = SimilarSizeBatches(c, examples, 0, train, kTrainBatches);
+  p.infer = train < examples.size() ? SimilarSizeBatches(c, examples, train, examples.size() - train, kInferBatches)
+                                    : SimilarSizeBatches(c, examples, 0, train, kInferBatches);
+  for (int e = 0; e < reshuffle_epochs; ++e) p.reshuffled.push_back(RandomPartition(c, train, e));
+  return p;
+}
+
+// The minibatches of a plan written by --write-data with the same options.
+Plan ReadPlan(const Config& c, size_t examples) {
+  std::ifstream in(c.plan);
+  if (!in) throw std::runtime_error("cannot read " + c.plan);
+  const nlohmann::json j = nlohmann::json::parse(in);
+  for (auto [key, value] : {std::pair{"seed", static_cast<int64_t>(c.seed)}, std::pair{"batch", int64_t{c.batch}},
+                            std::pair{"embed", int64_t{c.embed}}, std::pair{"hidden", int64_t{c.hidden}}}) {
+    if (j.at(key).get<int64_t>() != value) {
+      throw std::runtime_error(c.plan + ": written for " + key + " " + j.at(key).dump() + ", this run has " +
+                               std::to_string(value));
+    }
+  }
+  auto batches = [&](const nlohmann::json& list) {
+    Batches b = list.get<Batches>();
+    for (const auto& numbers : b) {
+      for (int64_t n : numbers) {
+        if (n < 0 || static_cast<size_t>(n) >= examples) {
+          throw std::runtime_error(c.plan + ": example " + std::to_string(n) + " is not in " + c.data);
+        }
+      }
+    }
+    return b;
+  };
+  Plan p{batches(j.at("train_batches")), batches(j.at("infer_batches")), {}};
+  if (j.contains("reshuffled_train_batches")) {
+    for (const auto& epoch : j["reshuffled_train_batches"]) p.reshuffled.push_back(batches(epoch));
+  }
+  return p;
 }
 
 void WriteFile(const std::string& path, const std::string& text) {
@@ -81,22 +164,23 @@ void WriteFile(const std::string& path, const std::string& text) {
 }
 
 int WriteData(const Config& c) {
-  listops::Splits s = listops::GenerateSplits(c.seed, c.size, 0, 0);
+  listops::Splits s = listops::GenerateSplits(c.seed, c.size, c.dev_size, 0);
   std::string text;
-  for (const listops::Example& e : s.train) text += std::to_string(e.label) + '\t' + listops::ToString(e.tree) + '\n';
+  for (const auto* split : {&s.train, &s.dev}) {
+    for (const listops::Example& e : *split) text += std::to_string(e.label) + '\t' + listops::ToString(e.tree) + '\n';
+  }
   WriteFile(c.write_data, text);
   // The plan from the file as read back: what a measurement will see.
   std::vector<treelstm::Example> examples = listops::ReadFile(c.write_data, /*strict=*/true).examples;
+  const Plan batches = MakePlan(c, examples, s.train.size(), c.reshuffle_epochs);
   nlohmann::json plan;
-  for (auto [key, stream] : {std::pair{"train_batches", kTrainBatches}, std::pair{"infer_batches", kInferBatches}}) {
-    nlohmann::json batches = nlohmann::json::array();
-    for (const auto& b : Minibatches(c, examples, stream)) {
-      nlohmann::json numbers = nlohmann::json::array();
-      for (const treelstm::Example* e : b) numbers.push_back(e - examples.data());
-      batches.push_back(numbers);
-    }
-    plan[key] = batches;
+  plan["train_batches"] = batches.train;
+  plan["infer_batches"] = batches.infer;
+  if (c.dev_size > 0) {
+    plan["train_examples"] = s.train.size();
+    plan["dev_examples"] = s.dev.size();
   }
+  if (!batches.reshuffled.empty()) plan["reshuffled_train_batches"] = batches.reshuffled;
   // treelstm.pj's parameter order; the peers name them.
   const char* names[] = {"emb", "w_iou", "u_iou", "b_iou", "w_f", "u_f", "b_f", "w_out", "b_out"};
   std::vector<Tensor> leaves = ParameterLeaves(InitialParams(c));
@@ -117,9 +201,21 @@ int WriteData(const Config& c) {
 
 int Measure(const Config& c) {
   const auto start = Clock::now();
+  // Data loading (reading the file and the plan, building the minibatches'
+  // values): what wall_since_start_s leaves out of the time since `start`.
+  double data_seconds = 0;
+  auto loading = [&data_seconds](auto build) {
+    const auto t = Clock::now();
+    auto built = build();
+    data_seconds += Seconds(t);
+    return built;
+  };
   SetBlasThreads(1);  // as the demo: small GEMMs, inside the engine's own parallelism
-  listops::FileReport file = listops::ReadFile(c.data, /*strict=*/true);
+  const listops::FileReport file = loading([&] { return listops::ReadFile(c.data, /*strict=*/true); });
   if (file.examples.empty()) throw std::runtime_error(c.data + ": no examples");
+  const Plan plan = loading([&] {
+    return c.plan.empty() ? MakePlan(c, file.examples, file.examples.size(), 0) : ReadPlan(c, file.examples.size());
+  });
 
   auto compile_stats = std::make_shared<bench::CompileStatsSink>();
   EngineOptions options;
@@ -138,11 +234,27 @@ int Measure(const Config& c) {
   opt.learning_rate = c.lr;
   std::unique_ptr<Optimizer> optimizer = Optimizer::Create(opt);
 
-  auto make_values = [&](uint64_t stream) {
-    std::vector<treelstm::Batch> values;
-    for (const auto& b : Minibatches(c, file.examples, stream)) values.push_back(treelstm::MakeBatch(b, *module));
-    return values;
+  auto make_values = [&](const Batches& numbers) {
+    return loading([&] {
+      std::vector<treelstm::Batch> values;
+      for (const auto& b : numbers) {
+        std::vector<const treelstm::Example*> examples;
+        for (int64_t n : b) examples.push_back(&file.examples[static_cast<size_t>(n)]);
+        values.push_back(treelstm::MakeBatch(examples, *module));
+      }
+      return values;
+    });
   };
+  // Training minibatches of epoch `epoch`: the same every epoch, or reshuffled.
+  auto train_batches = [&](int epoch) -> const Batches& {
+    if (!c.reshuffle) return plan.train;
+    if (static_cast<size_t>(epoch) >= plan.reshuffled.size()) {
+      throw std::runtime_error(c.plan + " holds " + std::to_string(plan.reshuffled.size()) +
+                               " reshuffled epochs; write it with --reshuffle-epochs " + std::to_string(epoch + 1));
+    }
+    return plan.reshuffled[static_cast<size_t>(epoch)];
+  };
+  train_batches(c.epochs - 1);  // fails now rather than after the epochs the plan holds
   Entry loss = engine.entry("loss"), infer = engine.entry("infer");
 
   nlohmann::json epochs = nlohmann::json::array();
@@ -160,13 +272,14 @@ int Measure(const Config& c) {
     return false;
   };
   for (int epoch = 0; more(epochs, c.epochs, c.max_epochs); ++epoch) {
-    std::vector<treelstm::Batch> batches = make_values(kTrainBatches);  // the same minibatches every epoch
+    std::vector<treelstm::Batch> batches = make_values(train_batches(epoch));
     const int64_t compiled_before = loss.stats().calls_compiled(), jobs_before = compile_stats->jobs_ended();
     const double cpu_before = ProcessCpuSeconds();
     std::vector<double> step_ms;
     double loss_sum = 0;
     int64_t trees = 0;
-    treelstm::Lookahead lookahead(loss, batches, params, c.lookahead, /*wraps=*/true);
+    // Reshuffled, the next epoch's minibatches are others (as in the demo's trainer).
+    treelstm::Lookahead lookahead(loss, batches, params, c.lookahead, /*wraps=*/!c.reshuffle);
     const auto epoch_start = Clock::now();
     for (size_t i = 0; i < batches.size(); ++i) {
       const treelstm::Batch& b = batches[i];
@@ -191,14 +304,15 @@ int Measure(const Config& c) {
                       {"jobs_ended", compile_stats->jobs_ended() - jobs_before},
                       {"step_ms_p50", bench::Percentile(step_ms, 0.5)},
                       {"step_ms_p99", bench::Percentile(step_ms, 0.99)},
-                      {"step_ms_max", bench::Percentile(step_ms, 1.0)}});
+                      {"step_ms_max", bench::Percentile(step_ms, 1.0)},
+                      {"wall_since_start_s", Seconds(start) - data_seconds}});
     std::fprintf(stderr, "pejit %s epoch %d: %.0f trees/s, loss %.4f\n", c.policy.c_str(), epoch,
                  epochs.back()["trees_per_s"].get<double>(), epochs.back()["loss"].get<double>());
   }
 
   nlohmann::json passes = nlohmann::json::array();
   for (int pass = 0; more(passes, c.infer_passes, c.max_infer_passes); ++pass) {
-    std::vector<treelstm::Batch> batches = make_values(kInferBatches);
+    std::vector<treelstm::Batch> batches = make_values(plan.infer);
     const int64_t compiled_before = infer.stats().calls_compiled(), jobs_before = compile_stats->jobs_ended();
     const double cpu_before = ProcessCpuSeconds();
     int64_t trees = 0, right = 0;
@@ -219,7 +333,8 @@ int Measure(const Config& c) {
                       {"accuracy", static_cast<double>(right) / static_cast<double>(trees)},
                       {"compiled_share", static_cast<double>(infer.stats().calls_compiled() - compiled_before) /
                                              static_cast<double>(batches.size())},
-                      {"jobs_ended", compile_stats->jobs_ended() - jobs_before}});
+                      {"jobs_ended", compile_stats->jobs_ended() - jobs_before},
+                      {"wall_since_start_s", Seconds(start) - data_seconds}});
   }
 
   EngineStats es = engine.stats();
@@ -239,7 +354,10 @@ int Measure(const Config& c) {
       {"optimized_build", false},
 #endif
       {"data", c.data},
+      {"plan", c.plan},
+      {"reshuffle", c.reshuffle},
       {"examples", file.examples.size()},
+      {"infer_trees", passes.empty() ? 0 : passes[0]["trees"].get<int64_t>()},
       {"batch", c.batch},
       {"embed", c.embed},
       {"hidden", c.hidden},
@@ -251,6 +369,7 @@ int Measure(const Config& c) {
       {"code_bytes_in_cache", es.code_bytes},
       {"cpu_seconds", ProcessCpuSeconds()},
       {"seconds", Seconds(start)},
+      {"data_seconds", data_seconds},
   };
   std::printf("%s\n", out.dump().c_str());
   return 0;
@@ -266,6 +385,23 @@ int main(int argc, char** argv) {
   app.add_option("--data", c.data, "ListOps file (label<TAB>expression) to train and infer on");
   app.add_option("--write-data", c.write_data, "instead: write --size generated examples to this file, the plan to FILE.plan.json, and stop");
   app.add_option("--size", c.size, "examples --write-data generates")->capture_default_str()->check(CLI::PositiveNumber);
+  app.add_option("--dev-size", c.dev_size,
+                 "--write-data: also this many dev examples (distinct), after the training ones; the plan's "
+                 "inference minibatches are theirs (0: inference over the training examples)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--reshuffle-epochs", c.reshuffle_epochs,
+                 "--write-data: the plan also holds, for epochs 0..N-1, a random partition of the training examples "
+                 "into minibatches (reshuffled_train_batches)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--plan", c.plan,
+                 "--data: train and infer on the minibatches of this plan (FILE.plan.json, written by --write-data "
+                 "with the same --seed, --batch, --embed and --hidden) instead of drawing them from the seed over "
+                 "the whole file");
+  app.add_flag("--reshuffle", c.reshuffle,
+               "epoch e trains on the plan's reshuffled minibatches of epoch e (needs --plan written with "
+               "--reshuffle-epochs at least --epochs)");
   app.add_option("--seed", c.seed, "data, initial parameters, minibatch order")->capture_default_str();
   app.add_option("--batch", c.batch)->capture_default_str()->check(CLI::PositiveNumber);
   app.add_option("--embed", c.embed)->capture_default_str()->check(CLI::PositiveNumber);
@@ -299,6 +435,10 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   if (c.data.empty() == c.write_data.empty()) {
     std::fprintf(stderr, "treelstm_pejit: give exactly one of --data FILE and --write-data FILE\n");
+    return 2;
+  }
+  if (c.reshuffle && c.plan.empty()) {
+    std::fprintf(stderr, "treelstm_pejit: --reshuffle needs --plan FILE.plan.json (written with --reshuffle-epochs)\n");
     return 2;
   }
   try {
