@@ -258,23 +258,35 @@ class Batcher {
       for (int p : producers[i]) ++remaining_uses[p];
       binding_of[in_.bindings[i].var.get()] = static_cast<int>(i);
     }
+    std::vector<std::pair<int, int64_t>> next;  // merge scratch
     for (size_t i = 0; i < n; ++i) {
       const Binding& b = in_.bindings[i];
       std::vector<std::pair<int, int64_t>> merged;
       for (int p : producers[i]) {
         stage[i] = std::max(stage[i], stage[p]);
-        std::vector<std::pair<int, int64_t>> next;
-        std::merge(merged.begin(), merged.end(), levels[p].begin(), levels[p].end(), std::back_inserter(next));
-        merged.clear();
-        for (const auto& kv : next) {
-          if (!merged.empty() && merged.back().first == kv.first) {
-            merged.back().second = std::max(merged.back().second, kv.second);
+        bool last_use = --remaining_uses[p] == 0;
+        if (merged.empty()) {
+          // The first producer's table is the start; taken over when this is
+          // its last consumer (most bindings have one producer).
+          if (last_use) {
+            merged = std::move(levels[p]);
           } else {
-            merged.push_back(kv);
+            merged = levels[p];
+          }
+        } else {
+          next.clear();
+          std::merge(merged.begin(), merged.end(), levels[p].begin(), levels[p].end(), std::back_inserter(next));
+          merged.clear();
+          for (const auto& kv : next) {
+            if (!merged.empty() && merged.back().first == kv.first) {
+              merged.back().second = std::max(merged.back().second, kv.second);
+            } else {
+              merged.push_back(kv);
+            }
           }
         }
         // The producer's table is not needed once its last consumer has merged it.
-        if (--remaining_uses[p] == 0) std::vector<std::pair<int, int64_t>>().swap(levels[p]);
+        if (last_use) std::vector<std::pair<int, int64_t>>().swap(levels[p]);
         successors_[p].push_back(static_cast<int>(i));
       }
       pending_[i] = static_cast<int>(producers[i].size());
