@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <map>
 #include <numeric>
 #include <queue>
@@ -125,10 +126,26 @@ struct Ref {
   int64_t row = 0;
   std::vector<Ref> fields;  // kTuple
 
-  std::string Key() const {
-    std::string key;
-    AppendKey(key);
-    return key;
+  // Whether AppendKey would append the same bytes, without building them.
+  bool SameAs(const Ref& o) const {
+    if (kind != o.kind) return false;
+    switch (kind) {
+      case Kind::kAtom: {
+        auto* c = As<ConstantNode>(atom);
+        auto* oc = As<ConstantNode>(o.atom);
+        if (!c || !oc) return !c && !oc && atom.get() == o.atom.get();
+        return c->value.type() == oc->value.type() && c->value.nbytes() == oc->value.nbytes() &&
+               std::memcmp(c->value.raw_data(), oc->value.raw_data(), c->value.nbytes()) == 0;
+      }
+      case Kind::kRow: return batch == o.batch && output == o.output && row == o.row;
+      case Kind::kTuple:
+        if (fields.size() != o.fields.size()) return false;
+        for (size_t i = 0; i < fields.size(); ++i) {
+          if (!fields[i].SameAs(o.fields[i])) return false;
+        }
+        return true;
+    }
+    return false;
   }
   void AppendKey(std::string& key) const {
     switch (kind) {
@@ -619,8 +636,8 @@ class Batcher {
     bool any_stacked = false, degenerate = false;
     for (size_t p = 0; p < arity; ++p) {
       if (MustShare(rule, p)) continue;
-      std::string key0 = operands[p][0].Key();
-      stacked[p] = std::any_of(operands[p].begin(), operands[p].end(), [&](const Ref& r) { return r.Key() != key0; });
+      const Ref& ref0 = operands[p][0];
+      stacked[p] = std::any_of(operands[p].begin(), operands[p].end(), [&](const Ref& r) { return !r.SameAs(ref0); });
       any_stacked |= stacked[p];
       degenerate |= MustStack(rule, p) && !stacked[p];
     }
