@@ -658,7 +658,9 @@ void EngineImpl::RunJob(Job& job) {
       pipeline.wrt_leaves = FloatWrtLeaves(job.args, job.wrt, job.static_args);
       expected_results = 1 + pipeline.wrt_leaves->size();
     }
-    stage = job.grad ? "batch and autodiff" : "batch";
+    // What can throw here is autodiff (a batching failure only leaves the
+    // program unbatched), so a reason names that stage.
+    stage = job.grad ? "autodiff" : "batch";
     start = NowMicros();
     PipelineReport prepared;
     residual.main = PrepareResidual(residual.main, pipeline, &prepared);
