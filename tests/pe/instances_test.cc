@@ -33,7 +33,12 @@ std::string ReadFile(const std::string& path) {
 // Residual::binding_instance's order: main's let-bindings, outermost first.
 std::vector<const LetNode*> Bindings(const Func& main) {
   std::vector<const LetNode*> out;
-  for (Expr e = main->body; auto* let = As<LetNode>(e); e = let->body) out.push_back(let);
+  const ExprNode* e = main->body.get();
+  while (e->kind == ExprKind::kLet) {
+    const auto* let = static_cast<const LetNode*>(e);
+    out.push_back(let);
+    e = let->body.get();
+  }
   return out;
 }
 
