@@ -30,10 +30,7 @@ struct Workload {
     SetBlasThreads(1);
     module.AddSource(treelstm::ModelSource(), "treelstm.pj");
     snapshot = module.snapshot();
-    listops::Splits data = listops::GenerateSplits(seed, trees, 0, 0);
-    std::vector<const listops::Example*> batch;
-    for (const auto& ex : data.train) batch.push_back(&ex);
-    treelstm::Batch b = treelstm::MakeBatch(batch, *snapshot);
+    treelstm::Batch b = treelstm::GeneratedListOpsBatch(seed, trees, *snapshot);
     nodes = b.nodes;
     Rng rng(1);
     args = {b.trees, b.labels, treelstm::InitParams(rng, {listops::kVocabularySize, 64, 128, listops::kClasses})};

@@ -20,10 +20,7 @@ struct Workload {
     Module module;
     module.AddSource(treelstm::ModelSource(), "treelstm.pj");
     snapshot = module.snapshot();
-    listops::Splits data = listops::GenerateSplits(1, trees, 0, 0);
-    std::vector<const listops::Example*> batch;
-    for (const auto& ex : data.train) batch.push_back(&ex);
-    treelstm::Batch b = treelstm::MakeBatch(batch, *snapshot);
+    treelstm::Batch b = treelstm::GeneratedListOpsBatch(1, trees, *snapshot);
     Rng rng(1);
     Value params = treelstm::InitParams(rng, {listops::kVocabularySize, 64, 128, listops::kClasses});
     loss_args = {b.trees, b.labels, params};

@@ -61,4 +61,11 @@ Batch MakeBatch(const std::vector<const Example*>& examples, const ModuleSnapsho
   return b;
 }
 
+Batch GeneratedListOpsBatch(uint64_t seed, int trees, const ModuleSnapshot& module) {
+  listops::Splits data = listops::GenerateSplits(seed, trees, 0, 0);
+  std::vector<const Example*> batch;
+  for (const auto& ex : data.train) batch.push_back(&ex);
+  return MakeBatch(batch, module);
+}
+
 }  // namespace pejit::treelstm

@@ -38,5 +38,8 @@ struct Batch {
   int nodes = 0;  // tree nodes in the minibatch
 };
 Batch MakeBatch(const std::vector<const Example*>& examples, const ModuleSnapshot& module);
+// One minibatch of `trees` generated ListOps expressions (the training split
+// of listops::GenerateSplits for `seed`), for tests and benchmarks.
+Batch GeneratedListOpsBatch(uint64_t seed, int trees, const ModuleSnapshot& module);
 
 }  // namespace pejit::treelstm

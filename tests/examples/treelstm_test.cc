@@ -103,11 +103,8 @@ class TreeLstmModel : public testing::Test {
 };
 
 TEST_F(TreeLstmModel, ResidualOfAMinibatchAgreesWithTheInterpreter) {
-  listops::Splits data = listops::GenerateSplits(3, 6, 0, 0);
-  std::vector<const listops::Example*> batch;
-  for (const auto& ex : data.train) batch.push_back(&ex);
   Snapshot s = module_.snapshot();
-  treelstm::Batch b = treelstm::MakeBatch(batch, *s);
+  treelstm::Batch b = treelstm::GeneratedListOpsBatch(3, 6, *s);
   Rng rng(1);
   Value params = treelstm::InitParams(rng, {listops::kVocabularySize, 8, 6, 10});
   std::vector<Value> args = {b.trees, b.labels, params};

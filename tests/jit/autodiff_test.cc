@@ -301,10 +301,7 @@ TEST_F(AutodiffTest, TreeLstmLossOnAListOpsMinibatchAgreesWithTheTape) {
   Module m;
   m.AddSource(treelstm::ModelSource(), "treelstm.pj");
   Snapshot s = m.snapshot();
-  listops::Splits data = listops::GenerateSplits(11, 4, 0, 0);
-  std::vector<const listops::Example*> batch;
-  for (const auto& ex : data.train) batch.push_back(&ex);
-  treelstm::Batch b = treelstm::MakeBatch(batch, *s);
+  treelstm::Batch b = treelstm::GeneratedListOpsBatch(11, 4, *s);
   Rng rng(8);
   Value params = treelstm::InitParams(rng, {listops::kVocabularySize, 4, 3, listops::kClasses});
   Func grad = CheckAgainstTape(*s, "loss", {b.trees, b.labels, params}, {2});

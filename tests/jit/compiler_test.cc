@@ -85,10 +85,7 @@ def @f(%x: Tensor[(4, 5), f32], %b: Tensor[(5,), f32], %k: Tensor[(), f32]) {
 
 TEST_F(CompilerTest, TreeLstmLossOnListOpsMinibatches) {
   Snapshot s = Load(std::string(treelstm::ModelSource()));
-  listops::Splits data = listops::GenerateSplits(5, 8, 0, 0);
-  std::vector<const listops::Example*> batch;
-  for (const auto& ex : data.train) batch.push_back(&ex);
-  treelstm::Batch b = treelstm::MakeBatch(batch, *s);
+  treelstm::Batch b = treelstm::GeneratedListOpsBatch(5, 8, *s);
   Rng rng(2);
   Value params = treelstm::InitParams(rng, {listops::kVocabularySize, 16, 12, 10});
   CompileReport r = CheckCompiled(s, "loss", {b.trees, b.labels, params});
@@ -113,10 +110,7 @@ def @cell(%iou: Tensor[(1, 12), f32], %fc: Tensor[(1, 4), f32]) {
 
 TEST_F(CompilerTest, PoisoningDeadBuffersChangesNothing) {
   Snapshot s = Load(std::string(treelstm::ModelSource()));
-  listops::Splits data = listops::GenerateSplits(9, 5, 0, 0);
-  std::vector<const listops::Example*> batch;
-  for (const auto& ex : data.train) batch.push_back(&ex);
-  treelstm::Batch b = treelstm::MakeBatch(batch, *s);
+  treelstm::Batch b = treelstm::GeneratedListOpsBatch(9, 5, *s);
   Rng rng(4);
   CompileOptions poison;
   poison.poison_dead_buffers = true;

@@ -31,10 +31,7 @@ struct TreeLstmCall {
   explicit TreeLstmCall(int trees) {
     module.AddSource(treelstm::ModelSource(), "treelstm.pj");
     snapshot = module.snapshot();
-    listops::Splits data = listops::GenerateSplits(3, trees, 0, 0);
-    std::vector<const listops::Example*> batch;
-    for (const auto& ex : data.train) batch.push_back(&ex);
-    treelstm::Batch b = treelstm::MakeBatch(batch, *snapshot);
+    treelstm::Batch b = treelstm::GeneratedListOpsBatch(3, trees, *snapshot);
     Rng rng(5);
     args = {b.trees, b.labels, treelstm::InitParams(rng, {listops::kVocabularySize, 8, 16, listops::kClasses})};
   }

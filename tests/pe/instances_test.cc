@@ -156,16 +156,9 @@ TEST(InstancesTest, EveryTreeNodeOfATreeLstmMinibatchIsOneInstance) {
   Module module;
   module.AddSource(treelstm::ModelSource(), "treelstm.pj");
   Snapshot s = module.snapshot();
-  listops::Splits data = listops::GenerateSplits(11, 6, 0, 0);
-  std::vector<const listops::Example*> batch;
-  int nodes = 0, children = 0;
-  std::function<void(const treelstm::TokenTree&)> count = [&](const treelstm::TokenTree& t) {
-    ++nodes;
-    children += static_cast<int>(t.children.size());
-    for (const auto& c : t.children) count(c);
-  };
-  for (const auto& ex : data.train) batch.push_back(&ex), count(ex.tree);
-  treelstm::Batch b = treelstm::MakeBatch(batch, *s);
+  treelstm::Batch b = treelstm::GeneratedListOpsBatch(11, 6, *s);
+  // Every node but the six roots is one node's child.
+  const int nodes = b.nodes, children = b.nodes - 6;
   Rng rng(2);
   std::vector<Value> args = {b.trees, b.labels, treelstm::InitParams(rng, {listops::kVocabularySize, 4, 6, 10})};
   PeOptions options;

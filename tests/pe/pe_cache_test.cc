@@ -142,10 +142,7 @@ TEST_F(PeCacheTest, TreeLstmInferAfterLossReusesLogits) {
   Module m;
   m.AddSource(treelstm::ModelSource(), "treelstm.pj");
   Snapshot s = m.snapshot();
-  listops::Splits data = listops::GenerateSplits(3, 6, 0, 0);
-  std::vector<const listops::Example*> batch;
-  for (const auto& ex : data.train) batch.push_back(&ex);
-  treelstm::Batch b = treelstm::MakeBatch(batch, *s);
+  treelstm::Batch b = treelstm::GeneratedListOpsBatch(3, 6, *s);
   Rng rng(2);
   Value params = treelstm::InitParams(rng, {listops::kVocabularySize, 8, 6, listops::kClasses});
   Residual loss = Specialize(*s, "loss", {b.trees, b.labels, params});
