@@ -802,13 +802,10 @@ class PartialEvaluator {
       case PVal::Kind::kStatic: {
         // A static value is part of the key: the code that reads it was folded on it.
         const Tensor& t = *v->value;
-        std::string out = TypeToString(Intern(t.type())->type) + " static ";
-        uint64_t h = 1469598103934665603ull;
-        const auto* bytes = static_cast<const unsigned char*>(t.raw_data());
-        for (size_t i = 0; i < t.nbytes(); ++i) h = (h ^ bytes[i]) * 1099511628211ull;
-        char text[24];
-        std::snprintf(text, sizeof text, "%016llx", static_cast<unsigned long long>(h));
-        return out + text;
+        char hash[24];
+        std::snprintf(hash, sizeof hash, "%016llx",
+                      static_cast<unsigned long long>(HashBytes(t.raw_data(), t.nbytes())));
+        return TypeToString(Intern(t.type())->type) + " static " + hash;
       }
       case PVal::Kind::kAdt: return v->adt->name;
       case PVal::Kind::kTuple: {
