@@ -162,12 +162,12 @@ int ReplayCommand::Run() const {
       }
     };
     for (size_t k = 1; k <= static_cast<size_t>(o_.lookahead); ++k) prefetch(k);
+    int64_t compiled_before = before.calls_compiled();
     for (size_t step = 0; step < order.size(); ++step) {
       if (o_.lookahead > 0) prefetch(step + static_cast<size_t>(o_.lookahead));
       const Call& call = calls[order[step]];
-      EntryStats was = entry.stats();
+      auto where = [&] { return o_.calls + ":" + std::to_string(call.line) + " (epoch " + std::to_string(epoch) + ")"; };
       std::vector<Tensor> got;
-      std::string where = o_.calls + ":" + std::to_string(call.line) + " (epoch " + std::to_string(epoch) + ")";
       try {
         if (o_.grad) {
           ValueAndGrad r = entry.value_and_grad(call.args, wrt);
@@ -176,9 +176,12 @@ int ReplayCommand::Run() const {
           got = Leaves(entry.call(call.args), {});
         }
       } catch (const std::exception& e) {
-        throw std::runtime_error(where + ": " + e.what());
+        throw std::runtime_error(where() + ": " + e.what());
       }
-      bool compiled = entry.stats().calls_compiled() > was.calls_compiled();
+      // One stats read per step: did this call run compiled code?
+      int64_t compiled_now = entry.stats().calls_compiled();
+      bool compiled = compiled_now > compiled_before;
+      compiled_before = compiled_now;
       if (o_.check && compiled) {
         std::vector<Tensor> want;
         if (o_.grad) {
@@ -189,14 +192,14 @@ int ReplayCommand::Run() const {
         }
         if (std::string diff = Compare(got, want, o_.rtol, o_.atol); !diff.empty()) {
           std::fprintf(stderr, "pejit replay: %s: the compiled result diverges from the interpreter's: %s\n",
-                       where.c_str(), diff.c_str());
+                       where().c_str(), diff.c_str());
           ++divergences;
         }
       }
       char status[64];
       std::snprintf(status, sizeof status, "%.1f calls/s  compiled %3.0f%%",
                     static_cast<double>(step + 1) / std::max(1e-9, seconds_since(epoch_start)),
-                    100.0 * static_cast<double>(entry.stats().calls_compiled() - before.calls_compiled()) /
+                    100.0 * static_cast<double>(compiled_now - before.calls_compiled()) /
                         static_cast<double>(step + 1));
       progress.Update(step + 1, status);
     }
@@ -206,12 +209,12 @@ int ReplayCommand::Run() const {
     auto share = [&](int64_t EntryStats::*field) { return static_cast<double>(after.*field - before.*field) / n; };
     double native = share(&EntryStats::calls_native), residual = share(&EntryStats::calls_residual_interpreter);
     double interpreter = share(&EntryStats::calls_interpreter);
-    int64_t compiled_now = after.compiled - before.compiled;
+    int64_t specializations = after.compiled - before.compiled;
     size_t code_bytes = engine.stats().code_bytes;
     std::printf("epoch %d: %zu calls in %.2f s, %.1f calls/s; native %.0f%%, residual-interpreter %.0f%%, "
                 "interpreter %.0f%%; %lld specializations compiled, %.1f KiB of code held\n",
                 epoch, order.size(), seconds, n / std::max(1e-9, seconds), 100 * native, 100 * residual,
-                100 * interpreter, static_cast<long long>(compiled_now), static_cast<double>(code_bytes) / 1024);
+                100 * interpreter, static_cast<long long>(specializations), static_cast<double>(code_bytes) / 1024);
     epochs.push_back({{"epoch", epoch},
                       {"seconds", seconds},
                       {"calls_per_s", n / std::max(1e-9, seconds)},
@@ -219,7 +222,7 @@ int ReplayCommand::Run() const {
                       {"native_share", native},
                       {"residual_interpreter_share", residual},
                       {"interpreter_share", interpreter},
-                      {"compiled_specializations", compiled_now},
+                      {"compiled_specializations", specializations},
                       {"failed_specializations", after.failed - before.failed},
                       {"code_bytes", code_bytes},
                       {"code_bytes_added", static_cast<int64_t>(code_bytes) - static_cast<int64_t>(code_before)}});
