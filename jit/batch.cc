@@ -12,65 +12,17 @@
 #include <unordered_map>
 #include <variant>
 
+#include "jit/batch_rules.h"
 #include "jit/straight.h"
 #include "ops/op.h"
 
 namespace pejit {
 namespace {
 
-// How an operator runs over instances stacked along a new leading axis.
-enum class Rule : uint8_t {
-  kNone,         // not batched
-  kElementwise,  // any operand stacked; the others broadcast
-  kGemm,         // matmul (not transpose_a) / dense: rows of the first operand
-  kTake,         // embedding lookups: the indices stacked, the table shared
-  kReshape,      // the target shape gains the leading axis
-  kAxis,         // chunk, split, softmax, log_softmax, argmax: the axis moves by one
-  kReduce,       // sum, mean, max over `axes`: the axes move by one
-};
-
-Rule RuleOf(const OpCallNode& call) {
-  const OpDef& op = *call.op;
-  if ((op.fusion == FusionKind::kElementwise || op.fusion == FusionKind::kBroadcast) && op.scalar != ScalarOp::kNone) {
-    return Rule::kElementwise;
-  }
-  const std::string& name = op.name;
-  if (name == "matmul") {
-    bool plain = !call.attrs.GetBool("transpose_a") && TensorTypeOf(call.args[0]).rank() == 2;
-    return plain ? Rule::kGemm : Rule::kNone;
-  }
-  if (name == "dense") return TensorTypeOf(call.args[0]).rank() == 2 ? Rule::kGemm : Rule::kNone;
-  if (name == "take") return Rule::kTake;
-  if (name == "reshape") return Rule::kReshape;
-  if (name == "chunk" || name == "split" || name == "softmax" || name == "log_softmax" || name == "argmax") {
-    return Rule::kAxis;
-  }
-  if (name == "sum" || name == "mean" || name == "max") return Rule::kReduce;
-  return Rule::kNone;
-}
-
-bool Heavy(Rule rule) { return rule == Rule::kGemm || rule == Rule::kTake || rule == Rule::kReduce; }
+using Rule = BatchRule;
 
 // A light operation's level packs (stage, rank within the stage).
 constexpr int kStageShift = 24;
-
-// Operands every instance of a batch must share: they are part of its key.
-bool MustShare(Rule rule, size_t position) {
-  switch (rule) {
-    case Rule::kGemm: return position > 0;   // weights and bias
-    case Rule::kTake: return position == 0;  // the table
-    default: return false;
-  }
-}
-
-// Operands that must differ between instances for the batch to mean anything.
-bool MustStack(Rule rule, size_t position) {
-  switch (rule) {
-    case Rule::kElementwise: return false;
-    case Rule::kTake: return position == 1;
-    default: return position == 0;
-  }
-}
 
 // Keys are byte strings compared whole: fixed-width binary fields, built
 // without formatting (this runs for every operator of large programs).
@@ -171,12 +123,6 @@ Ref AtomRef(Expr atom) {
   return r;
 }
 
-Shape Prepend(int64_t n, const Shape& shape) {
-  Shape out{n};
-  out.insert(out.end(), shape.begin(), shape.end());
-  return out;
-}
-
 int64_t Bytes(const TensorType& t) { return NumElements(t.shape) * static_cast<int64_t>(SizeOf(t.dtype)); }
 
 class Batcher {
@@ -190,7 +136,7 @@ class Batcher {
     Straight out;
     out.params = in_.params;
     out.result = MaterializeResult(in_.result);  // may emit row reads
-    out.bindings = std::move(out_);
+    out.bindings = std::move(out_.bindings());
     for (const Binding& b : out.bindings) stats_.ops_after += b.value->kind == ExprKind::kOpCall;
     return Recompose(out);
   }
@@ -198,7 +144,7 @@ class Batcher {
  private:
   Straight in_;
   BatchStats& stats_;
-  std::vector<Binding> out_;
+  StraightEmitter out_;
 
   // Per input binding: its group and the bindings it waits for.
   std::vector<int> group_of_;
@@ -214,7 +160,6 @@ class Batcher {
   std::unordered_map<const ExprNode*, Ref> refs_;
   std::unordered_map<std::string, Expr> stacks_;  // Ref keys of the rows → their stack
   std::map<std::tuple<int, int, int64_t>, Expr> rows_;
-  int fresh_ = 0;
 
   // ---- Grouping: key and level per operator call --------------------------------
 
@@ -311,14 +256,14 @@ class Batcher {
       int group = -1;
       if (auto* call = As<OpCallNode>(b.value)) {
         ++stats_.ops_before;
-        Rule rule = RuleOf(*call);
+        Rule rule = BatchRuleOf(*call);
         rule_of_[i] = rule;
         if (rule != Rule::kNone) {
           int key = key_ids.emplace(KeyOf(*call, rule), static_cast<int>(key_ids.size())).first->second;
           auto it = std::lower_bound(merged.begin(), merged.end(), std::make_pair(key, int64_t{0}));
           int64_t before = it != merged.end() && it->first == key ? it->second : 0;
           int64_t level;
-          if (Heavy(rule)) {
+          if (IsHeavy(rule)) {
             level = before + 1;
             stage[i] = std::max(stage[i], level);
           } else {
@@ -385,7 +330,7 @@ class Batcher {
         // (elementwise, reshapes) before a heavy one (GEMMs, gathers,
         // reductions), so that every tree level keeps one GEMM.
         auto cost = [&](int g) {
-          return std::make_pair(Heavy(rule_of_[members_[g][0]]), -static_cast<int64_t>(ready[g].size()));
+          return std::make_pair(IsHeavy(rule_of_[members_[g][0]]), -static_cast<int64_t>(ready[g].size()));
         };
         g = *std::min_element(partial.begin(), partial.end(), [&](int a, int b) { return cost(a) < cost(b); });
         partial.erase(g);
@@ -407,22 +352,7 @@ class Batcher {
   // ---- Emission ------------------------------------------------------------------
 
   Var NewBinding(std::string_view op, std::vector<Expr> args, const Attrs& attrs, const SourceLoc& loc) {
-    const OpDef& def = LookupOp(op);
-    Attrs normalized = NormalizeAttrs(def, attrs);
-    std::vector<TensorType> in;
-    for (const Expr& a : args) in.push_back(TensorTypeOf(a));
-    std::vector<TensorType> out = InferTypes(def, in, normalized);
-    Type type;
-    if (out.size() == 1) {
-      type = TensorTy(out[0]);
-    } else {
-      std::vector<Type> fields;
-      for (const TensorType& t : out) fields.push_back(TensorTy(t));
-      type = TupleTy(std::move(fields));
-    }
-    Var var = MakeVar("b" + std::to_string(fresh_++), type);
-    out_.push_back({var, std::make_shared<OpCallNode>(&def, std::move(args), normalized, loc)});
-    return var;
+    return out_.Op(op, std::move(args), attrs, loc);
   }
 
   Ref RefOf(const Expr& atom) const {
@@ -565,14 +495,14 @@ class Batcher {
       if (tuple.kind == Ref::Kind::kTuple) {
         refs_[var] = tuple.fields.at(p->index);
       } else {
-        out_.push_back({b.var, MakeProj(tuple.atom, p->index, p->loc)});
+        out_.Append(b.var, MakeProj(tuple.atom, p->index, p->loc));
         refs_[var] = AtomRef(b.var);
       }
     } else {
       auto* call = As<OpCallNode>(b.value);
       std::vector<Expr> args;
       for (const Expr& a : call->args) args.push_back(Materialize(RefOf(a)));
-      out_.push_back({b.var, std::make_shared<OpCallNode>(call->op, std::move(args), call->attrs, call->loc)});
+      out_.Append(b.var, std::make_shared<OpCallNode>(call->op, std::move(args), call->attrs, call->loc));
       refs_[var] = AtomRef(b.var);
     }
   }
@@ -681,56 +611,7 @@ class Batcher {
   // The operator applied to stacked operands; returns its stacked outputs.
   std::vector<Var> EmitBatched(const OpCallNode& call, Rule rule, std::vector<Expr> args,
                                const std::vector<bool>& stacked, int64_t k) {
-    const std::string& op = call.op->name;
-    const SourceLoc& loc = call.loc;
-    auto member_rank = [&](size_t p) { return TensorTypeOf(call.args[p]).rank(); };
-    auto shifted = [&](int64_t axis, int rank) { return (axis < 0 ? axis + rank : axis) + 1; };
-    Attrs attrs = call.attrs;
-    switch (rule) {
-      case Rule::kElementwise: {
-        std::vector<TensorType> in;
-        for (const Expr& a : call.args) in.push_back(TensorTypeOf(a));
-        int rank = InferTypes(*call.op, in, call.attrs)[0].rank();
-        for (size_t p = 0; p < args.size(); ++p) {
-          if (!stacked[p] || member_rank(p) == rank) continue;
-          Shape s = TensorTypeOf(call.args[p]).shape;  // align to the result's rank, then stack
-          s.insert(s.begin(), rank - s.size(), 1);
-          args[p] = NewBinding("reshape", {args[p]}, {{"shape", Prepend(k, s)}}, loc);
-        }
-        break;
-      }
-      case Rule::kGemm: {
-        Shape x = TensorTypeOf(call.args[0]).shape;
-        args[0] = NewBinding("reshape", {args[0]}, {{"shape", Shape{k * x[0], x[1]}}}, loc);
-        Var flat = NewBinding(op, std::move(args), attrs, loc);
-        Shape y = TensorTypeOf(flat).shape;
-        return {NewBinding("reshape", {flat}, {{"shape", Shape{k, x[0], y[1]}}}, loc)};
-      }
-      case Rule::kTake: break;
-      case Rule::kReshape: attrs.Set("shape", Prepend(k, attrs.GetInts("shape"))); break;
-      case Rule::kAxis: attrs.Set("axis", shifted(attrs.GetInt("axis"), member_rank(0))); break;
-      case Rule::kReduce: {
-        std::vector<int64_t> axes = attrs.GetInts("axes");
-        if (axes.empty()) {
-          axes.resize(member_rank(0));
-          std::iota(axes.begin(), axes.end(), 0);
-        }
-        for (int64_t& a : axes) a = shifted(a, member_rank(0));
-        attrs.Set("axes", axes);
-        break;
-      }
-      case Rule::kNone: throw JitFailure("batch: no batching rule for " + op);
-    }
-    Var out = NewBinding(op, std::move(args), attrs, loc);
-    const TupleTypeNode* tuple = AsTuple(out->annotation);
-    if (!tuple) return {out};
-    std::vector<Var> fields;
-    for (size_t o = 0; o < tuple->fields.size(); ++o) {
-      Var field = MakeVar("b" + std::to_string(fresh_++), tuple->fields[o]);
-      out_.push_back({field, MakeProj(out, static_cast<int>(o), loc)});
-      fields.push_back(field);
-    }
-    return fields;
+    return EmitStackedOp(out_, call, rule, std::move(args), stacked, k);
   }
 };
 

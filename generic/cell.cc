@@ -1,0 +1,486 @@
+#include "generic/cell.h"
+
+#include <cstring>
+#include <unordered_map>
+
+#include "ir/printer.h"
+#include "ir/value.h"
+#include "ir/visitor.h"
+#include "jit/batch_rules.h"
+#include "ops/op.h"
+
+namespace pejit::generic {
+namespace {
+
+template <typename T>
+void Put(std::string& out, T value) {
+  out.append(reinterpret_cast<const char*>(&value), sizeof value);
+}
+
+void PutTensor(std::string& out, const TensorType& t, int32_t share) {
+  out.push_back('T');
+  out.push_back(static_cast<char>(t.dtype));
+  out.push_back(static_cast<char>(t.shape.size()));
+  for (int64_t d : t.shape) Put(out, d);
+  Put(out, share);
+}
+
+// Reads what Put*/Encode* wrote.
+class Reader {
+ public:
+  Reader(std::string_view bytes) : bytes_(bytes) {}
+  bool done() const { return pos_ >= bytes_.size(); }
+  char Tag() { return bytes_.at(pos_++); }
+  template <typename T>
+  T Get() {
+    T value;
+    if (pos_ + sizeof value > bytes_.size()) throw std::logic_error("generic: truncated key");
+    std::memcpy(&value, bytes_.data() + pos_, sizeof value);
+    pos_ += sizeof value;
+    return value;
+  }
+  TensorType TensorTypeAt(int32_t* share) {
+    TensorType t;
+    t.dtype = static_cast<DType>(Tag());
+    int rank = static_cast<unsigned char>(Tag());
+    for (int i = 0; i < rank; ++i) t.shape.push_back(Get<int64_t>());
+    *share = Get<int32_t>();
+    return t;
+  }
+
+ private:
+  std::string_view bytes_;
+  size_t pos_ = 0;
+};
+
+bool ContainsMatch(const Func& f) {
+  bool found = false;
+  PostOrderVisit(f->body, [&](const Expr& e) { found |= e->kind == ExprKind::kMatch; });
+  return found;
+}
+
+std::string Where(const SourceLoc& loc) {
+  std::string s = loc.ToString();
+  return s.empty() ? std::string() : " at " + s;
+}
+
+// Stops a build at the first question it has no answer for.
+struct Stop {
+  Question question;
+};
+
+class Builder {
+ public:
+  Builder(const ModuleSnapshot& module, const std::set<std::string>& cells, const std::vector<Answer>& answers)
+      : module_(module), cells_(cells), answers_(answers) {}
+
+  std::variant<Question, Cell> Run(const std::string& key) {
+    size_t zero = key.find('\0');
+    function_ = key.substr(0, zero);
+    const Definition& def = module_.Get(function_);
+    Reader args(std::string_view(key).substr(zero + 1));
+    for (const Var& p : def.func->params) env_[p.get()] = Decode(args, Source::Kind::kInput);
+    ValueTree result;
+    try {
+      result = Eval(def.func->body);
+    } catch (Stop& stop) {
+      return std::move(stop.question);
+    }
+    return Finish(result);
+  }
+
+ private:
+  struct OpNode {
+    const OpCallNode* call;
+    std::vector<int> args;
+    int segment;
+    std::vector<int> outputs;
+  };
+  struct ValueInfo {
+    TensorType type;
+    Source source;     // where it does not come from an op
+    int op = -1;       // else the op computing it
+    int32_t share = -1;
+  };
+
+  const ModuleSnapshot& module_;
+  const std::set<std::string>& cells_;
+  const std::vector<Answer>& answers_;
+  size_t next_answer_ = 0;
+  std::string function_;
+  std::unordered_map<const VarNode*, ValueTree> env_;
+  std::vector<ValueInfo> values_;
+  std::vector<OpNode> ops_;
+  std::vector<Tensor> constants_;
+  std::vector<CallSite> calls_;
+  std::vector<int> call_boundary_;  // the segment each call follows
+  int segment_ = 0;
+  int structures_ = 0, struct_leaves_ = 0, inputs_ = 0;
+  int inline_depth_ = 0;
+
+  int NewValue(TensorType type, Source source, int32_t share = -1) {
+    values_.push_back({std::move(type), source, -1, share});
+    return static_cast<int>(values_.size()) - 1;
+  }
+
+  ValueTree Decode(Reader& r, Source::Kind leaf_kind, int call = 0, int* leaf = nullptr) {
+    ValueTree v;
+    char tag = r.Tag();
+    if (tag == 'S') {
+      if (leaf_kind == Source::Kind::kCall) throw Refusal("generic: a cell returning a structure value is not served");
+      v.kind = ValueTree::Kind::kStructure;
+      v.value = structures_++;
+    } else if (tag == 'U') {
+      v.kind = ValueTree::Kind::kTuple;
+      int n = r.Get<int32_t>();
+      for (int i = 0; i < n; ++i) v.fields.push_back(Decode(r, leaf_kind, call, leaf));
+    } else {
+      int32_t share;
+      TensorType t = r.TensorTypeAt(&share);
+      Source s{leaf_kind};
+      switch (leaf_kind) {
+        case Source::Kind::kInput: s.index = inputs_++; break;
+        case Source::Kind::kStructLeaf: s.index = struct_leaves_++; share = -1; break;
+        default: s.index = call; s.output = (*leaf)++; share = -1; break;
+      }
+      v.value = NewValue(std::move(t), s, share);
+    }
+    return v;
+  }
+
+  const Answer& NextAnswer(Question q) {
+    if (next_answer_ >= answers_.size()) throw Stop{std::move(q)};
+    return answers_[next_answer_++];
+  }
+
+  int TensorOf(const ValueTree& v, const char* what, const SourceLoc& loc) {
+    if (v.kind != ValueTree::Kind::kTensor) throw Refusal(std::string("generic: ") + what + " is not a tensor" + Where(loc));
+    return v.value;
+  }
+
+  ValueTree Eval(const Expr& e) {
+    switch (e->kind) {
+      case ExprKind::kVar: {
+        auto it = env_.find(static_cast<const VarNode*>(e.get()));
+        if (it == env_.end()) throw Refusal("generic: variable %" + static_cast<const VarNode&>(*e).name + " is not bound in the cell" + Where(e->loc));
+        return it->second;
+      }
+      case ExprKind::kConstant: {
+        const auto& c = static_cast<const ConstantNode&>(*e);
+        constants_.push_back(c.value);
+        ValueTree v;
+        v.value = NewValue(c.value.type(), Source{Source::Kind::kConstant, static_cast<int>(constants_.size()) - 1});
+        return v;
+      }
+      case ExprKind::kOpCall: return EvalOp(static_cast<const OpCallNode&>(*e));
+      case ExprKind::kTuple: {
+        ValueTree v;
+        v.kind = ValueTree::Kind::kTuple;
+        for (const Expr& f : static_cast<const TupleNode&>(*e).fields) v.fields.push_back(Eval(f));
+        return v;
+      }
+      case ExprKind::kProj: {
+        const auto& p = static_cast<const ProjNode&>(*e);
+        ValueTree t = Eval(p.tuple);
+        if (t.kind != ValueTree::Kind::kTuple || p.index >= static_cast<int>(t.fields.size())) {
+          throw Refusal("generic: projection of a value that is not a tuple" + Where(e->loc));
+        }
+        return t.fields[p.index];
+      }
+      case ExprKind::kLet: {
+        const LetNode* let = static_cast<const LetNode*>(e.get());
+        // A chain of lets is a loop, not a recursion.
+        while (true) {
+          env_[let->var.get()] = Eval(let->value);
+          if (let->body->kind != ExprKind::kLet) return Eval(let->body);
+          let = static_cast<const LetNode*>(let->body.get());
+        }
+      }
+      case ExprKind::kCall: return EvalCall(static_cast<const CallNode&>(*e));
+      case ExprKind::kMatch: return EvalMatch(static_cast<const MatchNode&>(*e));
+      case ExprKind::kIf:
+        throw Refusal("generic: an `if`" + Where(e->loc) + " (control flow on tensor values is not the structure's)");
+      case ExprKind::kCtor:
+        throw Refusal("generic: a constructor built at run time" + Where(e->loc) + " (only the arguments' structure is walked)");
+      case ExprKind::kFunc:
+      case ExprKind::kGlobal: throw Refusal("generic: a function value" + Where(e->loc));
+    }
+    throw Refusal("generic: unknown expression");
+  }
+
+  ValueTree EvalOp(const OpCallNode& call) {
+    OpNode node{&call, {}, 0, {}};
+    std::vector<TensorType> types;
+    for (const Expr& a : call.args) {
+      int v = TensorOf(Eval(a), "an operand", call.loc);
+      node.args.push_back(v);
+      types.push_back(values_[v].type);
+    }
+    node.segment = segment_;  // after the operands: they may have made calls
+    std::vector<TensorType> out;
+    try {
+      out = InferTypes(*call.op, types, call.attrs);
+    } catch (const OpError& e) {
+      throw Refusal(std::string("generic: ") + e.what() + Where(call.loc));
+    }
+    int op = static_cast<int>(ops_.size());
+    ValueTree result;
+    if (out.size() > 1) result.kind = ValueTree::Kind::kTuple;
+    for (size_t o = 0; o < out.size(); ++o) {
+      int v = NewValue(out[o], Source{Source::Kind::kSegment});
+      values_[v].op = op;
+      node.outputs.push_back(v);
+      if (out.size() > 1) result.fields.push_back(ValueTree{ValueTree::Kind::kTensor, v, {}});
+      else result.value = v;
+    }
+    ops_.push_back(std::move(node));
+    return result;
+  }
+
+  void EncodeArg(const ValueTree& v, std::string& out, std::vector<int>& structures) {
+    switch (v.kind) {
+      case ValueTree::Kind::kTensor: {
+        const ValueInfo& info = values_[v.value];
+        PutTensor(out, info.type, info.op < 0 && info.source.kind == Source::Kind::kInput ? info.share : -1);
+        break;
+      }
+      case ValueTree::Kind::kStructure:
+        out.push_back('S');
+        structures.push_back(v.value);
+        break;
+      case ValueTree::Kind::kTuple:
+        out.push_back('U');
+        Put(out, static_cast<int32_t>(v.fields.size()));
+        for (const ValueTree& f : v.fields) EncodeArg(f, out, structures);
+        break;
+    }
+  }
+
+  ValueTree EvalCall(const CallNode& call) {
+    auto* global = As<GlobalNode>(call.callee);
+    if (!global) throw Refusal("generic: a call of a function value" + Where(call.loc));
+    const Definition* def = module_.Find(global->name);
+    if (!def) throw Refusal("generic: unknown function @" + global->name + Where(call.loc));
+    std::vector<ValueTree> args;
+    for (const Expr& a : call.args) args.push_back(Eval(a));
+    if (!cells_.count(global->name)) {  // straight-line: inlined
+      if (++inline_depth_ > 256) throw Refusal("generic: functions inlined more than 256 deep" + Where(call.loc));
+      for (size_t i = 0; i < args.size(); ++i) env_[def->func->params[i].get()] = args[i];
+      ValueTree result = Eval(def->func->body);
+      --inline_depth_;
+      return result;
+    }
+    Question q;
+    q.kind = Question::Kind::kCall;
+    std::string encoded;
+    for (const ValueTree& a : args) EncodeArg(a, encoded, q.structure_args);
+    q.callee_key = InstanceKey(global->name, encoded);
+    const Answer& answer = NextAnswer(q);
+    int site = static_cast<int>(calls_.size());
+    calls_.push_back({global->name, std::move(args), q.callee_key});
+    call_boundary_.push_back(segment_++);
+    Reader r(answer.types);
+    int leaf = 0;
+    return Decode(r, Source::Kind::kCall, site, &leaf);
+  }
+
+  ValueTree EvalMatch(const MatchNode& match) {
+    ValueTree scrutinee = Eval(match.scrutinee);
+    if (scrutinee.kind != ValueTree::Kind::kStructure) {
+      throw Refusal("generic: a match on a value that is not an argument's structure" + Where(match.loc));
+    }
+    Question q;
+    q.kind = Question::Kind::kMatch;
+    q.match = &match;
+    q.structure = scrutinee.value;
+    const Answer& answer = NextAnswer(q);
+    const Clause& clause = match.clauses.at(answer.clause);
+    Reader r(answer.types);
+    Bind(clause.pattern, r);
+    return Eval(clause.body);
+  }
+
+  // Binds the pattern's variables in pre-order, as BindPattern (program.cc) does on values.
+  void Bind(const Pattern& p, Reader& r) {
+    switch (p->kind) {
+      case PatternKind::kWildcard: return;
+      case PatternKind::kVar: env_[p->var.get()] = Decode(r, Source::Kind::kStructLeaf); return;
+      case PatternKind::kCtor:
+      case PatternKind::kTuple:
+        for (const Pattern& f : p->fields) Bind(f, r);
+        return;
+    }
+  }
+
+  Type TypeOf(const ValueTree& v) {
+    if (v.kind == ValueTree::Kind::kStructure) throw Refusal("generic: @" + function_ + " returns a structure value");
+    if (v.kind == ValueTree::Kind::kTensor) return TensorTy(values_[v.value].type);
+    std::vector<Type> fields;
+    for (const ValueTree& f : v.fields) fields.push_back(TypeOf(f));
+    return TupleTy(std::move(fields));
+  }
+
+  void Uses(const ValueTree& v, std::vector<bool>& used_outside) {
+    if (v.kind == ValueTree::Kind::kTensor) used_outside[v.value] = true;
+    for (const ValueTree& f : v.fields) Uses(f, used_outside);
+  }
+
+  Cell Finish(const ValueTree& result) {
+    Cell cell;
+    cell.function = function_;
+    cell.result = result;
+    cell.result_type = TypeOf(result);
+    EncodeType(cell.result_type, cell.result_key);
+    cell.constants = constants_;
+    cell.calls = calls_;
+    cell.ops = static_cast<int>(ops_.size());
+
+    // A value is an output of its segment when something outside reads it.
+    const int n = static_cast<int>(values_.size());
+    std::vector<bool> outside(n, false);
+    for (const OpNode& op : ops_) {
+      for (int a : op.args) {
+        if (values_[a].op >= 0 && ops_[values_[a].op].segment != op.segment) outside[a] = true;
+      }
+    }
+    for (const CallSite& c : calls_) {
+      for (const ValueTree& a : c.args) Uses(a, outside);
+    }
+    Uses(result, outside);
+
+    cell.sources.resize(n);
+    for (int v = 0; v < n; ++v) cell.sources[v] = values_[v].source;
+    std::vector<int> segment_of(segment_ + 1, -1);  // builder segment -> cell segment
+    size_t next_call = 0;
+    for (int s = 0; s <= segment_; ++s) {
+      std::vector<int> ops;
+      for (int o = 0; o < static_cast<int>(ops_.size()); ++o) {
+        if (ops_[o].segment == s) ops.push_back(o);
+      }
+      if (!ops.empty()) {
+        segment_of[s] = static_cast<int>(cell.segments.size());
+        cell.steps.push_back({false, segment_of[s]});
+        cell.segments.push_back(MakeSegment(ops, outside, segment_of[s], cell.sources));
+      }
+      for (; next_call < calls_.size() && call_boundary_[next_call] == s; ++next_call) {
+        cell.steps.push_back({true, static_cast<int>(next_call)});
+      }
+    }
+    return cell;
+  }
+
+  Segment MakeSegment(const std::vector<int>& ops, const std::vector<bool>& outside, int index,
+                      std::vector<Source>& sources) {
+    Segment seg;
+    StraightEmitter out("t");
+    std::unordered_map<int, Expr> atoms;
+    std::vector<Var> params;
+    auto atom = [&](int v) -> Expr {
+      auto it = atoms.find(v);
+      if (it != atoms.end()) return it->second;
+      const ValueInfo& info = values_[v];
+      Expr e;
+      if (info.op < 0 && info.source.kind == Source::Kind::kConstant) {
+        e = MakeConstant(constants_[info.source.index]);
+      } else {
+        Var p = MakeVar("x" + std::to_string(params.size()), TensorTy(info.type));
+        params.push_back(p);
+        seg.inputs.push_back(v);
+        seg.shared.push_back(info.op < 0 && info.source.kind == Source::Kind::kInput && info.share >= 0);
+        e = p;
+      }
+      atoms[v] = e;
+      return e;
+    };
+    for (int o : ops) {
+      const OpNode& node = ops_[o];
+      std::vector<Expr> args;
+      for (int a : node.args) args.push_back(atom(a));
+      Var result = out.Op(node.call->op->name, std::move(args), node.call->attrs, node.call->loc);
+      if (node.outputs.size() == 1) {
+        atoms[node.outputs[0]] = result;
+      } else {
+        for (size_t i = 0; i < node.outputs.size(); ++i) atoms[node.outputs[i]] = out.Proj(result, static_cast<int>(i), node.call->loc);
+      }
+      for (int v : node.outputs) {
+        if (!outside[v]) continue;
+        sources[v] = Source{Source::Kind::kSegment, index, static_cast<int>(seg.outputs.size())};
+        seg.outputs.push_back(v);
+      }
+    }
+    std::vector<Expr> results;
+    for (int v : seg.outputs) results.push_back(atoms.at(v));
+    Straight s;
+    s.params = std::move(params);
+    s.bindings = std::move(out.bindings());
+    s.result = MakeTuple(std::move(results));
+    seg.program = Recompose(s);
+    return seg;
+  }
+};
+
+}  // namespace
+
+void EncodeType(const Type& type, std::string& out) {
+  if (auto* t = AsTensor(type)) {
+    PutTensor(out, t->type, -1);
+  } else if (auto* tuple = AsTuple(type)) {
+    out.push_back('U');
+    Put(out, static_cast<int32_t>(tuple->fields.size()));
+    for (const Type& f : tuple->fields) EncodeType(f, out);
+  } else {
+    out.push_back('S');
+  }
+}
+
+void EncodeValue(const Value& value, std::string& out) {
+  switch (value.kind()) {
+    case Value::Kind::kTensor: PutTensor(out, value.tensor().type(), -1); return;
+    case Value::Kind::kTuple:
+      out.push_back('U');
+      Put(out, static_cast<int32_t>(value.fields().size()));
+      for (const Value& f : value.fields()) EncodeValue(f, out);
+      return;
+    case Value::Kind::kAdt: out.push_back('S'); return;
+    default: throw Refusal("generic: a function value inside an argument");
+  }
+}
+
+std::string InstanceKey(const std::string& function, const std::string& encoded_args) {
+  std::string key = function;
+  key.push_back('\0');
+  key += encoded_args;
+  return key;
+}
+
+std::set<std::string> CellFunctions(const ModuleSnapshot& module, const std::string& entry) {
+  std::set<std::string> reachable = module.Callees(entry);
+  reachable.insert(entry);
+  std::set<std::string> roots;  // functions that match or recurse
+  for (const std::string& f : reachable) {
+    const Definition* def = module.Find(f);
+    if (def && (ContainsMatch(def->func) || module.Callees(f).count(f))) roots.insert(f);
+  }
+  std::set<std::string> cells;
+  for (const std::string& f : reachable) {
+    if (roots.count(f)) {
+      cells.insert(f);
+      continue;
+    }
+    for (const std::string& g : module.Callees(f)) {
+      if (roots.count(g)) {
+        cells.insert(f);
+        break;
+      }
+    }
+  }
+  cells.insert(entry);
+  return cells;
+}
+
+std::variant<Question, Cell> BuildCell(const ModuleSnapshot& module, const std::set<std::string>& cell_functions,
+                                       const std::string& key, const std::vector<Answer>& answers) {
+  return Builder(module, cell_functions, answers).Run(key);
+}
+
+}  // namespace pejit::generic

@@ -1,0 +1,133 @@
+// \file Cells: what one call of a structurally recursive function computes.
+//
+// A program over a minibatch's structure (a Tree-LSTM over parse trees, an
+// LSTM over word lists) is a recursion whose control flow is the structure.
+// The structure-generic tier serves every structure with code compiled once
+// by splitting the recursion into *cells*: one cell is one function body
+// evaluated for one combination of
+//   - the function and its arguments' types (concrete shapes), with, for
+//     each tensor argument, whether it is an entry argument passed down
+//     unchanged (a parameter, shared by every call) or a per-call value;
+//   - the clause each `match` took, with the types of what the pattern bound;
+//   - the result type of each call it made to another cell function.
+// CellBuilder finds these by abstract interpretation of the body, with
+// tensors known only by type: it stops at each match and each call, asking
+// the question only a concrete structure answers (the inspector's job,
+// generic/program.h), and is run again with one more answer until the body
+// is done. Finished, a cell is a list of steps in evaluation order:
+// straight-line *segments* of tensor code over one instance (between calls)
+// and *calls* to other cells, every tensor it reads named by its Source.
+//
+// Functions called from a cell that neither match nor reach a match (a
+// Tree-LSTM's gate arithmetic) are inlined into the segments. What the tier
+// does not serve is refused with a reason naming the construct and its
+// location (an `if` on a tensor, a constructor built at run time, a
+// closure): such programs keep today's tiers.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <set>
+#include <stdexcept>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "ir/expr.h"
+#include "ir/module.h"
+#include "ir/value.h"
+#include "ops/tensor.h"
+
+namespace pejit::generic {
+
+// A construct the generic tier does not serve; what() says which and where.
+class Refusal : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// Where a tensor a cell computes with comes from.
+struct Source {
+  enum class Kind : uint8_t { kInput, kStructLeaf, kSegment, kCall, kConstant };
+  Kind kind = Kind::kInput;
+  int index = 0;   // kInput: tensor input; kStructLeaf: tensor bound by a pattern; kSegment: segment; kCall: call site; kConstant: constant
+  int output = 0;  // kSegment: output; kCall: tensor leaf of the callee's result
+};
+
+// A value passed or returned: tensors (by value id) in tuples, or a
+// structure (ADT) value, by its index among the instance's structures.
+struct ValueTree {
+  enum class Kind : uint8_t { kTensor, kTuple, kStructure };
+  Kind kind = Kind::kTensor;
+  int value = -1;  // kTensor: value id in the cell; kStructure: structure index
+  std::vector<ValueTree> fields;
+};
+
+struct Segment {
+  Func program;               // over one instance: parameters `inputs`, result a tuple of `outputs`
+  std::vector<int> inputs;    // value ids
+  std::vector<bool> shared;   // per input: the same entry-argument tensor for every instance
+  std::vector<int> outputs;   // value ids
+  int code = -1;              // the distinct segment program it runs (GenericProgram's numbering)
+};
+
+struct CallSite {
+  std::string callee;
+  std::vector<ValueTree> args;
+  std::string callee_key;     // the callee's instance key (InstanceKey)
+};
+
+struct Step {
+  bool is_call = false;
+  int index = 0;  // into segments or calls
+};
+
+struct Cell {
+  std::string function;
+  std::vector<Step> steps;
+  std::vector<Segment> segments;
+  std::vector<CallSite> calls;
+  std::vector<Source> sources;     // per value id
+  std::vector<Tensor> constants;   // Source::kConstant
+  ValueTree result;                // tensors in tuples
+  Type result_type;                // concrete
+  std::string result_key;          // EncodeType(result_type): the answer to a call of this cell
+  int ops = 0;                     // operator calls in the segments
+};
+
+// A question only the concrete structure answers.
+struct Question {
+  enum class Kind : uint8_t { kMatch, kCall };
+  Kind kind = Kind::kMatch;
+  const MatchNode* match = nullptr;  // kMatch: which clause does structure `structure` take?
+  int structure = -1;
+  std::string callee_key;            // kCall: the callee's instance key...
+  std::vector<int> structure_args;   // ... and the structures it is passed, in order
+};
+
+// An answer: the clause taken and the encoded types of the values its
+// pattern bound (EncodeValue), or the callee's result type (EncodeType).
+struct Answer {
+  int clause = -1;
+  std::string types;
+};
+
+// Binary encodings (compared and hashed whole) of the types keys are made of:
+// 'T' dtype rank dims... | 'U' count fields... | 'S' (a structure value).
+void EncodeType(const Type& type, std::string& out);
+void EncodeValue(const Value& value, std::string& out);
+// An instance's key: the function, then per argument its encoded type where
+// tensors are followed by their share class (an entry argument's tensor leaf
+// index, or -1 for a per-call value).
+std::string InstanceKey(const std::string& function, const std::string& encoded_args);
+
+// Which functions get cells of their own: those that match, or are
+// recursive, or call one that does (transitively). The others are inlined.
+std::set<std::string> CellFunctions(const ModuleSnapshot& module, const std::string& entry);
+
+// Evaluates `key`'s function body with `answers` as far as they go: returns
+// the next question, or the finished cell. Throws Refusal.
+std::variant<Question, Cell> BuildCell(const ModuleSnapshot& module, const std::set<std::string>& cell_functions,
+                                       const std::string& key, const std::vector<Answer>& answers);
+
+}  // namespace pejit::generic

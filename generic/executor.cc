@@ -1,0 +1,288 @@
+#include "generic/executor.h"
+
+#include <cstring>
+
+#include "interp/interpreter.h"
+#include "jit/autodiff.h"
+#include "jit/batch_rules.h"
+#include "jit/compiler.h"
+#include "jit/straight.h"
+#include "jit/vectorize.h"
+
+namespace pejit::generic {
+namespace {
+
+Type ResultTypeOf(const Func& program);
+
+void FlattenTensors(const Value& v, std::vector<Tensor>& out) {
+  if (v.is_tensor()) {
+    out.push_back(v.tensor());
+    return;
+  }
+  for (const Value& f : v.fields()) FlattenTensors(f, out);
+}
+
+// A segment variant run by the tier-0 interpreter: correct at once, while
+// native code is compiled.
+class InterpretedSegment final : public Executable {
+ public:
+  explicit InterpretedSegment(Func program) : program_(std::move(program)), result_type_(ResultTypeOf(program_)) {}
+
+  std::vector<Tensor> Run(std::span<const Tensor> inputs) const override {
+    std::vector<Value> args(inputs.begin(), inputs.end());
+    Value v = interpreter_.Apply(empty_, program_, args, "segment");
+    std::vector<Tensor> out;
+    FlattenTensors(v, out);
+    return out;
+  }
+  const Type& result_type() const override { return result_type_; }
+  size_t code_bytes() const override { return 0; }
+  const char* tier() const override { return "generic-interpreter"; }
+
+ private:
+  Func program_;
+  Type result_type_;
+  ModuleSnapshot empty_;
+  Interpreter interpreter_;
+};
+
+// sum over the f32 outputs of sum(output * cotangent), differentiated for
+// the f32 inputs: the vector-Jacobian product of `forward`.
+Func Backward(const Func& forward, std::vector<int>& grad_inputs, std::vector<int>& grad_outputs) {
+  Straight s = Decompose(forward);
+  for (size_t p = 0; p < s.params.size(); ++p) {
+    if (TensorTypeOf(s.params[p]).dtype == DType::kF32) grad_inputs.push_back(static_cast<int>(p));
+  }
+  const auto* outputs = As<TupleNode>(s.result);
+  StraightEmitter out("g");
+  Expr total;
+  for (size_t o = 0; o < outputs->fields.size(); ++o) {
+    TensorType t = TensorTypeOf(outputs->fields[o]);
+    if (t.dtype != DType::kF32) continue;
+    grad_outputs.push_back(static_cast<int>(o));
+    Var cotangent = MakeVar("c" + std::to_string(o), TensorTy(t));
+    s.params.push_back(cotangent);
+    Expr term = out.Op("sum", {out.Op("mul", {outputs->fields[o], cotangent}, {}, {})}, {}, {});
+    total = total ? Expr(out.Op("add", {total, term}, {}, {})) : term;
+  }
+  if (!total || grad_inputs.empty()) return nullptr;
+  for (Binding& b : out.bindings()) s.bindings.push_back(std::move(b));
+  s.result = total;
+  return Differentiate(Recompose(s), grad_inputs);
+}
+
+int64_t RowBytes(const TensorType& t) { return NumElements(t.shape) * static_cast<int64_t>(SizeOf(t.dtype)); }
+
+// The type of a straight-line program's result: tensors in tuples.
+Type ResultTypeOf(const Func& program) {
+  Straight s = Decompose(program);
+  auto type_of = [](auto& self, const Expr& e) -> Type {
+    if (auto* t = As<TupleNode>(e)) {
+      std::vector<Type> fields;
+      for (const Expr& f : t->fields) fields.push_back(self(self, f));
+      return TupleTy(std::move(fields));
+    }
+    return TensorTy(TensorTypeOf(e));
+  };
+  return type_of(type_of, s.result);
+}
+
+int CountRoots(const Value& v) {
+  if (v.is_tensor()) return 1;
+  if (v.kind() != Value::Kind::kTuple) return 0;
+  int n = 0;
+  for (const Value& f : v.fields()) n += CountRoots(f);
+  return n;
+}
+
+}  // namespace
+
+Value ArgumentGradient(const std::vector<Value>& args, const std::vector<Tensor>& root_grads, int arg) {
+  size_t leaf = 0;
+  for (int a = 0; a < arg; ++a) leaf += CountRoots(args.at(a));
+  auto rebuild = [&](auto& self, const Value& v) -> Value {
+    if (v.is_tensor()) {
+      const Tensor& g = root_grads.at(leaf++);
+      return g.defined() ? Value(g) : Value(Tensor::Zeros(v.tensor().dtype(), v.tensor().shape()));
+    }
+    if (v.kind() != Value::Kind::kTuple) throw Refusal("generic: a gradient with respect to a structure argument");
+    std::vector<Value> fields;
+    for (const Value& f : v.fields()) fields.push_back(self(self, f));
+    return Value::Tuple(std::move(fields));
+  };
+  return rebuild(rebuild, args.at(arg));
+}
+
+SegmentCode::Variant& VariantFor(SegmentCode& code, int64_t rows, bool grad) {
+  std::lock_guard lock(code.mu);
+  auto& slot = code.variants[rows];
+  if (!slot) {
+    auto v = std::make_unique<SegmentCode::Variant>();
+    v->rows = rows;
+    std::vector<bool> stacked;
+    for (bool s : code.shared) stacked.push_back(!s);
+    v->forward = Vectorize(code.program, stacked, rows);
+    v->forward_code.store(std::make_shared<InterpretedSegment>(v->forward));
+    slot = std::move(v);
+  }
+  SegmentCode::Variant& v = *slot;
+  if (grad && !v.backward && v.grad_inputs.empty()) {
+    std::vector<int> in, out;
+    Func backward = Backward(v.forward, in, out);
+    v.grad_inputs = std::move(in);
+    v.grad_outputs = std::move(out);
+    if (backward) {
+      v.backward = backward;
+      v.backward_code.store(std::make_shared<InterpretedSegment>(backward));
+    }
+  }
+  return v;
+}
+
+void CompileVariant(JitSession& jit, SegmentCode::Variant& variant) {
+  if (variant.native.load()) return;
+  ExecutablePtr forward = jit.Compile(variant.forward);
+  ExecutablePtr backward = variant.backward ? jit.Compile(variant.backward) : nullptr;
+  variant.forward_code.store(std::move(forward));
+  if (backward) variant.backward_code.store(std::move(backward));
+  variant.native.store(true);
+}
+
+Execution Execute(const Schedule& schedule, const ExecuteOptions& options) {
+  Execution result;
+  const size_t n_runs = schedule.runs.size();
+  std::vector<std::vector<Tensor>> outputs(n_runs), inputs(n_runs);
+  std::vector<SegmentCode::Variant*> variants(n_runs);
+
+  auto row_of = [&](const Slot& slot, int64_t bytes) -> const char* {
+    const Tensor* t = nullptr;
+    switch (slot.kind) {
+      case Slot::Kind::kRoot: t = &schedule.roots[slot.index]; break;
+      case Slot::Kind::kStruct:
+      case Slot::Kind::kConstant: t = slot.tensor; break;
+      case Slot::Kind::kRow: {
+        const Tensor& out = outputs[schedule.si_run[slot.index]][slot.output];
+        return static_cast<const char*>(out.raw_data()) + schedule.si_row[slot.index] * bytes;
+      }
+    }
+    if (static_cast<int64_t>(t->nbytes()) != bytes) {
+      throw Refusal("generic: a tensor of " + std::to_string(t->nbytes()) + " bytes where the cell reads " +
+                    std::to_string(bytes));
+    }
+    return static_cast<const char*>(t->raw_data());
+  };
+
+  for (size_t r = 0; r < n_runs; ++r) {
+    const Run& run = schedule.runs[r];
+    SegmentCode& code = *run.code;
+    SegmentCode::Variant& variant = VariantFor(code, run.rows, options.grad);
+    if (options.compile_now && !variant.native.load()) CompileVariant(*options.compile_now, variant);
+    variants[r] = &variant;
+    std::vector<Tensor> in(code.inputs.size());
+    const int members = static_cast<int>(run.members.size());
+    for (size_t p = 0; p < code.inputs.size(); ++p) {
+      const TensorType& member = code.inputs[p];
+      const int64_t bytes = RowBytes(member);
+      if (code.shared[p]) {
+        const Slot& slot = schedule.si_inputs[schedule.si_input_begin[run.members[0]] + p];
+        in[p] = schedule.roots.at(slot.index);
+        continue;
+      }
+      Tensor stacked = Tensor::Empty(member.dtype, Prepend(run.rows, member.shape));
+      char* dst = static_cast<char*>(stacked.raw_data());
+      for (int64_t i = 0; i < run.rows; ++i) {
+        int si = run.members[i < members ? i : 0];
+        std::memcpy(dst + i * bytes, row_of(schedule.si_inputs[schedule.si_input_begin[si] + p], bytes), bytes);
+      }
+      in[p] = std::move(stacked);
+    }
+    std::shared_ptr<const Executable> exe = variant.forward_code.load();
+    if (variant.native.load()) {
+      ++result.native_runs;
+    } else {
+      ++result.interpreted_runs;
+      result.missing_native.push_back(&variant);
+    }
+    outputs[r] = exe->Run(in);
+    if (options.grad) inputs[r] = std::move(in);
+  }
+
+  // The result: rows of the runs' outputs, rebuilt into the result type.
+  auto tensor_of = [&](const Slot& slot, const TensorType& type) -> Tensor {
+    if (slot.kind != Slot::Kind::kRow) return slot.kind == Slot::Kind::kRoot ? schedule.roots[slot.index] : *slot.tensor;
+    Tensor t = Tensor::Empty(type.dtype, type.shape);
+    std::memcpy(t.raw_data(), row_of(slot, RowBytes(type)), t.nbytes());
+    return t;
+  };
+  size_t leaf = 0;
+  auto rebuild = [&](auto& self, const Type& type) -> Value {
+    if (auto* t = AsTensor(type)) return Value(tensor_of(schedule.result.at(leaf++), t->type));
+    std::vector<Value> fields;
+    for (const Type& f : AsTuple(type)->fields) fields.push_back(self(self, f));
+    return Value::Tuple(std::move(fields));
+  };
+  result.value = rebuild(rebuild, schedule.result_type);
+  if (!options.grad) return result;
+
+  const TensorTypeNode* loss = AsTensor(schedule.result_type);
+  if (!loss || loss->type.dtype != DType::kF32 || !loss->type.shape.empty()) {
+    throw Refusal("generic: gradients need a scalar f32 result, not " + TypeToString(schedule.result_type));
+  }
+  std::vector<std::vector<Tensor>> cotangents(n_runs);
+  result.root_grads.assign(schedule.roots.size(), Tensor());
+  auto add_into = [](Tensor& target, const TensorType& type, const float* src) {
+    if (!target.defined()) target = Tensor::Zeros(type.dtype, type.shape);
+    float* dst = target.data<float>();
+    for (int64_t i = 0; i < target.numel(); ++i) dst[i] += src[i];
+  };
+  auto add_to_slot = [&](const Slot& slot, const TensorType& member, const float* src) {
+    if (slot.kind == Slot::Kind::kRoot) {
+      add_into(result.root_grads[slot.index], schedule.roots[slot.index].type(), src);
+    } else if (slot.kind == Slot::Kind::kRow) {
+      int r = schedule.si_run[slot.index];
+      const SegmentCode& code = *schedule.runs[r].code;
+      std::vector<Tensor>& cot = cotangents[r];
+      if (cot.empty()) cot.resize(code.outputs.size());
+      const TensorType& out = code.outputs[slot.output];
+      if (!cot[slot.output].defined()) cot[slot.output] = Tensor::Zeros(out.dtype, Prepend(schedule.runs[r].rows, out.shape));
+      float* dst = cot[slot.output].data<float>() + schedule.si_row[slot.index] * NumElements(member.shape);
+      for (int64_t i = 0; i < NumElements(member.shape); ++i) dst[i] += src[i];
+    }  // structure tensors and constants take no gradient
+  };
+  const float one = 1.0f;
+  add_to_slot(schedule.result.at(0), loss->type, &one);
+
+  for (size_t r = n_runs; r-- > 0;) {
+    if (cotangents[r].empty()) continue;
+    const Run& run = schedule.runs[r];
+    const SegmentCode& code = *run.code;
+    SegmentCode::Variant& variant = *variants[r];
+    std::shared_ptr<const Executable> backward = variant.backward_code.load();
+    if (!backward) continue;
+    std::vector<Tensor> in = inputs[r];
+    for (int o : variant.grad_outputs) {
+      Tensor& c = cotangents[r][o];
+      in.push_back(c.defined() ? c : Tensor::Zeros(code.outputs[o].dtype, Prepend(run.rows, code.outputs[o].shape)));
+    }
+    std::vector<Tensor> grads = backward->Run(in);  // (sum, d/d grad_inputs...)
+    const int members = static_cast<int>(run.members.size());
+    for (size_t g = 0; g < variant.grad_inputs.size(); ++g) {
+      int p = variant.grad_inputs[g];
+      const Tensor& grad = grads.at(1 + g);
+      const TensorType& member = code.inputs[p];
+      if (code.shared[p]) {
+        add_to_slot(schedule.si_inputs[schedule.si_input_begin[run.members[0]] + p], member, grad.data<float>());
+        continue;
+      }
+      const int64_t elems = NumElements(member.shape);
+      for (int i = 0; i < members; ++i) {
+        const Slot& slot = schedule.si_inputs[schedule.si_input_begin[run.members[i]] + p];
+        add_to_slot(slot, member, grad.data<float>() + i * elems);
+      }
+    }
+    cotangents[r].clear();
+  }
+  return result;
+}
+
+}  // namespace pejit::generic

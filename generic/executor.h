@@ -1,0 +1,65 @@
+// \file Runs a Schedule: every run one batched call of its segment's code.
+//
+// Forward, runs go by level: a run's stacked inputs are gathered row by row
+// from the slots its instances read (earlier runs' outputs, the entry's
+// tensors, the structure's tokens), padded to the run's row bucket with
+// copies of its first row, and its segment's code runs once over all rows.
+// Backward (grad mode), runs go in reverse: each takes the cotangents of its
+// outputs, runs the segment's vector-Jacobian product, and adds each row's
+// input cotangents into the slot it was read from: the output rows of
+// earlier runs, or the gradient of an entry tensor (a shared parameter's
+// arrives summed over the rows already). Padded rows get zero cotangents,
+// so they add nothing to any gradient.
+//
+// A segment's code for a row bucket is made on first use (vectorized in
+// microseconds, run by the interpreter) and replaced by native code when a
+// JIT session compiles it (CompileVariant, synchronously or from a worker):
+// a run never waits for a compiler.
+#pragma once
+
+#include <vector>
+
+#include "generic/program.h"
+#include "ir/value.h"
+
+namespace pejit {
+class JitSession;
+}
+
+namespace pejit::generic {
+
+struct ExecuteOptions {
+  bool grad = false;  // the entry's result must then be a scalar f32 loss
+  // Compile every variant the call needs that has no native code yet,
+  // before running it (tests, `--policy sync`). Null: use what is there.
+  JitSession* compile_now = nullptr;
+};
+
+struct Execution {
+  Value value;
+  // Grad mode: d result / d each entry-argument tensor (Schedule::roots
+  // order); undefined where no gradient flows (integer tensors, unused ones).
+  std::vector<Tensor> root_grads;
+  int native_runs = 0, interpreted_runs = 0;
+  std::vector<SegmentCode::Variant*> missing_native;  // variants that ran without native code
+};
+
+// Throws Refusal (a program the vector-Jacobian product cannot be taken of)
+// or the errors of the code it runs (EvalError, OpError, JitFailure).
+Execution Execute(const Schedule& schedule, const ExecuteOptions& options);
+
+// The gradient for argument `arg` of `args`, shaped like it, from
+// Execution::root_grads (zeros where none flowed). Throws Refusal when the
+// argument holds a structure value.
+Value ArgumentGradient(const std::vector<Value>& args, const std::vector<Tensor>& root_grads, int arg);
+
+// The variant of `code` for `rows` rows, made (forward and, in grad mode,
+// backward programs, with interpreter code) on first use. Thread-safe.
+SegmentCode::Variant& VariantFor(SegmentCode& code, int64_t rows, bool grad);
+
+// Compiles a variant's programs to native code and publishes them; the
+// variant's next runs use it. Throws JitFailure; the variant keeps its
+// interpreter code then.
+void CompileVariant(JitSession& jit, SegmentCode::Variant& variant);
+
+}  // namespace pejit::generic

@@ -1,0 +1,145 @@
+// \file The structure-generic tier of one entry: cells, their code, and the inspector.
+//
+// A GenericProgram serves calls of one entry on any structure. Inspect()
+// walks a call's arguments (matching constructors, never computing a tensor)
+// along the trie of cells (generic/cell.h): at each question the concrete
+// structure answers, and a cell met for the first time is built then, once
+// (abstract interpretation of one body, microseconds to a millisecond). The
+// result is a Schedule, the structure as data:
+//   - one *segment instance* per straight-line segment of every cell
+//     instance, with a *level* one more than the levels of the instances
+//     whose results it reads, so that instances of one level are independent;
+//   - *runs*: the segment instances of one level running one segment
+//     program, each run one batched call of that program over its rows;
+//   - for every input of every segment instance, the *slot* it reads: an
+//     entry argument's tensor, a row of an earlier run's output, a tensor in
+//     the structure (a token), or a constant of the cell.
+// The code of a segment program is shared by every cell and every call that
+// runs it: code is per (segment program, row bucket), never per structure,
+// so its amount is bounded by the model, not by the data set.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "generic/cell.h"
+#include "ir/module.h"
+#include "ir/value.h"
+#include "jit/executable.h"
+
+namespace pejit::generic {
+
+// Where a tensor a segment instance reads lies at run time.
+struct Slot {
+  enum class Kind : uint8_t { kRoot, kRow, kStruct, kConstant };
+  Kind kind = Kind::kRoot;
+  int32_t index = 0;               // kRoot: entry-argument tensor leaf; kRow: segment instance
+  int32_t output = 0;              // kRow: output of that instance's segment
+  const Tensor* tensor = nullptr;  // kStruct, kConstant
+};
+
+// One distinct segment program (deduplicated across cells), and its code per
+// row bucket: the program vectorized over that many rows, forward and (for
+// gradients) its vector-Jacobian product.
+struct SegmentCode {
+  int id = -1;
+  Func program;                    // over one instance
+  std::vector<bool> shared;        // per input
+  std::vector<TensorType> inputs, outputs;
+  int ops = 0;
+
+  struct Variant {
+    int64_t rows = 0;
+    Func forward;   // (inputs...) -> (outputs stacked...)
+    Func backward;  // (inputs..., cotangents of the float outputs...) -> (sum, d/d float inputs...)
+    std::vector<int> grad_inputs;    // the inputs `backward` differentiates for
+    std::vector<int> grad_outputs;   // the outputs it takes cotangents of
+    std::atomic<std::shared_ptr<const Executable>> forward_code, backward_code;  // null until made
+    std::atomic<bool> native{false};
+  };
+  mutable std::mutex mu;
+  std::map<int64_t, std::unique_ptr<Variant>> variants;  // by rows
+};
+
+struct Run {
+  SegmentCode* code = nullptr;
+  int level = 0;
+  std::vector<int> members;  // segment instances, one per row
+  int64_t rows = 0;          // the bucket: members padded with copies of the first row
+};
+
+struct Schedule {
+  std::vector<Tensor> roots;          // the entry arguments' tensors (not those in structures)
+  std::vector<int> si_run, si_row;    // per segment instance
+  std::vector<int> si_input_begin;    // per segment instance, into si_inputs (one past the end at the back)
+  std::vector<Slot> si_inputs;
+  std::vector<Run> runs;              // in execution order: by level
+  std::vector<Slot> result;           // the entry result's tensor leaves, depth first
+  Type result_type;
+  int64_t instances = 0;              // cell instances
+  int levels = 0;
+  double inspect_ms = 0;
+};
+
+// Rows a run of `n` instances is padded to: n itself up to 4, then the next
+// of 2^k and 3 * 2^(k-1), so that a segment has at most two variants per
+// octave of row counts and padding wastes at most a third.
+int64_t RowBucket(int64_t n);
+
+struct GenericOptions {
+  int max_depth = 4000;  // cell instances nested deeper are refused (native stack)
+};
+
+class GenericProgram {
+ public:
+  // Throws Refusal when `entry` cannot be served whatever its arguments.
+  GenericProgram(Snapshot module, std::string entry, GenericOptions options = {});
+
+  // Throws Refusal naming what this call's structure needs that the tier
+  // does not serve; the program is unchanged by a refused call.
+  Schedule Inspect(const std::vector<Value>& args);
+
+  const std::string& entry() const { return entry_; }
+  const Snapshot& module() const { return module_; }
+  int cells() const;
+  int segment_codes() const;
+  std::vector<SegmentCode*> codes() const;
+
+ private:
+  struct TrieNode {
+    int cell = -1;      // done: the cell
+    Question question;  // else the next question
+    int callee_root = -1;
+    std::unordered_map<std::string, int> next;  // answer -> node
+    std::string key;                            // the instance key it starts from (root nodes)
+    int root = -1;                              // the root node it descends from
+  };
+  struct Instance;
+
+  int RootNode(const std::string& key);
+  int NodeFor(const std::string& key, const std::vector<Answer>& answers);
+  int AddCell(Cell cell);
+  int Walk(int root, std::vector<const Value*> structures, std::vector<Instance>& instances, int depth);
+
+  Snapshot module_;
+  std::string entry_;
+  GenericOptions options_;
+  std::set<std::string> cell_functions_;
+
+  mutable std::mutex mu_;
+  std::deque<TrieNode> nodes_;
+  std::unordered_map<std::string, int> roots_;
+  std::deque<Cell> cells_;
+  std::deque<SegmentCode> codes_;
+  std::unordered_map<std::string, int> code_by_text_;
+};
+
+}  // namespace pejit::generic

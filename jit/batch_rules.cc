@@ -1,0 +1,140 @@
+#include "jit/batch_rules.h"
+
+#include <numeric>
+
+#include "jit/executable.h"
+#include "ops/op.h"
+
+namespace pejit {
+
+BatchRule BatchRuleOf(const OpCallNode& call) {
+  const OpDef& op = *call.op;
+  if ((op.fusion == FusionKind::kElementwise || op.fusion == FusionKind::kBroadcast) && op.scalar != ScalarOp::kNone) {
+    return BatchRule::kElementwise;
+  }
+  const std::string& name = op.name;
+  if (name == "matmul") {
+    bool plain = !call.attrs.GetBool("transpose_a") && TensorTypeOf(call.args[0]).rank() == 2;
+    return plain ? BatchRule::kGemm : BatchRule::kNone;
+  }
+  if (name == "dense") return TensorTypeOf(call.args[0]).rank() == 2 ? BatchRule::kGemm : BatchRule::kNone;
+  if (name == "take") return BatchRule::kTake;
+  if (name == "reshape") return BatchRule::kReshape;
+  if (name == "chunk" || name == "split" || name == "softmax" || name == "log_softmax" || name == "argmax" ||
+      name == "concat") {
+    return BatchRule::kAxis;
+  }
+  if (name == "sum" || name == "mean" || name == "max") return BatchRule::kReduce;
+  return BatchRule::kNone;
+}
+
+bool IsHeavy(BatchRule rule) { return rule == BatchRule::kGemm || rule == BatchRule::kTake || rule == BatchRule::kReduce; }
+
+bool MustShare(BatchRule rule, size_t position) {
+  switch (rule) {
+    case BatchRule::kGemm: return position > 0;   // weights and bias
+    case BatchRule::kTake: return position == 0;  // the table
+    default: return false;
+  }
+}
+
+bool MustStack(BatchRule rule, size_t position) {
+  switch (rule) {
+    case BatchRule::kElementwise: return false;
+    case BatchRule::kTake: return position == 1;
+    default: return position == 0;
+  }
+}
+
+Var StraightEmitter::Op(std::string_view op, std::vector<Expr> args, const Attrs& attrs, const SourceLoc& loc) {
+  const OpDef& def = LookupOp(op);
+  Attrs normalized = NormalizeAttrs(def, attrs);
+  std::vector<TensorType> in;
+  in.reserve(args.size());
+  for (const Expr& a : args) in.push_back(TensorTypeOf(a));
+  std::vector<TensorType> out = InferTypes(def, in, normalized);
+  Type type;
+  if (out.size() == 1) {
+    type = TensorTy(out[0]);
+  } else {
+    std::vector<Type> fields;
+    for (const TensorType& t : out) fields.push_back(TensorTy(t));
+    type = TupleTy(std::move(fields));
+  }
+  Var var = Fresh(std::move(type));
+  bindings_.push_back({var, std::make_shared<OpCallNode>(&def, std::move(args), std::move(normalized), loc)});
+  return var;
+}
+
+Var StraightEmitter::Proj(const Expr& tuple, int index, const SourceLoc& loc) {
+  const TupleTypeNode* t = AsTuple(tuple->kind == ExprKind::kVar ? static_cast<const VarNode&>(*tuple).annotation
+                                                                   : tuple->checked_type);
+  Var field = Fresh(t ? t->fields.at(index) : nullptr);
+  bindings_.push_back({field, MakeProj(tuple, index, loc)});
+  return field;
+}
+
+Shape Prepend(int64_t n, const Shape& shape) {
+  Shape out{n};
+  out.insert(out.end(), shape.begin(), shape.end());
+  return out;
+}
+
+std::vector<Var> EmitStackedOp(StraightEmitter& out, const OpCallNode& call, BatchRule rule, std::vector<Expr> args,
+                               const std::vector<bool>& stacked, int64_t k) {
+  const std::string& op = call.op->name;
+  const SourceLoc& loc = call.loc;
+  auto member_type = [&](size_t p) { return TensorTypeOf(call.args[p]); };
+  auto shifted = [&](int64_t axis, int rank) { return (axis < 0 ? axis + rank : axis) + 1; };
+  Attrs attrs = call.attrs;
+  switch (rule) {
+    case BatchRule::kElementwise: {
+      std::vector<TensorType> in;
+      for (const Expr& a : call.args) in.push_back(TensorTypeOf(a));
+      int rank = InferTypes(*call.op, in, call.attrs)[0].rank();
+      for (size_t p = 0; p < args.size(); ++p) {
+        if (!stacked[p] || member_type(p).rank() == rank) continue;
+        Shape s = member_type(p).shape;  // align to the result's rank, then stack
+        s.insert(s.begin(), rank - s.size(), 1);
+        args[p] = out.Op("reshape", {args[p]}, {{"shape", Prepend(k, s)}}, loc);
+      }
+      break;
+    }
+    case BatchRule::kGemm: {
+      Shape x = member_type(0).shape;
+      args[0] = out.Op("reshape", {args[0]}, {{"shape", Shape{k * x[0], x[1]}}}, loc);
+      Var flat = out.Op(op, std::move(args), attrs, loc);
+      Shape y = TensorTypeOf(flat).shape;
+      return {out.Op("reshape", {flat}, {{"shape", Shape{k, x[0], y[1]}}}, loc)};
+    }
+    case BatchRule::kTake: break;
+    case BatchRule::kReshape: attrs.Set("shape", Prepend(k, attrs.GetInts("shape"))); break;
+    case BatchRule::kAxis:
+      // Every operand of a concat takes part per instance: shared ones are
+      // broadcast to the instances.
+      for (size_t p = 0; p < args.size(); ++p) {
+        if (!stacked[p]) args[p] = out.Op("broadcast_to", {args[p]}, {{"shape", Prepend(k, member_type(p).shape)}}, loc);
+      }
+      attrs.Set("axis", shifted(attrs.GetInt("axis"), member_type(0).rank()));
+      break;
+    case BatchRule::kReduce: {
+      std::vector<int64_t> axes = attrs.GetInts("axes");
+      if (axes.empty()) {
+        axes.resize(member_type(0).rank());
+        std::iota(axes.begin(), axes.end(), 0);
+      }
+      for (int64_t& a : axes) a = shifted(a, member_type(0).rank());
+      attrs.Set("axes", axes);
+      break;
+    }
+    case BatchRule::kNone: throw JitFailure("batch: no batching rule for " + op);
+  }
+  Var result = out.Op(op, std::move(args), attrs, loc);
+  const TupleTypeNode* tuple = AsTuple(result->annotation);
+  if (!tuple) return {result};
+  std::vector<Var> fields;
+  for (size_t o = 0; o < tuple->fields.size(); ++o) fields.push_back(out.Proj(result, static_cast<int>(o), loc));
+  return fields;
+}
+
+}  // namespace pejit
