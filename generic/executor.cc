@@ -1,5 +1,6 @@
 #include "generic/executor.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "interp/interpreter.h"
@@ -143,6 +144,7 @@ void CompileVariant(JitSession& jit, SegmentCode::Variant& variant) {
   if (variant.native.load()) return;
   ExecutablePtr forward = jit.Compile(variant.forward);
   ExecutablePtr backward = variant.backward ? jit.Compile(variant.backward) : nullptr;
+  variant.code_bytes.store(forward->code_bytes() + (backward ? backward->code_bytes() : 0));
   variant.forward_code.store(std::move(forward));
   if (backward) variant.backward_code.store(std::move(backward));
   variant.native.store(true);
@@ -201,7 +203,10 @@ Execution Execute(const Schedule& schedule, const ExecuteOptions& options) {
       ++result.native_runs;
     } else {
       ++result.interpreted_runs;
-      result.missing_native.push_back(&variant);
+      if (std::find(result.missing_native.begin(), result.missing_native.end(), &variant) == result.missing_native.end()) {
+        result.missing_native.push_back(&variant);
+        result.missing_codes.push_back(code.id);
+      }
     }
     outputs[r] = exe->Run(in);
     if (options.grad) inputs[r] = std::move(in);
@@ -246,7 +251,8 @@ Execution Execute(const Schedule& schedule, const ExecuteOptions& options) {
       const TensorType& out = code.outputs[slot.output];
       if (!cot[slot.output].defined()) cot[slot.output] = Tensor::Zeros(out.dtype, Prepend(schedule.runs[r].rows, out.shape));
       float* dst = cot[slot.output].data<float>() + schedule.si_row[slot.index] * NumElements(member.shape);
-      for (int64_t i = 0; i < NumElements(member.shape); ++i) dst[i] += src[i];
+      const int64_t elems = NumElements(member.shape);
+      for (int64_t i = 0; i < elems; ++i) dst[i] += src[i];
     }  // structure tensors and constants take no gradient
   };
   const float one = 1.0f;

@@ -41,7 +41,9 @@ struct Execution {
   // order); undefined where no gradient flows (integer tensors, unused ones).
   std::vector<Tensor> root_grads;
   int native_runs = 0, interpreted_runs = 0;
-  std::vector<SegmentCode::Variant*> missing_native;  // variants that ran without native code
+  // Variants that ran without native code, once each, and their segments' ids.
+  std::vector<SegmentCode::Variant*> missing_native;
+  std::vector<int> missing_codes;
 };
 
 // Throws Refusal (a program the vector-Jacobian product cannot be taken of)

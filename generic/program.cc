@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "ir/printer.h"
+#include "ir/visitor.h"
 
 namespace pejit::generic {
 
@@ -113,6 +114,13 @@ GenericProgram::GenericProgram(Snapshot module, std::string entry, GenericOption
     : module_(std::move(module)), entry_(std::move(entry)), options_(options) {
   if (!module_->Find(entry_)) throw Refusal("generic: no definition @" + entry_);
   cell_functions_ = CellFunctions(*module_, entry_);
+  // Without a match there is no structure to walk: every call of one
+  // signature computes alike, which the per-signature tiers already serve.
+  bool walks = false;
+  for (const std::string& f : cell_functions_) {
+    PostOrderVisit(module_->Get(f).func->body, [&](const Expr& e) { walks |= e->kind == ExprKind::kMatch; });
+  }
+  if (!walks) throw Refusal("generic: @" + entry_ + " matches on no structure; its shapes alone decide what it computes");
 }
 
 int GenericProgram::cells() const {

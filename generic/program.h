@@ -64,6 +64,8 @@ struct SegmentCode {
     std::vector<int> grad_outputs;   // the outputs it takes cotangents of
     std::atomic<std::shared_ptr<const Executable>> forward_code, backward_code;  // null until made
     std::atomic<bool> native{false};
+    std::atomic<bool> queued{false};       // a native compile was asked for (the engine's dedup)
+    std::atomic<size_t> code_bytes{0};     // of the native code
   };
   mutable std::mutex mu;
   std::map<int64_t, std::unique_ptr<Variant>> variants;  // by rows

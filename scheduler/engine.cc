@@ -22,6 +22,8 @@
 #include <optional>
 #include <stdexcept>
 
+#include "generic/executor.h"
+#include "generic/program.h"
 #include "jit/pipeline.h"
 #include "ops/blas.h"
 #include "scheduler/code_cache.h"
@@ -37,9 +39,18 @@ struct EntryState {
   explicit EntryState(std::string n) : name(std::move(n)) {}
   const std::string name;
 
-  std::atomic<int64_t> calls_interpreter{0}, calls_residual{0}, calls_native{0};
+  std::atomic<int64_t> calls_interpreter{0}, calls_residual{0}, calls_native{0}, calls_generic{0};
+  std::atomic<int64_t> generic_runs{0}, generic_native_runs{0};
   std::atomic<int64_t> hits{0}, misses{0}, compiled{0}, failed{0}, evicted{0}, invalidated{0}, cancelled{0},
       prefetched{0};
+
+  // The structure-generic tier for the entry's definitions as of
+  // `generic_versions` (its key); null with `generic_refusal` when it does
+  // not serve them.
+  std::mutex generic_mu;
+  std::string generic_versions;
+  std::shared_ptr<generic::GenericProgram> generic;
+  std::string generic_refusal;
 
   // The entry's definition versions in the newest snapshot seen so far.
   std::mutex versions_mu;
@@ -168,6 +179,7 @@ class EngineImpl {
   CodeStatus Status(Request& r);
   EntryState& State(const std::string& name);
   size_t RetainedBytes() const;
+  std::vector<std::shared_ptr<generic::GenericProgram>> GenericPrograms();
 
   Module module;
   const EngineOptions options;
@@ -180,8 +192,16 @@ class EngineImpl {
  private:
   void Prepare(Request& r);
   std::optional<ValueAndGrad> RunCompiled(Request& r, Slot& slot);
+  std::optional<ValueAndGrad> RunGeneric(Request& r);
+  std::shared_ptr<generic::GenericProgram> GenericFor(Request& r);
+  bool PrefetchGeneric(Request& r, pejit::Prefetch when);
+  void RefuseGeneric(Request& r, const std::string& reason);
+  void QueueGenericCompile(const std::string& entry, std::shared_ptr<generic::GenericProgram> program,
+                           generic::SegmentCode::Variant* variant, int code);
   ValueAndGrad RunInterpreter(Request& r);
-  SlotPtr Miss(Request& r, SlotPtr slot);
+  // `hot_calls` > 0: count the signature's calls and queue its job at that
+  // many (policy hot's rule), whatever the policy.
+  SlotPtr Miss(Request& r, SlotPtr slot, int hot_calls = 0);
   SlotPtr Insert(Request& r, SlotState initial, bool* inserted);
   void Enqueue(Request& r, const SlotPtr& slot, JobPriority priority);
   bool Promote(Request& r, const SlotPtr& slot, JobPriority priority);
@@ -207,7 +227,21 @@ class EngineImpl {
                          int64_t compile_end, const CompileNotes& notes) const;
 
   Interpreter interpreter_;
+  std::shared_ptr<JitSession> jit_;  // LLVM for the default compile hook and the generic tier; may be null
   CompileFn compile_;
+
+  // Segment variants of the generic tier waiting for native code; workers
+  // take these before specialization jobs (each is small, and serves every
+  // call that runs the segment).
+  struct GenericCompile {
+    std::string entry;
+    std::shared_ptr<generic::GenericProgram> program;  // keeps the variant alive
+    generic::SegmentCode::Variant* variant;
+    int code;
+  };
+  std::mutex generic_queue_mu_;
+  std::deque<GenericCompile> generic_queue_;
+  void RunGenericCompile(GenericCompile& job);
   EngineTrace trace_;  // the program's sink, the log and the trace file
   EventSink* sink_;    // trace_.sink(): null when nobody listens
   int64_t started_us_;
@@ -239,6 +273,17 @@ namespace {
 
 int DefaultWorkers() { return std::max(1, tbb::info::default_concurrency() - 1); }
 
+// The engine's LLVM session. With a compile hook of the caller's, LLVM is
+// optional (the generic tier then runs its segments in the interpreter).
+std::shared_ptr<JitSession> MakeSession(bool optional) {
+  try {
+    return JitSession::Create();
+  } catch (const JitFailure&) {
+    if (!optional) throw;
+    return nullptr;
+  }
+}
+
 }  // namespace
 
 EngineImpl::EngineImpl(EngineOptions opts)
@@ -248,7 +293,8 @@ EngineImpl::EngineImpl(EngineOptions opts)
                         std::max(1, options.max_tracked_signatures_per_entry)}),
       pe_cache(options.pe_cache),
       interpreter_(options.interpreter),
-      compile_(options.compile ? options.compile : CompileNative(JitSession::Create())),
+      jit_(MakeSession(static_cast<bool>(options.compile))),
+      compile_(options.compile ? options.compile : CompileNative(jit_)),
       trace_(ResolveTraceSettings(options.log_level, options.trace_file), options.events),
       sink_(trace_.sink()),
       started_us_(NowMicros()),
@@ -284,6 +330,16 @@ EngineImpl::~EngineImpl() {
     Emit(Make(EventKind::kStop, "", nullptr, started_us_, now - started_us_));
   }
   trace_.Finish();
+}
+
+std::vector<std::shared_ptr<generic::GenericProgram>> EngineImpl::GenericPrograms() {
+  std::vector<std::shared_ptr<generic::GenericProgram>> programs;
+  std::lock_guard<std::mutex> lock(entries_mu_);
+  for (const auto& [name, entry] : entries_) {
+    std::lock_guard<std::mutex> generic_lock(entry->generic_mu);
+    if (entry->generic) programs.push_back(entry->generic);
+  }
+  return programs;
 }
 
 EntryState& EngineImpl::State(const std::string& name) {
@@ -380,7 +436,17 @@ ValueAndGrad EngineImpl::Run(Request& r) {
   if (slot && slot->Load() == SlotState::kReady) {
     if (auto out = RunCompiled(r, *slot)) return std::move(*out);
   }
-  // (5) A miss: queue a job per policy.
+  // (5) The structure-generic tier: code shared by every structure. A
+  // signature that keeps coming back gets its own specialization too.
+  if (options.generic) {
+    if (auto out = RunGeneric(r)) {
+      if (options.specialize_after_calls > 0 && !(slot && slot->Load() == SlotState::kReady)) {
+        Miss(r, std::move(slot), options.specialize_after_calls);
+      }
+      return std::move(*out);
+    }
+  }
+  // (6) A miss: queue a job per policy.
   slot = Miss(r, std::move(slot));
   if (slot && options.policy.kind == Policy::Kind::kSync) {
     Wait(*slot);
@@ -388,8 +454,118 @@ ValueAndGrad EngineImpl::Run(Request& r) {
       if (auto out = RunCompiled(r, *slot)) return std::move(*out);
     }
   }
-  // (6) Tier 0.
+  // (7) Tier 0.
   return RunInterpreter(r);
+}
+
+std::shared_ptr<generic::GenericProgram> EngineImpl::GenericFor(Request& r) {
+  EntryState& entry = r.entry;
+  std::lock_guard<std::mutex> lock(entry.generic_mu);
+  if (entry.generic_versions != r.key.versions->key) {
+    entry.generic_versions = r.key.versions->key;
+    entry.generic.reset();
+    entry.generic_refusal.clear();
+    try {
+      entry.generic = std::make_shared<generic::GenericProgram>(r.snapshot, entry.name);
+    } catch (const generic::Refusal& e) {
+      entry.generic_refusal = e.what();
+      RefuseGeneric(r, entry.generic_refusal);
+    }
+  }
+  return entry.generic;
+}
+
+void EngineImpl::RefuseGeneric(Request& r, const std::string& reason) {
+  if (!On(EventKind::kGenericRefused)) return;
+  Event e = Make(EventKind::kGenericRefused, r.entry.name, &r.key.signature);
+  e.fields.push_back({"mode", r.key.mode});
+  e.fields.push_back({"reason", reason});
+  Emit(e);
+}
+
+std::optional<ValueAndGrad> EngineImpl::RunGeneric(Request& r) {
+  std::shared_ptr<generic::GenericProgram> program = GenericFor(r);
+  if (!program) return std::nullopt;
+  int64_t start = r.start_us;
+  ValueAndGrad out;
+  generic::Execution run;
+  generic::Schedule schedule;
+  int cells_before = program->cells();
+  try {
+    schedule = program->Inspect(r.args);
+    generic::ExecuteOptions eo;
+    eo.grad = r.wrt != nullptr;
+    if (options.policy.kind == Policy::Kind::kSync) eo.compile_now = jit_.get();
+    run = generic::Execute(schedule, eo);
+    out.value = std::move(run.value);
+    if (r.wrt) {
+      for (int i : *r.wrt) out.grads.push_back(generic::ArgumentGradient(r.args, run.root_grads, i));
+    }
+  } catch (const generic::Refusal& e) {
+    RefuseGeneric(r, e.what());
+    return std::nullopt;
+  } catch (const std::exception& e) {
+    // Bad input, or a fault of this tier: the interpreter gives the answer
+    // or the proper error.
+    RefuseGeneric(r, std::string("run: ") + e.what());
+    return std::nullopt;
+  }
+  if (jit_ && options.policy.kind != Policy::Kind::kSync) {
+    for (size_t i = 0; i < run.missing_native.size(); ++i) {
+      QueueGenericCompile(r.entry.name, program, run.missing_native[i], run.missing_codes[i]);
+    }
+  }
+  Count(r.entry.calls_generic);
+  Count(r.entry.generic_runs, run.native_runs + run.interpreted_runs);
+  Count(r.entry.generic_native_runs, run.native_runs);
+  if (On(EventKind::kCall)) {
+    Event e = Make(EventKind::kCall, r.entry.name, &r.key.signature, start, NowMicros() - start);
+    e.fields.push_back({"tier", std::string("generic")});
+    e.fields.push_back({"mode", std::string(r.wrt ? "grad" : "value")});
+    e.fields.push_back({"inspect_us", static_cast<int64_t>(schedule.inspect_ms * 1000)});
+    e.fields.push_back({"runs", static_cast<int64_t>(run.native_runs + run.interpreted_runs)});
+    e.fields.push_back({"native_runs", static_cast<int64_t>(run.native_runs)});
+    e.fields.push_back({"levels", static_cast<int64_t>(schedule.levels)});
+    if (int added = program->cells() - cells_before; added > 0) e.fields.push_back({"new_cells", static_cast<int64_t>(added)});
+    Emit(e);
+  }
+  return out;
+}
+
+void EngineImpl::QueueGenericCompile(const std::string& entry, std::shared_ptr<generic::GenericProgram> program,
+                                     generic::SegmentCode::Variant* variant, int code) {
+  if (variant->queued.exchange(true)) return;  // one compile per variant
+  {
+    std::lock_guard<std::mutex> lock(generic_queue_mu_);
+    generic_queue_.push_back({entry, std::move(program), variant, code});
+  }
+  Spawn();
+}
+
+void EngineImpl::RunGenericCompile(GenericCompile& job) {
+  if (stopping_.load()) return;
+  int64_t start = NowMicros();
+  std::string failure;
+  try {
+    generic::CompileVariant(*jit_, *job.variant);
+  } catch (const std::exception& e) {
+    failure = e.what();  // the variant keeps running in the interpreter
+  }
+  if (!failure.empty()) {
+    if (On(EventKind::kGenericRefused)) {
+      Event e = Make(EventKind::kGenericRefused, job.entry, nullptr);
+      e.fields.push_back({"reason", "compile of segment " + std::to_string(job.code) + ": " + failure});
+      Emit(e);
+    }
+    return;
+  }
+  if (On(EventKind::kGenericCompile)) {
+    Event e = Make(EventKind::kGenericCompile, job.entry, nullptr, start, NowMicros() - start);
+    e.fields.push_back({"segment", static_cast<int64_t>(job.code)});
+    e.fields.push_back({"rows", job.variant->rows});
+    e.fields.push_back({"code_bytes", static_cast<int64_t>(job.variant->code_bytes.load())});
+    Emit(e);
+  }
 }
 
 std::optional<ValueAndGrad> EngineImpl::RunCompiled(Request& r, Slot& slot) {
@@ -491,18 +667,20 @@ SlotPtr EngineImpl::Insert(Request& r, SlotState initial, bool* inserted) {
   return slot;
 }
 
-SlotPtr EngineImpl::Miss(Request& r, SlotPtr slot) {
-  Count(r.entry.misses);
-  if (On(EventKind::kMiss)) {
+SlotPtr EngineImpl::Miss(Request& r, SlotPtr slot, int hot_calls) {
+  const bool served = hot_calls > 0;  // another tier (the generic one) served this call
+  if (!served) Count(r.entry.misses);
+  if (!served && On(EventKind::kMiss)) {
     Event e = Make(EventKind::kMiss, r.entry.name, &r.key.signature);
     e.fields.push_back({"state", std::string(slot ? SlotStateName(slot->Load()) : "new")});
     e.fields.push_back({"policy", options.policy.ToString()});
     e.fields.push_back({"queue", static_cast<int64_t>(queue.size())});
     Emit(e);
   }
-  bool hot = options.policy.kind == Policy::Kind::kHot;
-  // Under sync the caller waits for the job.
-  JobPriority priority = options.policy.kind == Policy::Kind::kSync ? JobPriority::kWait : JobPriority::kMiss;
+  bool hot = served || options.policy.kind == Policy::Kind::kHot;
+  if (!served) hot_calls = options.policy.hot_calls;
+  // Under sync the caller waits for the job (not when another tier served it).
+  JobPriority priority = options.policy.kind == Policy::Kind::kSync && !served ? JobPriority::kWait : JobPriority::kMiss;
   bool inserted = false;
   if (!slot) {
     slot = Insert(r, hot ? SlotState::kCold : SlotState::kPending, &inserted);
@@ -517,7 +695,7 @@ SlotPtr EngineImpl::Miss(Request& r, SlotPtr slot) {
     queue.Requeue(slot.get(), priority);  // most recently missed first
   } else if (state == SlotState::kCold) {
     int64_t calls = slot->calls.fetch_add(1, std::memory_order_relaxed) + 1;
-    if (!hot || calls >= options.policy.hot_calls) Promote(r, slot, priority);
+    if (!hot || calls >= hot_calls) Promote(r, slot, priority);
   }
   return slot;
 }
@@ -570,7 +748,18 @@ void EngineImpl::Spawn() {
 }
 
 void EngineImpl::WorkerTask() {
-  if (JobPtr job = queue.Pop()) {
+  std::optional<GenericCompile> compile;
+  {
+    std::lock_guard<std::mutex> lock(generic_queue_mu_);
+    if (!generic_queue_.empty()) {
+      compile = std::move(generic_queue_.front());
+      generic_queue_.pop_front();
+    }
+  }
+  if (compile) {
+    ScopedLowerPriority background(options.worker_nice);
+    RunGenericCompile(*compile);
+  } else if (JobPtr job = queue.Pop()) {
     ScopedLowerPriority background(options.policy.kind == Policy::Kind::kSync ? 0 : options.worker_nice);
     RunJob(*job);
   }
@@ -881,9 +1070,33 @@ CodeStatus EngineImpl::StatusOf(const Slot& slot) {
   return status;
 }
 
+bool EngineImpl::PrefetchGeneric(Request& r, pejit::Prefetch when) {
+  std::shared_ptr<generic::GenericProgram> program = GenericFor(r);
+  if (!program || !jit_) return false;
+  try {
+    generic::Schedule schedule = program->Inspect(r.args);
+    for (const generic::Run& run : schedule.runs) {
+      generic::SegmentCode::Variant& v = generic::VariantFor(*run.code, run.rows, r.wrt != nullptr);
+      if (!v.native.load()) QueueGenericCompile(r.entry.name, program, &v, run.code->id);
+    }
+  } catch (const std::exception& e) {
+    RefuseGeneric(r, e.what());
+    return false;
+  }
+  if (On(EventKind::kPrefetch)) {
+    Event e = Make(EventKind::kPrefetch, r.entry.name, &r.key.signature);
+    e.fields.push_back({"state", std::string("generic")});
+    e.fields.push_back({"priority", std::string(JobPriorityName(when == pejit::Prefetch::kNext ? JobPriority::kNext : JobPriority::kIdle))});
+    Emit(e);
+  }
+  return true;
+}
+
 void EngineImpl::Prefetch(Request& r, pejit::Prefetch when) {
   Prepare(r);
   if (!r.cacheable) return;
+  // The generic tier serves the call: compile what it will run.
+  if (options.generic && PrefetchGeneric(r, when)) return;
   JobPriority priority = when == pejit::Prefetch::kNext ? JobPriority::kNext : JobPriority::kIdle;
   bool inserted = false;
   SlotPtr slot = Insert(r, SlotState::kPending, &inserted);
@@ -961,8 +1174,23 @@ Entry Engine::entry(const std::string& name, EntryOptions options) {
 }
 
 EngineStats Engine::stats() const {
-  return EngineStats{impl_->cache.bytes(), impl_->cache.size(), impl_->queue.size(), impl_->RetainedBytes(),
-                     impl_->workers};
+  EngineStats out{impl_->cache.bytes(), impl_->cache.size(), impl_->queue.size(), impl_->RetainedBytes(),
+                  impl_->workers};
+  for (const auto& program : impl_->GenericPrograms()) {
+    out.generic_cells += program->cells();
+    for (generic::SegmentCode* code : program->codes()) {
+      ++out.generic_segments;
+      std::lock_guard<std::mutex> lock(code->mu);
+      for (const auto& [rows, variant] : code->variants) {
+        ++out.generic_variants;
+        if (variant->native.load()) {
+          ++out.generic_native_variants;
+          out.generic_code_bytes += variant->code_bytes.load();
+        }
+      }
+    }
+  }
+  return out;
 }
 
 const std::string& Entry::name() const { return state_->name; }
@@ -1014,6 +1242,9 @@ EntryStats Entry::stats() const {
   out.calls_interpreter = get(s.calls_interpreter);
   out.calls_residual_interpreter = get(s.calls_residual);
   out.calls_native = get(s.calls_native);
+  out.calls_generic = get(s.calls_generic);
+  out.generic_runs = get(s.generic_runs);
+  out.generic_native_runs = get(s.generic_native_runs);
   out.hits = get(s.hits);
   out.misses = get(s.misses);
   out.compiled = get(s.compiled);

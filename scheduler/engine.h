@@ -115,6 +115,17 @@ struct EngineOptions {
   // what PE of another did for the same helper and skeleton (pe/pe_cache.h).
   // max_entries = 0 turns it off.
   PeCacheOptions pe_cache;
+  // The structure-generic tier (generic/program.h): a call whose program it
+  // serves runs at once on code shared by every structure (one batched run
+  // per segment of the model's cells and tree level), compiled per segment
+  // and row bucket in the background and never per minibatch. A call it
+  // does not serve (an `if` on tensor values, a structure nested deeper than
+  // it walks) takes the per-minibatch tiers below, and the log says why.
+  bool generic = true;
+  // With the generic tier serving, a signature gets its own per-minibatch
+  // specialization (PE, batching, fusion across the whole program) once it
+  // has been called this many times: minibatches that repeat; 0: never.
+  int specialize_after_calls = 2;
   // Batch isomorphic independent operations of residual programs (one GEMM
   // per tree level instead of one per node; jit/batch.h).
   bool batch = true;
@@ -146,6 +157,9 @@ struct EntryStats {
   int64_t calls_interpreter = 0;           // tier 0
   int64_t calls_residual_interpreter = 0;  // residual programs in the interpreter
   int64_t calls_native = 0;                // any other compiled tier (LLVM)
+  int64_t calls_generic = 0;               // the structure-generic tier
+  int64_t generic_runs = 0;                // ... batched segment runs it made
+  int64_t generic_native_runs = 0;         // ... of which native code (the others interpreted, while compiling)
   int64_t hits = 0;                        // calls that found ready code
   int64_t misses = 0;                      // calls that did not (policy interpreter: not counted)
   int64_t compiled = 0;                    // specializations published
@@ -155,8 +169,8 @@ struct EntryStats {
   int64_t cancelled = 0;                   // queued jobs dropped (edits, shutdown)
   int64_t prefetched = 0;                  // prefetch requests that queued a job
 
-  int64_t calls() const { return calls_interpreter + calls_residual_interpreter + calls_native; }
-  int64_t calls_compiled() const { return calls_residual_interpreter + calls_native; }
+  int64_t calls() const { return calls_interpreter + calls_residual_interpreter + calls_native + calls_generic; }
+  int64_t calls_compiled() const { return calls_residual_interpreter + calls_native + calls_generic; }
 };
 
 // Where one signature's code stands.
@@ -239,6 +253,11 @@ struct EngineStats {
   size_t queued = 0;      // jobs waiting for a worker
   size_t retained_bytes = 0;  // invalidated code kept for its kernels (EngineOptions::retained_code_bytes)
   int workers = 0;
+  // The generic tier, over the entries' current programs: cells, distinct
+  // segment programs, their variants (segment × row bucket) and how many of
+  // those have native code, and its bytes.
+  int64_t generic_cells = 0, generic_segments = 0, generic_variants = 0, generic_native_variants = 0;
+  size_t generic_code_bytes = 0;
 };
 
 class Engine {

@@ -43,6 +43,8 @@ namespace pejit {
   X(kEvict, "evict", "a slot left the code cache; reason (budget, entry-max, tracked-max), state, bytes")       \
   X(kEdit, "edit", "the module was edited; kind (add, replace, remove), definitions, affected, slots, retained")   \
   X(kInvalidate, "invalidate", "a module edit dropped an entry's slots; definitions, slots")                    \
+  X(kGenericCompile, "generic-compile", "a segment of the generic tier got native code; the span is the compile; segment, rows, ops") \
+  X(kGenericRefused, "generic-refused", "the generic tier declined an entry or a call, which takes the other tiers; mode, reason") \
   X(kStop, "stop", "an engine was destroyed; the span is its life")
 
 enum class EventKind : uint8_t {

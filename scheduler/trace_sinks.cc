@@ -38,6 +38,7 @@ LogLevel KindLevel(EventKind kind) {
     case EventKind::kStop:
     case EventKind::kSwap:
     case EventKind::kRefused:
+    case EventKind::kGenericRefused:
     case EventKind::kFailed:
     case EventKind::kEvict:
     case EventKind::kEdit:
@@ -133,7 +134,8 @@ std::string FormatEvent(const Event& e, size_t entry_width) {
     case EventKind::kAutodiff:
     case EventKind::kBatch:
     case EventKind::kPasses:
-    case EventKind::kCodegen: lead = FormatMicros(e.duration_us); break;
+    case EventKind::kCodegen:
+    case EventKind::kGenericCompile: lead = FormatMicros(e.duration_us); break;
     default: break;
   }
   if (!lead.empty()) line += "  " + lead;

@@ -23,7 +23,7 @@ constexpr StageSource kStages[] = {
     {"passes", EventKind::kPasses}, {"codegen", EventKind::kCodegen},   {"compile", EventKind::kCompile},
 };
 
-const char* const kTiers[] = {"interpreter", "residual-interpreter", "native"};
+const char* const kTiers[] = {"interpreter", "residual-interpreter", "native", "generic"};
 
 int64_t IntField(const Event& e, std::string_view key) {
   const FieldValue* v = e.Find(key);
@@ -113,8 +113,11 @@ void TraceStats::Add(const Event& e) {
       TierTotals& tier = t.tiers[e.Text("tier")];
       tier.calls++;
       tier.us += e.duration_us;
+      if (e.Find("inspect_us")) stages_["generic inspect"].Add(IntField(e, "inspect_us"));
       break;
     }
+    case EventKind::kGenericCompile: stages_["generic compile"].Add(e.duration_us); break;
+    case EventKind::kGenericRefused: reasons_[{std::string(e.name()), e.entry, e.Text("reason")}]++; break;
     case EventKind::kHit: t.hits++; break;
     case EventKind::kMiss: t.misses++; break;
     case EventKind::kEnqueue:
@@ -171,12 +174,19 @@ std::string TraceStats::Render() const {
   if (entries_.empty()) return out + "no entry was called\n";
 
   // Calls: how many ran in each tier, with their mean duration.
+  // A tier's column shows when it has calls, or is one of the first three.
+  std::vector<const char*> tiers;
+  for (const char* tier : kTiers) {
+    bool used = tiers.size() < 3;
+    for (const auto& [entry, t] : entries_) used |= t.calls(tier) > 0;
+    if (used) tiers.push_back(tier);
+  }
   std::vector<std::vector<std::string>> calls = {{"entry", "calls"}};
-  for (const char* tier : kTiers) calls[0].push_back(tier);
+  for (const char* tier : tiers) calls[0].push_back(tier);
   calls[0].insert(calls[0].end(), {"hits", "misses"});
   for (const auto& [entry, t] : entries_) {
     std::vector<std::string> row = {entry, std::to_string(t.calls())};
-    for (const char* tier : kTiers) {
+    for (const char* tier : tiers) {
       auto it = t.tiers.find(tier);
       if (it == t.tiers.end() || it->second.calls == 0) {
         row.push_back("0");
@@ -220,7 +230,8 @@ std::string TraceStats::Render() const {
 
   // Times of the jobs and their stages.
   std::vector<std::vector<std::string>> times = {{"stage", "count", "total", "p50", "p99", "max"}};
-  for (const char* name : {"job", "queue wait", "pe", "batch", "autodiff", "passes", "codegen", "compile"}) {
+  for (const char* name : {"job", "queue wait", "pe", "batch", "autodiff", "passes", "codegen", "compile", "generic inspect",
+                           "generic compile"}) {
     const Durations& d = stage(name);
     if (d.count() == 0) continue;
     times.push_back({name, std::to_string(d.count()), FormatMicros(d.total()), FormatMicros(d.Percentile(0.5)),

@@ -39,7 +39,7 @@ struct TierTotals {
 };
 
 struct EntryTotals {
-  std::map<std::string, TierTotals> tiers;  // "interpreter", "residual-interpreter", "native"
+  std::map<std::string, TierTotals> tiers;  // "interpreter", "residual-interpreter", "native", "generic"
   int64_t hits = 0, misses = 0, enqueued = 0, compiled = 0, refused = 0, failed = 0, evicted = 0, invalidated = 0,
           cancelled = 0, prefetched = 0;
   // Specializations compiled by jobs queued after a module edit first
@@ -57,7 +57,9 @@ class TraceStats {
 
   const std::map<std::string, EntryTotals>& entries() const { return entries_; }
   // "job" (the swap's span: dequeue to publish), "queue wait", "pe",
-  // "batch", "autodiff", "passes", "codegen", "compile".
+  // "batch", "autodiff", "passes", "codegen", "compile"; "generic inspect"
+  // (the inspector's time per generic call) and "generic compile" (per
+  // segment variant).
   const Durations& stage(const std::string& name) const;
   // (kind, entry, reason) → how many: refused and failed with their reason,
   // evict with its reason (and the state when not ready), invalidate with

@@ -95,6 +95,11 @@ ReplayCommand::ReplayCommand(CLI::App& app) {
   replay_->add_option("--lookahead", o_.lookahead, "calls prefetched ahead of the one running (0: none)")
       ->capture_default_str()
       ->check(CLI::Range(0, 1024));
+  replay_->add_flag("--no-generic", o_.no_generic,
+                    "leave the structure-generic tier out: every new structure is specialized on its own");
+  replay_->add_option("--specialize-after", o_.specialize_after,
+                      "with the generic tier, specialize a signature once it has been called this often (0: never)")
+      ->capture_default_str();
   replay_->add_option("--workers", o_.workers, "background compile workers (0: cores - 1)")
       ->capture_default_str()
       ->check(CLI::Range(0, 256));
@@ -115,6 +120,8 @@ int ReplayCommand::Run() const {
   EngineOptions options;
   options.policy = Policy::Parse(o_.policy);
   options.workers = o_.workers;
+  options.generic = !o_.no_generic;
+  options.specialize_after_calls = o_.specialize_after;
   options.log_level = o_.log_level;
   options.trace_file = o_.trace_file;
   Engine engine(options);
@@ -149,7 +156,8 @@ int ReplayCommand::Run() const {
   for (int epoch = 0; epoch < o_.epochs; ++epoch) {
     if (o_.reshuffle && epoch > 0) std::shuffle(order.begin(), order.end(), rng);
     EntryStats before = entry.stats();
-    size_t code_before = engine.stats().code_bytes;
+    EngineStats stats_before = engine.stats();
+    size_t code_before = stats_before.code_bytes + stats_before.generic_code_bytes;
     ProgressBar progress("epoch " + std::to_string(epoch), "calls", order.size());
     auto epoch_start = Clock::now();
     auto prefetch = [&](size_t position) {
@@ -209,16 +217,29 @@ int ReplayCommand::Run() const {
     auto share = [&](int64_t EntryStats::*field) { return static_cast<double>(after.*field - before.*field) / n; };
     double native = share(&EntryStats::calls_native), residual = share(&EntryStats::calls_residual_interpreter);
     double interpreter = share(&EntryStats::calls_interpreter);
+    double generic = share(&EntryStats::calls_generic);
+    int64_t runs = after.generic_runs - before.generic_runs;
+    double generic_native_runs =
+        runs ? static_cast<double>(after.generic_native_runs - before.generic_native_runs) / static_cast<double>(runs) : 0;
     int64_t specializations = after.compiled - before.compiled;
-    size_t code_bytes = engine.stats().code_bytes;
-    std::printf("epoch %d: %zu calls in %.2f s, %.1f calls/s; native %.0f%%, residual-interpreter %.0f%%, "
-                "interpreter %.0f%%; %lld specializations compiled, %.1f KiB of code held\n",
-                epoch, order.size(), seconds, n / std::max(1e-9, seconds), 100 * native, 100 * residual,
-                100 * interpreter, static_cast<long long>(specializations), static_cast<double>(code_bytes) / 1024);
+    EngineStats es = engine.stats();
+    size_t code_bytes = es.code_bytes + es.generic_code_bytes;
+    std::printf("epoch %d: %zu calls in %.2f s, %.1f calls/s; generic %.0f%% (%.0f%% of its runs native), "
+                "native %.0f%%, residual-interpreter %.0f%%, interpreter %.0f%%; %lld specializations compiled, "
+                "%lld of %lld generic segment variants native, %.1f KiB of code held\n",
+                epoch, order.size(), seconds, n / std::max(1e-9, seconds), 100 * generic, 100 * generic_native_runs,
+                100 * native, 100 * residual, 100 * interpreter, static_cast<long long>(specializations),
+                static_cast<long long>(es.generic_native_variants), static_cast<long long>(es.generic_variants),
+                static_cast<double>(code_bytes) / 1024);
     epochs.push_back({{"epoch", epoch},
                       {"seconds", seconds},
                       {"calls_per_s", n / std::max(1e-9, seconds)},
-                      {"compiled_share", native + residual},
+                      {"compiled_share", native + residual + generic},
+                      {"generic_share", generic},
+                      {"generic_native_run_share", generic_native_runs},
+                      {"generic_cells", es.generic_cells},
+                      {"generic_segments", es.generic_segments},
+                      {"generic_variants", es.generic_variants},
                       {"native_share", native},
                       {"residual_interpreter_share", residual},
                       {"interpreter_share", interpreter},

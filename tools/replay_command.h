@@ -28,6 +28,8 @@ class ReplayCommand {
     uint64_t seed = 1;
     std::string policy = "eager";
     int lookahead = 0;
+    bool no_generic = false;
+    int specialize_after = 2;
     int workers = 0;
     bool check = false;
     double rtol = 1e-4, atol = 1e-5;

@@ -48,6 +48,7 @@ class EngineTest : public testing::Test {
 TEST_F(EngineTest, CallsDuringASlowCompileRunInTheInterpreterThenCompiledCodeTakesOver) {
   std::atomic<bool> compile_started{false}, compile_finished{false};
   EngineOptions options;
+  options.generic = false;  // the per-minibatch tiers (fixtures.h)
   options.workers = 1;
   options.policy = Policy::Eager();
   options.before_compile = [&](const CompileInfo&) {
@@ -434,6 +435,7 @@ TEST(EngineShutdown, CancelsQueuedJobsAndNeverRunsOneAfterward) {
 TEST(EngineShutdown, AnIdleEngineStopsAtOnce) {
   for (int i = 0; i < 20; ++i) {
     EngineOptions options;
+    options.generic = false;  // the per-minibatch tiers (fixtures.h)
     options.workers = 2;
     Engine engine(options);
     engine.module().AddSource(kProgram, "program.pj");
@@ -516,6 +518,7 @@ TEST_F(EngineTest, WorkersCompileAtALowerPriorityUnlessTheCallerWaits) {
   for (bool sync : {true, false}) {
     std::atomic<int> nice_in_compile{-100};
     EngineOptions options;
+    options.generic = false;  // the per-minibatch tiers (fixtures.h)
     options.workers = 1;
     options.worker_nice = 19;
     options.policy = sync ? Policy::Sync() : Policy::Eager();
@@ -540,6 +543,7 @@ TEST_F(EngineTest, BlasUsesTheIdleThreadCountOnlyWhileNothingCompiles) {
   SetBlasThreads(1);
   std::atomic<bool> compiling{false}, release{false};
   EngineOptions options;
+  options.generic = false;  // the per-minibatch tiers (fixtures.h)
   options.workers = 1;
   options.idle_blas_threads = 2;
   options.before_compile = [&](const CompileInfo&) {

@@ -61,10 +61,14 @@ def @helper(%x: Tensor[(1, ?), f32]) -> Tensor[(1, ?), f32] { sigmoid(%x) }
 
 // Options with one worker and `policy`, then whatever `more` sets. (Not
 // designated initializers: GCC 12's -Wextra warns about every field left out.)
+// The generic tier is off: these tests are about the per-minibatch tiers'
+// machinery (slots, jobs, swaps, edits); generic_engine_test has the generic
+// tier in the engine.
 inline EngineOptions Options(Policy policy, const std::function<void(EngineOptions&)>& more = {}) {
   EngineOptions o;
   o.workers = 1;
   o.policy = policy;
+  o.generic = false;
   if (more) more(o);
   return o;
 }

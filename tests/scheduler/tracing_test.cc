@@ -79,7 +79,7 @@ std::map<std::string, std::map<std::string, std::string>> DocumentedFields() {
   std::ifstream in("docs/tracing.md");
   EXPECT_TRUE(in) << "docs/tracing.md is not in the test's runfiles";
   std::map<std::string, std::map<std::string, std::string>> fields;
-  std::regex section(R"(^### `([a-z]+)`$)"), row(R"(^\| `([a-z_]+)` \| (integer|string) \|.*)");
+  std::regex section(R"(^### `([a-z-]+)`$)"), row(R"(^\| `([a-z_]+)` \| (integer|string) \|.*)");
   std::string current, line;
   bool schema = false;
   while (std::getline(in, line)) {
@@ -176,6 +176,27 @@ TEST(Tracing, TheTraceFileHoldsEveryEventWithTheDocumentedSchema) {
     other.call(first);
     ASSERT_EQ(other.wait_ready(first).reason, "compile: the compile hook returned no executable");
     for (int rows = 2; rows < 6; ++rows) other.call({RandomMatrix(rng, rows, 3), RandomMatrix(rng, 3, 2)});
+  }
+
+  // A third with the generic tier on: a segment's compile, and an entry it
+  // declines (@count_down matches on nothing).
+  {
+    EngineOptions options = Options(Policy::Eager(), [&](EngineOptions& o) {
+      o.trace_file = path;
+      o.events = recorded;
+      o.generic = true;
+    });
+    Engine engine(options);
+    engine.module().AddSource(kProgram, "program.pj");
+    Snapshot s = engine.module().snapshot();
+    Rng rng(2);
+    Entry loss = engine.entry("loss");
+    std::vector<Value> args = {MakeTree(*s, 5, 0, 4), RandomMatrix(rng, 4, 3)};
+    ASSERT_TRUE(Eventually([&] {
+      loss.value_and_grad(args, {1});
+      return loss.stats().generic_native_runs > 0;
+    }));
+    engine.entry("count_down").call({I(3), Value(Tensor::Scalar(1))});
   }
 
   std::map<std::string, std::map<std::string, std::string>> documented = DocumentedFields();

@@ -79,7 +79,7 @@ if err=$("$pejit" trace summary "$tmp/bad.jsonl" 2>&1); then fail "a bad trace w
 # interpreter. Policy sync compiles each new shape before its call, so the
 # first epoch compiles the 8 and the second runs natively throughout.
 out=$("$pejit" replay "$dir/trees.pj" --entry loss --calls "$dir/trees_calls.jsonl" --grad --wrt 1 --epochs 2 \
-        --reshuffle --policy sync --check 2>/dev/null)
+        --reshuffle --policy sync --check --no-generic 2>/dev/null)
 [[ "$(grep -c '^epoch [01]: 12 calls in' <<< "$out")" == 2 ]] || fail "replay epoch lines: $out"
 python3 - "$(tail -n 1 <<< "$out")" <<'PY' || fail "replay: not the expected final line: $out"
 import json, sys

@@ -1,0 +1,102 @@
+// The structure-generic tier (generic/) on the Tree-LSTM (hidden 128, embed
+// 64, 32-tree ListOps minibatches): the inspector's time per minibatch, and a
+// training step on minibatches it has never seen, segments native (compiled
+// once, on the first minibatches) beside the interpreter.
+#include <benchmark/benchmark.h>
+
+#include "examples/treelstm/listops.h"
+#include "examples/treelstm/model.h"
+#include "generic/executor.h"
+#include "generic/program.h"
+#include "interp/interpreter.h"
+#include "jit/compiler.h"
+#include "ops/blas.h"
+
+namespace pejit {
+namespace {
+
+struct Workload {
+  Module module;
+  Snapshot snapshot;
+  std::vector<std::vector<Value>> calls;  // distinct minibatches
+  int nodes = 0;
+
+  explicit Workload(int trees, int minibatches) {
+    SetBlasThreads(1);
+    module.AddSource(treelstm::ModelSource(), "treelstm.pj");
+    snapshot = module.snapshot();
+    Rng rng(1);
+    Value params = treelstm::InitParams(rng, {listops::kVocabularySize, 64, 128, listops::kClasses});
+    for (int m = 0; m < minibatches; ++m) {
+      treelstm::Batch b = treelstm::GeneratedListOpsBatch(100 + m, trees, *snapshot);
+      nodes += b.nodes;
+      calls.push_back({b.trees, b.labels, params});
+    }
+  }
+};
+
+void BM_GenericInspect(benchmark::State& state) {
+  Workload w(32, 8);
+  generic::GenericProgram program(w.snapshot, "loss");
+  for (const auto& args : w.calls) program.Inspect(args);  // cells built
+  size_t i = 0;
+  double runs = 0, levels = 0, rows = 0, padded = 0, instances = 0;
+  for (auto _ : state) {
+    generic::Schedule s = program.Inspect(w.calls[i++ % w.calls.size()]);
+    runs += s.runs.size();
+    levels += s.levels;
+    instances += s.instances;
+    for (const generic::Run& r : s.runs) {
+      rows += r.members.size();
+      padded += r.rows;
+    }
+  }
+  double n = static_cast<double>(state.iterations());
+  state.counters["cells"] = program.cells();
+  state.counters["nodes"] = w.nodes / static_cast<double>(w.calls.size());
+  state.counters["cell_instances"] = instances / n;
+  state.counters["runs"] = runs / n;
+  state.counters["levels"] = levels / n;
+  state.counters["rows_per_run"] = rows / runs;
+  state.counters["padding"] = padded / rows - 1;
+}
+BENCHMARK(BM_GenericInspect)->Unit(benchmark::kMicrosecond);
+
+// Training steps on minibatches never seen before: the first `warm` compile
+// the segment variants; the timed ones run only native code already there.
+void BM_GenericTrainStep(benchmark::State& state) {
+  const int warm = 16;
+  Workload w(32, warm + 64);
+  generic::GenericProgram program(w.snapshot, "loss");
+  auto jit = JitSession::Create();
+  generic::ExecuteOptions compile;
+  compile.grad = true;
+  compile.compile_now = jit.get();
+  for (int i = 0; i < warm; ++i) generic::Execute(program.Inspect(w.calls[i]), compile);
+  generic::ExecuteOptions run;
+  run.grad = true;
+  size_t i = warm;
+  int64_t interpreted = 0, runs = 0;
+  for (auto _ : state) {
+    generic::Execution e = generic::Execute(program.Inspect(w.calls[i]), run);
+    interpreted += e.interpreted_runs;
+    runs += e.interpreted_runs + e.native_runs;
+    if (++i == w.calls.size()) i = warm;
+  }
+  state.counters["trees_per_s"] = benchmark::Counter(32.0, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["interpreted_share"] = runs ? static_cast<double>(interpreted) / runs : 0;
+  state.counters["segment_codes"] = program.segment_codes();
+}
+BENCHMARK(BM_GenericTrainStep)->Unit(benchmark::kMillisecond);
+
+void BM_InterpreterTrainStep(benchmark::State& state) {
+  Workload w(32, 8);
+  Interpreter interp;
+  size_t i = 0;
+  for (auto _ : state) benchmark::DoNotOptimize(interp.CallWithGrad(*w.snapshot, "loss", w.calls[i++ % w.calls.size()], {2}));
+  state.counters["trees_per_s"] = benchmark::Counter(32.0, benchmark::Counter::kIsIterationInvariantRate);
+}
+BENCHMARK(BM_InterpreterTrainStep)->Unit(benchmark::kMillisecond);
+
+}  // namespace
+}  // namespace pejit

@@ -1,0 +1,121 @@
+// The structure-generic tier inside the engine: unseen structures run on
+// shared code from their first call, with the interpreter's answers; what
+// the tier has not compiled yet (a taller tree, a new constructor) is served
+// at once and compiled in the background; what it does not serve goes to the
+// other tiers with the reason in the log; and a module edit replaces its code.
+#include <gtest/gtest.h>
+
+#include "scheduler/engine.h"
+#include "tests/scheduler/fixtures.h"
+
+namespace pejit {
+namespace {
+
+using namespace testing_scheduler;
+
+EngineOptions GenericOptions(Policy policy, std::shared_ptr<RecordingSink> events) {
+  return Options(policy, [&](EngineOptions& o) {
+    o.generic = true;
+    o.specialize_after_calls = 0;
+    o.events = std::move(events);
+  });
+}
+
+bool Close(const Value& a, const Value& b) { return ValueAllClose(a, b, 1e-5, 1e-6); }
+
+TEST(GenericEngine, EveryNewStructureRunsGenericCodeFromItsFirstCall) {
+  auto events = std::make_shared<RecordingSink>();
+  Engine engine(GenericOptions(Policy::Sync(), events));
+  engine.module().AddSource(kProgram, "program.pj");
+  Snapshot s = engine.module().snapshot();
+  Rng rng(3);
+  Value emb = RandomMatrix(rng, 10, 4);
+  Entry loss = engine.entry("loss");
+  Interpreter interp;
+  for (int shape = 0; shape < 12; ++shape) {
+    SCOPED_TRACE("shape " + std::to_string(shape));
+    std::vector<Value> args = {MakeTree(*s, 2 + shape % 5, shape, 10), emb};
+    ValueAndGrad got = loss.value_and_grad(args, {1});
+    ValueAndGrad want = interp.CallWithGrad(*s, "loss", args, {1});
+    EXPECT_TRUE(Close(got.value, want.value));
+    EXPECT_TRUE(Close(got.grads[0], want.grads[0]));
+  }
+  EntryStats st = loss.stats();
+  EXPECT_EQ(st.calls_generic, 12);
+  EXPECT_EQ(st.generic_native_runs, st.generic_runs) << "policy sync compiles what a call runs first";
+  EXPECT_EQ(st.compiled, 0) << "no per-structure specialization";
+  for (const Event& e : events->Of(EventKind::kCall, "loss")) EXPECT_EQ(e.Text("tier"), "generic");
+  // The code is the model's, not the data's: a comb's cells and segments are few.
+  EngineStats es = engine.stats();
+  EXPECT_GT(es.generic_segments, 0);
+  EXPECT_LT(es.generic_segments, 12);
+}
+
+// Under policy eager nothing waits: a structure whose cells or row buckets
+// are new runs at once, its new segments interpreted, and their native code
+// arrives from the worker.
+TEST(GenericEngine, ATallerTreeIsServedAtOnceAndItsNewCodeCompilesInTheBackground) {
+  auto events = std::make_shared<RecordingSink>();
+  Engine engine(GenericOptions(Policy::Eager(), events));
+  engine.module().AddSource(kProgram, "program.pj");
+  Snapshot s = engine.module().snapshot();
+  Rng rng(4);
+  Value emb = RandomMatrix(rng, 10, 4);
+  Entry loss = engine.entry("loss");
+  Interpreter interp;
+  std::vector<Value> small = {MakeTree(*s, 3, 0, 10), emb};
+  ASSERT_TRUE(Eventually([&] {
+    EXPECT_TRUE(Close(loss.call(small), interp.Call(*s, "loss", small)));
+    return events->Of(EventKind::kCall, "loss").back().Text("native_runs") ==
+           events->Of(EventKind::kCall, "loss").back().Text("runs");
+  }));
+  // 40 leaves: levels and row counts the small tree never had.
+  std::vector<Value> tall = {MakeTree(*s, 40, 1, 10), emb};
+  EXPECT_TRUE(Close(loss.call(tall), interp.Call(*s, "loss", tall)));
+  Event first = events->Of(EventKind::kCall, "loss").back();
+  EXPECT_EQ(first.Text("tier"), "generic");
+  EXPECT_LT(std::stoi(first.Text("native_runs")), std::stoi(first.Text("runs")));
+  ASSERT_TRUE(Eventually([&] {
+    EXPECT_TRUE(Close(loss.call(tall), interp.Call(*s, "loss", tall)));
+    Event e = events->Of(EventKind::kCall, "loss").back();
+    return e.Text("native_runs") == e.Text("runs");
+  }));
+  EXPECT_GT(events->Count(EventKind::kGenericCompile, "loss"), 0);
+}
+
+// A program the tier declines takes the per-minibatch tiers, and the log
+// says why: @count_down matches on nothing (its `if` is on a tensor).
+TEST(GenericEngine, AProgramItDeclinesTakesTheOtherTiersAndTheLogSaysWhy) {
+  auto events = std::make_shared<RecordingSink>();
+  Engine engine(GenericOptions(Policy::Sync(), events));
+  engine.module().AddSource(kProgram, "program.pj");
+  Entry count_down = engine.entry("count_down");
+  std::vector<Value> args = {I(3), Value(Tensor::Scalar(1.5f))};
+  EXPECT_EQ(count_down.call(args).tensor().item(), 12.0);
+  EXPECT_EQ(count_down.stats().calls_generic, 0);
+  std::vector<Event> refused = events->Of(EventKind::kGenericRefused, "count_down");
+  ASSERT_EQ(refused.size(), 1u);
+  EXPECT_NE(refused[0].Text("reason").find("matches on no structure"), std::string::npos) << refused[0].Text("reason");
+}
+
+// A module edit replaces the entry's generic program: the next call computes
+// with the new definition.
+TEST(GenericEngine, AnEditOfAFunctionACellInlinesReplacesTheCode) {
+  auto events = std::make_shared<RecordingSink>();
+  Engine engine(GenericOptions(Policy::Sync(), events));
+  engine.module().AddSource(kProgram, "program.pj");
+  Rng rng(5);
+  Value emb = RandomMatrix(rng, 10, 4);
+  Entry loss = engine.entry("loss");
+  std::vector<Value> args = {MakeTree(*engine.module().snapshot(), 6, 2, 10), emb};
+  Value before = loss.call(args);
+  engine.module().AddSource(kHelperChanged, "helper.pj", /*replace_existing=*/true);
+  Snapshot after = engine.module().snapshot();
+  Value now = loss.call(args);
+  EXPECT_TRUE(Close(now, Interpreter().Call(*after, "loss", args)));
+  EXPECT_FALSE(Close(now, before));
+  EXPECT_EQ(loss.stats().calls_generic, 2);
+}
+
+}  // namespace
+}  // namespace pejit
