@@ -135,19 +135,34 @@ SegmentCode::Variant& VariantFor(SegmentCode& code, int64_t rows, bool grad) {
     if (backward) {
       v.backward = backward;
       v.backward_code.store(std::make_shared<InterpretedSegment>(backward));
+      v.native.store(false);
     }
   }
   return v;
 }
 
-void CompileVariant(JitSession& jit, SegmentCode::Variant& variant) {
-  if (variant.native.load()) return;
-  ExecutablePtr forward = jit.Compile(variant.forward);
-  ExecutablePtr backward = variant.backward ? jit.Compile(variant.backward) : nullptr;
-  variant.code_bytes.store(forward->code_bytes() + (backward ? backward->code_bytes() : 0));
-  variant.forward_code.store(std::move(forward));
-  if (backward) variant.backward_code.store(std::move(backward));
-  variant.native.store(true);
+void CompileVariant(JitSession& jit, SegmentCode& code, SegmentCode::Variant& variant) {
+  Func forward, backward;
+  {
+    std::lock_guard lock(code.mu);
+    if (!variant.forward_native) forward = variant.forward;
+    if (variant.backward && !variant.backward_native) backward = variant.backward;
+  }
+  ExecutablePtr forward_exe = forward ? jit.Compile(forward) : nullptr;
+  ExecutablePtr backward_exe = backward ? jit.Compile(backward) : nullptr;
+  std::lock_guard lock(code.mu);
+  if (forward_exe) {
+    variant.code_bytes.fetch_add(forward_exe->code_bytes());
+    variant.forward_code.store(std::move(forward_exe));
+    variant.forward_native = true;
+  }
+  if (backward_exe) {
+    variant.code_bytes.fetch_add(backward_exe->code_bytes());
+    variant.backward_code.store(std::move(backward_exe));
+    variant.backward_native = true;
+  }
+  variant.native.store(variant.forward_native && (!variant.backward || variant.backward_native));
+  variant.queued.store(false);  // a backward program made later can be compiled again
 }
 
 Execution Execute(const Schedule& schedule, const ExecuteOptions& options) {
@@ -178,7 +193,7 @@ Execution Execute(const Schedule& schedule, const ExecuteOptions& options) {
     const Run& run = schedule.runs[r];
     SegmentCode& code = *run.code;
     SegmentCode::Variant& variant = VariantFor(code, run.rows, options.grad);
-    if (options.compile_now && !variant.native.load()) CompileVariant(*options.compile_now, variant);
+    if (options.compile_now && !variant.native.load()) CompileVariant(*options.compile_now, code, variant);
     variants[r] = &variant;
     std::vector<Tensor> in(code.inputs.size());
     const int members = static_cast<int>(run.members.size());
@@ -205,7 +220,7 @@ Execution Execute(const Schedule& schedule, const ExecuteOptions& options) {
       ++result.interpreted_runs;
       if (std::find(result.missing_native.begin(), result.missing_native.end(), &variant) == result.missing_native.end()) {
         result.missing_native.push_back(&variant);
-        result.missing_codes.push_back(code.id);
+        result.missing_codes.push_back(&code);
       }
     }
     outputs[r] = exe->Run(in);

@@ -43,7 +43,7 @@ struct Execution {
   int native_runs = 0, interpreted_runs = 0;
   // Variants that ran without native code, once each, and their segments' ids.
   std::vector<SegmentCode::Variant*> missing_native;
-  std::vector<int> missing_codes;
+  std::vector<SegmentCode*> missing_codes;
 };
 
 // Throws Refusal (a program the vector-Jacobian product cannot be taken of)
@@ -59,9 +59,9 @@ Value ArgumentGradient(const std::vector<Value>& args, const std::vector<Tensor>
 // backward programs, with interpreter code) on first use. Thread-safe.
 SegmentCode::Variant& VariantFor(SegmentCode& code, int64_t rows, bool grad);
 
-// Compiles a variant's programs to native code and publishes them; the
-// variant's next runs use it. Throws JitFailure; the variant keeps its
-// interpreter code then.
-void CompileVariant(JitSession& jit, SegmentCode::Variant& variant);
+// Compiles those of a variant's programs that have no native code yet and
+// publishes them; the variant's next runs use them. Thread-safe. Throws
+// JitFailure; the variant keeps its interpreter code then.
+void CompileVariant(JitSession& jit, SegmentCode& code, SegmentCode::Variant& variant);
 
 }  // namespace pejit::generic

@@ -63,6 +63,9 @@ struct SegmentCode {
     std::vector<int> grad_inputs;    // the inputs `backward` differentiates for
     std::vector<int> grad_outputs;   // the outputs it takes cotangents of
     std::atomic<std::shared_ptr<const Executable>> forward_code, backward_code;  // null until made
+    // Native code for forward and (once made) backward; both guarded by the
+    // SegmentCode's mutex, `native` readable without it.
+    bool forward_native = false, backward_native = false;
     std::atomic<bool> native{false};
     std::atomic<bool> queued{false};       // a native compile was asked for (the engine's dedup)
     std::atomic<size_t> code_bytes{0};     // of the native code

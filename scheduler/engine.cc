@@ -197,7 +197,7 @@ class EngineImpl {
   bool PrefetchGeneric(Request& r, pejit::Prefetch when);
   void RefuseGeneric(Request& r, const std::string& reason);
   void QueueGenericCompile(const std::string& entry, std::shared_ptr<generic::GenericProgram> program,
-                           generic::SegmentCode::Variant* variant, int code);
+                           generic::SegmentCode* code, generic::SegmentCode::Variant* variant);
   ValueAndGrad RunInterpreter(Request& r);
   // `hot_calls` > 0: count the signature's calls and queue its job at that
   // many (policy hot's rule), whatever the policy.
@@ -236,8 +236,8 @@ class EngineImpl {
   struct GenericCompile {
     std::string entry;
     std::shared_ptr<generic::GenericProgram> program;  // keeps the variant alive
+    generic::SegmentCode* code;
     generic::SegmentCode::Variant* variant;
-    int code;
   };
   std::mutex generic_queue_mu_;
   std::deque<GenericCompile> generic_queue_;
@@ -512,7 +512,7 @@ std::optional<ValueAndGrad> EngineImpl::RunGeneric(Request& r) {
   }
   if (jit_ && options.policy.kind != Policy::Kind::kSync) {
     for (size_t i = 0; i < run.missing_native.size(); ++i) {
-      QueueGenericCompile(r.entry.name, program, run.missing_native[i], run.missing_codes[i]);
+      QueueGenericCompile(r.entry.name, program, run.missing_codes[i], run.missing_native[i]);
     }
   }
   Count(r.entry.calls_generic);
@@ -533,11 +533,11 @@ std::optional<ValueAndGrad> EngineImpl::RunGeneric(Request& r) {
 }
 
 void EngineImpl::QueueGenericCompile(const std::string& entry, std::shared_ptr<generic::GenericProgram> program,
-                                     generic::SegmentCode::Variant* variant, int code) {
-  if (variant->queued.exchange(true)) return;  // one compile per variant
+                                     generic::SegmentCode* code, generic::SegmentCode::Variant* variant) {
+  if (variant->queued.exchange(true)) return;  // one compile per variant at a time
   {
     std::lock_guard<std::mutex> lock(generic_queue_mu_);
-    generic_queue_.push_back({entry, std::move(program), variant, code});
+    generic_queue_.push_back({entry, std::move(program), code, variant});
   }
   Spawn();
 }
@@ -547,21 +547,21 @@ void EngineImpl::RunGenericCompile(GenericCompile& job) {
   int64_t start = NowMicros();
   std::string failure;
   try {
-    generic::CompileVariant(*jit_, *job.variant);
+    generic::CompileVariant(*jit_, *job.code, *job.variant);
   } catch (const std::exception& e) {
     failure = e.what();  // the variant keeps running in the interpreter
   }
   if (!failure.empty()) {
     if (On(EventKind::kGenericRefused)) {
       Event e = Make(EventKind::kGenericRefused, job.entry, nullptr);
-      e.fields.push_back({"reason", "compile of segment " + std::to_string(job.code) + ": " + failure});
+      e.fields.push_back({"reason", "compile of segment " + std::to_string(job.code->id) + ": " + failure});
       Emit(e);
     }
     return;
   }
   if (On(EventKind::kGenericCompile)) {
     Event e = Make(EventKind::kGenericCompile, job.entry, nullptr, start, NowMicros() - start);
-    e.fields.push_back({"segment", static_cast<int64_t>(job.code)});
+    e.fields.push_back({"segment", static_cast<int64_t>(job.code->id)});
     e.fields.push_back({"rows", job.variant->rows});
     e.fields.push_back({"code_bytes", static_cast<int64_t>(job.variant->code_bytes.load())});
     Emit(e);
@@ -1077,7 +1077,7 @@ bool EngineImpl::PrefetchGeneric(Request& r, pejit::Prefetch when) {
     generic::Schedule schedule = program->Inspect(r.args);
     for (const generic::Run& run : schedule.runs) {
       generic::SegmentCode::Variant& v = generic::VariantFor(*run.code, run.rows, r.wrt != nullptr);
-      if (!v.native.load()) QueueGenericCompile(r.entry.name, program, &v, run.code->id);
+      if (!v.native.load()) QueueGenericCompile(r.entry.name, program, run.code, &v);
     }
   } catch (const std::exception& e) {
     RefuseGeneric(r, e.what());
