@@ -9,6 +9,10 @@
 #include "jit/compiler.h"
 #include "jit/straight.h"
 #include "jit/vectorize.h"
+#include "ir/visitor.h"
+
+#include <unordered_map>
+#include <unordered_set>
 
 namespace pejit::generic {
 namespace {
@@ -47,29 +51,102 @@ class InterpretedSegment final : public Executable {
   Interpreter interpreter_;
 };
 
-// sum over the f32 outputs of sum(output * cotangent), differentiated for
-// the f32 inputs: the vector-Jacobian product of `forward`.
-Func Backward(const Func& forward, std::vector<int>& grad_inputs, std::vector<int>& grad_outputs) {
-  Straight s = Decompose(forward);
-  for (size_t p = 0; p < s.params.size(); ++p) {
-    if (TensorTypeOf(s.params[p]).dtype == DType::kF32) grad_inputs.push_back(static_cast<int>(p));
+// A segment's programs in grad mode: the vector-Jacobian product of
+// `forward` (sum over the f32 outputs of sum(output * cotangent),
+// differentiated for the f32 inputs), split in two so that the backward
+// program reads the forward intermediates it needs (the residuals, extra
+// outputs of the forward program) instead of computing them again.
+struct GradPrograms {
+  Func forward, backward;  // backward null: nothing to differentiate
+  std::vector<int> grad_inputs, grad_outputs;
+  int residuals = 0;
+};
+
+GradPrograms MakeGradPrograms(const Func& vectorized) {
+  GradPrograms g;
+  g.forward = vectorized;
+  Straight f = Decompose(vectorized);
+  for (size_t p = 0; p < f.params.size(); ++p) {
+    DType d = TensorTypeOf(f.params[p]).dtype;
+    if (d == DType::kF64) throw Refusal("generic: gradients through f64 tensors are not served");
+    if (d == DType::kF32) g.grad_inputs.push_back(static_cast<int>(p));
   }
-  const auto* outputs = As<TupleNode>(s.result);
+  Straight s = f;
+  const auto* outputs = As<TupleNode>(f.result);
   StraightEmitter out("g");
   Expr total;
   for (size_t o = 0; o < outputs->fields.size(); ++o) {
     TensorType t = TensorTypeOf(outputs->fields[o]);
+    if (t.dtype == DType::kF64) throw Refusal("generic: gradients through f64 tensors are not served");
     if (t.dtype != DType::kF32) continue;
-    grad_outputs.push_back(static_cast<int>(o));
+    g.grad_outputs.push_back(static_cast<int>(o));
     Var cotangent = MakeVar("c" + std::to_string(o), TensorTy(t));
     s.params.push_back(cotangent);
     Expr term = out.Op("sum", {out.Op("mul", {outputs->fields[o], cotangent}, {}, {})}, {}, {});
     total = total ? Expr(out.Op("add", {total, term}, {}, {})) : term;
   }
-  if (!total || grad_inputs.empty()) return nullptr;
+  if (!total || g.grad_inputs.empty()) {
+    g.grad_inputs.clear();
+    g.grad_outputs.clear();
+    return g;
+  }
   for (Binding& b : out.bindings()) s.bindings.push_back(std::move(b));
   s.result = total;
-  return Differentiate(Recompose(s), grad_inputs);
+  // Differentiate keeps the forward lets, with their variables, ahead of the
+  // backward ones: what follows them is the backward program.
+  Straight d = Decompose(Differentiate(Recompose(s), g.grad_inputs));
+  std::unordered_set<const VarNode*> forward_vars;
+  for (const Binding& b : f.bindings) forward_vars.insert(b.var.get());
+  std::vector<Binding> back;
+  for (const Binding& b : d.bindings) {
+    if (!forward_vars.count(b.var.get())) back.push_back(b);
+  }
+  std::vector<Var> residuals;
+  std::unordered_set<const ExprNode*> seen;
+  auto collect = [&](const Expr& e) {
+    PostOrderVisit(e, [&](const Expr& x) {
+      if (x->kind == ExprKind::kVar && forward_vars.count(static_cast<const VarNode*>(x.get())) && seen.insert(x.get()).second) {
+        residuals.push_back(std::static_pointer_cast<const VarNode>(x));
+      }
+    });
+  };
+  for (const Binding& b : back) collect(b.value);
+  collect(d.result);
+
+  Straight fwd = f, bwd;
+  bwd.params = d.params;
+  std::vector<Expr> results = outputs->fields;
+  StraightEmitter fields("r");
+  std::unordered_map<const ExprNode*, Expr> subst;
+  for (const Var& r : residuals) {
+    if (const TupleTypeNode* tuple = AsTuple(r->annotation)) {  // a multi-output operator's: by its fields
+      std::vector<Expr> parts;
+      for (size_t i = 0; i < tuple->fields.size(); ++i) {
+        if (!AsTensor(tuple->fields[i])) throw Refusal("generic: a nested tuple kept for the backward pass");
+        results.push_back(fields.Proj(r, static_cast<int>(i), r->loc));
+        Var p = MakeVar(r->name + "_" + std::to_string(i), tuple->fields[i]);
+        bwd.params.push_back(p);
+        parts.push_back(p);
+        ++g.residuals;
+      }
+      Var rebuilt = MakeVar(r->name, r->annotation);
+      bwd.bindings.push_back({rebuilt, MakeTuple(std::move(parts))});
+      subst[r.get()] = rebuilt;
+    } else {
+      results.push_back(r);
+      Var p = MakeVar(r->name, r->annotation);
+      bwd.params.push_back(p);
+      subst[r.get()] = p;
+      ++g.residuals;
+    }
+  }
+  for (Binding& b : fields.bindings()) fwd.bindings.push_back(std::move(b));
+  fwd.result = MakeTuple(std::move(results));
+  for (const Binding& b : back) bwd.bindings.push_back({b.var, Substitute(b.value, subst)});
+  bwd.result = Substitute(d.result, subst);
+  g.forward = Recompose(fwd);
+  g.backward = Recompose(bwd);
+  return g;
 }
 
 int64_t RowBytes(const TensorType& t) { return NumElements(t.shape) * static_cast<int64_t>(SizeOf(t.dtype)); }
@@ -116,29 +193,29 @@ Value ArgumentGradient(const std::vector<Value>& args, const std::vector<Tensor>
 
 SegmentCode::Variant& VariantFor(SegmentCode& code, int64_t rows, bool grad) {
   std::lock_guard lock(code.mu);
-  auto& slot = code.variants[rows];
+  auto& slot = code.variants[rows * 2 + (grad ? 1 : 0)];
   if (!slot) {
     auto v = std::make_unique<SegmentCode::Variant>();
     v->rows = rows;
+    v->grad = grad;
     std::vector<bool> stacked;
     for (bool s : code.shared) stacked.push_back(!s);
-    v->forward = Vectorize(code.program, stacked, rows);
+    Func vectorized = Vectorize(code.program, stacked, rows);
+    if (grad) {
+      GradPrograms g = MakeGradPrograms(vectorized);
+      v->forward = g.forward;
+      v->backward = g.backward;
+      v->grad_inputs = std::move(g.grad_inputs);
+      v->grad_outputs = std::move(g.grad_outputs);
+      v->residuals = g.residuals;
+      if (v->backward) v->backward_code.store(std::make_shared<InterpretedSegment>(v->backward));
+    } else {
+      v->forward = vectorized;
+    }
     v->forward_code.store(std::make_shared<InterpretedSegment>(v->forward));
     slot = std::move(v);
   }
-  SegmentCode::Variant& v = *slot;
-  if (grad && !v.backward && v.grad_inputs.empty()) {
-    std::vector<int> in, out;
-    Func backward = Backward(v.forward, in, out);
-    v.grad_inputs = std::move(in);
-    v.grad_outputs = std::move(out);
-    if (backward) {
-      v.backward = backward;
-      v.backward_code.store(std::make_shared<InterpretedSegment>(backward));
-      v.native.store(false);
-    }
-  }
-  return v;
+  return *slot;
 }
 
 void CompileVariant(JitSession& jit, SegmentCode& code, SegmentCode::Variant& variant) {
@@ -280,11 +357,13 @@ Execution Execute(const Schedule& schedule, const ExecuteOptions& options) {
     SegmentCode::Variant& variant = *variants[r];
     std::shared_ptr<const Executable> backward = variant.backward_code.load();
     if (!backward) continue;
-    std::vector<Tensor> in = inputs[r];
+    std::vector<Tensor> in = std::move(inputs[r]);
     for (int o : variant.grad_outputs) {
       Tensor& c = cotangents[r][o];
       in.push_back(c.defined() ? c : Tensor::Zeros(code.outputs[o].dtype, Prepend(run.rows, code.outputs[o].shape)));
     }
+    const size_t first_residual = code.outputs.size();
+    for (int k = 0; k < variant.residuals; ++k) in.push_back(std::move(outputs[r][first_residual + k]));
     std::vector<Tensor> grads = backward->Run(in);  // (sum, d/d grad_inputs...)
     const int members = static_cast<int>(run.members.size());
     for (size_t g = 0; g < variant.grad_inputs.size(); ++g) {

@@ -58,10 +58,15 @@ struct SegmentCode {
 
   struct Variant {
     int64_t rows = 0;
-    Func forward;   // (inputs...) -> (outputs stacked...)
-    Func backward;  // (inputs..., cotangents of the float outputs...) -> (sum, d/d float inputs...)
+    bool grad = false;
+    // (inputs...) -> (outputs stacked..., residuals...): in grad mode the
+    // forward also returns what the backward reads of its intermediates.
+    Func forward;
+    // (inputs..., cotangents of the f32 outputs..., residuals...) -> (sum, d/d f32 inputs...)
+    Func backward;
     std::vector<int> grad_inputs;    // the inputs `backward` differentiates for
     std::vector<int> grad_outputs;   // the outputs it takes cotangents of
+    int residuals = 0;
     std::atomic<std::shared_ptr<const Executable>> forward_code, backward_code;  // null until made
     // Native code for forward and (once made) backward; both guarded by the
     // SegmentCode's mutex, `native` readable without it.
@@ -71,7 +76,7 @@ struct SegmentCode {
     std::atomic<size_t> code_bytes{0};     // of the native code
   };
   mutable std::mutex mu;
-  std::map<int64_t, std::unique_ptr<Variant>> variants;  // by rows
+  std::map<int64_t, std::unique_ptr<Variant>> variants;  // by rows * 2 + grad
 };
 
 struct Run {

@@ -38,7 +38,7 @@ class Vectorizer {
         lifted = MakeVar(param->name, TensorTy(member.dtype, Prepend(rows_, member.shape)), param->loc);
       }
       result.params.push_back(lifted);
-      vars_[param.get()] = Lifted{lifted, static_cast<bool>(stacked[p])};
+      vars_[param.get()] = Lifted{lifted, static_cast<bool>(stacked[p]), false, {}};
     }
     for (const Binding& b : in.bindings) vars_[b.var.get()] = Lift(b);
     result.result = Result(in.result);
@@ -52,15 +52,15 @@ class Vectorizer {
   std::unordered_map<const VarNode*, Lifted> vars_;
 
   Lifted Of(const Expr& atom) const {
-    if (atom->kind == ExprKind::kConstant) return Lifted{atom, false};
+    if (atom->kind == ExprKind::kConstant) return Lifted{atom, false, false, {}};
     return vars_.at(static_cast<const VarNode*>(atom.get()));
   }
 
   static Lifted FromOutputs(const std::vector<Var>& outputs, bool stacked, bool tuple) {
-    if (!tuple) return Lifted{outputs[0], stacked};
+    if (!tuple) return Lifted{outputs[0], stacked, false, {}};
     Lifted t;
     t.tuple = true;
-    for (const Var& v : outputs) t.fields.push_back(Lifted{v, stacked});
+    for (const Var& v : outputs) t.fields.push_back(Lifted{v, stacked, false, {}});
     return t;
   }
 
