@@ -67,7 +67,24 @@ struct SegmentCode {
     std::vector<int> grad_inputs;    // the inputs `backward` differentiates for
     std::vector<int> grad_outputs;   // the outputs it takes cotangents of
     int residuals = 0;
-    std::atomic<std::shared_ptr<const Executable>> forward_code, backward_code;  // null until made
+    // The code each program runs now: the interpreter's, then native code.
+    // (A lock, not std::atomic<std::shared_ptr>: libstdc++'s is invisible to TSan.)
+    class CodeSlot {
+     public:
+      ExecutablePtr load() const {
+        std::lock_guard lock(mu_);
+        return exe_;
+      }
+      void store(ExecutablePtr exe) {
+        std::lock_guard lock(mu_);
+        exe_.swap(exe);
+      }
+
+     private:
+      mutable std::mutex mu_;
+      ExecutablePtr exe_;
+    };
+    CodeSlot forward_code, backward_code;  // null until made
     // Native code for forward and (once made) backward; both guarded by the
     // SegmentCode's mutex, `native` readable without it.
     bool forward_native = false, backward_native = false;
