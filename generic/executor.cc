@@ -2,13 +2,17 @@
 
 #include <algorithm>
 #include <cstring>
+#include <map>
 
 #include "interp/interpreter.h"
 #include "jit/autodiff.h"
 #include "jit/batch_rules.h"
 #include "jit/compiler.h"
 #include "jit/straight.h"
+#include "jit/plan.h"
 #include "jit/vectorize.h"
+#include "ops/eager.h"
+#include "ops/packed_gemm.h"
 #include "ir/visitor.h"
 
 #include <unordered_map>
@@ -60,9 +64,31 @@ struct GradPrograms {
   Func forward, backward;  // backward null: nothing to differentiate
   std::vector<int> grad_inputs, grad_outputs;
   int residuals = 0;
+  std::vector<SegmentCode::Factor> factors;
 };
 
-GradPrograms MakeGradPrograms(const Func& vectorized) {
+// The terms (P, Q) of a gradient that is a sum of products over rows,
+// sum_i matmul(P_i, Q_i, transpose_a=true), as the GEMM rules give a
+// weight's; false for anything else.
+bool RowProducts(const Expr& grad, const std::unordered_map<const ExprNode*, const Expr*>& value_of,
+                 std::vector<std::pair<Expr, Expr>>& terms) {
+  auto it = value_of.find(grad.get());
+  if (it == value_of.end()) return false;
+  const auto* call = As<OpCallNode>(*it->second);
+  if (!call) return false;
+  if (call->op->name == "add") {
+    return TensorTypeOf(call->args[0]) == TensorTypeOf(call->args[1]) && RowProducts(call->args[0], value_of, terms) &&
+           RowProducts(call->args[1], value_of, terms);
+  }
+  if (call->op->name != "matmul" || !call->attrs.GetBool("transpose_a") || call->attrs.GetBool("transpose_b") ||
+      TensorTypeOf(call->args[0]).rank() != 2) {
+    return false;
+  }
+  terms.emplace_back(call->args[0], call->args[1]);
+  return true;
+}
+
+GradPrograms MakeGradPrograms(const Func& vectorized, const std::vector<bool>& shared) {
   GradPrograms g;
   g.forward = vectorized;
   Straight f = Decompose(vectorized);
@@ -144,9 +170,80 @@ GradPrograms MakeGradPrograms(const Func& vectorized) {
   fwd.result = MakeTuple(std::move(results));
   for (const Binding& b : back) bwd.bindings.push_back({b.var, Substitute(b.value, subst)});
   bwd.result = Substitute(d.result, subst);
+
+  // A shared input's gradient (a weight's) is a sum over the run's rows;
+  // summed over every run of a call it is one product over all their rows.
+  // So the backward returns the row factors, and the executor multiplies
+  // them once per call (jit/plan.h's CombineSums, across runs).
+  std::unordered_map<const ExprNode*, const Expr*> value_of;
+  for (const Binding& b : bwd.bindings) value_of[b.var.get()] = &b.value;
+  const auto* grads = As<TupleNode>(bwd.result);
+  std::vector<Expr> kept = {grads->fields[0]}, factor_results;
+  std::vector<int> kept_inputs;
+  for (size_t k = 0; k < g.grad_inputs.size(); ++k) {
+    int p = g.grad_inputs[k];
+    std::vector<std::pair<Expr, Expr>> terms;
+    if (p < static_cast<int>(shared.size()) && shared[p] && RowProducts(grads->fields[1 + k], value_of, terms)) {
+      for (const auto& [lhs, rhs] : terms) {
+        g.factors.push_back({p});
+        factor_results.push_back(lhs);
+        factor_results.push_back(rhs);
+      }
+    } else {
+      kept.push_back(grads->fields[1 + k]);
+      kept_inputs.push_back(p);
+    }
+  }
+  g.grad_inputs = std::move(kept_inputs);
+  kept.insert(kept.end(), factor_results.begin(), factor_results.end());
+  bwd.result = MakeTuple(std::move(kept));
   g.forward = Recompose(fwd);
-  g.backward = Recompose(bwd);
+  g.backward = EliminateDeadCode(Recompose(bwd));
   return g;
+}
+
+// Products of a segment program against a shared f32 matrix (a weight)
+// read it packed for ops/packed_gemm.h's micro-kernel, from a parameter
+// appended for it: the executor packs each weight once per call for every
+// run that reads it, where a program of its own would repack it per run.
+Func PackSharedWeights(const Func& program, const std::vector<bool>& shared, std::vector<SegmentCode::Pack>& packs) {
+  constexpr int64_t kMaxInner = 1024;  // as jit/plan.cc's PackGemmOperands
+  if (!PackedGemmFast()) return program;
+  Straight s = Decompose(program);
+  std::map<const ExprNode*, int> param_index;
+  for (size_t p = 0; p < shared.size() && p < s.params.size(); ++p) {
+    if (shared[p]) param_index[s.params[p].get()] = static_cast<int>(p);
+  }
+  auto f32_matrix = [](const Expr& e) {
+    TensorType t = TensorTypeOf(e);
+    return t.dtype == DType::kF32 && t.rank() == 2;
+  };
+  std::map<std::pair<int, bool>, Var> packed;
+  for (Binding& b : s.bindings) {
+    auto* call = As<OpCallNode>(b.value);
+    if (!call) continue;
+    const std::string& op = call->op->name;
+    bool product = (op == "matmul" && !call->attrs.GetBool("transpose_a")) || op == "dense";
+    if (!product || !f32_matrix(call->args[0]) || !f32_matrix(call->args[1]) ||
+        TensorTypeOf(call->args[0]).shape[1] > kMaxInner) {
+      continue;
+    }
+    auto it = param_index.find(call->args[1].get());
+    if (it == param_index.end()) continue;
+    bool transpose_b = op == "dense" || call->attrs.GetBool("transpose_b");
+    Var& p = packed[{it->second, transpose_b}];
+    if (!p) {
+      TensorType w = TensorTypeOf(call->args[1]);
+      int64_t k = transpose_b ? w.shape[1] : w.shape[0], n = transpose_b ? w.shape[0] : w.shape[1];
+      p = MakeVar("packed" + std::to_string(packs.size()), TensorTy(DType::kF32, PackedShape(k, n)));
+      packs.push_back({it->second, transpose_b});
+      s.params.push_back(p);
+    }
+    b.value = op == "dense" ? MakeOpCall("packed_dense", {call->args[0], p, call->args[2]}, {}, call->loc)
+                            : MakeOpCall("packed_matmul", {call->args[0], p}, {{"n", TensorTypeOf(b.var).shape[1]}},
+                                         call->loc);
+  }
+  return Recompose(s);
 }
 
 int64_t RowBytes(const TensorType& t) { return NumElements(t.shape) * static_cast<int64_t>(SizeOf(t.dtype)); }
@@ -202,15 +299,16 @@ SegmentCode::Variant& VariantFor(SegmentCode& code, int64_t rows, bool grad) {
     for (bool s : code.shared) stacked.push_back(!s);
     Func vectorized = Vectorize(code.program, stacked, rows);
     if (grad) {
-      GradPrograms g = MakeGradPrograms(vectorized);
-      v->forward = g.forward;
-      v->backward = g.backward;
+      GradPrograms g = MakeGradPrograms(vectorized, code.shared);
+      v->forward = PackSharedWeights(g.forward, code.shared, v->forward_packs);
+      if (g.backward) v->backward = PackSharedWeights(g.backward, code.shared, v->backward_packs);
       v->grad_inputs = std::move(g.grad_inputs);
       v->grad_outputs = std::move(g.grad_outputs);
       v->residuals = g.residuals;
+      v->factors = std::move(g.factors);
       if (v->backward) v->backward_code.store(std::make_shared<InterpretedSegment>(v->backward));
     } else {
-      v->forward = vectorized;
+      v->forward = PackSharedWeights(vectorized, code.shared, v->forward_packs);
     }
     v->forward_code.store(std::make_shared<InterpretedSegment>(v->forward));
     slot = std::move(v);
@@ -247,6 +345,17 @@ Execution Execute(const Schedule& schedule, const ExecuteOptions& options) {
   const size_t n_runs = schedule.runs.size();
   std::vector<std::vector<Tensor>> outputs(n_runs), inputs(n_runs);
   std::vector<SegmentCode::Variant*> variants(n_runs);
+
+  // Weights packed for the micro-kernel, once per call: (entry tensor, transpose_b).
+  std::map<std::pair<int, bool>, Tensor> packed;
+  auto append_packs = [&](const Run& run, const std::vector<SegmentCode::Pack>& packs, std::vector<Tensor>& in) {
+    for (const SegmentCode::Pack& pack : packs) {
+      const Slot& slot = schedule.si_inputs[schedule.si_input_begin[run.members[0]] + pack.param];
+      Tensor& t = packed[{slot.index, pack.transpose_b}];
+      if (!t.defined()) t = CallOp("gemm_pack", {schedule.roots.at(slot.index)}, {{"transpose_b", pack.transpose_b}});
+      in.push_back(t);
+    }
+  };
 
   auto row_of = [&](const Slot& slot, int64_t bytes) -> const char* {
     const Tensor* t = nullptr;
@@ -290,6 +399,11 @@ Execution Execute(const Schedule& schedule, const ExecuteOptions& options) {
       }
       in[p] = std::move(stacked);
     }
+    std::vector<Tensor> packed_in;
+    if (!variant.forward_packs.empty()) {
+      packed_in = in;
+      append_packs(run, variant.forward_packs, packed_in);
+    }
     std::shared_ptr<const Executable> exe = variant.forward_code.load();
     if (variant.native.load()) {
       ++result.native_runs;
@@ -300,7 +414,7 @@ Execution Execute(const Schedule& schedule, const ExecuteOptions& options) {
         result.missing_codes.push_back(&code);
       }
     }
-    outputs[r] = exe->Run(in);
+    outputs[r] = exe->Run(packed_in.empty() ? in : packed_in);
     if (options.grad) inputs[r] = std::move(in);
   }
 
@@ -326,6 +440,11 @@ Execution Execute(const Schedule& schedule, const ExecuteOptions& options) {
     throw Refusal("generic: gradients need a scalar f32 result, not " + TypeToString(schedule.result_type));
   }
   std::vector<std::vector<Tensor>> cotangents(n_runs);
+  struct RowFactor {
+    Tensor lhs, rhs;
+    int64_t rows;
+  };
+  std::map<int, std::vector<RowFactor>> row_factors;  // per entry tensor: its gradient's terms
   result.root_grads.assign(schedule.roots.size(), Tensor());
   auto add_into = [](Tensor& target, const TensorType& type, const float* src) {
     if (!target.defined()) target = Tensor::Zeros(type.dtype, type.shape);
@@ -364,7 +483,8 @@ Execution Execute(const Schedule& schedule, const ExecuteOptions& options) {
     }
     const size_t first_residual = code.outputs.size();
     for (int k = 0; k < variant.residuals; ++k) in.push_back(std::move(outputs[r][first_residual + k]));
-    std::vector<Tensor> grads = backward->Run(in);  // (sum, d/d grad_inputs...)
+    append_packs(run, variant.backward_packs, in);
+    std::vector<Tensor> grads = backward->Run(in);  // (sum, d/d grad_inputs..., factor pairs...)
     const int members = static_cast<int>(run.members.size());
     for (size_t g = 0; g < variant.grad_inputs.size(); ++g) {
       int p = variant.grad_inputs[g];
@@ -380,7 +500,31 @@ Execution Execute(const Schedule& schedule, const ExecuteOptions& options) {
         add_to_slot(slot, member, grad.data<float>() + i * elems);
       }
     }
+    const size_t first_factor = 1 + variant.grad_inputs.size();
+    for (size_t f = 0; f < variant.factors.size(); ++f) {
+      const Slot& slot = schedule.si_inputs[schedule.si_input_begin[run.members[0]] + variant.factors[f].param];
+      Tensor& lhs = grads.at(first_factor + 2 * f);
+      Tensor& rhs = grads.at(first_factor + 2 * f + 1);
+      // Padding rows add exact zeros: their cotangents are zero, their
+      // forward values copies of a real row's.
+      int64_t rows = lhs.shape()[0];
+      row_factors[slot.index].push_back({std::move(lhs), std::move(rhs), rows});
+    }
     cotangents[r].clear();
+  }
+  for (auto& [root, factors] : row_factors) {
+    int64_t rows = 0;
+    for (const RowFactor& f : factors) rows += f.rows;
+    const int64_t m = factors[0].lhs.shape()[1], n = factors[0].rhs.shape()[1];
+    Tensor lhs = Tensor::Empty(DType::kF32, {rows, m}), rhs = Tensor::Empty(DType::kF32, {rows, n});
+    int64_t at = 0;
+    for (const RowFactor& f : factors) {
+      std::memcpy(lhs.data<float>() + at * m, f.lhs.data<float>(), f.rows * m * sizeof(float));
+      std::memcpy(rhs.data<float>() + at * n, f.rhs.data<float>(), f.rows * n * sizeof(float));
+      at += f.rows;
+    }
+    Tensor grad = CallOp("matmul", {lhs, rhs}, {{"transpose_a", true}});
+    add_into(result.root_grads[root], schedule.roots[root].type(), grad.data<float>());
   }
   return result;
 }

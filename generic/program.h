@@ -50,6 +50,17 @@ struct Slot {
 // row bucket: the program vectorized over that many rows, forward and (for
 // gradients) its vector-Jacobian product.
 struct SegmentCode {
+  // A shared input (a weight) a variant's program reads packed for the GEMM
+  // micro-kernel, from a parameter appended after the others.
+  struct Pack {
+    int param = 0;
+    bool transpose_b = false;
+  };
+  // A shared input whose gradient the backward program returns as row
+  // factors (P, Q): the gradient is the sum over runs of P^T Q.
+  struct Factor {
+    int param = 0;
+  };
   int id = -1;
   Func program;                    // over one instance
   std::vector<bool> shared;        // per input
@@ -67,6 +78,8 @@ struct SegmentCode {
     std::vector<int> grad_inputs;    // the inputs `backward` differentiates for
     std::vector<int> grad_outputs;   // the outputs it takes cotangents of
     int residuals = 0;
+    std::vector<Pack> forward_packs, backward_packs;  // in the order of the appended parameters
+    std::vector<Factor> factors;  // after the gradients of grad_inputs, two outputs each
     // The code each program runs now: the interpreter's, then native code.
     // (A lock, not std::atomic<std::shared_ptr>: libstdc++'s is invisible to TSan.)
     class CodeSlot {
