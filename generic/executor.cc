@@ -516,14 +516,29 @@ Execution Execute(const Schedule& schedule, const ExecuteOptions& options) {
     int64_t rows = 0;
     for (const RowFactor& f : factors) rows += f.rows;
     const int64_t m = factors[0].lhs.shape()[1], n = factors[0].rhs.shape()[1];
-    Tensor lhs = Tensor::Empty(DType::kF32, {rows, m}), rhs = Tensor::Empty(DType::kF32, {rows, n});
+    // The right factors stacked (rows, n); the left ones stacked and
+    // transposed (m, rows) where the micro-kernel multiplies, which takes its
+    // left operand as it lies.
+    const bool packed_gemm = PackedGemmFast();
+    Tensor lhs = Tensor::Empty(DType::kF32, packed_gemm ? Shape{m, rows} : Shape{rows, m});
+    Tensor rhs = Tensor::Empty(DType::kF32, {rows, n});
     int64_t at = 0;
     for (const RowFactor& f : factors) {
-      std::memcpy(lhs.data<float>() + at * m, f.lhs.data<float>(), f.rows * m * sizeof(float));
+      const float* src = f.lhs.data<float>();
+      if (packed_gemm) {
+        float* dst = lhs.data<float>();
+        for (int64_t r = 0; r < f.rows; ++r) {
+          for (int64_t c = 0; c < m; ++c) dst[c * rows + at + r] = src[r * m + c];
+        }
+      } else {
+        std::memcpy(lhs.data<float>() + at * m, src, f.rows * m * sizeof(float));
+      }
       std::memcpy(rhs.data<float>() + at * n, f.rhs.data<float>(), f.rows * n * sizeof(float));
       at += f.rows;
     }
-    Tensor grad = CallOp("matmul", {lhs, rhs}, {{"transpose_a", true}});
+    Tensor grad = packed_gemm ? CallOp("packed_matmul", {lhs, CallOp("gemm_pack", {rhs}, {{"transpose_b", false}})},
+                                       {{"n", n}})
+                              : CallOp("matmul", {lhs, rhs}, {{"transpose_a", true}});
     add_into(result.root_grads[root], schedule.roots[root].type(), grad.data<float>());
   }
   return result;
