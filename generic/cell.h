@@ -93,6 +93,10 @@ struct Cell {
   Type result_type;                // concrete
   std::string result_key;          // EncodeType(result_type): the answer to a call of this cell
   int ops = 0;                     // operator calls in the segments
+  // Filled by GenericProgram: the tensor value ids each call passes and the
+  // result returns, flattened.
+  std::vector<std::vector<int>> call_leaves;
+  std::vector<int> result_leaves;
 };
 
 // A question only the concrete structure answers.

@@ -399,13 +399,22 @@ Execution Execute(const Schedule& schedule, const ExecuteOptions& options) {
       }
       in[p] = std::move(stacked);
     }
-    std::vector<Tensor> packed_in;
-    if (!variant.forward_packs.empty()) {
-      packed_in = in;
-      append_packs(run, variant.forward_packs, packed_in);
+    // A value-mode call whose variant has no native code yet runs the
+    // grad-mode variant's forward where that has (training compiled it; its
+    // extra outputs, the residuals, go unused).
+    SegmentCode::Variant* forward = &variant;
+    if (!options.grad && !variant.native.load()) {
+      std::lock_guard lock(code.mu);
+      auto it = code.variants.find(run.rows * 2 + 1);
+      if (it != code.variants.end() && it->second->forward_native) forward = it->second.get();
     }
-    std::shared_ptr<const Executable> exe = variant.forward_code.load();
-    if (variant.native.load()) {
+    std::vector<Tensor> packed_in;
+    if (!forward->forward_packs.empty()) {
+      packed_in = in;
+      append_packs(run, forward->forward_packs, packed_in);
+    }
+    std::shared_ptr<const Executable> exe = forward->forward_code.load();
+    if (forward != &variant || variant.native.load()) {
       ++result.native_runs;
     } else {
       ++result.interpreted_runs;
@@ -525,10 +534,16 @@ Execution Execute(const Schedule& schedule, const ExecuteOptions& options) {
     int64_t at = 0;
     for (const RowFactor& f : factors) {
       const float* src = f.lhs.data<float>();
-      if (packed_gemm) {
-        float* dst = lhs.data<float>();
-        for (int64_t r = 0; r < f.rows; ++r) {
-          for (int64_t c = 0; c < m; ++c) dst[c * rows + at + r] = src[r * m + c];
+      if (packed_gemm) {  // transposed in tiles, so that reads and writes both stay in cache lines
+        constexpr int64_t kTile = 16;
+        float* dst = lhs.data<float>() + at;
+        for (int64_t r0 = 0; r0 < f.rows; r0 += kTile) {
+          for (int64_t c0 = 0; c0 < m; c0 += kTile) {
+            const int64_t r1 = std::min(f.rows, r0 + kTile), c1 = std::min(m, c0 + kTile);
+            for (int64_t c = c0; c < c1; ++c) {
+              for (int64_t r = r0; r < r1; ++r) dst[c * rows + r] = src[r * m + c];
+            }
+          }
         }
       } else {
         std::memcpy(lhs.data<float>() + at * m, src, f.rows * m * sizeof(float));

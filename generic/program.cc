@@ -19,11 +19,24 @@ int64_t RowBucket(int64_t n) {
   }
 }
 
+// One cell instance met by the walk. Its children, bound tensors, segment
+// instances and result slots live in flat arrays of the walk (Walker).
 struct GenericProgram::Instance {
   int cell = -1;
-  std::vector<int> children;              // per call site
-  std::vector<const Tensor*> leaves;      // tensors the patterns bound
-  std::vector<Slot> result;               // tensor leaves of the result (Place)
+  int children = 0, leaves = 0;  // offsets into Walker::children / leaves
+  int segments = 0;              // offset into the segment instance ids (Place)
+  int result = 0;                // offset into the result slots (Place)
+};
+
+// The flat arrays of one walk.
+struct GenericProgram::Walker {
+  std::vector<Instance> instances;
+  std::vector<int> children;                // per instance, its call sites' instances, in order
+  std::vector<const Tensor*> leaves;        // per instance, the tensors its patterns bound
+  std::vector<const Value*> structures;     // a stack: each frame's structures from its base
+  std::vector<std::vector<int>> pending;    // per depth: children of the instance being walked there
+  std::vector<const Tensor*> leaf_stack;   // each frame's bound tensors from its base
+  std::string edge;                         // the answer being looked up, reused
 };
 
 namespace {
@@ -110,8 +123,12 @@ void TensorLeaves(const ValueTree& v, std::vector<int>& out) {
 
 }  // namespace
 
-GenericProgram::GenericProgram(Snapshot module, std::string entry, GenericOptions options)
-    : module_(std::move(module)), entry_(std::move(entry)), options_(options) {
+GenericProgram::GenericProgram(Snapshot module, std::string entry, GenericOptions options,
+                               std::shared_ptr<SegmentTable> segments)
+    : module_(std::move(module)),
+      entry_(std::move(entry)),
+      options_(options),
+      segments_(segments ? std::move(segments) : std::make_shared<SegmentTable>()) {
   if (!module_->Find(entry_)) throw Refusal("generic: no definition @" + entry_);
   cell_functions_ = CellFunctions(*module_, entry_);
   // Without a match there is no structure to walk: every call of one
@@ -133,37 +150,58 @@ int GenericProgram::segment_codes() const {
   return static_cast<int>(codes_.size());
 }
 
-std::vector<SegmentCode*> GenericProgram::codes() const {
+SegmentCode* SegmentTable::Intern(const Func& program, const std::vector<bool>& shared) {
+  std::string text = PrintFunction("segment", program);
+  for (bool s : shared) text.push_back(s ? 's' : 'r');
+  PostOrderVisit(program->body, [&](const Expr& e) {  // the printer abbreviates large constants
+    if (auto* c = As<ConstantNode>(e)) text.append(static_cast<const char*>(c->value.raw_data()), c->value.nbytes());
+  });
+  std::lock_guard lock(mu_);
+  auto [it, fresh] = by_text_.emplace(std::move(text), nullptr);
+  if (!fresh) return it->second;
+  SegmentCode& code = codes_.emplace_back();
+  code.id = static_cast<int>(codes_.size()) - 1;
+  code.program = program;
+  code.shared = shared;
+  for (const Var& p : program->params) code.inputs.push_back(AsTensor(p->annotation)->type);
+  const Expr* tail = &program->body;
+  while (auto* let = As<LetNode>(*tail)) {
+    ++code.ops;
+    tail = &let->body;
+  }
+  for (const Expr& f : As<TupleNode>(*tail)->fields) {
+    const Type& t = f->kind == ExprKind::kVar ? static_cast<const VarNode&>(*f).annotation : f->checked_type;
+    code.outputs.push_back(AsTensor(t) ? AsTensor(t)->type : TensorType{});
+  }
+  it->second = &code;
+  return &code;
+}
+
+std::vector<SegmentCode*> SegmentTable::codes() const {
   std::lock_guard lock(mu_);
   std::vector<SegmentCode*> out;
   for (const SegmentCode& c : codes_) out.push_back(const_cast<SegmentCode*>(&c));
   return out;
 }
 
+int SegmentTable::size() const {
+  std::lock_guard lock(mu_);
+  return static_cast<int>(codes_.size());
+}
+
 int GenericProgram::AddCell(Cell cell) {
   for (Segment& seg : cell.segments) {
-    std::string text = PrintFunction("segment", seg.program);
-    for (bool s : seg.shared) text.push_back(s ? 's' : 'r');
-    auto [it, fresh] = code_by_text_.emplace(std::move(text), static_cast<int>(codes_.size()));
-    if (fresh) {
-      SegmentCode& code = codes_.emplace_back();
-      code.id = it->second;
-      code.program = seg.program;
-      code.shared = seg.shared;
-      for (const Var& p : seg.program->params) code.inputs.push_back(AsTensor(p->annotation)->type);
-      const Expr* tail = &seg.program->body;
-      while (auto* let = As<LetNode>(*tail)) {
-        ++code.ops;
-        tail = &let->body;
-      }
-      auto* result = As<TupleNode>(*tail);
-      for (const Expr& f : result->fields) {
-        const Type& t = f->kind == ExprKind::kVar ? static_cast<const VarNode&>(*f).annotation : f->checked_type;
-        code.outputs.push_back(AsTensor(t) ? AsTensor(t)->type : TensorType{});
-      }
-    }
+    SegmentCode* code = segments_->Intern(seg.program, seg.shared);
+    auto [it, fresh] = code_id_.emplace(code, static_cast<int>(codes_.size()));
+    if (fresh) codes_.push_back(code);
     seg.code = it->second;
   }
+  for (const CallSite& call : cell.calls) {
+    std::vector<int> leaves;
+    for (const ValueTree& a : call.args) TensorLeaves(a, leaves);
+    cell.call_leaves.push_back(std::move(leaves));
+  }
+  TensorLeaves(cell.result, cell.result_leaves);
   cells_.push_back(std::move(cell));
   return static_cast<int>(cells_.size()) - 1;
 }
@@ -190,21 +228,21 @@ int GenericProgram::RootNode(const std::string& key) {
   return node;
 }
 
-int GenericProgram::Walk(int root, std::vector<const Value*> structures, std::vector<Instance>& instances,
-                         int depth) {
+int GenericProgram::Walk(int root, size_t base, Walker& w, int depth) {
   if (depth > options_.max_depth) {
     throw Refusal("generic: the structure nests cells deeper than " + std::to_string(options_.max_depth));
   }
-  int id = static_cast<int>(instances.size());
-  instances.emplace_back();
-  std::vector<Answer> path;
+  if (w.pending.size() <= static_cast<size_t>(depth)) w.pending.resize(depth + 1);
+  w.pending[depth].clear();
+  const size_t leaf_base = w.leaf_stack.size();  // this instance's bound tensors, in binding order
   int node = root;
   while (nodes_[node].cell < 0) {
     TrieNode& n = nodes_[node];
     Answer answer;
-    std::string edge;  // the answer as the trie's edges spell it
+    std::string& edge = w.edge;  // the answer as the trie's edges spell it
+    edge.clear();
     if (n.question.kind == Question::Kind::kMatch) {
-      const Value& v = *structures.at(n.question.structure);
+      const Value& v = *w.structures.at(base + n.question.structure);
       const MatchNode& match = *n.question.match;
       int clause = -1;
       for (size_t c = 0; c < match.clauses.size() && clause < 0; ++c) {
@@ -213,63 +251,72 @@ int GenericProgram::Walk(int root, std::vector<const Value*> structures, std::ve
       if (clause < 0) {
         throw Refusal("generic: no clause of the match at " + match.loc.ToString() + " matches " + v.Describe());
       }
-      answer.clause = clause;
-      BindPattern(match.clauses[clause].pattern, v, structures, instances[id].leaves, answer.types);
       edge.append(reinterpret_cast<const char*>(&clause), sizeof clause);
-      edge += answer.types;
+      BindPattern(match.clauses[clause].pattern, v, w.structures, w.leaf_stack, edge);
+      answer.clause = clause;
     } else {
       if (n.callee_root < 0) n.callee_root = RootNode(n.question.callee_key);
-      std::vector<const Value*> args;
-      for (int s : n.question.structure_args) args.push_back(structures.at(s));
-      int callee_root = nodes_[node].callee_root;
-      int child = Walk(callee_root, std::move(args), instances, depth + 1);
-      instances[id].children.push_back(child);
-      answer.types = edge = cells_[instances[child].cell].result_key;
+      size_t child_base = w.structures.size();
+      for (int s : n.question.structure_args) w.structures.push_back(w.structures.at(base + s));
+      int child = Walk(nodes_[node].callee_root, child_base, w, depth + 1);
+      w.structures.resize(child_base);
+      w.pending[depth].push_back(child);
+      edge = cells_[w.instances[child].cell].result_key;
     }
-    path.push_back(std::move(answer));
     auto it = nodes_[node].next.find(edge);
-    int next;
     if (it != nodes_[node].next.end()) {
-      next = it->second;
-    } else {  // a new branch: build the cell from the root with every answer so far
-      int from = nodes_[node].root;
-      next = NodeFor(nodes_[from].key, path);
-      nodes_[next].root = from;
-      nodes_[node].next.emplace(std::move(edge), next);
+      node = it->second;
+      continue;
     }
+    // A new branch: build the cell from its root with every answer so far.
+    answer.types = answer.clause >= 0 ? edge.substr(sizeof(int)) : edge;
+    std::vector<Answer> path = nodes_[node].path;
+    path.push_back(std::move(answer));
+    int next = NodeFor(nodes_[nodes_[node].root].key, path);
+    nodes_[next].root = nodes_[node].root;
+    nodes_[next].path = std::move(path);
+    nodes_[node].next.emplace(edge, next);
     node = next;
   }
-  instances[id].cell = nodes_[node].cell;
-  return id;
+  Instance inst;
+  inst.cell = nodes_[node].cell;
+  inst.children = static_cast<int>(w.children.size());
+  w.children.insert(w.children.end(), w.pending[depth].begin(), w.pending[depth].end());
+  inst.leaves = static_cast<int>(w.leaves.size());
+  w.leaves.insert(w.leaves.end(), w.leaf_stack.begin() + leaf_base, w.leaf_stack.end());
+  w.leaf_stack.resize(leaf_base);
+  w.instances.push_back(inst);
+  return static_cast<int>(w.instances.size()) - 1;
 }
 
 Schedule GenericProgram::Inspect(const std::vector<Value>& args) {
   auto start = std::chrono::steady_clock::now();
   Schedule schedule;
-  std::vector<const Value*> structures;
+  Walker w;
   std::string encoded;
-  for (const Value& a : args) EncodeRoot(a, schedule.roots, structures, encoded);
-  std::vector<Instance> instances;
+  for (const Value& a : args) EncodeRoot(a, schedule.roots, w.structures, encoded);
 
   std::lock_guard lock(mu_);
   int root = RootNode(InstanceKey(entry_, encoded));
-  Walk(root, std::move(structures), instances, 0);
+  int top = Walk(root, 0, w, 0);
 
   // Place the segment instances in evaluation order, resolving every slot.
-  std::vector<int> si_level, si_code;
-  auto place = [&](auto& self, int id, const std::vector<Slot>& inputs) -> void {
-    Instance& inst = instances[id];
+  std::vector<int> si_level, si_code, seg_si;
+  std::vector<Slot> results, inputs_of;  // result slots; input slots of the instances being placed
+  auto place = [&](auto& self, int id, size_t inputs) -> void {
+    Instance& inst = w.instances[id];
     const Cell& cell = cells_[inst.cell];
-    std::vector<int> seg_si(cell.segments.size(), -1);
+    inst.segments = static_cast<int>(seg_si.size());
+    seg_si.resize(seg_si.size() + cell.segments.size(), -1);
     auto resolve = [&](int v) -> Slot {
       const Source& s = cell.sources[v];
       switch (s.kind) {
-        case Source::Kind::kInput: return inputs.at(s.index);
-        case Source::Kind::kStructLeaf: return Slot{Slot::Kind::kStruct, 0, 0, inst.leaves.at(s.index)};
-        case Source::Kind::kSegment: return Slot{Slot::Kind::kRow, seg_si.at(s.index), s.output, nullptr};
+        case Source::Kind::kInput: return inputs_of[inputs + s.index];
+        case Source::Kind::kStructLeaf: return Slot{Slot::Kind::kStruct, 0, 0, w.leaves[inst.leaves + s.index]};
+        case Source::Kind::kSegment: return Slot{Slot::Kind::kRow, seg_si[inst.segments + s.index], s.output, nullptr};
         case Source::Kind::kCall:
-          return instances[inst.children.at(s.index)].result.at(s.output);
-        case Source::Kind::kConstant: return Slot{Slot::Kind::kConstant, 0, 0, &cell.constants.at(s.index)};
+          return results[w.instances[w.children[inst.children + s.index]].result + s.output];
+        case Source::Kind::kConstant: return Slot{Slot::Kind::kConstant, 0, 0, &cell.constants[s.index]};
       }
       return {};
     };
@@ -286,43 +333,42 @@ Schedule GenericProgram::Inspect(const std::vector<Value>& args) {
         }
         si_level.push_back(level);
         si_code.push_back(seg.code);
-        seg_si[step.index] = si;
+        seg_si[inst.segments + step.index] = si;
       } else {
-        std::vector<int> leaves;
-        for (const ValueTree& a : cell.calls[step.index].args) TensorLeaves(a, leaves);
-        std::vector<Slot> child_inputs;
-        child_inputs.reserve(leaves.size());
-        for (int v : leaves) child_inputs.push_back(resolve(v));
-        self(self, inst.children[step.index], child_inputs);
+        size_t child_inputs = inputs_of.size();
+        for (int v : cell.call_leaves[step.index]) inputs_of.push_back(resolve(v));
+        self(self, w.children[inst.children + step.index], child_inputs);
+        inputs_of.resize(child_inputs);
       }
     }
-    std::vector<int> leaves;
-    TensorLeaves(cell.result, leaves);
-    inst.result.clear();
-    for (int v : leaves) inst.result.push_back(resolve(v));
+    inst.result = static_cast<int>(results.size());
+    for (int v : cell.result_leaves) results.push_back(resolve(v));
   };
-  std::vector<Slot> root_inputs;
-  for (size_t k = 0; k < schedule.roots.size(); ++k) root_inputs.push_back(Slot{Slot::Kind::kRoot, static_cast<int32_t>(k), 0, nullptr});
-  place(place, 0, root_inputs);
+  for (size_t k = 0; k < schedule.roots.size(); ++k) inputs_of.push_back(Slot{Slot::Kind::kRoot, static_cast<int32_t>(k), 0, nullptr});
+  place(place, top, 0);
   schedule.si_input_begin.push_back(static_cast<int>(schedule.si_inputs.size()));
-  schedule.result = instances[0].result;
-  schedule.result_type = cells_[instances[0].cell].result_type;
-  schedule.instances = static_cast<int64_t>(instances.size());
+  const Cell& top_cell = cells_[w.instances[top].cell];
+  schedule.result.assign(results.begin() + w.instances[top].result,
+                         results.begin() + w.instances[top].result + top_cell.result_leaves.size());
+  schedule.result_type = top_cell.result_type;
+  schedule.instances = static_cast<int64_t>(w.instances.size());
 
   // Runs: the segment instances of one (level, program), by level.
+  // A counting sort by (level, program), stable: rows keep evaluation order.
   const int n = static_cast<int>(si_level.size());
-  std::vector<int> order(n);
-  for (int i = 0; i < n; ++i) order[i] = i;
-  std::stable_sort(order.begin(), order.end(), [&](int a, int b) {
-    return std::tie(si_level[a], si_code[a]) < std::tie(si_level[b], si_code[b]);
-  });
+  const int levels = n ? *std::max_element(si_level.begin(), si_level.end()) + 1 : 0;
+  const int programs = static_cast<int>(codes_.size());
+  std::vector<int> start_of(static_cast<size_t>(levels) * programs + 1, 0), order(n);
+  for (int i = 0; i < n; ++i) ++start_of[si_level[i] * programs + si_code[i] + 1];
+  for (size_t k = 1; k < start_of.size(); ++k) start_of[k] += start_of[k - 1];
+  for (int i = 0; i < n; ++i) order[start_of[si_level[i] * programs + si_code[i]]++] = i;
   schedule.si_run.assign(n, -1);
   schedule.si_row.assign(n, -1);
   for (int i = 0; i < n; ++i) {
     int si = order[i];
     if (i == 0 || si_level[si] != si_level[order[i - 1]] || si_code[si] != si_code[order[i - 1]]) {
       Run run;
-      run.code = &codes_[si_code[si]];
+      run.code = codes_[si_code[si]];
       run.level = si_level[si];
       schedule.runs.push_back(std::move(run));
     }
@@ -332,7 +378,7 @@ Schedule GenericProgram::Inspect(const std::vector<Value>& args) {
     run.members.push_back(si);
   }
   for (Run& run : schedule.runs) run.rows = RowBucket(static_cast<int64_t>(run.members.size()));
-  schedule.levels = n ? si_level[order.back()] + 1 : 0;
+  schedule.levels = levels;
   schedule.inspect_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   return schedule;
 }

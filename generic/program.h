@@ -109,6 +109,24 @@ struct SegmentCode {
   std::map<int64_t, std::unique_ptr<Variant>> variants;  // by rows * 2 + grad
 };
 
+// Segment programs and their code, shared by every entry of an engine: a
+// segment is keyed by its exact text (operators, shapes, the bytes of its
+// constants, which inputs are shared), so `infer` runs the code `loss`
+// compiled for the same cells, and an edit adds only the segments it changed.
+class SegmentTable {
+ public:
+  // The code of `program`, made on first sight. Thread-safe; the pointer
+  // lives as long as the table.
+  SegmentCode* Intern(const Func& program, const std::vector<bool>& shared);
+  std::vector<SegmentCode*> codes() const;
+  int size() const;
+
+ private:
+  mutable std::mutex mu_;
+  std::deque<SegmentCode> codes_;
+  std::unordered_map<std::string, SegmentCode*> by_text_;
+};
+
 struct Run {
   SegmentCode* code = nullptr;
   int level = 0;
@@ -141,7 +159,9 @@ struct GenericOptions {
 class GenericProgram {
  public:
   // Throws Refusal when `entry` cannot be served whatever its arguments.
-  GenericProgram(Snapshot module, std::string entry, GenericOptions options = {});
+  // Segments go to `segments` (null: a table of its own).
+  GenericProgram(Snapshot module, std::string entry, GenericOptions options = {},
+                 std::shared_ptr<SegmentTable> segments = nullptr);
 
   // Throws Refusal naming what this call's structure needs that the tier
   // does not serve; the program is unchanged by a refused call.
@@ -150,8 +170,8 @@ class GenericProgram {
   const std::string& entry() const { return entry_; }
   const Snapshot& module() const { return module_; }
   int cells() const;
-  int segment_codes() const;
-  std::vector<SegmentCode*> codes() const;
+  int segment_codes() const;  // distinct segment programs this entry's cells run
+  const std::shared_ptr<SegmentTable>& segments() const { return segments_; }
 
  private:
   struct TrieNode {
@@ -161,13 +181,17 @@ class GenericProgram {
     std::unordered_map<std::string, int> next;  // answer -> node
     std::string key;                            // the instance key it starts from (root nodes)
     int root = -1;                              // the root node it descends from
+    std::vector<Answer> path;                   // the answers from the root to here
   };
   struct Instance;
+  struct Walker;
 
   int RootNode(const std::string& key);
   int NodeFor(const std::string& key, const std::vector<Answer>& answers);
   int AddCell(Cell cell);
-  int Walk(int root, std::vector<const Value*> structures, std::vector<Instance>& instances, int depth);
+  // Walks one cell instance whose structures are Walker::structures from
+  // `base`; returns its index.
+  int Walk(int root, size_t base, Walker& w, int depth);
 
   Snapshot module_;
   std::string entry_;
@@ -178,8 +202,9 @@ class GenericProgram {
   std::deque<TrieNode> nodes_;
   std::unordered_map<std::string, int> roots_;
   std::deque<Cell> cells_;
-  std::deque<SegmentCode> codes_;
-  std::unordered_map<std::string, int> code_by_text_;
+  std::shared_ptr<SegmentTable> segments_;
+  std::vector<SegmentCode*> codes_;  // by the ids the schedule uses (Segment::code)
+  std::unordered_map<const SegmentCode*, int> code_id_;
 };
 
 }  // namespace pejit::generic

@@ -180,6 +180,7 @@ class EngineImpl {
   EntryState& State(const std::string& name);
   size_t RetainedBytes() const;
   std::vector<std::shared_ptr<generic::GenericProgram>> GenericPrograms();
+  const std::shared_ptr<generic::SegmentTable>& GenericSegments() const { return segments_; }
 
   Module module;
   const EngineOptions options;
@@ -239,6 +240,8 @@ class EngineImpl {
     generic::SegmentCode* code;
     generic::SegmentCode::Variant* variant;
   };
+  // Segment programs and their code, shared by all entries (generic/program.h).
+  std::shared_ptr<generic::SegmentTable> segments_ = std::make_shared<generic::SegmentTable>();
   std::mutex generic_queue_mu_;
   std::deque<GenericCompile> generic_queue_;
   void RunGenericCompile(GenericCompile& job);
@@ -466,7 +469,8 @@ std::shared_ptr<generic::GenericProgram> EngineImpl::GenericFor(Request& r) {
     entry.generic.reset();
     entry.generic_refusal.clear();
     try {
-      entry.generic = std::make_shared<generic::GenericProgram>(r.snapshot, entry.name);
+      entry.generic = std::make_shared<generic::GenericProgram>(r.snapshot, entry.name, generic::GenericOptions{},
+                                                                 segments_);
     } catch (const generic::Refusal& e) {
       entry.generic_refusal = e.what();
       RefuseGeneric(r, entry.generic_refusal);
@@ -1176,17 +1180,15 @@ Entry Engine::entry(const std::string& name, EntryOptions options) {
 EngineStats Engine::stats() const {
   EngineStats out{impl_->cache.bytes(), impl_->cache.size(), impl_->queue.size(), impl_->RetainedBytes(),
                   impl_->workers};
-  for (const auto& program : impl_->GenericPrograms()) {
-    out.generic_cells += program->cells();
-    for (generic::SegmentCode* code : program->codes()) {
-      ++out.generic_segments;
-      std::lock_guard<std::mutex> lock(code->mu);
-      for (const auto& [rows, variant] : code->variants) {
-        ++out.generic_variants;
-        if (variant->native.load()) {
-          ++out.generic_native_variants;
-          out.generic_code_bytes += variant->code_bytes.load();
-        }
+  for (const auto& program : impl_->GenericPrograms()) out.generic_cells += program->cells();
+  for (generic::SegmentCode* code : impl_->GenericSegments()->codes()) {
+    ++out.generic_segments;
+    std::lock_guard<std::mutex> lock(code->mu);
+    for (const auto& [key, variant] : code->variants) {
+      ++out.generic_variants;
+      if (variant->native.load()) {
+        ++out.generic_native_variants;
+        out.generic_code_bytes += variant->code_bytes.load();
       }
     }
   }

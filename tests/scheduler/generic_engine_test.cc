@@ -117,5 +117,30 @@ TEST(GenericEngine, AnEditOfAFunctionACellInlinesReplacesTheCode) {
   EXPECT_EQ(loss.stats().calls_generic, 2);
 }
 
+// Entries share segment code: an entry called for the first time after
+// another compiled the same cells runs native code at once (in value mode,
+// the grad-mode forward the training entry compiled).
+TEST(GenericEngine, AnotherEntryRunsTheCodeTheFirstCompiledForTheSameCells) {
+  auto events = std::make_shared<RecordingSink>();
+  Engine engine(GenericOptions(Policy::Eager(), events));
+  engine.module().AddSource(kProgram, "program.pj");
+  engine.module().AddSource(
+      "def @encoding(%t: Tree, %emb: Tensor[(?, ?), f32]) -> Tensor[(1, ?), f32] { @encode(%t, %emb) }", "more.pj");
+  Snapshot s = engine.module().snapshot();
+  Rng rng(6);
+  std::vector<Value> args = {MakeTree(*s, 7, 1, 10), RandomMatrix(rng, 10, 4)};
+  Entry loss = engine.entry("loss"), encoding = engine.entry("encoding");
+  ASSERT_TRUE(Eventually([&] {
+    loss.value_and_grad(args, {1});
+    Event e = events->Of(EventKind::kCall, "loss").back();
+    return e.Text("native_runs") == e.Text("runs");
+  }));
+  EXPECT_TRUE(Close(encoding.call(args), Interpreter().Call(*s, "encoding", args)));
+  Event first = events->Of(EventKind::kCall, "encoding").at(0);
+  EXPECT_EQ(first.Text("tier"), "generic");
+  EXPECT_NE(first.Text("runs"), "0");
+  EXPECT_EQ(first.Text("native_runs"), first.Text("runs"));
+}
+
 }  // namespace
 }  // namespace pejit
