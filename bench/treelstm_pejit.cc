@@ -367,6 +367,13 @@ int Measure(const Config& c) {
       {"infer", passes},
       {"compile", compile_stats->Summary()},
       {"code_bytes_in_cache", es.code_bytes},
+      // The structure-generic tier's code: shared by every minibatch.
+      {"generic", {{"cells", es.generic_cells},
+                   {"segments", es.generic_segments},
+                   {"variants", es.generic_variants},
+                   {"native_variants", es.generic_native_variants},
+                   {"code_bytes", es.generic_code_bytes},
+                   {"calls", loss.stats().calls_generic + infer.stats().calls_generic}}},
       {"cpu_seconds", ProcessCpuSeconds()},
       {"seconds", Seconds(start)},
       {"data_seconds", data_seconds},
