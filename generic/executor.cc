@@ -1,5 +1,7 @@
 #include "generic/executor.h"
 
+#include <xmmintrin.h>
+
 #include <algorithm>
 #include <cstring>
 #include <map>
@@ -244,6 +246,30 @@ Func PackSharedWeights(const Func& program, const std::vector<bool>& shared, std
                                          call->loc);
   }
   return Recompose(s);
+}
+
+// dst[c * ld + r] = src[r * cols + c]: 4x4 blocks through SSE registers
+// (every x86-64 has them), the edges one by one.
+void Transpose(const float* src, int64_t rows, int64_t cols, float* dst, int64_t ld) {
+  int64_t r = 0;
+  for (; r + 4 <= rows; r += 4) {
+    int64_t c = 0;
+    for (; c + 4 <= cols; c += 4) {
+      __m128 a = _mm_loadu_ps(src + r * cols + c), b = _mm_loadu_ps(src + (r + 1) * cols + c);
+      __m128 x = _mm_loadu_ps(src + (r + 2) * cols + c), y = _mm_loadu_ps(src + (r + 3) * cols + c);
+      _MM_TRANSPOSE4_PS(a, b, x, y);
+      _mm_storeu_ps(dst + c * ld + r, a);
+      _mm_storeu_ps(dst + (c + 1) * ld + r, b);
+      _mm_storeu_ps(dst + (c + 2) * ld + r, x);
+      _mm_storeu_ps(dst + (c + 3) * ld + r, y);
+    }
+    for (; c < cols; ++c) {
+      for (int64_t k = 0; k < 4; ++k) dst[c * ld + r + k] = src[(r + k) * cols + c];
+    }
+  }
+  for (; r < rows; ++r) {
+    for (int64_t c = 0; c < cols; ++c) dst[c * ld + r] = src[r * cols + c];
+  }
 }
 
 int64_t RowBytes(const TensorType& t) { return NumElements(t.shape) * static_cast<int64_t>(SizeOf(t.dtype)); }
@@ -534,17 +560,8 @@ Execution Execute(const Schedule& schedule, const ExecuteOptions& options) {
     int64_t at = 0;
     for (const RowFactor& f : factors) {
       const float* src = f.lhs.data<float>();
-      if (packed_gemm) {  // transposed in tiles, so that reads and writes both stay in cache lines
-        constexpr int64_t kTile = 16;
-        float* dst = lhs.data<float>() + at;
-        for (int64_t r0 = 0; r0 < f.rows; r0 += kTile) {
-          for (int64_t c0 = 0; c0 < m; c0 += kTile) {
-            const int64_t r1 = std::min(f.rows, r0 + kTile), c1 = std::min(m, c0 + kTile);
-            for (int64_t c = c0; c < c1; ++c) {
-              for (int64_t r = r0; r < r1; ++r) dst[c * rows + r] = src[r * m + c];
-            }
-          }
-        }
+      if (packed_gemm) {
+        Transpose(src, f.rows, m, lhs.data<float>() + at, rows);
       } else {
         std::memcpy(lhs.data<float>() + at * m, src, f.rows * m * sizeof(float));
       }

@@ -10,13 +10,10 @@
 namespace pejit::generic {
 
 int64_t RowBucket(int64_t n) {
-  if (n <= 4) return n;
-  int64_t p = 4;
-  while (true) {
-    if (n <= p) return p;
-    if (n <= p + p / 2) return p + p / 2;
-    p *= 2;
-  }
+  if (n <= 8) return n;
+  int64_t step = 2;  // a quarter of the octave's start: 8..16 by 2, 16..32 by 4, ...
+  while (n > step * 8) step *= 2;
+  return (n + step - 1) / step * step;
 }
 
 // One cell instance met by the walk. Its children, bound tensors, segment

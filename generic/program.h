@@ -147,9 +147,10 @@ struct Schedule {
   double inspect_ms = 0;
 };
 
-// Rows a run of `n` instances is padded to: n itself up to 4, then the next
-// of 2^k and 3 * 2^(k-1), so that a segment has at most two variants per
-// octave of row counts and padding wastes at most a third.
+// Rows a run of `n` instances is padded to: n itself up to 8, then the next
+// multiple of a quarter of n's octave (10, 12, 14, 16, 20, 24, ...), so that
+// a segment has at most four variants per octave of row counts and padding
+// wastes at most a quarter.
 int64_t RowBucket(int64_t n);
 
 struct GenericOptions {

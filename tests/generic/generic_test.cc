@@ -81,7 +81,9 @@ TEST_P(GenericTest, ValuesAndGradientsMatchTheInterpreterOnUnseenStructures) {
       Value grad = ArgumentGradient(args, got.root_grads, model.wrt[w]);
       EXPECT_TRUE(ValueAllClose(grad, want.grads[w], 1e-4, 1e-5)) << "gradient of argument " << model.wrt[w];
     }
-    if (c % 2) EXPECT_EQ(got.interpreted_runs, 0);
+    if (c % 2) {
+      EXPECT_EQ(got.interpreted_runs, 0);
+    }
   }
   // Code is per segment program and row bucket, not per minibatch.
   EXPECT_LT(program.segment_codes(), 100);
