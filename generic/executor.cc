@@ -401,14 +401,11 @@ Execution Execute(const Schedule& schedule, const ExecuteOptions& options) {
     return static_cast<const char*>(t->raw_data());
   };
 
-  for (size_t r = 0; r < n_runs; ++r) {
-    const Run& run = schedule.runs[r];
-    SegmentCode& code = *run.code;
-    SegmentCode::Variant& variant = VariantFor(code, run.rows, options.grad);
-    if (options.compile_now && !variant.native.load()) CompileVariant(*options.compile_now, code, variant);
-    variants[r] = &variant;
+  // The inputs of members [first, first + count) of `run`, stacked to `rows`
+  // rows (padded with copies of the first).
+  auto gather = [&](const Run& run, int first, int count, int64_t rows) {
+    const SegmentCode& code = *run.code;
     std::vector<Tensor> in(code.inputs.size());
-    const int members = static_cast<int>(run.members.size());
     for (size_t p = 0; p < code.inputs.size(); ++p) {
       const TensorType& member = code.inputs[p];
       const int64_t bytes = RowBytes(member);
@@ -417,30 +414,90 @@ Execution Execute(const Schedule& schedule, const ExecuteOptions& options) {
         in[p] = schedule.roots.at(slot.index);
         continue;
       }
-      Tensor stacked = Tensor::Empty(member.dtype, Prepend(run.rows, member.shape));
+      Tensor stacked = Tensor::Empty(member.dtype, Prepend(rows, member.shape));
       char* dst = static_cast<char*>(stacked.raw_data());
-      for (int64_t i = 0; i < run.rows; ++i) {
-        int si = run.members[i < members ? i : 0];
+      for (int64_t i = 0; i < rows; ++i) {
+        int si = run.members[first + (i < count ? i : 0)];
         std::memcpy(dst + i * bytes, row_of(schedule.si_inputs[schedule.si_input_begin[si] + p], bytes), bytes);
       }
       in[p] = std::move(stacked);
     }
-    // A value-mode call whose variant has no native code yet runs the
-    // grad-mode variant's forward where that has (training compiled it; its
-    // extra outputs, the residuals, go unused).
-    SegmentCode::Variant* forward = &variant;
+    return in;
+  };
+  // The forward code of a variant on gathered inputs (packed weights appended).
+  auto run_forward = [&](const Run& run, const SegmentCode::Variant& v, const std::vector<Tensor>& in) {
+    if (v.forward_packs.empty()) return v.forward_code.load()->Run(in);
+    std::vector<Tensor> packed_in = in;
+    append_packs(run, v.forward_packs, packed_in);
+    return v.forward_code.load()->Run(packed_in);
+  };
+
+  for (size_t r = 0; r < n_runs; ++r) {
+    const Run& run = schedule.runs[r];
+    SegmentCode& code = *run.code;
+    SegmentCode::Variant& variant = VariantFor(code, run.rows, options.grad);
+    if (options.compile_now && !variant.native.load()) CompileVariant(*options.compile_now, code, variant);
+    variants[r] = &variant;
+    const int members = static_cast<int>(run.members.size());
     if (!options.grad && !variant.native.load()) {
-      std::lock_guard lock(code.mu);
-      auto it = code.variants.find(run.rows * 2 + 1);
-      if (it != code.variants.end() && it->second->forward_native) forward = it->second.get();
+      // Value mode: the run in pieces that native code serves (value-mode
+      // variants, or grad-mode ones whose forward training compiled, their
+      // extra outputs unused), so that a row count not compiled yet does
+      // not run interpreted where other counts have native code.
+      std::vector<std::pair<int64_t, SegmentCode::Variant*>> native;  // by rows
+      {
+        std::lock_guard lock(code.mu);
+        for (const auto& [key, v] : code.variants) {
+          if (v->native.load() || (v->grad && v->forward_native)) native.emplace_back(v->rows, v.get());
+        }
+      }
+      if (!native.empty()) {
+        std::vector<Tensor> out;
+        for (int first = 0; first < members;) {
+          const int left = members - first;
+          // The smallest native variant that takes the rest (padding at most
+          // a third), else the largest that fits in it.
+          SegmentCode::Variant* pick = nullptr;
+          for (const auto& [rows, v] : native) {
+            if (rows >= left && rows * 3 <= left * 4 && (!pick || rows < pick->rows)) pick = v;
+          }
+          if (!pick) {
+            for (const auto& [rows, v] : native) {
+              if (rows <= left && (!pick || rows > pick->rows)) pick = v;
+            }
+          }
+          if (!pick) break;  // only larger ones: the rest runs interpreted below
+          const int count = static_cast<int>(std::min<int64_t>(pick->rows, left));
+          std::vector<Tensor> piece = run_forward(run, *pick, gather(run, first, count, pick->rows));
+          if (out.empty()) {
+            for (size_t o = 0; o < code.outputs.size(); ++o) {
+              out.push_back(Tensor::Empty(code.outputs[o].dtype, Prepend(run.rows, code.outputs[o].shape)));
+            }
+          }
+          for (size_t o = 0; o < code.outputs.size(); ++o) {
+            const int64_t bytes = RowBytes(code.outputs[o]);
+            std::memcpy(static_cast<char*>(out[o].raw_data()) + first * bytes, piece[o].raw_data(), count * bytes);
+          }
+          first += count;
+          if (first == members) {
+            outputs[r] = std::move(out);
+            break;
+          }
+        }
+        if (!outputs[r].empty()) {
+          ++result.native_runs;
+          // Its own code still compiles: one run next time, not pieces.
+          if (std::find(result.missing_native.begin(), result.missing_native.end(), &variant) == result.missing_native.end()) {
+            result.missing_native.push_back(&variant);
+            result.missing_codes.push_back(&code);
+          }
+          continue;
+        }
+        // Pieces left over: the whole run interpreted, as below.
+      }
     }
-    std::vector<Tensor> packed_in;
-    if (!forward->forward_packs.empty()) {
-      packed_in = in;
-      append_packs(run, forward->forward_packs, packed_in);
-    }
-    std::shared_ptr<const Executable> exe = forward->forward_code.load();
-    if (forward != &variant || variant.native.load()) {
+    std::vector<Tensor> in = gather(run, 0, members, run.rows);
+    if (variant.native.load()) {
       ++result.native_runs;
     } else {
       ++result.interpreted_runs;
@@ -449,7 +506,7 @@ Execution Execute(const Schedule& schedule, const ExecuteOptions& options) {
         result.missing_codes.push_back(&code);
       }
     }
-    outputs[r] = exe->Run(packed_in.empty() ? in : packed_in);
+    outputs[r] = run_forward(run, variant, in);
     if (options.grad) inputs[r] = std::move(in);
   }
 

@@ -84,6 +84,10 @@ TEST_P(GenericTest, ValuesAndGradientsMatchTheInterpreterOnUnseenStructures) {
     if (c % 2) {
       EXPECT_EQ(got.interpreted_runs, 0);
     }
+    // Value mode on what grad mode compiled: runs whose row count has no
+    // native code run in pieces of counts that have.
+    Execution value = Execute(schedule, ExecuteOptions{});
+    EXPECT_TRUE(ValueAllClose(value.value, want.value, 1e-4, 1e-5)) << "value mode";
   }
   // Code is per segment program and row bucket, not per minibatch.
   EXPECT_LT(program.segment_codes(), 100);
