@@ -277,7 +277,7 @@ class Builder {
     q.callee_key = InstanceKey(global->name, encoded);
     const Answer& answer = NextAnswer(q);
     int site = static_cast<int>(calls_.size());
-    calls_.push_back({global->name, std::move(args), q.callee_key});
+    calls_.push_back({std::move(args)});
     call_boundary_.push_back(segment_++);
     Reader r(answer.types);
     int leaf = 0;
@@ -327,13 +327,11 @@ class Builder {
 
   Cell Finish(const ValueTree& result) {
     Cell cell;
-    cell.function = function_;
     cell.result = result;
     cell.result_type = TypeOf(result);
     EncodeType(cell.result_type, cell.result_key);
     cell.constants = constants_;
     cell.calls = calls_;
-    cell.ops = static_cast<int>(ops_.size());
 
     // A value is an output of its segment when something outside reads it.
     const int n = static_cast<int>(values_.size());
@@ -387,6 +385,7 @@ class Builder {
         params.push_back(p);
         seg.inputs.push_back(v);
         seg.shared.push_back(info.op < 0 && info.source.kind == Source::Kind::kInput && info.share >= 0);
+        if (seg.shared.back()) seg.share_roots.push_back(info.share);
         e = p;
       }
       atoms[v] = e;

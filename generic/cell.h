@@ -67,14 +67,13 @@ struct Segment {
   Func program;               // over one instance: parameters `inputs`, result a tuple of `outputs`
   std::vector<int> inputs;    // value ids
   std::vector<bool> shared;   // per input: the same entry-argument tensor for every instance
+  std::vector<int> share_roots;  // for those, which: the entry's tensor leaf index
   std::vector<int> outputs;   // value ids
-  int code = -1;              // the distinct segment program it runs (GenericProgram's numbering)
+  int code = -1;              // its run id: program and shared tensors (GenericProgram's numbering)
 };
 
 struct CallSite {
-  std::string callee;
   std::vector<ValueTree> args;
-  std::string callee_key;     // the callee's instance key (InstanceKey)
 };
 
 struct Step {
@@ -83,7 +82,6 @@ struct Step {
 };
 
 struct Cell {
-  std::string function;
   std::vector<Step> steps;
   std::vector<Segment> segments;
   std::vector<CallSite> calls;
@@ -92,7 +90,6 @@ struct Cell {
   ValueTree result;                // tensors in tuples
   Type result_type;                // concrete
   std::string result_key;          // EncodeType(result_type): the answer to a call of this cell
-  int ops = 0;                     // operator calls in the segments
   // Filled by GenericProgram: the tensor value ids each call passes and the
   // result returns, flattened.
   std::vector<std::vector<int>> call_leaves;

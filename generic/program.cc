@@ -144,7 +144,7 @@ int GenericProgram::cells() const {
 
 int GenericProgram::segment_codes() const {
   std::lock_guard lock(mu_);
-  return static_cast<int>(codes_.size());
+  return static_cast<int>(std::set<SegmentCode*>(codes_.begin(), codes_.end()).size());
 }
 
 SegmentCode* SegmentTable::Intern(const Func& program, const std::vector<bool>& shared) {
@@ -188,8 +188,11 @@ int SegmentTable::size() const {
 
 int GenericProgram::AddCell(Cell cell) {
   for (Segment& seg : cell.segments) {
+    // Instances of one segment program batch together only when they share
+    // the same entry tensors (two layers' cells may be alike but for their
+    // weights): the run's id is the program and those tensors.
     SegmentCode* code = segments_->Intern(seg.program, seg.shared);
-    auto [it, fresh] = code_id_.emplace(code, static_cast<int>(codes_.size()));
+    auto [it, fresh] = run_id_.emplace(std::make_pair(code, seg.share_roots), static_cast<int>(codes_.size()));
     if (fresh) codes_.push_back(code);
     seg.code = it->second;
   }

@@ -204,8 +204,8 @@ class GenericProgram {
   std::unordered_map<std::string, int> roots_;
   std::deque<Cell> cells_;
   std::shared_ptr<SegmentTable> segments_;
-  std::vector<SegmentCode*> codes_;  // by the ids the schedule uses (Segment::code)
-  std::unordered_map<const SegmentCode*, int> code_id_;
+  std::vector<SegmentCode*> codes_;  // by the run ids the schedule groups by (Segment::code)
+  std::map<std::pair<const SegmentCode*, std::vector<int>>, int> run_id_;
 };
 
 }  // namespace pejit::generic

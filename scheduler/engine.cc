@@ -567,6 +567,7 @@ void EngineImpl::RunGenericCompile(GenericCompile& job) {
     Event e = Make(EventKind::kGenericCompile, job.entry, nullptr, start, NowMicros() - start);
     e.fields.push_back({"segment", static_cast<int64_t>(job.code->id)});
     e.fields.push_back({"rows", job.variant->rows});
+    e.fields.push_back({"ops", static_cast<int64_t>(job.code->ops)});
     e.fields.push_back({"code_bytes", static_cast<int64_t>(job.variant->code_bytes.load())});
     Emit(e);
   }

@@ -93,6 +93,45 @@ TEST_P(GenericTest, ValuesAndGradientsMatchTheInterpreterOnUnseenStructures) {
   EXPECT_LT(program.segment_codes(), 100);
 }
 
+// Two cells alike but for their weights (one recursion called with two
+// parameter matrices) run the same segment programs at the same levels; each
+// instance still computes with its own weight.
+TEST(GenericTier, CellsAlikeButForTheirWeightsKeepTheirOwnWeights) {
+  Module m;
+  m.AddSource(R"(
+type Tree { Leaf(Tensor[(), i64]), Node(Tree, Tree) }
+def @enc(%t: Tree, %emb: Tensor[(?, ?), f32], %w: Tensor[(?, ?), f32]) -> Tensor[(1, ?), f32] {
+  match (%t) {
+    Leaf(%x) => take(%emb, reshape(%x, shape=[1])),
+    Node(%l, %r) => tanh(matmul(add(@enc(%l, %emb, %w), @enc(%r, %emb, %w)), %w)),
+  }
+}
+def @loss(%a: Tree, %b: Tree, %emb: Tensor[(?, ?), f32], %w1: Tensor[(?, ?), f32], %w2: Tensor[(?, ?), f32]) -> Tensor[(), f32] {
+  sum(mul(@enc(%a, %emb, %w1), @enc(%b, %emb, %w2)))
+}
+)", "two.pj");
+  Snapshot s = m.snapshot();
+  TypeDefPtr tree = s->FindType("Tree");
+  auto leaf = [&](int64_t i) { return Value::Adt(tree, 0, {Value(Tensor::FromVector<int64_t>({}, {i}))}); };
+  auto node = [&](Value l, Value r) { return Value::Adt(tree, 1, {std::move(l), std::move(r)}); };
+  auto matrix = [](int64_t rows, int64_t cols, float scale) {
+    std::vector<float> v(rows * cols);
+    for (size_t i = 0; i < v.size(); ++i) v[i] = scale * static_cast<float>((i * 37 % 11) - 5) / 10.0f;
+    return Value(Tensor::FromVector<float>({rows, cols}, v));
+  };
+  // The same shape on both sides, so that both recursions meet at every level.
+  std::vector<Value> args = {node(node(leaf(0), leaf(1)), leaf(2)), node(node(leaf(3), leaf(1)), leaf(0)),
+                             matrix(4, 3, 1.0f), matrix(3, 3, 1.0f), matrix(3, 3, -0.7f)};
+  Interpreter::ValueAndGrad want = Interpreter().CallWithGrad(*s, "loss", args, {3, 4});
+  GenericProgram program(s, "loss");
+  ExecuteOptions options;
+  options.grad = true;
+  Execution got = Execute(program.Inspect(args), options);
+  EXPECT_TRUE(ValueAllClose(got.value, want.value, 1e-4, 1e-5)) << got.value.ToString() << " vs " << want.value.ToString();
+  EXPECT_TRUE(ValueAllClose(ArgumentGradient(args, got.root_grads, 3), want.grads[0], 1e-4, 1e-5));
+  EXPECT_TRUE(ValueAllClose(ArgumentGradient(args, got.root_grads, 4), want.grads[1], 1e-4, 1e-5));
+}
+
 INSTANTIATE_TEST_SUITE_P(Models, GenericTest,
                          ::testing::Values(Model{"treelstm", "examples/treelstm/treelstm.pj", "tests/generic/treelstm_calls.jsonl", {2}},
                                            Model{"seq_lstm", "tests/tools/testdata/seq_lstm.pj", "tests/generic/seq_lstm_calls.jsonl", {2, 3}},
