@@ -304,7 +304,11 @@ Value ArgumentGradient(const std::vector<Value>& args, const std::vector<Tensor>
   auto rebuild = [&](auto& self, const Value& v) -> Value {
     if (v.is_tensor()) {
       const Tensor& g = root_grads.at(leaf++);
-      return g.defined() ? Value(g) : Value(Tensor::Zeros(v.tensor().dtype(), v.tensor().shape()));
+      if (g.defined()) return Value(g);
+      // As the interpreter: a leaf no gradient can flow to (integers) holds
+      // itself; a float one nothing reached gets zeros.
+      if (!IsFloat(v.tensor().dtype())) return v;
+      return Value(Tensor::Zeros(v.tensor().dtype(), v.tensor().shape()));
     }
     if (v.kind() != Value::Kind::kTuple) throw Refusal("generic: a gradient with respect to a structure argument");
     std::vector<Value> fields;

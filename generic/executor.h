@@ -51,8 +51,9 @@ struct Execution {
 Execution Execute(const Schedule& schedule, const ExecuteOptions& options);
 
 // The gradient for argument `arg` of `args`, shaped like it, from
-// Execution::root_grads (zeros where none flowed). Throws Refusal when the
-// argument holds a structure value.
+// Execution::root_grads, as Interpreter::CallWithGrad gives it: zeros for a
+// float leaf nothing reached, the leaf itself for an integer one. Throws
+// Refusal when the argument holds a structure value.
 Value ArgumentGradient(const std::vector<Value>& args, const std::vector<Tensor>& root_grads, int arg);
 
 // The variant of `code` for `rows` rows, made (forward and, in grad mode,
