@@ -89,6 +89,55 @@ void BM_GenericTrainStep(benchmark::State& state) {
 }
 BENCHMARK(BM_GenericTrainStep)->Unit(benchmark::kMillisecond);
 
+// Inference on minibatches never seen, after training compiled its segments
+// (grad mode): what a dev set's first pass runs, the grad-mode forwards
+// standing in for value-mode code not compiled yet.
+void BM_GenericInferStepAfterTraining(benchmark::State& state) {
+  const int warm = 16;
+  Workload w(32, warm + 64);
+  generic::GenericProgram program(w.snapshot, "loss");
+  auto jit = JitSession::Create();
+  generic::ExecuteOptions compile;
+  compile.grad = true;
+  compile.compile_now = jit.get();
+  for (int i = 0; i < warm; ++i) generic::Execute(program.Inspect(w.calls[i]), compile);
+  size_t i = warm;
+  int64_t interpreted = 0, runs = 0;
+  for (auto _ : state) {
+    generic::Execution e = generic::Execute(program.Inspect(w.calls[i]), generic::ExecuteOptions{});
+    interpreted += e.interpreted_runs;
+    runs += e.interpreted_runs + e.native_runs;
+    if (++i == w.calls.size()) i = warm;
+  }
+  state.counters["trees_per_s"] = benchmark::Counter(32.0, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["interpreted_share"] = runs ? static_cast<double>(interpreted) / runs : 0;
+}
+BENCHMARK(BM_GenericInferStepAfterTraining)->Unit(benchmark::kMillisecond);
+
+// A dev set's first pass through a new entry (`infer`) after training
+// compiled `loss`: the entry's cells are built on its first minibatches,
+// its segments found in the shared table. Each iteration is a new entry's
+// pass over 32 minibatches never seen.
+void BM_GenericFirstInferPass(benchmark::State& state) {
+  const int warm = 16, pass = 32;
+  Workload w(32, warm + pass);
+  generic::GenericProgram loss(w.snapshot, "loss");
+  auto jit = JitSession::Create();
+  generic::ExecuteOptions compile;
+  compile.grad = true;
+  compile.compile_now = jit.get();
+  for (int i = 0; i < warm; ++i) generic::Execute(loss.Inspect(w.calls[i]), compile);
+  for (auto _ : state) {
+    generic::GenericProgram infer(w.snapshot, "infer", {}, loss.segments());
+    for (int i = warm; i < warm + pass; ++i) {
+      std::vector<Value> args = {w.calls[i][0], w.calls[i][2]};
+      benchmark::DoNotOptimize(generic::Execute(infer.Inspect(args), generic::ExecuteOptions{}));
+    }
+  }
+  state.counters["trees_per_s"] = benchmark::Counter(32.0 * pass, benchmark::Counter::kIsIterationInvariantRate);
+}
+BENCHMARK(BM_GenericFirstInferPass)->Unit(benchmark::kMillisecond);
+
 void BM_InterpreterTrainStep(benchmark::State& state) {
   Workload w(32, 8);
   Interpreter interp;

@@ -473,6 +473,11 @@ Execution Execute(const Schedule& schedule, const ExecuteOptions& options) {
           if (!pick) break;  // only larger ones: the rest runs interpreted below
           const int count = static_cast<int>(std::min<int64_t>(pick->rows, left));
           std::vector<Tensor> piece = run_forward(run, *pick, gather(run, first, count, pick->rows));
+          if (first == 0 && count == members && pick->rows == run.rows) {  // one piece, the run's own shape
+            piece.resize(code.outputs.size());  // a grad-mode forward's residuals go unused
+            outputs[r] = std::move(piece);
+            break;
+          }
           if (out.empty()) {
             for (size_t o = 0; o < code.outputs.size(); ++o) {
               out.push_back(Tensor::Empty(code.outputs[o].dtype, Prepend(run.rows, code.outputs[o].shape)));
