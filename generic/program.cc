@@ -181,11 +181,6 @@ std::vector<SegmentCode*> SegmentTable::codes() const {
   return out;
 }
 
-int SegmentTable::size() const {
-  std::lock_guard lock(mu_);
-  return static_cast<int>(codes_.size());
-}
-
 int GenericProgram::AddCell(Cell cell) {
   for (Segment& seg : cell.segments) {
     // Instances of one segment program batch together only when they share

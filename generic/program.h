@@ -73,7 +73,8 @@ struct SegmentCode {
     // (inputs...) -> (outputs stacked..., residuals...): in grad mode the
     // forward also returns what the backward reads of its intermediates.
     Func forward;
-    // (inputs..., cotangents of the f32 outputs..., residuals...) -> (sum, d/d f32 inputs...)
+    // (inputs..., cotangents of the f32 outputs..., residuals..., packed weights...)
+    //   -> (sum, d/d grad_inputs..., the row factors (P, Q) of each of `factors`...)
     Func backward;
     std::vector<int> grad_inputs;    // the inputs `backward` differentiates for
     std::vector<int> grad_outputs;   // the outputs it takes cotangents of
@@ -119,7 +120,6 @@ class SegmentTable {
   // lives as long as the table.
   SegmentCode* Intern(const Func& program, const std::vector<bool>& shared);
   std::vector<SegmentCode*> codes() const;
-  int size() const;
 
  private:
   mutable std::mutex mu_;
