@@ -69,24 +69,44 @@ struct GradPrograms {
   std::vector<SegmentCode::Factor> factors;
 };
 
-// The terms (P, Q) of a gradient that is a sum of products over rows,
-// sum_i matmul(P_i, Q_i, transpose_a=true), as the GEMM rules give a
-// weight's; false for anything else.
-bool RowProducts(const Expr& grad, const std::unordered_map<const ExprNode*, const Expr*>& value_of,
-                 std::vector<std::pair<Expr, Expr>>& terms) {
+// The terms of a shared input's gradient when it is a sum over the run's
+// rows, as the GEMM and broadcast rules give a weight's and a bias's:
+// products matmul(P, Q, transpose_a=true), and reductions sum_to(G, S) (or
+// sum(G, axes=[0])) whose summed axes include the rows; false for anything
+// else.
+bool RowTerms(const Expr& grad, const std::unordered_map<const ExprNode*, const Expr*>& value_of,
+              std::vector<SegmentCode::Factor>& factors, std::vector<Expr>& outputs, int param) {
   auto it = value_of.find(grad.get());
   if (it == value_of.end()) return false;
   const auto* call = As<OpCallNode>(*it->second);
   if (!call) return false;
-  if (call->op->name == "add") {
-    return TensorTypeOf(call->args[0]) == TensorTypeOf(call->args[1]) && RowProducts(call->args[0], value_of, terms) &&
-           RowProducts(call->args[1], value_of, terms);
+  const std::string& op = call->op->name;
+  if (op == "add") {
+    return TensorTypeOf(call->args[0]) == TensorTypeOf(call->args[1]) &&
+           RowTerms(call->args[0], value_of, factors, outputs, param) &&
+           RowTerms(call->args[1], value_of, factors, outputs, param);
   }
-  if (call->op->name != "matmul" || !call->attrs.GetBool("transpose_a") || call->attrs.GetBool("transpose_b") ||
-      TensorTypeOf(call->args[0]).rank() != 2) {
+  if (op == "matmul" && call->attrs.GetBool("transpose_a") && !call->attrs.GetBool("transpose_b") &&
+      TensorTypeOf(call->args[0]).rank() == 2) {
+    factors.push_back({param, SegmentCode::Factor::Kind::kProduct, {}});
+    outputs.push_back(call->args[0]);
+    outputs.push_back(call->args[1]);
+    return true;
+  }
+  const TensorType g = TensorTypeOf(call->args[0]);
+  Shape target;
+  if (op == "sum_to") {
+    target = call->attrs.GetInts("shape");
+    bool rows_summed = target.size() < g.shape.size() || (!target.empty() && target[0] == 1);
+    if (!rows_summed || g.dtype != DType::kF32) return false;
+  } else if (op == "sum" && call->attrs.GetInts("axes") == std::vector<int64_t>{0} && !call->attrs.GetBool("keepdims") &&
+             g.dtype == DType::kF32) {
+    target.assign(g.shape.begin() + 1, g.shape.end());
+  } else {
     return false;
   }
-  terms.emplace_back(call->args[0], call->args[1]);
+  factors.push_back({param, SegmentCode::Factor::Kind::kRowSum, target});
+  outputs.push_back(call->args[0]);
   return true;
 }
 
@@ -184,13 +204,11 @@ GradPrograms MakeGradPrograms(const Func& vectorized, const std::vector<bool>& s
   std::vector<int> kept_inputs;
   for (size_t k = 0; k < g.grad_inputs.size(); ++k) {
     int p = g.grad_inputs[k];
-    std::vector<std::pair<Expr, Expr>> terms;
-    if (p < static_cast<int>(shared.size()) && shared[p] && RowProducts(grads->fields[1 + k], value_of, terms)) {
-      for (const auto& [lhs, rhs] : terms) {
-        g.factors.push_back({p});
-        factor_results.push_back(lhs);
-        factor_results.push_back(rhs);
-      }
+    std::vector<SegmentCode::Factor> factors;
+    std::vector<Expr> outputs;
+    if (p < static_cast<int>(shared.size()) && shared[p] && RowTerms(grads->fields[1 + k], value_of, factors, outputs, p)) {
+      g.factors.insert(g.factors.end(), factors.begin(), factors.end());
+      factor_results.insert(factor_results.end(), outputs.begin(), outputs.end());
     } else {
       kept.push_back(grads->fields[1 + k]);
       kept_inputs.push_back(p);
@@ -545,7 +563,8 @@ Execution Execute(const Schedule& schedule, const ExecuteOptions& options) {
     Tensor lhs, rhs;
     int64_t rows;
   };
-  std::map<int, std::vector<RowFactor>> row_factors;  // per entry tensor: its gradient's terms
+  std::map<int, std::vector<RowFactor>> row_factors;  // per entry tensor: its gradient's products
+  std::map<std::pair<int, Shape>, std::vector<Tensor>> row_sums;  // per entry tensor and shape: its reductions
   result.root_grads.assign(schedule.roots.size(), Tensor());
   auto add_into = [](Tensor& target, const TensorType& type, const float* src) {
     if (!target.defined()) target = Tensor::Zeros(type.dtype, type.shape);
@@ -601,15 +620,19 @@ Execution Execute(const Schedule& schedule, const ExecuteOptions& options) {
         add_to_slot(slot, member, grad.data<float>() + i * elems);
       }
     }
-    const size_t first_factor = 1 + variant.grad_inputs.size();
-    for (size_t f = 0; f < variant.factors.size(); ++f) {
-      const Slot& slot = schedule.si_inputs[schedule.si_input_begin[run.members[0]] + variant.factors[f].param];
-      Tensor& lhs = grads.at(first_factor + 2 * f);
-      Tensor& rhs = grads.at(first_factor + 2 * f + 1);
-      // Padding rows add exact zeros: their cotangents are zero, their
-      // forward values copies of a real row's.
-      int64_t rows = lhs.shape()[0];
-      row_factors[slot.index].push_back({std::move(lhs), std::move(rhs), rows});
+    // Padding rows add exact zeros: their cotangents are zero, their
+    // forward values copies of a real row's.
+    size_t next = 1 + variant.grad_inputs.size();
+    for (const SegmentCode::Factor& factor : variant.factors) {
+      const Slot& slot = schedule.si_inputs[schedule.si_input_begin[run.members[0]] + factor.param];
+      if (factor.kind == SegmentCode::Factor::Kind::kProduct) {
+        Tensor& lhs = grads.at(next++);
+        Tensor& rhs = grads.at(next++);
+        int64_t rows = lhs.shape()[0];
+        row_factors[slot.index].push_back({std::move(lhs), std::move(rhs), rows});
+      } else {
+        row_sums[{slot.index, factor.shape}].push_back(std::move(grads.at(next++)));
+      }
     }
     cotangents[r].clear();
   }
@@ -638,6 +661,20 @@ Execution Execute(const Schedule& schedule, const ExecuteOptions& options) {
                                        {{"n", n}})
                               : CallOp("matmul", {lhs, rhs}, {{"transpose_a", true}});
     add_into(result.root_grads[root], schedule.roots[root].type(), grad.data<float>());
+  }
+  for (auto& [key, terms] : row_sums) {  // all runs' rows stacked, reduced once
+    int64_t rows = 0;
+    for (const Tensor& t : terms) rows += t.shape()[0];
+    Shape stacked = terms[0].shape();
+    stacked[0] = rows;
+    Tensor all = Tensor::Empty(DType::kF32, stacked);
+    char* at = static_cast<char*>(all.raw_data());
+    for (const Tensor& t : terms) {
+      std::memcpy(at, t.raw_data(), t.nbytes());
+      at += t.nbytes();
+    }
+    Tensor grad = CallOp("sum_to", {all}, {{"shape", key.second}});
+    add_into(result.root_grads[key.first], schedule.roots[key.first].type(), grad.data<float>());
   }
   return result;
 }

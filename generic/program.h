@@ -56,10 +56,15 @@ struct SegmentCode {
     int param = 0;
     bool transpose_b = false;
   };
-  // A shared input whose gradient the backward program returns as row
-  // factors (P, Q): the gradient is the sum over runs of P^T Q.
+  // A term of a shared input's gradient that the backward program returns
+  // per row for the executor to sum over all runs once per call: a product
+  // (two outputs P, Q; the term is the sum over runs of P^T Q) or a row sum
+  // (one output G; the term is sum_to(all runs' G stacked, shape)).
   struct Factor {
+    enum class Kind : uint8_t { kProduct, kRowSum };
     int param = 0;
+    Kind kind = Kind::kProduct;
+    Shape shape;  // kRowSum
   };
   int id = -1;
   Func program;                    // over one instance
@@ -80,7 +85,7 @@ struct SegmentCode {
     std::vector<int> grad_outputs;   // the outputs it takes cotangents of
     int residuals = 0;
     std::vector<Pack> forward_packs, backward_packs;  // in the order of the appended parameters
-    std::vector<Factor> factors;  // after the gradients of grad_inputs, two outputs each
+    std::vector<Factor> factors;  // after the gradients of grad_inputs: two outputs a product, one a row sum
     // The code each program runs now: the interpreter's, then native code.
     // (A lock, not std::atomic<std::shared_ptr>: libstdc++'s is invisible to TSan.)
     class CodeSlot {
