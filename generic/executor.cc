@@ -23,8 +23,6 @@
 namespace pejit::generic {
 namespace {
 
-Type ResultTypeOf(const Func& program);
-
 void FlattenTensors(const Value& v, std::vector<Tensor>& out) {
   if (v.is_tensor()) {
     out.push_back(v.tensor());
@@ -37,7 +35,7 @@ void FlattenTensors(const Value& v, std::vector<Tensor>& out) {
 // native code is compiled.
 class InterpretedSegment final : public Executable {
  public:
-  explicit InterpretedSegment(Func program) : program_(std::move(program)), result_type_(ResultTypeOf(program_)) {}
+  explicit InterpretedSegment(Func program) : program_(std::move(program)), result_type_(ResultTypeOf(Decompose(program_).result)) {}
 
   std::vector<Tensor> Run(std::span<const Tensor> inputs) const override {
     std::vector<Value> args(inputs.begin(), inputs.end());
@@ -227,41 +225,28 @@ GradPrograms MakeGradPrograms(const Func& vectorized, const std::vector<bool>& s
 // appended for it: the executor packs each weight once per call for every
 // run that reads it, where a program of its own would repack it per run.
 Func PackSharedWeights(const Func& program, const std::vector<bool>& shared, std::vector<SegmentCode::Pack>& packs) {
-  constexpr int64_t kMaxInner = 1024;  // as jit/plan.cc's PackGemmOperands
   if (!PackedGemmFast()) return program;
   Straight s = Decompose(program);
   std::map<const ExprNode*, int> param_index;
   for (size_t p = 0; p < shared.size() && p < s.params.size(); ++p) {
     if (shared[p]) param_index[s.params[p].get()] = static_cast<int>(p);
   }
-  auto f32_matrix = [](const Expr& e) {
-    TensorType t = TensorTypeOf(e);
-    return t.dtype == DType::kF32 && t.rank() == 2;
-  };
   std::map<std::pair<int, bool>, Var> packed;
   for (Binding& b : s.bindings) {
     auto* call = As<OpCallNode>(b.value);
-    if (!call) continue;
-    const std::string& op = call->op->name;
-    bool product = (op == "matmul" && !call->attrs.GetBool("transpose_a")) || op == "dense";
-    if (!product || !f32_matrix(call->args[0]) || !f32_matrix(call->args[1]) ||
-        TensorTypeOf(call->args[0]).shape[1] > kMaxInner) {
-      continue;
-    }
+    std::optional<bool> transpose_b = call ? PackableProduct(*call) : std::nullopt;
+    if (!transpose_b) continue;
     auto it = param_index.find(call->args[1].get());
     if (it == param_index.end()) continue;
-    bool transpose_b = op == "dense" || call->attrs.GetBool("transpose_b");
-    Var& p = packed[{it->second, transpose_b}];
+    Var& p = packed[{it->second, *transpose_b}];
     if (!p) {
       TensorType w = TensorTypeOf(call->args[1]);
-      int64_t k = transpose_b ? w.shape[1] : w.shape[0], n = transpose_b ? w.shape[0] : w.shape[1];
+      int64_t k = *transpose_b ? w.shape[1] : w.shape[0], n = *transpose_b ? w.shape[0] : w.shape[1];
       p = MakeVar("packed" + std::to_string(packs.size()), TensorTy(DType::kF32, PackedShape(k, n)));
-      packs.push_back({it->second, transpose_b});
+      packs.push_back({it->second, *transpose_b});
       s.params.push_back(p);
     }
-    b.value = op == "dense" ? MakeOpCall("packed_dense", {call->args[0], p, call->args[2]}, {}, call->loc)
-                            : MakeOpCall("packed_matmul", {call->args[0], p}, {{"n", TensorTypeOf(b.var).shape[1]}},
-                                         call->loc);
+    b.value = PackedProduct(*call, p, TensorTypeOf(b.var));
   }
   return Recompose(s);
 }
@@ -291,20 +276,6 @@ void Transpose(const float* src, int64_t rows, int64_t cols, float* dst, int64_t
 }
 
 int64_t RowBytes(const TensorType& t) { return NumElements(t.shape) * static_cast<int64_t>(SizeOf(t.dtype)); }
-
-// The type of a straight-line program's result: tensors in tuples.
-Type ResultTypeOf(const Func& program) {
-  Straight s = Decompose(program);
-  auto type_of = [](auto& self, const Expr& e) -> Type {
-    if (auto* t = As<TupleNode>(e)) {
-      std::vector<Type> fields;
-      for (const Expr& f : t->fields) fields.push_back(self(self, f));
-      return TupleTy(std::move(fields));
-    }
-    return TensorTy(TensorTypeOf(e));
-  };
-  return type_of(type_of, s.result);
-}
 
 int CountRoots(const Value& v) {
   if (v.is_tensor()) return 1;
@@ -423,6 +394,12 @@ Execution Execute(const Schedule& schedule, const ExecuteOptions& options) {
     return static_cast<const char*>(t->raw_data());
   };
 
+  // A variant that ran without native code of its own, once per call.
+  auto missing = [&](SegmentCode& code, SegmentCode::Variant& variant) {
+    if (std::find(result.missing_native.begin(), result.missing_native.end(), &variant) != result.missing_native.end()) return;
+    result.missing_native.push_back(&variant);
+    result.missing_codes.push_back(&code);
+  };
   // The inputs of members [first, first + count) of `run`, stacked to `rows`
   // rows (padded with copies of the first).
   auto gather = [&](const Run& run, int first, int count, int64_t rows) {
@@ -513,11 +490,7 @@ Execution Execute(const Schedule& schedule, const ExecuteOptions& options) {
         }
         if (!outputs[r].empty()) {
           ++result.native_runs;
-          // Its own code still compiles: one run next time, not pieces.
-          if (std::find(result.missing_native.begin(), result.missing_native.end(), &variant) == result.missing_native.end()) {
-            result.missing_native.push_back(&variant);
-            result.missing_codes.push_back(&code);
-          }
+          missing(code, variant);  // its own code still compiles: one run next time, not pieces
           continue;
         }
         // Pieces left over: the whole run interpreted, as below.
@@ -528,10 +501,7 @@ Execution Execute(const Schedule& schedule, const ExecuteOptions& options) {
       ++result.native_runs;
     } else {
       ++result.interpreted_runs;
-      if (std::find(result.missing_native.begin(), result.missing_native.end(), &variant) == result.missing_native.end()) {
-        result.missing_native.push_back(&variant);
-        result.missing_codes.push_back(&code);
-      }
+      missing(code, variant);
     }
     outputs[r] = run_forward(run, variant, in);
     if (options.grad) inputs[r] = std::move(in);

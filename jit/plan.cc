@@ -246,8 +246,25 @@ Func CombineSums(const Func& program) {
   return EliminateDeadCode(Recompose(s));
 }
 
-Func PackGemmOperands(const Func& program) {
+std::optional<bool> PackableProduct(const OpCallNode& call) {
   constexpr int64_t kMaxInner = 1024;  // the micro-kernel keeps a panel (k·16 floats) near L1
+  auto f32_matrix = [](const Expr& e) {
+    const TensorType t = TensorTypeOf(e);
+    return t.dtype == DType::kF32 && t.rank() == 2;
+  };
+  const std::string& op = call.op->name;
+  bool product = (op == "matmul" && !call.attrs.GetBool("transpose_a") && f32_matrix(call.args[1])) || op == "dense";
+  if (!product || !f32_matrix(call.args[0]) || TensorTypeOf(call.args[0]).shape[1] > kMaxInner) return std::nullopt;
+  return op == "dense" || call.attrs.GetBool("transpose_b");
+}
+
+Expr PackedProduct(const OpCallNode& call, const Expr& packed, const TensorType& result) {
+  return call.op->name == "dense"
+             ? MakeOpCall("packed_dense", {call.args[0], packed, call.args[2]}, {}, call.loc)
+             : MakeOpCall("packed_matmul", {call.args[0], packed}, {{"n", result.shape[1]}}, call.loc);
+}
+
+Func PackGemmOperands(const Func& program) {
   Straight s = Decompose(program);
   std::vector<Binding> out;
   int fresh = 0;
@@ -258,22 +275,11 @@ Func PackGemmOperands(const Func& program) {
     out.push_back({v, std::make_shared<OpCallNode>(&def, std::vector<Expr>{rhs}, attrs, SourceLoc{})});
     return v;
   };
-  auto f32_matrix = [](const Expr& e) {
-    const TensorType t = TensorTypeOf(e);
-    return t.dtype == DType::kF32 && t.rank() == 2;
-  };
   // The right operand and its orientation of a product the micro-kernel can
   // take, or null.
   auto packable = [&](const OpCallNode* call) -> std::pair<const ExprNode*, bool> {
-    const std::string& op = call ? call->op->name : std::string();
-    if (op == "matmul" && !call->attrs.GetBool("transpose_a") && f32_matrix(call->args[0]) &&
-        f32_matrix(call->args[1]) && TensorTypeOf(call->args[0]).shape[1] <= kMaxInner) {
-      return {call->args[1].get(), call->attrs.GetBool("transpose_b")};
-    }
-    if (op == "dense" && f32_matrix(call->args[0]) && TensorTypeOf(call->args[0]).shape[1] <= kMaxInner) {
-      return {call->args[1].get(), true};
-    }
-    return {nullptr, false};
+    std::optional<bool> transpose_b = call ? PackableProduct(*call) : std::nullopt;
+    return transpose_b ? std::make_pair(call->args[1].get(), *transpose_b) : std::make_pair(nullptr, false);
   };
   // A product whose operand no other product shares stays OpenBLAS's, which
   // packs it as well and, unlike the micro-kernel, may use several threads
@@ -285,13 +291,7 @@ Func PackGemmOperands(const Func& program) {
   for (Binding b : s.bindings) {
     auto* call = As<OpCallNode>(b.value);
     auto key = packable(call);
-    if (key.first && products[key] >= 2) {
-      Expr packed = pack(call->args[1], key.second);
-      b.value = call->op->name == "dense"
-                    ? MakeOpCall("packed_dense", {call->args[0], packed, call->args[2]}, {}, call->loc)
-                    : MakeOpCall("packed_matmul", {call->args[0], packed}, {{"n", TensorTypeOf(b.var).shape[1]}},
-                                 call->loc);
-    }
+    if (key.first && products[key] >= 2) b.value = PackedProduct(*call, pack(call->args[1], key.second), TensorTypeOf(b.var));
     out.push_back(std::move(b));
   }
   s.bindings = std::move(out);
@@ -355,7 +355,7 @@ class Lowering {
     LowerResult(s.result);
     ConcatenateInPlace();
     std::erase_if(plan_.steps, [](const PlanStep& step) { return step.outputs.empty(); });
-    plan_.result_type = ResultType(s.result);
+    plan_.result_type = ResultTypeOf(s.result);
     Lifetimes();
     PlanMemory();
     return std::move(plan_);
@@ -734,15 +734,6 @@ class Lowering {
       plan_.steps.push_back(std::move(step));
       plan_.results.push_back(copy);
     }
-  }
-
-  Type ResultType(const Expr& e) {
-    if (auto* t = As<TupleNode>(e)) {
-      std::vector<Type> fields;
-      for (const Expr& f : t->fields) fields.push_back(ResultType(f));
-      return TupleTy(std::move(fields));
-    }
-    return TensorTy(TensorTypeOf(e));
   }
 
   // A value concatenated whole is computed where the concatenation puts it:

@@ -26,6 +26,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -139,5 +140,13 @@ Func CombineSums(const Func& program);
 // alone with its operand stays OpenBLAS's. Not for inner dimensions over
 // 1024.
 Func PackGemmOperands(const Func& program);
+// A product the micro-kernel can take: an f32 2-D matmul without
+// transpose_a, or a dense, inner dimension at most 1024. Returns the
+// orientation (transpose_b) in which its right operand args[1] is packed;
+// nullopt for anything else.
+std::optional<bool> PackableProduct(const OpCallNode& call);
+// `call` (a PackableProduct of type `result`) against `packed`: its right
+// operand through gemm_pack in that orientation.
+Expr PackedProduct(const OpCallNode& call, const Expr& packed, const TensorType& result);
 
 }  // namespace pejit

@@ -100,4 +100,13 @@ TensorType TensorTypeOf(const Expr& atom) {
 }
 
 
+Type ResultTypeOf(const Expr& result) {
+  if (auto* t = As<TupleNode>(result)) {
+    std::vector<Type> fields;
+    for (const Expr& f : t->fields) fields.push_back(ResultTypeOf(f));
+    return TupleTy(std::move(fields));
+  }
+  return TensorTy(TensorTypeOf(result));
+}
+
 }  // namespace pejit

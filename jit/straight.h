@@ -41,4 +41,7 @@ Expr Substitute(const Expr& e, const std::unordered_map<const ExprNode*, Expr>& 
 // The tensor type of an atom; throws JitFailure when it is not a tensor.
 TensorType TensorTypeOf(const Expr& atom);
 
+// The type of a straight-line result (Straight::result): atoms nested in tuples.
+Type ResultTypeOf(const Expr& result);
+
 }  // namespace pejit
