@@ -62,29 +62,42 @@ void BM_GenericInspect(benchmark::State& state) {
 }
 BENCHMARK(BM_GenericInspect)->Unit(benchmark::kMicrosecond);
 
-// Training steps on minibatches never seen before: the first `warm` compile
-// the segment variants; the timed ones run only native code already there.
-void BM_GenericTrainStep(benchmark::State& state) {
-  const int warm = 16;
-  Workload w(32, warm + 64);
-  generic::GenericProgram program(w.snapshot, "loss");
+// Compiles the segment variants the first `warm` minibatches run in grad
+// mode (their code outlives the session: executables hold it).
+void CompileSegments(generic::GenericProgram& program, const Workload& w, int warm) {
   auto jit = JitSession::Create();
   generic::ExecuteOptions compile;
   compile.grad = true;
   compile.compile_now = jit.get();
   for (int i = 0; i < warm; ++i) generic::Execute(program.Inspect(w.calls[i]), compile);
-  generic::ExecuteOptions run;
-  run.grad = true;
+}
+
+// One minibatch after the first `warm` per iteration, round robin: none of
+// them compiled anything; counters trees/s and the share of runs interpreted.
+void TimeUnseen(benchmark::State& state, generic::GenericProgram& program, const Workload& w, int warm,
+                const generic::ExecuteOptions& options) {
   size_t i = warm;
   int64_t interpreted = 0, runs = 0;
   for (auto _ : state) {
-    generic::Execution e = generic::Execute(program.Inspect(w.calls[i]), run);
+    generic::Execution e = generic::Execute(program.Inspect(w.calls[i]), options);
     interpreted += e.interpreted_runs;
     runs += e.interpreted_runs + e.native_runs;
     if (++i == w.calls.size()) i = warm;
   }
   state.counters["trees_per_s"] = benchmark::Counter(32.0, benchmark::Counter::kIsIterationInvariantRate);
   state.counters["interpreted_share"] = runs ? static_cast<double>(interpreted) / runs : 0;
+}
+
+// Training steps on minibatches never seen before: the first `warm` compile
+// the segment variants; the timed ones run only native code already there.
+void BM_GenericTrainStep(benchmark::State& state) {
+  const int warm = 16;
+  Workload w(32, warm + 64);
+  generic::GenericProgram program(w.snapshot, "loss");
+  CompileSegments(program, w, warm);
+  generic::ExecuteOptions run;
+  run.grad = true;
+  TimeUnseen(state, program, w, warm, run);
   state.counters["segment_codes"] = program.segment_codes();
 }
 BENCHMARK(BM_GenericTrainStep)->Unit(benchmark::kMillisecond);
@@ -96,21 +109,8 @@ void BM_GenericInferStepAfterTraining(benchmark::State& state) {
   const int warm = 16;
   Workload w(32, warm + 64);
   generic::GenericProgram program(w.snapshot, "loss");
-  auto jit = JitSession::Create();
-  generic::ExecuteOptions compile;
-  compile.grad = true;
-  compile.compile_now = jit.get();
-  for (int i = 0; i < warm; ++i) generic::Execute(program.Inspect(w.calls[i]), compile);
-  size_t i = warm;
-  int64_t interpreted = 0, runs = 0;
-  for (auto _ : state) {
-    generic::Execution e = generic::Execute(program.Inspect(w.calls[i]), generic::ExecuteOptions{});
-    interpreted += e.interpreted_runs;
-    runs += e.interpreted_runs + e.native_runs;
-    if (++i == w.calls.size()) i = warm;
-  }
-  state.counters["trees_per_s"] = benchmark::Counter(32.0, benchmark::Counter::kIsIterationInvariantRate);
-  state.counters["interpreted_share"] = runs ? static_cast<double>(interpreted) / runs : 0;
+  CompileSegments(program, w, warm);
+  TimeUnseen(state, program, w, warm, generic::ExecuteOptions{});
 }
 BENCHMARK(BM_GenericInferStepAfterTraining)->Unit(benchmark::kMillisecond);
 
@@ -122,11 +122,7 @@ void BM_GenericFirstInferPass(benchmark::State& state) {
   const int warm = 16, pass = 32;
   Workload w(32, warm + pass);
   generic::GenericProgram loss(w.snapshot, "loss");
-  auto jit = JitSession::Create();
-  generic::ExecuteOptions compile;
-  compile.grad = true;
-  compile.compile_now = jit.get();
-  for (int i = 0; i < warm; ++i) generic::Execute(loss.Inspect(w.calls[i]), compile);
+  CompileSegments(loss, w, warm);
   for (auto _ : state) {
     generic::GenericProgram infer(w.snapshot, "infer", {}, loss.segments());
     for (int i = warm; i < warm + pass; ++i) {

@@ -420,6 +420,8 @@ class Builder {
 
 }  // namespace
 
+void EncodeTensor(const TensorType& type, int32_t share, std::string& out) { PutTensor(out, type, share); }
+
 void EncodeType(const Type& type, std::string& out) {
   if (auto* t = AsTensor(type)) {
     PutTensor(out, t->type, -1);

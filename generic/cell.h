@@ -117,6 +117,8 @@ struct Answer {
 // 'T' dtype rank dims... | 'U' count fields... | 'S' (a structure value).
 void EncodeType(const Type& type, std::string& out);
 void EncodeValue(const Value& value, std::string& out);
+// A tensor argument of an instance key, with its share class.
+void EncodeTensor(const TensorType& type, int32_t share, std::string& out);
 // An instance's key: the function, then per argument its encoded type where
 // tensors are followed by their share class (an entry argument's tensor leaf
 // index, or -1 for a per-call value).

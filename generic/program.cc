@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cstring>
 
 #include "ir/printer.h"
 #include "ir/visitor.h"
@@ -89,15 +88,10 @@ void BindPattern(const Pattern& p, const Value& v, std::vector<const Value*>& st
 // encoding with each tensor's share class (its index among them).
 void EncodeRoot(const Value& v, std::vector<Tensor>& roots, std::vector<const Value*>& structures, std::string& out) {
   switch (v.kind()) {
-    case Value::Kind::kTensor: {
-      std::string t;
-      EncodeValue(v, t);
-      int32_t share = static_cast<int32_t>(roots.size());
-      std::memcpy(t.data() + t.size() - sizeof share, &share, sizeof share);
-      out += t;
+    case Value::Kind::kTensor:
+      EncodeTensor(v.tensor().type(), static_cast<int32_t>(roots.size()), out);
       roots.push_back(v.tensor());
       return;
-    }
     case Value::Kind::kAdt:
       out.push_back('S');
       structures.push_back(&v);

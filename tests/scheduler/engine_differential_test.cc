@@ -51,6 +51,14 @@ std::string Mismatch(const Value& got, const Value& want) {
   return "";
 }
 
+void ExpectTheInterpretersGradients(const ValueAndGrad& got, const ValueAndGrad& want, const std::vector<int>& wrt) {
+  EXPECT_EQ(Mismatch(got.value, want.value), "");
+  ASSERT_EQ(got.grads.size(), want.grads.size());
+  for (size_t k = 0; k < want.grads.size(); ++k) {
+    EXPECT_EQ(Mismatch(got.grads[k], want.grads[k]), "") << "gradient of argument " << wrt[k];
+  }
+}
+
 TEST(EngineDifferentialTest, CompiledCallsAndGradientsMatchTheInterpreterInEveryArgumentsStructure) {
   int native_calls = 0, native_grads = 0;
   // One LLVM session for all engines, and the engines kept until the end, so
@@ -83,13 +91,8 @@ TEST(EngineDifferentialTest, CompiledCallsAndGradientsMatchTheInterpreterInEvery
       EXPECT_TRUE(value_code.ready()) << CodeStateName(value_code.state) << ": " << value_code.reason;
       native_calls += value_code.tier == "native";
 
-      ValueAndGrad got = loss.value_and_grad(args, p.wrt);
-      ValueAndGrad want = interp.CallWithGrad(*s, p.loss, args, p.wrt);
-      EXPECT_EQ(Mismatch(got.value, want.value), "");
-      ASSERT_EQ(got.grads.size(), want.grads.size());
-      for (size_t k = 0; k < want.grads.size(); ++k) {
-        EXPECT_EQ(Mismatch(got.grads[k], want.grads[k]), "") << "gradient of argument " << p.wrt[k];
-      }
+      ExpectTheInterpretersGradients(loss.value_and_grad(args, p.wrt), interp.CallWithGrad(*s, p.loss, args, p.wrt),
+                                     p.wrt);
       CodeStatus grad_code = loss.status(args, p.wrt);
       // Grad mode compiles straight-line residuals only: a dynamic if is refused.
       if (grad_code.failed()) {
@@ -128,13 +131,8 @@ TEST(EngineDifferentialTest, TheGenericTierGivesTheInterpretersAnswersOnRandomPr
       SCOPED_TRACE("input " + std::to_string(input));
       std::vector<Value> args = p.Arguments(*s, input);
       EXPECT_EQ(Mismatch(main.call(args), interp.Call(*s, p.entry, args)), "");
-      ValueAndGrad got = loss.value_and_grad(args, p.wrt);
-      ValueAndGrad want = interp.CallWithGrad(*s, p.loss, args, p.wrt);
-      EXPECT_EQ(Mismatch(got.value, want.value), "");
-      ASSERT_EQ(got.grads.size(), want.grads.size());
-      for (size_t k = 0; k < want.grads.size(); ++k) {
-        EXPECT_EQ(Mismatch(got.grads[k], want.grads[k]), "") << "gradient of argument " << p.wrt[k];
-      }
+      ExpectTheInterpretersGradients(loss.value_and_grad(args, p.wrt), interp.CallWithGrad(*s, p.loss, args, p.wrt),
+                                     p.wrt);
     }
     generic_calls += main.stats().calls_generic + loss.stats().calls_generic;
     calls += main.stats().calls() + loss.stats().calls();
