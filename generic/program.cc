@@ -286,6 +286,7 @@ Schedule GenericProgram::Inspect(const std::vector<Value>& args) {
   for (const Value& a : args) EncodeRoot(a, schedule.roots, w.structures, encoded);
 
   std::lock_guard lock(mu_);
+  const size_t cells_before = cells_.size();
   int root = RootNode(InstanceKey(entry_, encoded));
   int top = Walk(root, 0, w, 0);
 
@@ -341,6 +342,7 @@ Schedule GenericProgram::Inspect(const std::vector<Value>& args) {
                          results.begin() + w.instances[top].result + top_cell.result_leaves.size());
   schedule.result_type = top_cell.result_type;
   schedule.instances = static_cast<int64_t>(w.instances.size());
+  schedule.new_cells = static_cast<int>(cells_.size() - cells_before);
 
   // Runs: the segment instances of one (level, program), by level.
   // A counting sort by (level, program), stable: rows keep evaluation order.

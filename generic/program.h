@@ -148,6 +148,7 @@ struct Schedule {
   std::vector<Slot> result;           // the entry result's tensor leaves, depth first
   Type result_type;
   int64_t instances = 0;              // cell instances
+  int new_cells = 0;                  // cells this call's structure built first
   int levels = 0;
   double inspect_ms = 0;
 };

@@ -494,7 +494,6 @@ std::optional<ValueAndGrad> EngineImpl::RunGeneric(Request& r) {
   ValueAndGrad out;
   generic::Execution run;
   generic::Schedule schedule;
-  int cells_before = program->cells();
   try {
     schedule = program->Inspect(r.args);
     generic::ExecuteOptions eo;
@@ -530,7 +529,7 @@ std::optional<ValueAndGrad> EngineImpl::RunGeneric(Request& r) {
     e.fields.push_back({"runs", static_cast<int64_t>(run.native_runs + run.interpreted_runs)});
     e.fields.push_back({"native_runs", static_cast<int64_t>(run.native_runs)});
     e.fields.push_back({"levels", static_cast<int64_t>(schedule.levels)});
-    if (int added = program->cells() - cells_before; added > 0) e.fields.push_back({"new_cells", static_cast<int64_t>(added)});
+    if (schedule.new_cells > 0) e.fields.push_back({"new_cells", static_cast<int64_t>(schedule.new_cells)});
     Emit(e);
   }
   return out;

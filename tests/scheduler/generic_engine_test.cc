@@ -44,9 +44,15 @@ TEST(GenericEngine, EveryNewStructureRunsGenericCodeFromItsFirstCall) {
   EXPECT_EQ(st.calls_generic, 12);
   EXPECT_EQ(st.generic_native_runs, st.generic_runs) << "policy sync compiles what a call runs first";
   EXPECT_EQ(st.compiled, 0) << "no per-structure specialization";
-  for (const Event& e : events->Of(EventKind::kCall, "loss")) EXPECT_EQ(e.Text("tier"), "generic");
+  int64_t new_cells = 0;  // each cell reported once, by the call that built it
+  for (const Event& e : events->Of(EventKind::kCall, "loss")) {
+    EXPECT_EQ(e.Text("tier"), "generic");
+    if (e.Find("new_cells")) new_cells += std::stoll(e.Text("new_cells"));
+  }
+  EXPECT_GT(std::stoll(events->Of(EventKind::kCall, "loss").front().Text("new_cells")), 0);
   // The code is the model's, not the data's: a comb's cells and segments are few.
   EngineStats es = engine.stats();
+  EXPECT_EQ(es.generic_cells, new_cells);
   EXPECT_GT(es.generic_segments, 0);
   EXPECT_LT(es.generic_segments, 12);
 }
