@@ -100,7 +100,6 @@ class Builder {
     TensorType type;
     Source source;     // where it does not come from an op
     int op = -1;       // else the op computing it
-    int32_t share = -1;
   };
 
   const ModuleSnapshot& module_;
@@ -118,8 +117,8 @@ class Builder {
   int structures_ = 0, struct_leaves_ = 0, inputs_ = 0;
   int inline_depth_ = 0;
 
-  int NewValue(TensorType type, Source source, int32_t share = -1) {
-    values_.push_back({std::move(type), source, -1, share});
+  int NewValue(TensorType type, Source source) {
+    values_.push_back({std::move(type), source, -1});
     return static_cast<int>(values_.size()) - 1;
   }
 
@@ -139,11 +138,14 @@ class Builder {
       TensorType t = r.TensorTypeAt(&share);
       Source s{leaf_kind};
       switch (leaf_kind) {
-        case Source::Kind::kInput: s.index = inputs_++; break;
-        case Source::Kind::kStructLeaf: s.index = struct_leaves_++; share = -1; break;
-        default: s.index = call; s.output = (*leaf)++; share = -1; break;
+        case Source::Kind::kInput:
+          if (share >= 0) s = Source{Source::Kind::kRoot, share};
+          else s.index = inputs_++;
+          break;
+        case Source::Kind::kStructLeaf: s.index = struct_leaves_++; break;
+        default: s.index = call; s.output = (*leaf)++; break;
       }
-      v.value = NewValue(std::move(t), s, share);
+      v.value = NewValue(std::move(t), s);
     }
     return v;
   }
@@ -241,7 +243,7 @@ class Builder {
     switch (v.kind) {
       case ValueTree::Kind::kTensor: {
         const ValueInfo& info = values_[v.value];
-        PutTensor(out, info.type, info.op < 0 && info.source.kind == Source::Kind::kInput ? info.share : -1);
+        PutTensor(out, info.type, info.op < 0 && info.source.kind == Source::Kind::kRoot ? info.source.index : -1);
         break;
       }
       case ValueTree::Kind::kStructure:
@@ -384,8 +386,8 @@ class Builder {
         Var p = MakeVar("x" + std::to_string(params.size()), TensorTy(info.type));
         params.push_back(p);
         seg.inputs.push_back(v);
-        seg.shared.push_back(info.op < 0 && info.source.kind == Source::Kind::kInput && info.share >= 0);
-        if (seg.shared.back()) seg.share_roots.push_back(info.share);
+        seg.shared.push_back(info.op < 0 && info.source.kind == Source::Kind::kRoot);
+        if (seg.shared.back()) seg.share_roots.push_back(info.source.index);
         e = p;
       }
       atoms[v] = e;

@@ -48,9 +48,13 @@ class Refusal : public std::runtime_error {
 
 // Where a tensor a cell computes with comes from.
 struct Source {
-  enum class Kind : uint8_t { kInput, kStructLeaf, kSegment, kCall, kConstant };
+  // kRoot: an entry argument's tensor passed down unchanged (a parameter);
+  // the instance key says which, so no call passes it and the inspector
+  // resolves it without looking at the caller. kInput: any other tensor
+  // argument, numbered among those.
+  enum class Kind : uint8_t { kInput, kRoot, kStructLeaf, kSegment, kCall, kConstant };
   Kind kind = Kind::kInput;
-  int index = 0;   // kInput: tensor input; kStructLeaf: tensor bound by a pattern; kSegment: segment; kCall: call site; kConstant: constant
+  int index = 0;   // kInput: per-call tensor input; kRoot: entry tensor leaf; kStructLeaf: tensor bound by a pattern; kSegment: segment; kCall: call site; kConstant: constant
   int output = 0;  // kSegment: output; kCall: tensor leaf of the callee's result
 };
 
@@ -90,8 +94,8 @@ struct Cell {
   ValueTree result;                // tensors in tuples
   Type result_type;                // concrete
   std::string result_key;          // EncodeType(result_type): the answer to a call of this cell
-  // Filled by GenericProgram: the tensor value ids each call passes and the
-  // result returns, flattened.
+  // Filled by GenericProgram: the tensor value ids each call passes (but
+  // kRoot ones, which the callee knows) and the result returns, flattened.
   std::vector<std::vector<int>> call_leaves;
   std::vector<int> result_leaves;
 };

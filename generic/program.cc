@@ -18,7 +18,7 @@ int64_t RowBucket(int64_t n) {
 // One cell instance met by the walk. Its children, bound tensors, segment
 // instances and result slots live in flat arrays of the walk (Walker).
 struct GenericProgram::Instance {
-  int cell = -1;
+  const Cell* cell = nullptr;
   int children = 0, leaves = 0;  // offsets into Walker::children / leaves
   int segments = 0;              // offset into the segment instance ids (Place)
   int result = 0;                // offset into the result slots (Place)
@@ -47,7 +47,8 @@ bool Matches(const Pattern& p, const Value& v) {
       }
       return true;
     case PatternKind::kCtor:
-      if (v.kind() != Value::Kind::kAdt || v.tag() != p->tag || v.adt()->name != p->adt->name) return false;
+      if (v.kind() != Value::Kind::kAdt || v.tag() != p->tag) return false;
+      if (v.adt() != p->adt && v.adt()->name != p->adt->name) return false;  // one definition, or its copy
       for (size_t i = 0; i < p->fields.size(); ++i) {
         if (!Matches(p->fields[i], v.fields()[i])) return false;
       }
@@ -188,6 +189,7 @@ int GenericProgram::AddCell(Cell cell) {
   for (const CallSite& call : cell.calls) {
     std::vector<int> leaves;
     for (const ValueTree& a : call.args) TensorLeaves(a, leaves);
+    std::erase_if(leaves, [&](int v) { return cell.sources[v].kind == Source::Kind::kRoot; });
     cell.call_leaves.push_back(std::move(leaves));
   }
   TensorLeaves(cell.result, cell.result_leaves);
@@ -195,44 +197,42 @@ int GenericProgram::AddCell(Cell cell) {
   return static_cast<int>(cells_.size()) - 1;
 }
 
-int GenericProgram::NodeFor(const std::string& key, const std::vector<Answer>& answers) {
+GenericProgram::TrieNode* GenericProgram::NodeFor(const std::string& key, const std::vector<Answer>& answers) {
   std::variant<Question, Cell> built = BuildCell(*module_, cell_functions_, key, answers);
-  TrieNode node;
+  TrieNode& node = nodes_.emplace_back();
   if (auto* q = std::get_if<Question>(&built)) {
     node.question = std::move(*q);
   } else {
     node.cell = AddCell(std::move(std::get<Cell>(built)));
   }
-  nodes_.push_back(std::move(node));
-  return static_cast<int>(nodes_.size()) - 1;
+  return &node;
 }
 
-int GenericProgram::RootNode(const std::string& key) {
+GenericProgram::TrieNode* GenericProgram::RootNode(const std::string& key) {
   auto it = roots_.find(key);
   if (it != roots_.end()) return it->second;
-  int node = NodeFor(key, {});
-  nodes_[node].key = key;
-  nodes_[node].root = node;
+  TrieNode* node = NodeFor(key, {});
+  node->key = key;
+  node->root = node;
   roots_.emplace(key, node);
   return node;
 }
 
-int GenericProgram::Walk(int root, size_t base, Walker& w, int depth) {
+int GenericProgram::Walk(TrieNode* root, size_t base, Walker& w, int depth) {
   if (depth > options_.max_depth) {
     throw Refusal("generic: the structure nests cells deeper than " + std::to_string(options_.max_depth));
   }
   if (w.pending.size() <= static_cast<size_t>(depth)) w.pending.resize(depth + 1);
   w.pending[depth].clear();
   const size_t leaf_base = w.leaf_stack.size();  // this instance's bound tensors, in binding order
-  int node = root;
-  while (nodes_[node].cell < 0) {
-    TrieNode& n = nodes_[node];
+  TrieNode* n = root;
+  while (n->cell < 0) {
     Answer answer;
     std::string& edge = w.edge;  // the answer as the trie's edges spell it
     edge.clear();
-    if (n.question.kind == Question::Kind::kMatch) {
-      const Value& v = *w.structures.at(base + n.question.structure);
-      const MatchNode& match = *n.question.match;
+    if (n->question.kind == Question::Kind::kMatch) {
+      const Value& v = *w.structures[base + n->question.structure];
+      const MatchNode& match = *n->question.match;
       int clause = -1;
       for (size_t c = 0; c < match.clauses.size() && clause < 0; ++c) {
         if (Matches(match.clauses[c].pattern, v)) clause = static_cast<int>(c);
@@ -244,31 +244,31 @@ int GenericProgram::Walk(int root, size_t base, Walker& w, int depth) {
       BindPattern(match.clauses[clause].pattern, v, w.structures, w.leaf_stack, edge);
       answer.clause = clause;
     } else {
-      if (n.callee_root < 0) n.callee_root = RootNode(n.question.callee_key);
+      if (!n->callee_root) n->callee_root = RootNode(n->question.callee_key);
       size_t child_base = w.structures.size();
-      for (int s : n.question.structure_args) w.structures.push_back(w.structures.at(base + s));
-      int child = Walk(nodes_[node].callee_root, child_base, w, depth + 1);
+      for (int s : n->question.structure_args) w.structures.push_back(w.structures[base + s]);
+      int child = Walk(n->callee_root, child_base, w, depth + 1);
       w.structures.resize(child_base);
       w.pending[depth].push_back(child);
-      edge = cells_[w.instances[child].cell].result_key;
+      edge = w.instances[child].cell->result_key;
     }
-    auto it = nodes_[node].next.find(edge);
-    if (it != nodes_[node].next.end()) {
-      node = it->second;
+    auto it = n->next.find(edge);
+    if (it != n->next.end()) {
+      n = it->second;
       continue;
     }
     // A new branch: build the cell from its root with every answer so far.
     answer.types = answer.clause >= 0 ? edge.substr(sizeof(int)) : edge;
-    std::vector<Answer> path = nodes_[node].path;
+    std::vector<Answer> path = n->path;
     path.push_back(std::move(answer));
-    int next = NodeFor(nodes_[nodes_[node].root].key, path);
-    nodes_[next].root = nodes_[node].root;
-    nodes_[next].path = std::move(path);
-    nodes_[node].next.emplace(edge, next);
-    node = next;
+    TrieNode* next = NodeFor(n->root->key, path);
+    next->root = n->root;
+    next->path = std::move(path);
+    n->next.emplace(edge, next);
+    n = next;
   }
   Instance inst;
-  inst.cell = nodes_[node].cell;
+  inst.cell = &cells_[n->cell];
   inst.children = static_cast<int>(w.children.size());
   w.children.insert(w.children.end(), w.pending[depth].begin(), w.pending[depth].end());
   inst.leaves = static_cast<int>(w.leaves.size());
@@ -287,28 +287,45 @@ Schedule GenericProgram::Inspect(const std::vector<Value>& args) {
 
   std::lock_guard lock(mu_);
   const size_t cells_before = cells_.size();
-  int root = RootNode(InstanceKey(entry_, encoded));
-  int top = Walk(root, 0, w, 0);
+  // Sized as the last call's: minibatches of one data set are alike in size.
+  w.instances.reserve(last_.instances);
+  w.children.reserve(last_.instances);
+  w.leaves.reserve(last_.leaves);
+  int top = Walk(RootNode(InstanceKey(entry_, encoded)), 0, w, 0);
 
   // Place the segment instances in evaluation order, resolving every slot.
   std::vector<int> si_level, si_code, seg_si;
   std::vector<Slot> results, inputs_of;  // result slots; input slots of the instances being placed
+  si_level.reserve(last_.segment_instances);
+  si_code.reserve(last_.segment_instances);
+  seg_si.reserve(last_.segment_instances);
+  results.reserve(last_.results);
+  schedule.si_input_begin.reserve(last_.segment_instances + 1);
+  schedule.si_inputs.reserve(last_.inputs);
   auto place = [&](auto& self, int id, size_t inputs) -> void {
     Instance& inst = w.instances[id];
-    const Cell& cell = cells_[inst.cell];
+    const Cell& cell = *inst.cell;
     inst.segments = static_cast<int>(seg_si.size());
     seg_si.resize(seg_si.size() + cell.segments.size(), -1);
-    auto resolve = [&](int v) -> Slot {
+    // Appends the slot of value `v` to `out`, built in place: a Slot returned
+    // by value is stored in pieces and reloaded whole, which stalls store
+    // forwarding on every input (a third of the inspector's time).
+    auto resolve = [&](int v, std::vector<Slot>& out) {
       const Source& s = cell.sources[v];
       switch (s.kind) {
-        case Source::Kind::kInput: return inputs_of[inputs + s.index];
-        case Source::Kind::kStructLeaf: return Slot{Slot::Kind::kStruct, 0, 0, w.leaves[inst.leaves + s.index]};
-        case Source::Kind::kSegment: return Slot{Slot::Kind::kRow, seg_si[inst.segments + s.index], s.output, nullptr};
+        case Source::Kind::kInput: out.push_back(inputs_of[inputs + s.index]); return;
+        case Source::Kind::kRoot: out.emplace_back(Slot::Kind::kRoot, s.index, 0, nullptr); return;
+        case Source::Kind::kStructLeaf:
+          out.emplace_back(Slot::Kind::kStruct, 0, 0, w.leaves[inst.leaves + s.index]);
+          return;
+        case Source::Kind::kSegment:
+          out.emplace_back(Slot::Kind::kRow, seg_si[inst.segments + s.index], s.output, nullptr);
+          return;
         case Source::Kind::kCall:
-          return results[w.instances[w.children[inst.children + s.index]].result + s.output];
-        case Source::Kind::kConstant: return Slot{Slot::Kind::kConstant, 0, 0, &cell.constants[s.index]};
+          out.push_back(results[w.instances[w.children[inst.children + s.index]].result + s.output]);
+          return;
+        case Source::Kind::kConstant: out.emplace_back(Slot::Kind::kConstant, 0, 0, &cell.constants[s.index]); return;
       }
-      return {};
     };
     for (const Step& step : cell.steps) {
       if (!step.is_call) {
@@ -317,31 +334,31 @@ Schedule GenericProgram::Inspect(const std::vector<Value>& args) {
         int level = 0;
         schedule.si_input_begin.push_back(static_cast<int>(schedule.si_inputs.size()));
         for (int v : seg.inputs) {
-          Slot slot = resolve(v);
+          resolve(v, schedule.si_inputs);
+          const Slot& slot = schedule.si_inputs.back();
           if (slot.kind == Slot::Kind::kRow) level = std::max(level, si_level[slot.index] + 1);
-          schedule.si_inputs.push_back(slot);
         }
         si_level.push_back(level);
         si_code.push_back(seg.code);
         seg_si[inst.segments + step.index] = si;
       } else {
         size_t child_inputs = inputs_of.size();
-        for (int v : cell.call_leaves[step.index]) inputs_of.push_back(resolve(v));
+        for (int v : cell.call_leaves[step.index]) resolve(v, inputs_of);
         self(self, w.children[inst.children + step.index], child_inputs);
         inputs_of.resize(child_inputs);
       }
     }
     inst.result = static_cast<int>(results.size());
-    for (int v : cell.result_leaves) results.push_back(resolve(v));
+    for (int v : cell.result_leaves) resolve(v, results);
   };
-  for (size_t k = 0; k < schedule.roots.size(); ++k) inputs_of.push_back(Slot{Slot::Kind::kRoot, static_cast<int32_t>(k), 0, nullptr});
-  place(place, top, 0);
+  place(place, top, 0);  // the entry's tensors are all kRoot: it has no kInput
   schedule.si_input_begin.push_back(static_cast<int>(schedule.si_inputs.size()));
-  const Cell& top_cell = cells_[w.instances[top].cell];
+  const Cell& top_cell = *w.instances[top].cell;
   schedule.result.assign(results.begin() + w.instances[top].result,
                          results.begin() + w.instances[top].result + top_cell.result_leaves.size());
   schedule.result_type = top_cell.result_type;
   schedule.instances = static_cast<int64_t>(w.instances.size());
+  last_ = {w.instances.size(), w.leaves.size(), si_level.size(), results.size(), schedule.si_inputs.size()};
   schedule.new_cells = static_cast<int>(cells_.size() - cells_before);
 
   // Runs: the segment instances of one (level, program), by level.

@@ -181,24 +181,25 @@ class GenericProgram {
   const std::shared_ptr<SegmentTable>& segments() const { return segments_; }
 
  private:
+  // Nodes live in a deque and point at each other: a walk follows pointers.
   struct TrieNode {
     int cell = -1;      // done: the cell
     Question question;  // else the next question
-    int callee_root = -1;
-    std::unordered_map<std::string, int> next;  // answer -> node
-    std::string key;                            // the instance key it starts from (root nodes)
-    int root = -1;                              // the root node it descends from
-    std::vector<Answer> path;                   // the answers from the root to here
+    TrieNode* callee_root = nullptr;
+    std::unordered_map<std::string, TrieNode*> next;  // answer -> node
+    std::string key;                                  // the instance key it starts from (root nodes)
+    TrieNode* root = nullptr;                         // the root node it descends from
+    std::vector<Answer> path;                         // the answers from the root to here
   };
   struct Instance;
   struct Walker;
 
-  int RootNode(const std::string& key);
-  int NodeFor(const std::string& key, const std::vector<Answer>& answers);
+  TrieNode* RootNode(const std::string& key);
+  TrieNode* NodeFor(const std::string& key, const std::vector<Answer>& answers);
   int AddCell(Cell cell);
   // Walks one cell instance whose structures are Walker::structures from
   // `base`; returns its index.
-  int Walk(int root, size_t base, Walker& w, int depth);
+  int Walk(TrieNode* root, size_t base, Walker& w, int depth);
 
   Snapshot module_;
   std::string entry_;
@@ -207,11 +208,14 @@ class GenericProgram {
 
   mutable std::mutex mu_;
   std::deque<TrieNode> nodes_;
-  std::unordered_map<std::string, int> roots_;
+  std::unordered_map<std::string, TrieNode*> roots_;
   std::deque<Cell> cells_;
   std::shared_ptr<SegmentTable> segments_;
   std::vector<SegmentCode*> codes_;  // by the run ids the schedule groups by (Segment::code)
   std::map<std::pair<const SegmentCode*, std::vector<int>>, int> run_id_;
+  struct Sizes {
+    size_t instances = 0, leaves = 0, segment_instances = 0, results = 0, inputs = 0;
+  } last_;  // of the last call's walk, to reserve the next one's arrays
 };
 
 }  // namespace pejit::generic

@@ -54,14 +54,8 @@ Value Value::Function(std::shared_ptr<const Closure> closure) {
   return v;
 }
 
-const Tensor& Value::tensor() const {
-  if (kind_ != Kind::kTensor) throw std::logic_error("expected a tensor, got " + Describe());
-  return tensor_;
-}
-
-const std::vector<Value>& Value::fields() const {
-  if (kind_ != Kind::kTuple && kind_ != Kind::kAdt) throw std::logic_error("expected a tuple or ADT, got " + Describe());
-  return *fields_;
+void Value::WrongKind(const char* expected) const {
+  throw std::logic_error(std::string("expected ") + expected + ", got " + Describe());
 }
 
 const Closure& Value::closure() const {

@@ -45,8 +45,15 @@ class Value {
 
   Kind kind() const { return kind_; }
   bool is_tensor() const { return kind_ == Kind::kTensor; }
-  const Tensor& tensor() const;                 // throws std::logic_error for other kinds
-  const std::vector<Value>& fields() const;     // tuple or ADT fields
+  // Inline: the inspector and the interpreter read them per node.
+  const Tensor& tensor() const {  // throws std::logic_error for other kinds
+    if (kind_ != Kind::kTensor) WrongKind("a tensor");
+    return tensor_;
+  }
+  const std::vector<Value>& fields() const {  // tuple or ADT fields
+    if (kind_ != Kind::kTuple && kind_ != Kind::kAdt) WrongKind("a tuple or ADT");
+    return *fields_;
+  }
   // The fields of a tuple or ADT value, shared by every copy of it (null for
   // other kinds): caches keyed by a value's identity hold it weakly, so that
   // an entry dies with its value (pe/signature.h's SignatureCache).
@@ -72,6 +79,8 @@ class Value {
   std::string ToString() const;
 
  private:
+  [[noreturn]] void WrongKind(const char* expected) const;
+
   Kind kind_ = Kind::kNone;
   Tensor tensor_;
   std::shared_ptr<const std::vector<Value>> fields_;
