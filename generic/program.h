@@ -150,7 +150,15 @@ struct Schedule {
   int64_t instances = 0;              // cell instances
   int new_cells = 0;                  // cells this call's structure built first
   int levels = 0;
-  double inspect_ms = 0;
+  double inspect_ms = 0;              // this Inspect's time: the walk's, or taking a kept schedule
+  bool kept = false;                  // walked ahead by InspectAhead, taken by the call
+};
+
+// What InspectAhead learned of a call to come.
+struct Ahead {
+  std::vector<std::pair<SegmentCode*, int64_t>> variants;  // (segment, rows) its runs will run, distinct
+  int new_cells = 0;
+  double inspect_ms = 0;  // the walk's
 };
 
 // Rows a run of `n` instances is padded to: n itself up to 8, then the next
@@ -173,6 +181,14 @@ class GenericProgram {
   // Throws Refusal naming what this call's structure needs that the tier
   // does not serve; the program is unchanged by a refused call.
   Schedule Inspect(const std::vector<Value>& args);
+  // Walks the arguments of a call to come (a prefetch) and keeps the
+  // schedule, so that the call's Inspect takes it instead of walking the
+  // same structure again. A kept schedule is found by the identity of the
+  // argument structures (values are immutable) and the types of the other
+  // arguments; their tensors are the call's own. At most kMaxKept are kept,
+  // the oldest dropped first. Throws Refusal as Inspect does.
+  Ahead InspectAhead(const std::vector<Value>& args);
+  static constexpr size_t kMaxKept = 32;
 
   const std::string& entry() const { return entry_; }
   const Snapshot& module() const { return module_; }
@@ -200,6 +216,8 @@ class GenericProgram {
   // Walks one cell instance whose structures are Walker::structures from
   // `base`; returns its index.
   int Walk(TrieNode* root, size_t base, Walker& w, int depth);
+  // Inspect's walk and placement, under mu_.
+  Schedule Walked(std::vector<Tensor> roots, const std::string& encoded, std::vector<const Value*> structures);
 
   Snapshot module_;
   std::string entry_;
@@ -213,6 +231,14 @@ class GenericProgram {
   std::shared_ptr<SegmentTable> segments_;
   std::vector<SegmentCode*> codes_;  // by the run ids the schedule groups by (Segment::code)
   std::map<std::pair<const SegmentCode*, std::vector<int>>, int> run_id_;
+  // Schedules InspectAhead walked, oldest first: the structures' identities
+  // (weak: a kept schedule never keeps a minibatch alive) and the encoding.
+  struct Kept {
+    std::string encoded;
+    std::vector<std::weak_ptr<const std::vector<Value>>> structures;
+    Schedule schedule;
+  };
+  std::deque<Kept> kept_;
   struct Sizes {
     size_t instances = 0, leaves = 0, segment_instances = 0, results = 0, inputs = 0;
   } last_;  // of the last call's walk, to reserve the next one's arrays

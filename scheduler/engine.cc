@@ -526,6 +526,7 @@ std::optional<ValueAndGrad> EngineImpl::RunGeneric(Request& r) {
     e.fields.push_back({"tier", std::string("generic")});
     e.fields.push_back({"mode", std::string(r.wrt ? "grad" : "value")});
     e.fields.push_back({"inspect_us", static_cast<int64_t>(schedule.inspect_ms * 1000)});
+    if (schedule.kept) e.fields.push_back({"schedule", std::string("prefetched")});
     e.fields.push_back({"runs", static_cast<int64_t>(run.native_runs + run.interpreted_runs)});
     e.fields.push_back({"native_runs", static_cast<int64_t>(run.native_runs)});
     e.fields.push_back({"levels", static_cast<int64_t>(schedule.levels)});
@@ -1077,11 +1078,13 @@ CodeStatus EngineImpl::StatusOf(const Slot& slot) {
 bool EngineImpl::PrefetchGeneric(Request& r, pejit::Prefetch when) {
   std::shared_ptr<generic::GenericProgram> program = GenericFor(r);
   if (!program || !jit_) return false;
+  generic::Ahead ahead;
   try {
-    generic::Schedule schedule = program->Inspect(r.args);
-    for (const generic::Run& run : schedule.runs) {
-      generic::SegmentCode::Variant& v = generic::VariantFor(*run.code, run.rows, r.wrt != nullptr);
-      if (!v.native.load()) QueueGenericCompile(r.entry.name, program, run.code, &v);
+    // The call takes this walk's schedule (GenericProgram::InspectAhead).
+    ahead = program->InspectAhead(r.args);
+    for (const auto& [code, rows] : ahead.variants) {
+      generic::SegmentCode::Variant& v = generic::VariantFor(*code, rows, r.wrt != nullptr);
+      if (!v.native.load()) QueueGenericCompile(r.entry.name, program, code, &v);
     }
   } catch (const std::exception& e) {
     RefuseGeneric(r, e.what());
@@ -1090,6 +1093,8 @@ bool EngineImpl::PrefetchGeneric(Request& r, pejit::Prefetch when) {
   if (On(EventKind::kPrefetch)) {
     Event e = Make(EventKind::kPrefetch, r.entry.name, &r.key.signature);
     e.fields.push_back({"state", std::string("generic")});
+    e.fields.push_back({"inspect_us", static_cast<int64_t>(ahead.inspect_ms * 1000)});
+    if (ahead.new_cells > 0) e.fields.push_back({"new_cells", static_cast<int64_t>(ahead.new_cells)});
     e.fields.push_back({"priority", std::string(JobPriorityName(when == pejit::Prefetch::kNext ? JobPriority::kNext : JobPriority::kIdle))});
     Emit(e);
   }

@@ -113,7 +113,9 @@ void TraceStats::Add(const Event& e) {
       TierTotals& tier = t.tiers[e.Text("tier")];
       tier.calls++;
       tier.us += e.duration_us;
-      if (e.Find("inspect_us")) stages_["generic inspect"].Add(IntField(e, "inspect_us"));
+      // A walk of the structure: at the call, or ahead of it at its
+      // prefetch (the call then takes the schedule: "schedule": "prefetched").
+      if (e.Find("inspect_us") && !e.Find("schedule")) stages_["generic inspect"].Add(IntField(e, "inspect_us"));
       break;
     }
     case EventKind::kGenericCompile: stages_["generic compile"].Add(e.duration_us); break;
@@ -126,6 +128,7 @@ void TraceStats::Add(const Event& e) {
       break;
     case EventKind::kPrefetch:
       if (e.Text("state") == "queued") t.prefetched++;
+      if (e.Find("inspect_us")) stages_["generic inspect"].Add(IntField(e, "inspect_us"));
       break;
     case EventKind::kSwap:
       t.compiled++;

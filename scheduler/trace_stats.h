@@ -58,8 +58,9 @@ class TraceStats {
   const std::map<std::string, EntryTotals>& entries() const { return entries_; }
   // "job" (the swap's span: dequeue to publish), "queue wait", "pe",
   // "batch", "autodiff", "passes", "codegen", "compile"; "generic inspect"
-  // (the inspector's time per generic call) and "generic compile" (per
-  // segment variant).
+  // (the inspector's walks: one per generic call, or per prefetch when the
+  // call takes the prefetch's schedule) and "generic compile" (per segment
+  // variant).
   const Durations& stage(const std::string& name) const;
   // (kind, entry, reason) → how many: refused and failed with their reason,
   // evict with its reason (and the state when not ready), invalidate with

@@ -93,12 +93,14 @@ TEST_P(GenericTest, ValuesAndGradientsMatchTheInterpreterOnUnseenStructures) {
   EXPECT_LT(program.segment_codes(), 100);
 }
 
-// Two cells alike but for their weights (one recursion called with two
-// parameter matrices) run the same segment programs at the same levels; each
-// instance still computes with its own weight.
-TEST(GenericTier, CellsAlikeButForTheirWeightsKeepTheirOwnWeights) {
-  Module m;
-  m.AddSource(R"(
+// A tree encoder called with two weight matrices, and its arguments.
+struct TwoEncoders {
+  Snapshot module;
+  TypeDefPtr tree;
+
+  TwoEncoders() {
+    Module m;
+    m.AddSource(R"(
 type Tree { Leaf(Tensor[(), i64]), Node(Tree, Tree) }
 def @enc(%t: Tree, %emb: Tensor[(?, ?), f32], %w: Tensor[(?, ?), f32]) -> Tensor[(1, ?), f32] {
   match (%t) {
@@ -110,26 +112,68 @@ def @loss(%a: Tree, %b: Tree, %emb: Tensor[(?, ?), f32], %w1: Tensor[(?, ?), f32
   sum(mul(@enc(%a, %emb, %w1), @enc(%b, %emb, %w2)))
 }
 )", "two.pj");
-  Snapshot s = m.snapshot();
-  TypeDefPtr tree = s->FindType("Tree");
-  auto leaf = [&](int64_t i) { return Value::Adt(tree, 0, {Value(Tensor::FromVector<int64_t>({}, {i}))}); };
-  auto node = [&](Value l, Value r) { return Value::Adt(tree, 1, {std::move(l), std::move(r)}); };
-  auto matrix = [](int64_t rows, int64_t cols, float scale) {
+    module = m.snapshot();
+    tree = module->FindType("Tree");
+  }
+  Value Leaf(int64_t i) const { return Value::Adt(tree, 0, {Value(Tensor::FromVector<int64_t>({}, {i}))}); }
+  Value Node(Value l, Value r) const { return Value::Adt(tree, 1, {std::move(l), std::move(r)}); }
+  static Value Matrix(int64_t rows, int64_t cols, float scale) {
     std::vector<float> v(rows * cols);
     for (size_t i = 0; i < v.size(); ++i) v[i] = scale * static_cast<float>((i * 37 % 11) - 5) / 10.0f;
     return Value(Tensor::FromVector<float>({rows, cols}, v));
-  };
+  }
+  // The loss and its gradients wrt the two weights, by the interpreter and by `program`.
+  void ExpectAgrees(GenericProgram& program, const std::vector<Value>& args, Schedule schedule) const {
+    Interpreter::ValueAndGrad want = Interpreter().CallWithGrad(*module, "loss", args, {3, 4});
+    ExecuteOptions options;
+    options.grad = true;
+    Execution got = Execute(schedule, options);
+    EXPECT_TRUE(ValueAllClose(got.value, want.value, 1e-4, 1e-5)) << got.value.ToString() << " vs " << want.value.ToString();
+    EXPECT_TRUE(ValueAllClose(ArgumentGradient(args, got.root_grads, 3), want.grads[0], 1e-4, 1e-5));
+    EXPECT_TRUE(ValueAllClose(ArgumentGradient(args, got.root_grads, 4), want.grads[1], 1e-4, 1e-5));
+  }
+};
+
+// Two cells alike but for their weights (one recursion called with two
+// parameter matrices) run the same segment programs at the same levels; each
+// instance still computes with its own weight.
+TEST(GenericTier, CellsAlikeButForTheirWeightsKeepTheirOwnWeights) {
+  TwoEncoders t;
   // The same shape on both sides, so that both recursions meet at every level.
-  std::vector<Value> args = {node(node(leaf(0), leaf(1)), leaf(2)), node(node(leaf(3), leaf(1)), leaf(0)),
-                             matrix(4, 3, 1.0f), matrix(3, 3, 1.0f), matrix(3, 3, -0.7f)};
-  Interpreter::ValueAndGrad want = Interpreter().CallWithGrad(*s, "loss", args, {3, 4});
-  GenericProgram program(s, "loss");
-  ExecuteOptions options;
-  options.grad = true;
-  Execution got = Execute(program.Inspect(args), options);
-  EXPECT_TRUE(ValueAllClose(got.value, want.value, 1e-4, 1e-5)) << got.value.ToString() << " vs " << want.value.ToString();
-  EXPECT_TRUE(ValueAllClose(ArgumentGradient(args, got.root_grads, 3), want.grads[0], 1e-4, 1e-5));
-  EXPECT_TRUE(ValueAllClose(ArgumentGradient(args, got.root_grads, 4), want.grads[1], 1e-4, 1e-5));
+  std::vector<Value> args = {t.Node(t.Node(t.Leaf(0), t.Leaf(1)), t.Leaf(2)), t.Node(t.Node(t.Leaf(3), t.Leaf(1)), t.Leaf(0)),
+                             t.Matrix(4, 3, 1.0f), t.Matrix(3, 3, 1.0f), t.Matrix(3, 3, -0.7f)};
+  GenericProgram program(t.module, "loss");
+  t.ExpectAgrees(program, args, program.Inspect(args));
+}
+
+// A prefetch walks a minibatch once: its call takes the schedule, computing
+// with the call's own parameters (an optimizer step came in between), and a
+// second call of the same minibatch, or another minibatch, walks anew.
+TEST(GenericTier, ACallTakesTheScheduleItsPrefetchWalkedWithItsOwnParameters) {
+  TwoEncoders t;
+  Value a = t.Node(t.Node(t.Leaf(0), t.Leaf(1)), t.Leaf(2)), b = t.Node(t.Leaf(3), t.Node(t.Leaf(1), t.Leaf(0)));
+  GenericProgram program(t.module, "loss");
+  Ahead ahead = program.InspectAhead({a, b, t.Matrix(4, 3, 1.0f), t.Matrix(3, 3, 1.0f), t.Matrix(3, 3, -0.7f)});
+  EXPECT_FALSE(ahead.variants.empty());
+  EXPECT_GT(ahead.new_cells, 0);
+
+  std::vector<Value> stepped = {a, b, t.Matrix(4, 3, 0.5f), t.Matrix(3, 3, 2.0f), t.Matrix(3, 3, 0.3f)};
+  Schedule taken = program.Inspect(stepped);
+  EXPECT_TRUE(taken.kept);
+  EXPECT_EQ(taken.new_cells, 0);
+  t.ExpectAgrees(program, stepped, std::move(taken));
+
+  Schedule again = program.Inspect(stepped);
+  EXPECT_FALSE(again.kept);
+  t.ExpectAgrees(program, stepped, std::move(again));
+
+  // Another structure, even one equal to the prefetched one, is not taken for it.
+  program.InspectAhead({a, b, t.Matrix(4, 3, 1.0f), t.Matrix(3, 3, 1.0f), t.Matrix(3, 3, -0.7f)});
+  std::vector<Value> other = {t.Node(t.Node(t.Leaf(0), t.Leaf(1)), t.Leaf(2)), b, t.Matrix(4, 3, 1.0f),
+                              t.Matrix(3, 3, 1.0f), t.Matrix(3, 3, -0.7f)};
+  Schedule fresh = program.Inspect(other);
+  EXPECT_FALSE(fresh.kept);
+  t.ExpectAgrees(program, other, std::move(fresh));
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, GenericTest,

@@ -57,6 +57,43 @@ TEST(GenericEngine, EveryNewStructureRunsGenericCodeFromItsFirstCall) {
   EXPECT_LT(es.generic_segments, 12);
 }
 
+// A training loop prefetches the minibatches it will call: each is walked
+// once, at its prefetch, and its call runs that schedule with its own
+// parameters; the trace counts every walk once.
+TEST(GenericEngine, APrefetchedMinibatchIsWalkedOnceAndItsCallTakesTheSchedule) {
+  auto events = std::make_shared<RecordingSink>();
+  Engine engine(GenericOptions(Policy::Eager(), events));
+  engine.module().AddSource(kProgram, "program.pj");
+  Snapshot s = engine.module().snapshot();
+  Rng rng(5);
+  Entry loss = engine.entry("loss");
+  std::vector<Value> trees;
+  for (int b = 0; b < 4; ++b) trees.push_back(MakeTree(*s, 3 + b, 40 + b, 10));
+  for (const Value& t : trees) loss.prefetch({t, RandomMatrix(rng, 10, 4)}, {1}, Prefetch::kNext);
+  Interpreter interp;
+  for (const Value& t : trees) {
+    std::vector<Value> args = {t, RandomMatrix(rng, 10, 4)};  // parameters the prefetch did not see
+    ValueAndGrad got = loss.value_and_grad(args, {1});
+    ValueAndGrad want = interp.CallWithGrad(*s, "loss", args, {1});
+    EXPECT_TRUE(Close(got.value, want.value));
+    EXPECT_TRUE(Close(got.grads[0], want.grads[0]));
+  }
+  std::vector<Event> calls = events->Of(EventKind::kCall, "loss"), prefetches = events->Of(EventKind::kPrefetch, "loss");
+  ASSERT_EQ(calls.size(), 4u);
+  ASSERT_EQ(prefetches.size(), 4u);
+  int64_t new_cells = 0;
+  for (const Event& e : calls) {
+    EXPECT_EQ(e.Text("tier"), "generic");
+    EXPECT_EQ(e.Text("schedule"), "prefetched");
+    EXPECT_FALSE(e.Find("new_cells")) << "the prefetch built them";
+  }
+  for (const Event& e : prefetches) {
+    EXPECT_TRUE(e.Find("inspect_us"));
+    if (e.Find("new_cells")) new_cells += std::stoll(e.Text("new_cells"));
+  }
+  EXPECT_EQ(engine.stats().generic_cells, new_cells);
+}
+
 // Under policy eager nothing waits: a structure whose cells or row buckets
 // are new runs at once, its new segments interpreted, and their native code
 // arrives from the worker.
