@@ -258,6 +258,10 @@ def treelstm_derived(label, threads, rep, r, window=1):
          "first_pass_accuracy": p[0]["accuracy"] if p else None,
          "epoch_seconds": [x["seconds"] for x in e], "epoch_compiled_share": [x["compiled_share"] for x in e],
          "epoch_wall_since_start_s": [x.get("wall_since_start_s") for x in e], "epoch_loss": [x["loss"] for x in e]}
+    if e and "dev_accuracy" in e[0]:  # --eval-each-epoch
+        d["epoch_dev_accuracy"] = [x["dev_accuracy"] for x in e]
+        d["epoch_wall_after_eval_s"] = [x["wall_after_eval_s"] for x in e]
+        d["epoch_eval_trees_per_s"] = [x["eval_trees_per_s"] for x in e]
     if "compile" in r:
         d["compile"] = r["compile"]
     return d
@@ -282,7 +286,9 @@ def mlp_derived(label, threads, rep, r, window=1):
 # Options of a pejit mode beyond its policy. `eager` prefetches the next
 # minibatches as the demo's trainer does (treelstm_pejit --lookahead, 8 by
 # default); `eager_no_lookahead` shows what that buys in epoch 0.
-PEJIT_OPTIONS = {"eager_no_lookahead": ["--lookahead", "0"], "eager_reshuffled": ["--reshuffle"]}
+# The reshuffled modes also evaluate on the dev set after every epoch, as
+# training does: the time to reach an accuracy (time_to_accuracy).
+PEJIT_OPTIONS = {"eager_no_lookahead": ["--lookahead", "0"], "eager_reshuffled": ["--reshuffle", "--eval-each-epoch"]}
 
 
 def command_for(suite, label, kind, what, threads, args, data):
@@ -313,7 +319,7 @@ def command_for(suite, label, kind, what, threads, args, data):
         peer += ["--impl", what, "--data", data, "--plan", data + ".plan.json", "--infer-passes", passes, "--batch", str(args.batch),
                  "--embed", str(args.embed), "--hidden", str(args.hidden), "--lr", str(TREELSTM_SIZES["lr"])]
         if reshuffled:
-            peer.append("--reshuffle")
+            peer += ["--reshuffle", "--eval-each-epoch"]
     else:
         peer += ["--limit", str(args.limit), "--batch", "64", "--lr", "0.1"]
     return peer, torch_env(threads)
@@ -458,6 +464,62 @@ def first_epochs_tables(rows, comparison, n):
                 cells += [f"{fmt1(peer, 2)} ({peer['median'] / seconds['median']:.2f}×)",
                           fmt1(at(peer_label, "epoch_wall_since_start_s", t), 2)]
             out.append(f"| {e} | " + " | ".join(cells) + " |")
+    return out
+
+
+ACCURACY_AFTER_EPOCHS = 3  # issue 22: the peer's dev accuracy after 3 epochs is the target
+
+
+def time_to_accuracy(rows, after=ACCURACY_AFTER_EPOCHS):
+    """The reshuffled pair (which evaluate after every epoch): per peer
+    thread count, the target (the peer's median dev accuracy after `after`
+    epochs) and, for pejit and the peer, the first epoch whose dev accuracy
+    reaches it and the wall time since the start (less data loading, evals
+    included) at the end of that epoch's evaluation; medians over the
+    repetitions. pejit never reaching it within its epochs: None."""
+    pejit_label, peer_label = "eager_reshuffled", "torch_batched_reshuffled"
+    mine = [r for r in group(rows, pejit_label) if "epoch_dev_accuracy" in r]
+
+    def reached(g, target):
+        epochs, walls = [], []
+        for r in g:
+            hit = next((e for e, a in enumerate(r["epoch_dev_accuracy"]) if a >= target), None)
+            if hit is None:
+                return None
+            epochs.append(hit)
+            walls.append(r["epoch_wall_after_eval_s"][hit])
+        return {"epoch": med(epochs), "wall_s": med(walls)}
+
+    out = []
+    for t in sorted({r["threads"] for r in group(rows, peer_label)}):
+        peer = [r for r in group(rows, peer_label, t) if len(r.get("epoch_dev_accuracy", [])) >= after]
+        if not mine or not peer:
+            continue
+        target = med([r["epoch_dev_accuracy"][after - 1] for r in peer])["median"]
+        a, b = reached(mine, target), reached(peer, target)
+        # The first evaluation is the dev set's first pass (pejit: the
+        # `infer` entry's first calls, its cells built then).
+        first = med([r["epoch_eval_trees_per_s"][0] for r in mine]), med([r["epoch_eval_trees_per_s"][0] for r in peer])
+        out.append({"peer_threads": t, "target_accuracy": target, "pejit": a, "peer": b,
+                    "pejit_accuracy": med([r["epoch_dev_accuracy"][after - 1] for r in mine]),
+                    "first_dev_pass_trees_per_s": {"pejit": first[0], "peer": first[1]},
+                    "first_dev_pass_ratio": first[0]["median"] / first[1]["median"],
+                    "ratio": b["wall_s"]["median"] / a["wall_s"]["median"] if a and b else None})
+    return out
+
+
+def time_to_accuracy_table(tta):
+    out = [f"| peer threads | target: the peer's dev accuracy after {ACCURACY_AFTER_EPOCHS} epochs | pejit's then | "
+           "pejit reaches it after epoch, wall s | the peer, wall s | PyTorch / pejit | first dev pass (after epoch 0), "
+           "trees/s: pejit · peer (pejit / peer) |", "|---|---|---|---|---|---|---|"]
+    for x in tta:
+        a, b = x["pejit"], x["peer"]
+        mine = f"{fmt1(a['epoch'], 0)}, {fmt(a['wall_s'], 2)}" if a else "not reached"
+        peer = f"{fmt1(b['epoch'], 0)}, {fmt(b['wall_s'], 2)}" if b else "–"
+        ratio = f"{x['ratio']:.2f}" if x["ratio"] else "–"
+        first = x["first_dev_pass_trees_per_s"]
+        out.append(f"| {x['peer_threads']} | {x['target_accuracy']:.3f} | {fmt1(x['pejit_accuracy'], 3)} | {mine} | "
+                   f"{peer} | {ratio} | {fmt(first['pejit'])} · {fmt(first['peer'])} ({x['first_dev_pass_ratio']:.2f}) |")
     return out
 
 
@@ -732,6 +794,12 @@ def report(args, rows, modes, data, gflops, started, load_before):
               f"less data loading (the file, the plan, the minibatches' values or tensors and level schedules); "
               f"PyTorch / pejit: the peer's time over pejit's (above 1: pejit faster).\n")
         print("\n".join(first_epochs_tables(rows, comparison, n)))
+    tta = time_to_accuracy(rows) if args.suite == "treelstm" else []
+    if tta:
+        print(f"\nTime to reach the dev accuracy the level-batched peer has after {ACCURACY_AFTER_EPOCHS} reshuffled "
+              f"epochs (both evaluate the dev set after every epoch; epochs from 0; wall: since the start, less data "
+              f"loading, evaluations included):\n")
+        print("\n".join(time_to_accuracy_table(tta)))
     if any(r["mode"] in ("eager", "sync", "eager_reshuffled") for r in rows):
         print()
         print("\n".join(compile_table(rows)))
@@ -742,6 +810,9 @@ def report(args, rows, modes, data, gflops, started, load_before):
         m[0] for m in modes) >= set(m[0] for m in (TREELSTM_MODES if args.suite == "treelstm" else MLP_MODES)) else {}
     if args.suite == "treelstm":
         g["same_model_check"] = same_model_check(rows)
+    if tta:
+        g["time_to_accuracy"] = {"rows": tta, "goal": 2.0,
+                                 "met": all(x["ratio"] is not None and x["ratio"] >= 2.0 for x in tta)}
     if comparison:
         print()
         print(json.dumps({"first_epochs": {"epochs": args.reshuffle_epochs, "rows": comparison}}))

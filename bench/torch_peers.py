@@ -338,6 +338,18 @@ def run_treelstm(torch, args):
             return train_batches
         return [[examples[i] for i in b] for b in reshuffled[epoch]]
 
+    def evaluate(batches):
+        """(right, trees) of the model's predictions over `batches`."""
+        right = trees = 0
+        with torch.no_grad():
+            for b in batches:
+                predicted = logits_of(b).argmax(dim=1)
+                right += int((predicted == b.labels).sum().item())
+                trees += len(b.trees)
+        return right, trees
+
+    # --eval-each-epoch: the dev set, loaded once as a training loop would.
+    eval_batches = loading(lambda: [TreeBatch(torch, b, args.impl) for b in infer_batches]) if args.eval_each_epoch else []
     epochs = []
     for epoch in range(args.epochs):
         batches = loading(lambda: [TreeBatch(torch, b, args.impl) for b in epoch_batches(epoch)])
@@ -361,21 +373,25 @@ def run_treelstm(torch, args):
                        "wall_since_start_s": time.perf_counter() - run_start - data_seconds})
         print(f"torch {args.impl} {args.threads}t epoch {epoch}: {trees / seconds:.0f} trees/s, "
               f"loss {loss_sum / trees:.4f}", file=sys.stderr)
+        if args.eval_each_epoch:
+            eval_start = time.perf_counter()
+            right, evaluated = evaluate(eval_batches)
+            e = epochs[-1]
+            e["eval_seconds"] = time.perf_counter() - eval_start
+            e["eval_trees_per_s"] = evaluated / e["eval_seconds"]
+            e["dev_accuracy"] = right / evaluated
+            e["wall_after_eval_s"] = time.perf_counter() - run_start - data_seconds
+            print(f"torch {args.impl} {args.threads}t epoch {epoch}: dev accuracy {e['dev_accuracy']:.4f}", file=sys.stderr)
 
     passes = []
-    with torch.no_grad():
-        for p in range(args.infer_passes):
-            batches = loading(lambda: [TreeBatch(torch, b, args.impl) for b in infer_batches])
-            right = trees = 0
-            cpu_before, start = cpu_seconds(), time.perf_counter()
-            for b in batches:
-                predicted = logits_of(b).argmax(dim=1)
-                right += int((predicted == b.labels).sum().item())
-                trees += len(b.trees)
-            seconds = time.perf_counter() - start
-            passes.append({"pass": p, "trees": trees, "seconds": seconds, "cpu_seconds": cpu_seconds() - cpu_before,
-                           "trees_per_s": trees / seconds, "accuracy": right / trees, "compiled_share": 0.0,
-                           "wall_since_start_s": time.perf_counter() - run_start - data_seconds})
+    for p in range(args.infer_passes):
+        batches = loading(lambda: [TreeBatch(torch, b, args.impl) for b in infer_batches])
+        cpu_before, start = cpu_seconds(), time.perf_counter()
+        right, trees = evaluate(batches)
+        seconds = time.perf_counter() - start
+        passes.append({"pass": p, "trees": trees, "seconds": seconds, "cpu_seconds": cpu_seconds() - cpu_before,
+                       "trees_per_s": trees / seconds, "accuracy": right / trees, "compiled_share": 0.0,
+                       "wall_since_start_s": time.perf_counter() - run_start - data_seconds})
     return {"suite": "treelstm", "examples": len(examples), "batch": args.batch, "embed": args.embed,
             "hidden": args.hidden, "optimizer": "adagrad", "lr": args.lr, "plan": args.plan,
             "reshuffle": args.reshuffle, "infer_trees": passes[0]["trees"] if passes else 0,
@@ -476,6 +492,9 @@ def main():
     parser.add_argument("--lr", type=float)
     parser.add_argument("--epochs", type=int, default=2)
     parser.add_argument("--infer-passes", type=int, default=2, help="treelstm only")
+    parser.add_argument("--eval-each-epoch", action="store_true",
+                        help="treelstm: after every epoch, a pass over the inference (dev) minibatches, loaded once: "
+                             "the epoch's dev_accuracy, eval_seconds and wall_after_eval_s")
     parser.add_argument("--reshuffle", action="store_true",
                         help="treelstm: epoch e trains on the plan's reshuffled_train_batches[e] (treelstm_pejit "
                              "--write-data FILE --reshuffle-epochs N) instead of the same minibatches every epoch")

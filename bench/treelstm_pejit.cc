@@ -24,7 +24,8 @@
 //       epochs 0..E-1's random partitions of the training examples
 //   treelstm_pejit --data FILE --policy eager   measures one mode (--plan
 //       FILE.plan.json: on the plan's minibatches; --reshuffle: epoch e on
-//       the plan's epoch-e ones)
+//       the plan's epoch-e ones; --eval-each-epoch: the dev accuracy after
+//       every epoch, for the time to reach an accuracy)
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
@@ -57,6 +58,7 @@ struct Config {
   std::string data, write_data, plan;
   int size = 6000, dev_size = 0, reshuffle_epochs = 0;
   bool reshuffle = false;  // epoch e trains on the plan's reshuffled_train_batches[e]
+  bool eval_each_epoch = false;  // a pass of `infer` over the inference minibatches after every epoch
   uint64_t seed = 1;
   int batch = 25, embed = 64, hidden = 128;
   double lr = 0.05;
@@ -256,6 +258,20 @@ int Measure(const Config& c) {
   };
   train_batches(c.epochs - 1);  // fails now rather than after the epochs the plan holds
   Entry loss = engine.entry("loss"), infer = engine.entry("infer");
+  // Accuracy of `infer` over `batches`, and how many trees.
+  auto evaluate = [&](const std::vector<treelstm::Batch>& batches) {
+    int64_t trees = 0, right = 0;
+    for (const treelstm::Batch& b : batches) {
+      Tensor predicted = infer.call({b.trees, params}).tensor();
+      const int64_t* p = predicted.data<int64_t>();
+      const int64_t* y = b.labels.tensor().data<int64_t>();
+      for (int64_t i = 0; i < predicted.numel(); ++i) right += p[i] == y[i];
+      trees += predicted.numel();
+    }
+    return std::make_pair(right, trees);
+  };
+  // --eval-each-epoch: the dev set, loaded once as a training loop would.
+  const std::vector<treelstm::Batch> eval_batches = c.eval_each_epoch ? make_values(plan.infer) : std::vector<treelstm::Batch>{};
 
   nlohmann::json epochs = nlohmann::json::array();
   auto more = [&](const nlohmann::json& done, int wanted, int cap) {
@@ -308,6 +324,17 @@ int Measure(const Config& c) {
                       {"wall_since_start_s", Seconds(start) - data_seconds}});
     std::fprintf(stderr, "pejit %s epoch %d: %.0f trees/s, loss %.4f\n", c.policy.c_str(), epoch,
                  epochs.back()["trees_per_s"].get<double>(), epochs.back()["loss"].get<double>());
+    if (c.eval_each_epoch) {
+      const auto eval_start = Clock::now();
+      const auto [right, evaluated] = evaluate(eval_batches);
+      nlohmann::json& e = epochs.back();
+      e["eval_seconds"] = Seconds(eval_start);
+      e["eval_trees_per_s"] = static_cast<double>(evaluated) / e["eval_seconds"].get<double>();
+      e["dev_accuracy"] = static_cast<double>(right) / static_cast<double>(evaluated);
+      e["wall_after_eval_s"] = Seconds(start) - data_seconds;
+      std::fprintf(stderr, "pejit %s epoch %d: dev accuracy %.4f (%.0f trees/s)\n", c.policy.c_str(), epoch,
+                   e["dev_accuracy"].get<double>(), e["eval_trees_per_s"].get<double>());
+    }
   }
 
   nlohmann::json passes = nlohmann::json::array();
@@ -315,15 +342,8 @@ int Measure(const Config& c) {
     std::vector<treelstm::Batch> batches = make_values(plan.infer);
     const int64_t compiled_before = infer.stats().calls_compiled(), jobs_before = compile_stats->jobs_ended();
     const double cpu_before = ProcessCpuSeconds();
-    int64_t trees = 0, right = 0;
     const auto pass_start = Clock::now();
-    for (const treelstm::Batch& b : batches) {
-      Tensor predicted = infer.call({b.trees, params}).tensor();
-      const int64_t* p = predicted.data<int64_t>();
-      const int64_t* y = b.labels.tensor().data<int64_t>();
-      for (int64_t i = 0; i < predicted.numel(); ++i) right += p[i] == y[i];
-      trees += predicted.numel();
-    }
+    const auto [right, trees] = evaluate(batches);
     const double seconds = Seconds(pass_start);
     passes.push_back({{"pass", pass},
                       {"trees", trees},
@@ -416,6 +436,9 @@ int main(int argc, char** argv) {
   app.add_option("--optimizer", c.optimizer)->check(CLI::IsMember({"adagrad", "sgd", "adam"}))->capture_default_str();
   app.add_option("--lr", c.lr)->capture_default_str();
   app.add_option("--epochs", c.epochs)->capture_default_str()->check(CLI::PositiveNumber);
+  app.add_flag("--eval-each-epoch", c.eval_each_epoch,
+               "after every epoch, a pass of `infer` over the inference minibatches (the plan's dev ones), loaded "
+               "once: the epoch's dev_accuracy, eval_seconds and wall_after_eval_s");
   app.add_option("--infer-passes", c.infer_passes, "passes of `infer` over the data after training")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
