@@ -59,10 +59,15 @@ Value ArgumentGradient(const std::vector<Value>& args, const std::vector<Tensor>
 // The variant of `code` for `rows` rows, made (forward and, in grad mode,
 // backward programs, with interpreter code) on first use. Thread-safe.
 SegmentCode::Variant& VariantFor(SegmentCode& code, int64_t rows, bool grad);
+// The same variant, its programs not made yet if they were not: cheap, for
+// asking a worker to make and compile it (a prefetch, or a value-mode run
+// that other variants' native code served). Thread-safe.
+SegmentCode::Variant& VariantEntry(SegmentCode& code, int64_t rows, bool grad);
 
-// Compiles those of a variant's programs that have no native code yet and
-// publishes them; the variant's next runs use them. Thread-safe. Throws
-// JitFailure; the variant keeps its interpreter code then.
+// Compiles those of a variant's programs that have no native code yet (made
+// first if they were not) and publishes them; the variant's next runs use
+// them. Thread-safe. Throws JitFailure; the variant keeps its interpreter
+// code then.
 void CompileVariant(JitSession& jit, SegmentCode& code, SegmentCode::Variant& variant);
 
 }  // namespace pejit::generic

@@ -75,6 +75,10 @@ struct SegmentCode {
   struct Variant {
     int64_t rows = 0;
     bool grad = false;
+    // The programs below are made (vectorized, differentiated) on first
+    // need, guarded by the SegmentCode's mutex: a variant can be asked for
+    // (queued for a worker to make and compile) before anything runs it.
+    bool made = false;
     // (inputs...) -> (outputs stacked..., residuals...): in grad mode the
     // forward also returns what the backward reads of its intermediates.
     Func forward;

@@ -1083,7 +1083,7 @@ bool EngineImpl::PrefetchGeneric(Request& r, pejit::Prefetch when) {
     // The call takes this walk's schedule (GenericProgram::InspectAhead).
     ahead = program->InspectAhead(r.args);
     for (const auto& [code, rows] : ahead.variants) {
-      generic::SegmentCode::Variant& v = generic::VariantFor(*code, rows, r.wrt != nullptr);
+      generic::SegmentCode::Variant& v = generic::VariantEntry(*code, rows, r.wrt != nullptr);  // the worker makes it
       if (!v.native.load()) QueueGenericCompile(r.entry.name, program, code, &v);
     }
   } catch (const std::exception& e) {
@@ -1190,6 +1190,7 @@ EngineStats Engine::stats() const {
     ++out.generic_segments;
     std::lock_guard<std::mutex> lock(code->mu);
     for (const auto& [key, variant] : code->variants) {
+      if (!variant->made) continue;  // asked for, not made yet
       ++out.generic_variants;
       if (variant->native.load()) {
         ++out.generic_native_variants;
