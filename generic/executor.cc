@@ -320,26 +320,58 @@ SegmentCode::Variant& EntryLocked(SegmentCode& code, int64_t rows, bool grad) {
   return *slot;
 }
 
-// Under code.mu.
-void MakeLocked(const SegmentCode& code, SegmentCode::Variant* v) {
-  if (v->made) return;
+// A variant's programs, made from the segment program (immutable once
+// interned: read without the lock).
+struct Programs {
+  Func forward, backward;
+  std::vector<SegmentCode::Pack> forward_packs, backward_packs;
+  std::vector<int> grad_inputs, grad_outputs;
+  int residuals = 0;
+  std::vector<SegmentCode::Factor> factors;
+};
+
+Programs MakePrograms(const SegmentCode& code, int64_t rows, bool grad) {
+  Programs p;
   std::vector<bool> stacked;
   for (bool s : code.shared) stacked.push_back(!s);
-  Func vectorized = Vectorize(code.program, stacked, v->rows);
-  if (v->grad) {
+  Func vectorized = Vectorize(code.program, stacked, rows);
+  if (grad) {
     GradPrograms g = MakeGradPrograms(vectorized, code.shared);
-    v->forward = PackSharedWeights(g.forward, code.shared, v->forward_packs);
-    if (g.backward) v->backward = PackSharedWeights(g.backward, code.shared, v->backward_packs);
-    v->grad_inputs = std::move(g.grad_inputs);
-    v->grad_outputs = std::move(g.grad_outputs);
-    v->residuals = g.residuals;
-    v->factors = std::move(g.factors);
-    if (v->backward) v->backward_code.store(std::make_shared<InterpretedSegment>(v->backward));
+    p.forward = PackSharedWeights(g.forward, code.shared, p.forward_packs);
+    if (g.backward) p.backward = PackSharedWeights(g.backward, code.shared, p.backward_packs);
+    p.grad_inputs = std::move(g.grad_inputs);
+    p.grad_outputs = std::move(g.grad_outputs);
+    p.residuals = g.residuals;
+    p.factors = std::move(g.factors);
   } else {
-    v->forward = PackSharedWeights(vectorized, code.shared, v->forward_packs);
+    p.forward = PackSharedWeights(vectorized, code.shared, p.forward_packs);
   }
-  v->forward_code.store(std::make_shared<InterpretedSegment>(v->forward));
-  v->made = true;
+  return p;
+}
+
+// Makes `v`'s programs if they are not: built without the lock (other runs
+// of the segment go on meanwhile), published under it, all or nothing.
+void Make(SegmentCode& code, SegmentCode::Variant& v) {
+  {
+    std::lock_guard lock(code.mu);
+    if (v.made) return;
+  }
+  Programs p = MakePrograms(code, v.rows, v.grad);
+  auto forward_code = std::make_shared<InterpretedSegment>(p.forward);
+  auto backward_code = p.backward ? std::make_shared<InterpretedSegment>(p.backward) : nullptr;
+  std::lock_guard lock(code.mu);
+  if (v.made) return;  // another thread made them meanwhile
+  v.forward = std::move(p.forward);
+  v.backward = std::move(p.backward);
+  v.forward_packs = std::move(p.forward_packs);
+  v.backward_packs = std::move(p.backward_packs);
+  v.grad_inputs = std::move(p.grad_inputs);
+  v.grad_outputs = std::move(p.grad_outputs);
+  v.residuals = p.residuals;
+  v.factors = std::move(p.factors);
+  v.forward_code.store(std::move(forward_code));
+  if (backward_code) v.backward_code.store(std::move(backward_code));
+  v.made = true;
 }
 
 }  // namespace
@@ -350,17 +382,16 @@ SegmentCode::Variant& VariantEntry(SegmentCode& code, int64_t rows, bool grad) {
 }
 
 SegmentCode::Variant& VariantFor(SegmentCode& code, int64_t rows, bool grad) {
-  std::lock_guard lock(code.mu);
-  SegmentCode::Variant& v = EntryLocked(code, rows, grad);
-  MakeLocked(code, &v);
+  SegmentCode::Variant& v = VariantEntry(code, rows, grad);
+  Make(code, v);
   return v;
 }
 
 void CompileVariant(JitSession& jit, SegmentCode& code, SegmentCode::Variant& variant) {
+  Make(code, variant);
   Func forward, backward;
   {
     std::lock_guard lock(code.mu);
-    MakeLocked(code, &variant);
     if (!variant.forward_native) forward = variant.forward;
     if (variant.backward && !variant.backward_native) backward = variant.backward;
   }

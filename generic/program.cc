@@ -293,28 +293,15 @@ Schedule GenericProgram::Inspect(const std::vector<Value>& args) {
   std::string encoded;
   for (const Value& a : args) EncodeRoot(a, roots, structures, encoded);
   std::lock_guard lock(mu_);
-  for (auto it = kept_.begin(); it != kept_.end();) {
-    bool same = it->encoded == encoded && it->structures.size() == structures.size();
-    bool expired = false;
-    for (size_t i = 0; i < it->structures.size() && same; ++i) {
-      auto alive = it->structures[i].lock();
-      expired |= !alive;
-      same = alive && alive == structures[i]->fields_identity().lock();
-    }
-    if (expired) {  // its minibatch is gone: never called, or called already
-      it = kept_.erase(it);
-      continue;
-    }
-    if (same) {
-      Schedule schedule = std::move(it->schedule);
-      kept_.erase(it);
-      schedule.roots = std::move(roots);
-      schedule.new_cells = 0;
-      schedule.kept = true;
-      schedule.inspect_ms = MillisSince(start);
-      return schedule;
-    }
-    ++it;
+  auto kept = FindKept(encoded, structures);
+  if (kept != kept_.end()) {
+    Schedule schedule = std::move(kept->schedule);
+    kept_.erase(kept);
+    schedule.roots = std::move(roots);
+    schedule.new_cells = 0;
+    schedule.kept = true;
+    schedule.inspect_ms = MillisSince(start);
+    return schedule;
   }
   Schedule schedule = Walked(std::move(roots), encoded, std::move(structures));
   schedule.inspect_ms = MillisSince(start);
@@ -327,19 +314,45 @@ Ahead GenericProgram::InspectAhead(const std::vector<Value>& args) {
   std::vector<Tensor> roots;
   std::vector<const Value*> structures;
   for (const Value& a : args) EncodeRoot(a, roots, structures, kept.encoded);
-  for (const Value* v : structures) kept.structures.push_back(v->fields_identity());
   std::lock_guard lock(mu_);
+  auto variants_of = [](const Schedule& s) {
+    Ahead ahead;
+    for (const Run& run : s.runs) ahead.variants.emplace_back(run.code, run.rows);
+    std::sort(ahead.variants.begin(), ahead.variants.end());
+    ahead.variants.erase(std::unique(ahead.variants.begin(), ahead.variants.end()), ahead.variants.end());
+    return ahead;
+  };
+  auto already = FindKept(kept.encoded, structures);  // prefetched twice: walked once
+  if (already != kept_.end()) {
+    Ahead ahead = variants_of(already->schedule);
+    ahead.inspect_ms = MillisSince(start);
+    return ahead;
+  }
+  for (const Value* v : structures) kept.structures.push_back(v->fields_identity());
   kept.schedule = Walked(std::move(roots), kept.encoded, std::move(structures));
   kept.schedule.roots.clear();  // the call's own tensors replace them
-  Ahead ahead;
-  for (const Run& run : kept.schedule.runs) ahead.variants.emplace_back(run.code, run.rows);
-  std::sort(ahead.variants.begin(), ahead.variants.end());
-  ahead.variants.erase(std::unique(ahead.variants.begin(), ahead.variants.end()), ahead.variants.end());
+  Ahead ahead = variants_of(kept.schedule);
   ahead.new_cells = kept.schedule.new_cells;
   kept_.push_back(std::move(kept));
   if (kept_.size() > kMaxKept) kept_.pop_front();
   ahead.inspect_ms = MillisSince(start);
   return ahead;
+}
+
+std::deque<GenericProgram::Kept>::iterator GenericProgram::FindKept(const std::string& encoded,
+                                                                    const std::vector<const Value*>& structures) {
+  // Those whose minibatch is gone (never called, or called already) first:
+  // an erase inside a deque invalidates every iterator.
+  std::erase_if(kept_, [](const Kept& k) {
+    return std::any_of(k.structures.begin(), k.structures.end(), [](const auto& s) { return s.expired(); });
+  });
+  return std::find_if(kept_.begin(), kept_.end(), [&](const Kept& k) {
+    if (k.encoded != encoded || k.structures.size() != structures.size()) return false;
+    for (size_t i = 0; i < structures.size(); ++i) {
+      if (k.structures[i].lock() != structures[i]->fields_identity().lock()) return false;
+    }
+    return true;
+  });
 }
 
 Schedule GenericProgram::Walked(std::vector<Tensor> roots, const std::string& encoded,

@@ -243,6 +243,9 @@ class GenericProgram {
     Schedule schedule;
   };
   std::deque<Kept> kept_;
+  // The kept schedule of these structures and encoding, or end(); drops
+  // those whose structures died. Under mu_.
+  std::deque<Kept>::iterator FindKept(const std::string& encoded, const std::vector<const Value*>& structures);
   struct Sizes {
     size_t instances = 0, leaves = 0, segment_instances = 0, results = 0, inputs = 0;
   } last_;  // of the last call's walk, to reserve the next one's arrays

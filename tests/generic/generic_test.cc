@@ -176,6 +176,30 @@ TEST(GenericTier, ACallTakesTheScheduleItsPrefetchWalkedWithItsOwnParameters) {
   t.ExpectAgrees(program, other, std::move(fresh));
 }
 
+// Inference on row counts training never compiled: each run takes native
+// code of other row counts (training's forwards, padded or in pieces) or the
+// interpreter, with the interpreter's values, and asks for its own variants.
+TEST(GenericTier, ValueModeRunsRowCountsWithoutCodeOfTheirOwnOnOtherCounts) {
+  Snapshot module = Load("examples/treelstm/treelstm.pj");
+  auto calls = Calls(*module, "loss", "tests/generic/treelstm_calls.jsonl");
+  GenericProgram program(module, "loss");
+  std::unique_ptr<JitSession> jit = JitSession::Create();
+  ExecuteOptions train;
+  train.grad = true;
+  train.compile_now = jit.get();
+  Execute(program.Inspect(calls[0]), train);  // grad-mode code for the row counts of one minibatch
+  Interpreter interpreter;
+  int native = 0;
+  for (size_t c = 1; c < calls.size(); ++c) {
+    SCOPED_TRACE("call " + std::to_string(c));
+    Execution got = Execute(program.Inspect(calls[c]), ExecuteOptions{});
+    EXPECT_TRUE(ValueAllClose(got.value, interpreter.Call(*module, "loss", calls[c]), 1e-4, 1e-5));
+    native += got.native_runs;
+    for (const SegmentCode::Variant* v : got.missing_native) EXPECT_FALSE(v->grad) << "value mode asks for its own variants";
+  }
+  EXPECT_GT(native, 0);
+}
+
 INSTANTIATE_TEST_SUITE_P(Models, GenericTest,
                          ::testing::Values(Model{"treelstm", "examples/treelstm/treelstm.pj", "tests/generic/treelstm_calls.jsonl", {1, 2}},
                                            Model{"seq_lstm", "tests/tools/testdata/seq_lstm.pj", "tests/generic/seq_lstm_calls.jsonl", {2, 3}},

@@ -1,0 +1,96 @@
+// Program values from JSON (ir/json.h): any nesting the memory allows, in
+// time linear in the input, and errors that name the path to the problem.
+#include <gtest/gtest.h>
+
+#include "ir/json.h"
+#include "ir/module.h"
+
+namespace pejit {
+namespace {
+
+using Json = nlohmann::json;
+
+Snapshot ListModule() {
+  Module m;
+  m.AddSource(R"(
+type List[T] { Nil, Cons(T, List[T]) }
+type Tree { Leaf(Tensor[(), i64]), Node(Tree, Tree) }
+def @id(%l: List[Tensor[(), i64]]) -> List[Tensor[(), i64]] { %l }
+)", "list.pj");
+  return m.snapshot();
+}
+
+Json Scalar(int64_t v) { return Json{{"dtype", "i64"}, {"shape", Json::array()}, {"data", {v}}}; }
+
+Value Load(const ModuleSnapshot& s, const Json& j, const Type& type) {
+  return ValueFromJson(j, type, [&](const std::string& n) { return s.FindType(n); }, "args[0]");
+}
+
+const Type& ListType(const ModuleSnapshot& s) { return s.Get("id").func->params[0]->annotation; }
+
+// A list of n elements, n-1, ..., 0, nested as the text format nests it.
+Json ListJson(int64_t n) {
+  Json list = {{"ctor", "Nil"}, {"fields", Json::array()}};
+  for (int64_t i = 0; i < n; ++i) list = Json{{"ctor", "Cons"}, {"fields", {Scalar(i), std::move(list)}}};
+  return list;
+}
+
+TEST(ValueFromJson, AListOfAHundredThousandElementsLoadsWithoutRecursion) {
+  Snapshot s = ListModule();
+  const int64_t n = 100000;
+  Value v = Load(*s, ListJson(n), ListType(*s));
+  int64_t length = 0, expected = n - 1;
+  for (const Value* at = &v; at->ctor_name() == "Cons"; at = &at->fields()[1], ++length, --expected) {
+    ASSERT_EQ(at->fields()[0].tensor().data<int64_t>()[0], expected);
+  }
+  EXPECT_EQ(length, n);
+}
+
+TEST(ValueFromJson, RoundTripsThroughValueToJson) {
+  Snapshot s = ListModule();
+  Json j = ListJson(5);
+  Value v = Load(*s, j, ListType(*s));
+  EXPECT_EQ(ValueToJson(v), j);
+  Value again = Load(*s, ValueToJson(v), ListType(*s));
+  EXPECT_TRUE(ValueEqual(v, again));
+}
+
+TEST(ValueFromJson, AnErrorNamesThePathToTheValue) {
+  Snapshot s = ListModule();
+  Json j = ListJson(3);
+  j["fields"][1]["fields"][1]["fields"][0]["dtype"] = "f32";  // the third element
+  try {
+    Load(*s, j, ListType(*s));
+    FAIL() << "accepted an f32 element";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_EQ(std::string(e.what()).rfind("args[0].fields[1].fields[1].fields[0]: expected Tensor[(), i64]", 0), 0u)
+        << e.what();
+  }
+  Json wrong_ctor = ListJson(2);
+  wrong_ctor["fields"][1]["ctor"] = "Leaf";
+  try {
+    Load(*s, wrong_ctor, ListType(*s));
+    FAIL() << "accepted a Leaf in a List";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_EQ(std::string(e.what()), "args[0].fields[1]: type List has no constructor 'Leaf'");
+  }
+}
+
+TEST(ValueFromJson, TuplesAndTensorsNestInsideStructures) {
+  Module m;
+  m.AddSource(R"(
+type Tree { Leaf(Tensor[(2,), f32]), Node(Tree, (Tensor[(), i64], Tree)) }
+def @f(%t: Tree) -> Tree { %t }
+)", "tree.pj");
+  Snapshot s = m.snapshot();
+  Json leaf = {{"ctor", "Leaf"}, {"fields", {Json{{"dtype", "f32"}, {"shape", {2}}, {"data", {1.5, -2}}}}}};
+  Json tree = {{"ctor", "Node"}, {"fields", {leaf, Json::array({Scalar(7), leaf})}}};
+  Value v = Load(*s, tree, s->Get("f").func->params[0]->annotation);
+  EXPECT_EQ(v.ctor_name(), "Node");
+  EXPECT_EQ(v.fields()[1].fields()[0].tensor().data<int64_t>()[0], 7);
+  EXPECT_FLOAT_EQ(v.fields()[1].fields()[1].fields()[0].tensor().data<float>()[1], -2.0f);
+  EXPECT_EQ(ValueToJson(v), tree);
+}
+
+}  // namespace
+}  // namespace pejit
