@@ -574,6 +574,13 @@ class Codegen {
     bool fp = IsFloat(in);
     switch (n.op) {
       case ScalarOp::kNeg: return fp ? b_.CreateFNeg(arg(0)) : b_.CreateNeg(arg(0));
+      case ScalarOp::kAbs:
+        if (fp) return Unary(llvm::Intrinsic::fabs, arg(0));
+        return b_.CreateSelect(b_.CreateICmpSLT(arg(0), llvm::ConstantInt::get(arg(0)->getType(), 0)),
+                               b_.CreateNeg(arg(0)), arg(0));
+      case ScalarOp::kNot: return b_.CreateNot(arg(0));
+      case ScalarOp::kAnd: return b_.CreateAnd(arg(0), arg(1));
+      case ScalarOp::kOr: return b_.CreateOr(arg(0), arg(1));
       case ScalarOp::kExp: return Exp(arg(0));
       case ScalarOp::kLog: return Unary(llvm::Intrinsic::log, arg(0));
       case ScalarOp::kSqrt: return Unary(llvm::Intrinsic::sqrt, arg(0));
@@ -600,6 +607,10 @@ class Codegen {
       case ScalarOp::kLess: return fp ? b_.CreateFCmpOLT(arg(0), arg(1)) : b_.CreateICmpSLT(arg(0), arg(1));
       case ScalarOp::kGreater: return fp ? b_.CreateFCmpOGT(arg(0), arg(1)) : b_.CreateICmpSGT(arg(0), arg(1));
       case ScalarOp::kEqual: return fp ? b_.CreateFCmpOEQ(arg(0), arg(1)) : b_.CreateICmpEQ(arg(0), arg(1));
+      case ScalarOp::kLessEqual: return fp ? b_.CreateFCmpOLE(arg(0), arg(1)) : b_.CreateICmpSLE(arg(0), arg(1));
+      case ScalarOp::kGreaterEqual: return fp ? b_.CreateFCmpOGE(arg(0), arg(1)) : b_.CreateICmpSGE(arg(0), arg(1));
+      // Unordered: NaN != NaN holds, as in C++ and the kernel.
+      case ScalarOp::kNotEqual: return fp ? b_.CreateFCmpUNE(arg(0), arg(1)) : b_.CreateICmpNE(arg(0), arg(1));
       case ScalarOp::kWhere: return b_.CreateSelect(arg(0), arg(1), arg(2));
       case ScalarOp::kCast: return Cast(arg(0), in, n.dtype);
       case ScalarOp::kCopy: return arg(0);

@@ -1,5 +1,6 @@
 // Elementwise and broadcast operators: unary math, binary arithmetic with
-// numpy broadcasting, comparisons, where, cast, copy.
+// numpy broadcasting, comparisons, logical operators on bool, where, cast,
+// copy.
 #include <cmath>
 
 #include "ops/defs/loops.h"
@@ -13,6 +14,13 @@ namespace {
 template <ScalarOp S>
 struct Scalar;
 template <> struct Scalar<ScalarOp::kNeg> { template <class T> static T F(T a, double) { return -a; } };
+template <> struct Scalar<ScalarOp::kAbs> {
+  template <class T> static T F(T a, double) {
+    if constexpr (std::is_floating_point_v<T>) return std::fabs(a);  // |-0| is +0, as LLVM's fabs
+    else return a < T(0) ? -a : a;
+  }
+};
+template <> struct Scalar<ScalarOp::kNot> { static bool F(bool a, double) { return !a; } };
 template <> struct Scalar<ScalarOp::kExp> { template <class T> static T F(T a, double) { return std::exp(a); } };
 template <> struct Scalar<ScalarOp::kLog> { template <class T> static T F(T a, double) { return std::log(a); } };
 template <> struct Scalar<ScalarOp::kTanh> { template <class T> static T F(T a, double) { return std::tanh(a); } };
@@ -33,6 +41,11 @@ template <> struct Scalar<ScalarOp::kMinimum> { template <class T> static T F(T 
 template <> struct Scalar<ScalarOp::kLess> { template <class T> static bool F(T a, T b) { return a < b; } };
 template <> struct Scalar<ScalarOp::kGreater> { template <class T> static bool F(T a, T b) { return a > b; } };
 template <> struct Scalar<ScalarOp::kEqual> { template <class T> static bool F(T a, T b) { return a == b; } };
+template <> struct Scalar<ScalarOp::kLessEqual> { template <class T> static bool F(T a, T b) { return a <= b; } };
+template <> struct Scalar<ScalarOp::kGreaterEqual> { template <class T> static bool F(T a, T b) { return a >= b; } };
+template <> struct Scalar<ScalarOp::kNotEqual> { template <class T> static bool F(T a, T b) { return a != b; } };
+template <> struct Scalar<ScalarOp::kAnd> { template <class T> static bool F(T a, T b) { return a && b; } };
+template <> struct Scalar<ScalarOp::kOr> { template <class T> static bool F(T a, T b) { return a || b; } };
 
 // ---- Kernels -----------------------------------------------------------------
 
@@ -46,17 +59,21 @@ void UnaryLoop(const Tensor& x, Tensor& out, double param) {
 
 template <ScalarOp S>
 Kernel UnaryKernel() {
-  return [](std::span<const Tensor> in, std::span<Tensor> out, const Attrs& attrs) {
-    double param = S == ScalarOp::kPow ? attrs.GetFloat("exponent") : 0.0;
-    switch (in[0].dtype()) {
-      case DType::kF32: return UnaryLoop<S, float>(in[0], out[0], param);
-      case DType::kF64: return UnaryLoop<S, double>(in[0], out[0], param);
-      case DType::kI64:
-        if constexpr (S == ScalarOp::kNeg) return UnaryLoop<S, int64_t>(in[0], out[0], param);
-        [[fallthrough]];
-      default: throw std::logic_error("unary kernel: unsupported dtype");
-    }
-  };
+  if constexpr (S == ScalarOp::kNot) {
+    return [](std::span<const Tensor> in, std::span<Tensor> out, const Attrs&) { UnaryLoop<S, bool>(in[0], out[0], 0); };
+  } else {
+    return [](std::span<const Tensor> in, std::span<Tensor> out, const Attrs& attrs) {
+      double param = S == ScalarOp::kPow ? attrs.GetFloat("exponent") : 0.0;
+      switch (in[0].dtype()) {
+        case DType::kF32: return UnaryLoop<S, float>(in[0], out[0], param);
+        case DType::kF64: return UnaryLoop<S, double>(in[0], out[0], param);
+        case DType::kI64:
+          if constexpr (S == ScalarOp::kNeg || S == ScalarOp::kAbs) return UnaryLoop<S, int64_t>(in[0], out[0], param);
+          [[fallthrough]];
+        default: throw std::logic_error("unary kernel: unsupported dtype");
+      }
+    };
+  }
 }
 
 template <ScalarOp S, typename T, typename Out>
@@ -208,6 +225,12 @@ void AddBinary(Registry& r, const std::string& name, ScalarOp scalar, Kernel ker
 void RegisterElementwiseOps(Registry& r) {
   using S = ScalarOp;
   AddUnary(r, "neg", S::kNeg, UnaryKernel<S::kNeg>(), kNumeric, PEJIT_GRAD(return {b.Neg(g)};));
+  // d|x|/dx is the sign of x, 0 at 0 (as PyTorch's).
+  AddUnary(r, "abs", S::kAbs, UnaryKernel<S::kAbs>(), kNumeric, PEJIT_GRAD({
+             GradValue zero = b.ScalarConstant(0, dt);
+             GradValue negative = b.Emit("where", {b.Emit("less", {x, zero}), b.Neg(g), zero});
+             return {b.Emit("where", {b.Emit("greater", {x, zero}), g, negative})};
+           }));
   AddUnary(r, "exp", S::kExp, UnaryKernel<S::kExp>(), kFloats, PEJIT_GRAD(return {b.Mul(g, y)};));
   AddUnary(r, "log", S::kLog, UnaryKernel<S::kLog>(), kFloats, PEJIT_GRAD(return {b.Div(g, x)};));
   AddUnary(r, "tanh", S::kTanh, UnaryKernel<S::kTanh>(), kFloats,
@@ -264,6 +287,12 @@ void RegisterElementwiseOps(Registry& r) {
   AddBinary(r, "less", S::kLess, BinaryKernel<S::kLess, true>(), kNumeric, true, nullptr);
   AddBinary(r, "greater", S::kGreater, BinaryKernel<S::kGreater, true>(), kNumeric, true, nullptr);
   AddBinary(r, "equal", S::kEqual, BinaryKernel<S::kEqual, true>(), kComparable, true, nullptr);
+  AddBinary(r, "less_equal", S::kLessEqual, BinaryKernel<S::kLessEqual, true>(), kNumeric, true, nullptr);
+  AddBinary(r, "greater_equal", S::kGreaterEqual, BinaryKernel<S::kGreaterEqual, true>(), kNumeric, true, nullptr);
+  AddBinary(r, "not_equal", S::kNotEqual, BinaryKernel<S::kNotEqual, true>(), kComparable, true, nullptr);
+  AddBinary(r, "logical_and", S::kAnd, BinaryKernel<S::kAnd, true>(), {DType::kBool}, true, nullptr);
+  AddBinary(r, "logical_or", S::kOr, BinaryKernel<S::kOr, true>(), {DType::kBool}, true, nullptr);
+  AddUnary(r, "logical_not", S::kNot, UnaryKernel<S::kNot>(), {DType::kBool}, nullptr);
 
   {
     OpDef op;

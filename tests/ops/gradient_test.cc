@@ -99,6 +99,7 @@ std::vector<GradCase> AllCases() {
   add("log", "log", {U(rng, {3, 4}, 0.2, 3)}, {}, {0});
   add("sqrt", "sqrt", {U(rng, {3, 4}, 0.2, 3)}, {}, {0});
   add("relu", "relu", {AwayFromZero(rng, {3, 4})}, {}, {0});
+  add("abs", "abs", {AwayFromZero(rng, {3, 4})}, {}, {0});
   add("pow_3", "pow", {U(rng, {5})}, {{"exponent", 3.0}}, {0});
   add("pow_2", "pow", {U(rng, {5})}, {{"exponent", 2.0}}, {0});
   add("pow_half", "pow", {U(rng, {5}, 0.2, 3)}, {{"exponent", 0.5}}, {0});
@@ -196,8 +197,9 @@ TEST(OpGradient, NonDifferentiableOpsAreExactlyTheDiscreteOnes) {
     if (!op->differentiable()) none.insert(op->name);
   }
   // The discrete ones, and the packed products jit/ lowers to after differentiating.
-  EXPECT_EQ(none, (std::set<std::string>{"argmax", "equal", "gemm_pack", "greater", "less", "one_hot", "packed_dense",
-                                         "packed_matmul"}));
+  EXPECT_EQ(none, (std::set<std::string>{"argmax", "equal", "gemm_pack", "greater", "greater_equal", "less",
+                                         "less_equal", "logical_and", "logical_not", "logical_or", "not_equal",
+                                         "one_hot", "packed_dense", "packed_matmul"}));
 }
 
 TEST(OpGradient, IntegerInputsGetNoGradient) {

@@ -289,6 +289,14 @@ TEST(NegKernel, NegatesEachElement) {
   CheckUnary("neg", kNumericTypes, Tol::kExact, [](double x) { return -x; }, -3, 3);
 }
 
+TEST(AbsKernel, TakesTheMagnitudeOfEachElement) {
+  CheckUnary("abs", kNumericTypes, Tol::kExact, [](double x) { return std::fabs(x); }, -3, 3);
+}
+
+TEST(LogicalNotKernel, NegatesEachBool) {
+  CheckUnary("logical_not", {DType::kBool}, Tol::kExact, [](double x) { return x != 0 ? 0.0 : 1.0; }, 0, 1);
+}
+
 TEST(ExpKernel, MatchesExp) {
   CheckUnary("exp", kFloatTypes, Tol::kRounding, [](double x) { return std::exp(x); }, -6, 6);
 }
@@ -410,6 +418,31 @@ TEST(GreaterKernel, ComparesWithBroadcastingIntoBool) {
 TEST(EqualKernel, ComparesWithBroadcastingIntoBoolForEveryDType) {
   CheckBinary("equal", kAllTypes, true, Tol::kExact, [](double a, double b) { return a == b ? 1.0 : 0.0; },
               TiedValues, TiedValues);
+}
+
+TEST(LessEqualKernel, ComparesWithBroadcastingIntoBool) {
+  CheckBinary("less_equal", kNumericTypes, true, Tol::kExact, [](double a, double b) { return a <= b ? 1.0 : 0.0; },
+              TiedValues, TiedValues);
+}
+
+TEST(GreaterEqualKernel, ComparesWithBroadcastingIntoBool) {
+  CheckBinary("greater_equal", kNumericTypes, true, Tol::kExact,
+              [](double a, double b) { return a >= b ? 1.0 : 0.0; }, TiedValues, TiedValues);
+}
+
+TEST(NotEqualKernel, ComparesWithBroadcastingIntoBoolForEveryDType) {
+  CheckBinary("not_equal", kAllTypes, true, Tol::kExact, [](double a, double b) { return a != b ? 1.0 : 0.0; },
+              TiedValues, TiedValues);
+}
+
+TEST(LogicalAndKernel, HoldsWhereBothHoldWithBroadcasting) {
+  CheckBinary("logical_and", {DType::kBool}, true, Tol::kExact,
+              [](double a, double b) { return a != 0 && b != 0 ? 1.0 : 0.0; });
+}
+
+TEST(LogicalOrKernel, HoldsWhereEitherHoldsWithBroadcasting) {
+  CheckBinary("logical_or", {DType::kBool}, true, Tol::kExact,
+              [](double a, double b) { return a != 0 || b != 0 ? 1.0 : 0.0; });
 }
 
 TEST(WhereKernel, PicksLhsWhereCondHoldsWithThreeWayBroadcasting) {

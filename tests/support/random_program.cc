@@ -97,8 +97,9 @@ int CountWord(const std::string& text, const std::string& word) {
 
 // Every operator the generator writes; counted in the text as features.
 const char* const kOps[] = {
-    "neg", "exp", "log", "tanh", "sigmoid", "relu", "sqrt", "pow", "copy", "add", "sub", "mul", "div", "maximum",
-    "minimum", "less", "greater", "equal", "where", "cast", "matmul", "dense", "sum", "mean", "max", "argmax",
+    "neg", "abs", "exp", "log", "tanh", "sigmoid", "relu", "sqrt", "pow", "copy", "add", "sub", "mul", "div",
+    "maximum", "minimum", "less", "greater", "equal", "less_equal", "greater_equal", "not_equal", "logical_and",
+    "logical_or", "logical_not", "where", "cast", "matmul", "dense", "sum", "mean", "max", "argmax",
     "softmax", "log_softmax", "reshape", "expand_dims", "squeeze", "transpose", "concat", "stack", "split", "chunk",
     "slice", "pad", "broadcast_to", "take", "scatter_add", "one_hot", "cross_entropy", "nll"};
 
@@ -712,7 +713,7 @@ std::string Generator::Tensor(const Shape& s, const Scope& scope, int depth, con
   switch (static_cast<P>(PickWeighted(w))) {
     case kLeaf: return Leaf(s, scope);
     case kUnary: {
-      std::string op = PickOp({"neg", "tanh", "sigmoid", "relu", "copy"});
+      std::string op = PickOp({"neg", "abs", "tanh", "sigmoid", "relu", "copy"});
       return Fn(op, {X(s)});
     }
     case kGuarded: {
@@ -761,11 +762,21 @@ std::string Generator::Tensor(const Shape& s, const Scope& scope, int depth, con
       return Fn(op, {X(p), X(s)});
     }
     case kWhere: {
-      std::string cmp = PickOp({"greater", "less"});
+      std::string cmp = PickOp({"greater", "less", "greater_equal", "less_equal", "not_equal"});
       Shape c1 = Partner(s);
       Shape c2 = Partner(s);
       Shape p = Partner(s);
       std::string cond = Fn(cmp, {X(c1), X(c2)});
+      if (Coin(0.3)) {  // conditions combined (one draw after another: argument order is unspecified)
+        if (Coin(0.3)) {
+          cond = Fn("logical_not", {cond});
+        } else {
+          std::string logical = PickOp({"logical_and", "logical_or"}), other_cmp = PickOp({"greater", "less"});
+          std::string a = X(Partner(s));
+          std::string b = X(Partner(s));
+          cond = Fn(logical, {cond, Fn(other_cmp, {a, b})});
+        }
+      }
       if (Coin(0.5)) return Fn("where", {cond, X(s), X(p)});
       return Fn("where", {cond, X(p), X(s)});
     }

@@ -101,7 +101,8 @@ TEST(RandomProgramTest, ProgramsTypeCheckAndRunToFiniteValuesAndGradients) {
   for (const char* op : {"matmul", "dense", "sum", "mean", "max", "softmax", "log_softmax", "reshape", "transpose",
                          "concat", "stack", "split", "chunk", "slice", "pad", "expand_dims", "squeeze", "broadcast_to",
                          "take", "scatter_add", "one_hot", "cross_entropy", "nll", "argmax", "where", "exp", "log",
-                         "sqrt", "pow", "div", "maximum", "minimum", "relu"}) {
+                         "sqrt", "pow", "div", "maximum", "minimum", "relu", "abs", "less_equal", "greater_equal",
+                         "not_equal", "logical_and", "logical_or", "logical_not"}) {
     EXPECT_GE(programs_with[std::string("op:") + op], 8) << op << "\n" << report;
   }
 }
