@@ -21,10 +21,10 @@ BatchRule BatchRuleOf(const OpCallNode& call) {
   if (name == "take") return BatchRule::kTake;
   if (name == "reshape") return BatchRule::kReshape;
   if (name == "chunk" || name == "split" || name == "softmax" || name == "log_softmax" || name == "argmax" ||
-      name == "concat") {
+      name == "argmin" || name == "concat") {
     return BatchRule::kAxis;
   }
-  if (name == "sum" || name == "mean" || name == "max") return BatchRule::kReduce;
+  if (name == "sum" || name == "mean" || name == "max" || name == "min" || name == "logsumexp") return BatchRule::kReduce;
   return BatchRule::kNone;
 }
 

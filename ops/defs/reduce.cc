@@ -1,5 +1,5 @@
-// Reductions: sum, mean and max over axes (with keepdims), argmax, softmax,
-// log_softmax.
+// Reductions: sum, mean, max, min and logsumexp over axes (with keepdims),
+// argmax, argmin, softmax, log_softmax.
 #include <cmath>
 #include <limits>
 
@@ -83,24 +83,28 @@ void MeanKernel(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& 
   });
 }
 
-void MaxKernel(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& attrs) {
-  if (in[0].numel() == 0 && out[0].numel() > 0) throw OpError("max", "reduction over an empty axis");
-  Shape keep = KeepDimsShape("max", in[0].shape(), attrs.GetInts("axes"));
+// max (kMin false) or min over axes.
+template <bool kMin>
+void ExtremumKernel(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& attrs) {
+  const char* name = kMin ? "min" : "max";
+  if (in[0].numel() == 0 && out[0].numel() > 0) throw OpError(name, "reduction over an empty axis");
+  Shape keep = KeepDimsShape(name, in[0].shape(), attrs.GetInts("axes"));
   DispatchDType(in[0].dtype(), [&](auto zero) {
     using T = decltype(zero);
     if constexpr (!std::is_same_v<T, bool>) {
+      auto better = [](T a, T b) { return kMin ? a < b : a > b; };
       const T* src = in[0].data<T>();
       T* dst = out[0].data<T>();
-      std::fill_n(dst, out[0].numel(), std::numeric_limits<T>::lowest());
+      std::fill_n(dst, out[0].numel(), kMin ? std::numeric_limits<T>::max() : std::numeric_limits<T>::lowest());
       ForEachBroadcastRow<1>(in[0].shape(), std::array<Shape, 1>{BroadcastStrides(keep, in[0].shape())},
                              [&](int64_t o, auto off, int64_t n, auto inner) {
                                const T* s = src + o;
                                T* d = dst + off[0];
                                if (inner[0] == 1) {
-                                 for (int64_t i = 0; i < n; ++i) d[i] = s[i] > d[i] ? s[i] : d[i];
+                                 for (int64_t i = 0; i < n; ++i) d[i] = better(s[i], d[i]) ? s[i] : d[i];
                                } else {
                                  T m = d[0];
-                                 for (int64_t i = 0; i < n; ++i) m = s[i] > m ? s[i] : m;
+                                 for (int64_t i = 0; i < n; ++i) m = better(s[i], m) ? s[i] : m;
                                  d[0] = m;
                                }
                              });
@@ -108,7 +112,52 @@ void MaxKernel(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a
   });
 }
 
-std::vector<GradValue> MaxGrad(GradBuilder& b, const GradContext& c) {
+// log(sum(exp(x))) over axes, stable: the max is taken out first. An empty
+// reduction gives -inf (log 0).
+void LogSumExpKernel(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& attrs) {
+  Shape keep = KeepDimsShape("logsumexp", in[0].shape(), attrs.GetInts("axes"));
+  DispatchDType(in[0].dtype(), [&](auto zero) {
+    using T = decltype(zero);
+    if constexpr (std::is_floating_point_v<T>) {
+      T* dst = out[0].data<T>();
+      const int64_t n_out = out[0].numel();
+      if (in[0].numel() == 0) {
+        std::fill_n(dst, n_out, -std::numeric_limits<T>::infinity());
+        return;
+      }
+      Tensor m = Tensor::Empty(in[0].dtype(), keep);
+      std::array<Tensor, 1> ms = {m};
+      ExtremumKernel<false>(in, ms, attrs);
+      T* pm = m.data<T>();
+      for (int64_t i = 0; i < n_out; ++i) {
+        if (!std::isfinite(pm[i])) pm[i] = 0;  // all -inf (or an inf, a NaN): the shift changes nothing
+      }
+      std::fill_n(dst, n_out, T(0));
+      const T* src = in[0].data<T>();
+      ForEachBroadcastRow<1>(in[0].shape(), std::array<Shape, 1>{BroadcastStrides(keep, in[0].shape())},
+                             [&](int64_t o, auto off, int64_t n, auto inner) {
+                               const T* s = src + o;
+                               for (int64_t i = 0; i < n; ++i) {
+                                 const int64_t k = off[0] + i * inner[0];
+                                 dst[k] += std::exp(s[i] - pm[k]);
+                               }
+                             });
+      for (int64_t i = 0; i < n_out; ++i) dst[i] = pm[i] + std::log(dst[i]);
+    }
+  });
+}
+
+std::vector<GradValue> LogSumExpGrad(GradBuilder& b, const GradContext& c) {
+  GradValue x = c.inputs[0];
+  const TensorType xt = b.TypeOf(x);
+  Shape keep = KeepDimsShape("logsumexp", xt.shape, c.attrs.GetInts("axes"));
+  GradValue y = b.BroadcastTo(b.Emit("reshape", {c.outputs[0]}, {{"shape", keep}}), xt.shape);
+  GradValue g = b.BroadcastTo(b.Emit("reshape", {c.output_grads[0]}, {{"shape", keep}}), xt.shape);
+  return {b.Mul(g, b.Emit("exp", {b.Sub(x, y)}))};  // the softmax over the reduced axes
+}
+
+// max's and min's: the output gradient to the elements equal to the result.
+std::vector<GradValue> ExtremumGrad(GradBuilder& b, const GradContext& c) {
   GradValue x = c.inputs[0];
   const TensorType xt = b.TypeOf(x);
   Shape keep = KeepDimsShape("max", xt.shape, c.attrs.GetInts("axes"));
@@ -120,10 +169,13 @@ std::vector<GradValue> MaxGrad(GradBuilder& b, const GradContext& c) {
   return {b.Mul(mask, b.BroadcastTo(g, xt.shape))};
 }
 
-void ArgmaxKernel(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& attrs) {
-  int axis = NormalizeAxis("argmax", attrs.GetInt("axis"), in[0].rank());
+// argmax (kMin false) or argmin along one axis: the first of tied elements.
+template <bool kMin>
+void ArgExtremumKernel(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& attrs) {
+  const char* name = kMin ? "argmin" : "argmax";
+  int axis = NormalizeAxis(name, attrs.GetInt("axis"), in[0].rank());
   AxisSplit s = SplitAt(in[0].shape(), axis);
-  if (s.along == 0 && out[0].numel() > 0) throw OpError("argmax", "reduction over an empty axis");
+  if (s.along == 0 && out[0].numel() > 0) throw OpError(name, "reduction over an empty axis");
   DispatchDType(in[0].dtype(), [&](auto zero) {
     using T = decltype(zero);
     const T* src = in[0].data<T>();
@@ -133,7 +185,7 @@ void ArgmaxKernel(std::span<const Tensor> in, std::span<Tensor> out, const Attrs
         const T* p = src + o * s.along * s.inner + j;
         int64_t best = 0;
         for (int64_t k = 1; k < s.along; ++k) {
-          if (p[k * s.inner] > p[best * s.inner]) best = k;
+          if (kMin ? p[k * s.inner] < p[best * s.inner] : p[k * s.inner] > p[best * s.inner]) best = k;
         }
         dst[o * s.inner + j] = best;
       }
@@ -216,21 +268,26 @@ void RegisterReduceOps(Registry& r) {
         double scale = 1.0 / static_cast<double>(std::max<int64_t>(1, NumElements(x.shape) / out_numel));
         return {SpreadBack(b, c, b.Mul(c.output_grads[0], b.ScalarConstant(scale, x.dtype)))};
       });
-  add("max", reduce_attrs, ReduceType("max", false), MaxKernel, MaxGrad);
-  add("argmax", {{"axis", AttrKind::kInt, int64_t{-1}}, {"keepdims", AttrKind::kBool, false}},
-      [](std::span<const TensorType> in, const Attrs& attrs) -> std::vector<TensorType> {
-        RequireDType("argmax", "x", in[0], {DType::kF32, DType::kF64, DType::kI64});
-        if (in[0].rank() == 0) throw OpError("argmax", "needs a tensor of rank >= 1");
-        int axis = NormalizeAxis("argmax", attrs.GetInt("axis"), in[0].rank());
-        Shape out = in[0].shape;
-        if (attrs.GetBool("keepdims")) {
-          out[axis] = 1;
-        } else {
-          out.erase(out.begin() + axis);
-        }
-        return {{DType::kI64, out}};
-      },
-      ArgmaxKernel, nullptr);
+  add("max", reduce_attrs, ReduceType("max", false), ExtremumKernel<false>, ExtremumGrad);
+  add("min", reduce_attrs, ReduceType("min", false), ExtremumKernel<true>, ExtremumGrad);
+  add("logsumexp", reduce_attrs, ReduceType("logsumexp", true), LogSumExpKernel, LogSumExpGrad);
+  for (const char* name : {"argmax", "argmin"}) {
+    const std::string op = name;
+    add(op, {{"axis", AttrKind::kInt, int64_t{-1}}, {"keepdims", AttrKind::kBool, false}},
+        [op](std::span<const TensorType> in, const Attrs& attrs) -> std::vector<TensorType> {
+          RequireDType(op, "x", in[0], {DType::kF32, DType::kF64, DType::kI64});
+          if (in[0].rank() == 0) throw OpError(op, "needs a tensor of rank >= 1");
+          int axis = NormalizeAxis(op, attrs.GetInt("axis"), in[0].rank());
+          Shape out = in[0].shape;
+          if (attrs.GetBool("keepdims")) {
+            out[axis] = 1;
+          } else {
+            out.erase(out.begin() + axis);
+          }
+          return {{DType::kI64, out}};
+        },
+        op == "argmin" ? Kernel(ArgExtremumKernel<true>) : Kernel(ArgExtremumKernel<false>), nullptr);
+  }
   add("softmax", {{"axis", AttrKind::kInt, int64_t{-1}}}, SoftmaxType, SoftmaxKernel<false>,
       [](GradBuilder& b, const GradContext& c) -> std::vector<GradValue> {
         GradValue y = c.outputs[0], g = c.output_grads[0];

@@ -159,6 +159,9 @@ std::vector<GradCase> AllCases() {
   add("mean_all", "mean", {U(rng, {3, 4})}, {}, {0});
   add("max_axis", "max", {Distinct(rng, {3, 4})}, {{"axes", Ints{1}}}, {0});
   add("max_all_keepdims", "max", {Distinct(rng, {3, 4})}, {{"keepdims", true}}, {0});
+  add("min_axis", "min", {Distinct(rng, {3, 4})}, {{"axes", Ints{0}}}, {0});
+  add("logsumexp_axis", "logsumexp", {U(rng, {3, 4})}, {{"axes", Ints{1}}}, {0});
+  add("logsumexp_all_keepdims", "logsumexp", {U(rng, {2, 3, 2})}, {{"axes", Ints{0, 2}}, {"keepdims", true}}, {0});
   add("softmax", "softmax", {U(rng, {3, 4})}, {}, {0});
   add("softmax_axis0", "softmax", {U(rng, {3, 4})}, {{"axis", int64_t{0}}}, {0});
   add("log_softmax", "log_softmax", {U(rng, {3, 4})}, {}, {0});
@@ -197,7 +200,7 @@ TEST(OpGradient, NonDifferentiableOpsAreExactlyTheDiscreteOnes) {
     if (!op->differentiable()) none.insert(op->name);
   }
   // The discrete ones, and the packed products jit/ lowers to after differentiating.
-  EXPECT_EQ(none, (std::set<std::string>{"argmax", "equal", "gemm_pack", "greater", "greater_equal", "less",
+  EXPECT_EQ(none, (std::set<std::string>{"argmax", "argmin", "equal", "gemm_pack", "greater", "greater_equal", "less",
                                          "less_equal", "logical_and", "logical_not", "logical_or", "not_equal",
                                          "one_hot", "packed_dense", "packed_matmul"}));
 }

@@ -1181,16 +1181,48 @@ TEST(SumKernel, SumsOverAxesWithAndWithoutKeepdims) { CheckSumOrMean("sum", kNum
 
 TEST(MeanKernel, AveragesOverAxesWithAndWithoutKeepdims) { CheckSumOrMean("mean", kFloatTypes, true); }
 
-void CheckMax(Rng& rng, const Tensor& x) {
+// max, or min (`min` true), over every combination of axes.
+void CheckMax(Rng& rng, const Tensor& x, bool min = false) {
   for (const Ints& axes : AxesCombos(rng, x.rank())) {
     for (bool keepdims : {false, true}) {
       Reduction r = Reduce(x.shape(), axes, keepdims);
       Expected want(x.dtype(), r.out);
-      std::fill(want.values.begin(), want.values.end(), -INFINITY);
+      std::fill(want.values.begin(), want.values.end(), min ? INFINITY : -INFINITY);
       for (int64_t i = 0; i < x.numel(); ++i) {
-        want.values[r.into[i]] = std::max(want.values[r.into[i]], Get(x, i));
+        double& w = want.values[r.into[i]];
+        w = min ? std::min(w, Get(x, i)) : std::max(w, Get(x, i));
       }
-      Check("max", {x}, {{"axes", axes}, {"keepdims", keepdims}}, want, Tol::kExact);
+      Check(min ? "min" : "max", {x}, {{"axes", axes}, {"keepdims", keepdims}}, want, Tol::kExact);
+    }
+  }
+}
+
+TEST(MinKernel, TakesTheSmallestOverAxesWithAndWithoutKeepdims) {
+  Rng rng(kSeed);
+  std::vector<Shape> shapes = ReductionShapes(rng);
+  for (DType dtype : kNumericTypes) {
+    for (const Shape& shape : shapes) CheckMax(rng, TiedValues(rng, dtype, shape), /*min=*/true);
+  }
+  Tensor empty = RandomValues(rng, DType::kF32, {0, 3});
+  EXPECT_THROW(RunKernel("min", {empty}, {{"axes", Ints{0}}}), OpError);
+}
+
+TEST(LogsumexpKernel, IsTheLogOfTheSumOfExpsOverAxesStableForLargeInputs) {
+  Rng rng(kSeed);
+  for (const Shape& shape : ReductionShapes(rng)) {
+    for (DType dtype : kFloatTypes) {
+      // Around 500: exp overflows unless the maximum is taken out first.
+      Tensor x = RandomUniform(rng, shape, 495, 505, dtype);
+      for (const Ints& axes : AxesCombos(rng, x.rank())) {
+        for (bool keepdims : {false, true}) {
+          Reduction r = Reduce(x.shape(), axes, keepdims);
+          Expected want(dtype, r.out);
+          std::vector<double> sums(want.values.size(), 0.0);
+          for (int64_t i = 0; i < x.numel(); ++i) sums[r.into[i]] += std::exp(Get(x, i) - 500);
+          for (size_t o = 0; o < sums.size(); ++o) want.values[o] = 500 + std::log(sums[o]);  // -inf when empty
+          Check("logsumexp", {x}, {{"axes", axes}, {"keepdims", keepdims}}, want, Tol::kRounding);
+        }
+      }
     }
   }
 }
@@ -1251,6 +1283,30 @@ TEST(ArgmaxKernel, GivesTheIndexOfTheFirstLargestAlongTheAxis) {
           });
           Check("argmax", {x}, {{"axis", axis}, {"keepdims", keepdims}}, want, Tol::kExact);
         }
+      }
+    }
+  }
+}
+
+TEST(ArgminKernel, GivesTheIndexOfTheFirstSmallestAlongTheAxis) {
+  Rng rng(kSeed);
+  for (DType dtype : kNumericTypes) {
+    for (Shape shape : {Shape{7}, Shape{3, 1}, Shape{2, 17}, RandomShape(rng, 1, 4, 5)}) {
+      Tensor x = TiedValues(rng, dtype, shape);
+      const int rank = x.rank();
+      for (int64_t axis = -rank; axis < rank; ++axis) {
+        Reduction r = Reduce(shape, {axis}, false);
+        Expected want(DType::kI64, r.out);
+        std::vector<double> best(want.values.size(), INFINITY);
+        ForEachIndex(shape, [&](const Shape& i) {
+          double v = Get(x, Flat(i, shape));
+          int64_t o = BroadcastFlat(i, r.kept);
+          if (v < best[o]) {  // strictly: ties keep the first
+            best[o] = v;
+            want.values[o] = static_cast<double>(i[Normalize(axis, rank)]);
+          }
+        });
+        Check("argmin", {x}, {{"axis", axis}}, want, Tol::kExact);
       }
     }
   }

@@ -99,7 +99,7 @@ int CountWord(const std::string& text, const std::string& word) {
 const char* const kOps[] = {
     "neg", "abs", "exp", "log", "tanh", "sigmoid", "relu", "sqrt", "pow", "copy", "add", "sub", "mul", "div",
     "maximum", "minimum", "less", "greater", "equal", "less_equal", "greater_equal", "not_equal", "logical_and",
-    "logical_or", "logical_not", "where", "cast", "matmul", "dense", "sum", "mean", "max", "argmax",
+    "logical_or", "logical_not", "where", "cast", "matmul", "dense", "sum", "mean", "max", "min", "logsumexp", "argmax", "argmin",
     "softmax", "log_softmax", "reshape", "expand_dims", "squeeze", "transpose", "concat", "stack", "split", "chunk",
     "slice", "pad", "broadcast_to", "take", "scatter_add", "one_hot", "cross_entropy", "nll"};
 
@@ -800,7 +800,7 @@ std::string Generator::Tensor(const Shape& s, const Scope& scope, int depth, con
       return Fn("dense", {X({s[0], k}), X({s[1], k}), X({s[1]})});
     }
     case kReduce: {
-      std::string op = PickOp({"sum", "mean", "max"});
+      std::string op = PickOp({"sum", "mean", "max", "min", "logsumexp"});
       Shape in = s;
       Ints axes;
       bool keep = !axes_eq1.empty() && Coin(0.3);
@@ -975,7 +975,8 @@ std::string Generator::Tensor(const Shape& s, const Scope& scope, int depth, con
       int64_t at = Int(0, r);
       Shape in = s;
       in.insert(in.begin() + at, Int(2, 4));
-      return Fn("mul", {Fn("cast", {Fn("argmax", {X(in), "axis=" + std::to_string(at)}), "dtype=f32"}), "0.25"});
+      std::string arg = PickOp({"argmax", "argmin"});
+      return Fn("mul", {Fn("cast", {Fn(arg, {X(in), "axis=" + std::to_string(at)}), "dtype=f32"}), "0.25"});
     }
     case kCast64: {
       Note("f64");

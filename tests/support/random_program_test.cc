@@ -102,7 +102,7 @@ TEST(RandomProgramTest, ProgramsTypeCheckAndRunToFiniteValuesAndGradients) {
                          "concat", "stack", "split", "chunk", "slice", "pad", "expand_dims", "squeeze", "broadcast_to",
                          "take", "scatter_add", "one_hot", "cross_entropy", "nll", "argmax", "where", "exp", "log",
                          "sqrt", "pow", "div", "maximum", "minimum", "relu", "abs", "less_equal", "greater_equal",
-                         "not_equal", "logical_and", "logical_or", "logical_not"}) {
+                         "not_equal", "logical_and", "logical_or", "logical_not", "min", "logsumexp", "argmin"}) {
     EXPECT_GE(programs_with[std::string("op:") + op], 8) << op << "\n" << report;
   }
 }
