@@ -29,11 +29,18 @@ Tensor TensorFromJson(const Json& j, const TensorType& want, const PathFn& path)
   bool fits = shape.size() == want.shape.size();
   for (size_t i = 0; fits && i < shape.size(); ++i) fits = want.shape[i] == kUnknownDim || want.shape[i] == shape[i];
   if (!fits) Fail(path(), "expected " + want.ToString() + ", got shape " + ShapeToString(shape));
-  const Json& data = j["data"];
-  if (!data.is_array() || static_cast<int64_t>(data.size()) != NumElements(shape)) {
-    Fail(path(), "data must be a flat array of " + std::to_string(NumElements(shape)) + " numbers");
+  int64_t elements = 0;
+  Tensor t;
+  try {
+    elements = NumElements(shape);
+    t = Tensor::Empty(*dtype, shape);
+  } catch (const std::invalid_argument& e) {  // a shape whose element or byte count overflows
+    Fail(path(), e.what());
   }
-  Tensor t = Tensor::Empty(*dtype, shape);
+  const Json& data = j["data"];
+  if (!data.is_array() || static_cast<int64_t>(data.size()) != elements) {
+    Fail(path(), "data must be a flat array of " + std::to_string(elements) + " numbers");
+  }
   DispatchDType(*dtype, [&](auto zero) {
     using T = decltype(zero);
     T* p = t.data<T>();

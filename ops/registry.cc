@@ -1,4 +1,5 @@
 #include <algorithm>
+#include <limits>
 #include <map>
 #include <mutex>
 
@@ -105,7 +106,28 @@ std::vector<TensorType> InferTypes(const OpDef& op, std::span<const TensorType> 
                                (op.input_names.size() == 1 ? "" : "s") + ", got " +
                                std::to_string(inputs.size()));
   }
-  return op.infer(inputs, normalized_attrs);
+  std::vector<TensorType> out;
+  try {
+    out = op.infer(inputs, normalized_attrs);
+  } catch (const std::invalid_argument& e) {  // a shape too large (NumElements): the op's error
+    throw OpError(op.name, e.what());
+  }
+  // Every result must fit in memory's arithmetic: a product of dimensions
+  // that wraps would pass for a small tensor (broadcast_to, reshape, one_hot
+  // attributes; issue 24).
+  for (const TensorType& t : out) {
+    if (!t.IsFullyKnown()) continue;
+    int64_t n = 0;
+    try {
+      n = NumElements(t.shape);
+    } catch (const std::invalid_argument&) {
+      throw OpError(op.name, "the result " + t.ToString() + " has more elements than 2^63");
+    }
+    if (n > std::numeric_limits<int64_t>::max() / 8) {
+      throw OpError(op.name, "the result " + t.ToString() + " needs more bytes than 2^63");
+    }
+  }
+  return out;
 }
 
 GradValue GradBuilder::Emit(std::string_view name, std::initializer_list<GradValue> inputs,

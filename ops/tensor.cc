@@ -3,15 +3,24 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <sstream>
 
 namespace pejit {
 
 int64_t NumElements(const Shape& shape) {
-  int64_t n = 1;
+  bool empty = false;
   for (int64_t d : shape) {
     if (d < 0) throw std::invalid_argument("NumElements: unknown dimension in " + ShapeToString(shape));
-    n *= d;
+    empty |= d == 0;
+  }
+  if (empty) return 0;  // whatever the other dimensions
+  // A product that wrapped would pass for a small tensor (issue 24).
+  int64_t n = 1;
+  for (int64_t d : shape) {
+    if (__builtin_mul_overflow(n, d, &n)) {
+      throw std::invalid_argument("shape " + ShapeToString(shape) + " has more elements than 2^63");
+    }
   }
   return n;
 }
@@ -51,6 +60,10 @@ Tensor Tensor::Empty(DType dtype, Shape shape) {
   Tensor t;
   t.type_ = {dtype, std::move(shape)};
   t.numel_ = NumElements(t.type_.shape);
+  if (t.numel_ > (std::numeric_limits<int64_t>::max() - 64) / static_cast<int64_t>(SizeOf(dtype))) {
+    throw std::invalid_argument("a tensor of shape " + ShapeToString(t.type_.shape) + " and dtype " +
+                                std::string(DTypeName(dtype)) + " needs more bytes than 2^63");
+  }
   // Round up so a vector loop may read a whole 64-byte line past the end.
   size_t bytes = (t.nbytes() + 63) / 64 * 64;
   if (bytes == 0) bytes = 64;

@@ -76,6 +76,23 @@ TEST(ValueFromJson, AnErrorNamesThePathToTheValue) {
   }
 }
 
+// Issue 24: a shape whose element count wraps is refused, not taken for an
+// empty tensor whose data then reads past its buffer.
+TEST(ValueFromJson, AShapeWhoseElementCountOverflowsIsRefused) {
+  Module m;
+  m.AddSource("def @f(%x: Tensor[(?, ?), f32]) -> Tensor[(?, ?), f32] { %x }", "f.pj");
+  Snapshot s = m.snapshot();
+  Json big = {{"dtype", "f32"}, {"shape", {int64_t{4611686018427387904}, 4}}, {"data", Json::array()}};
+  try {
+    Load(*s, big, s->Get("f").func->params[0]->annotation);
+    FAIL() << "accepted a shape of 2^64 elements";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("args[0]: shape (4611686018427387904, 4) has more elements than 2^63"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
 TEST(ValueFromJson, TuplesAndTensorsNestInsideStructures) {
   Module m;
   m.AddSource(R"(

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdint>
 
+#include "ops/op.h"
 #include "ops/random.h"
 #include "ops/tensor.h"
 
@@ -62,6 +63,23 @@ TEST(Tensor, ReshapedKeepsTheElementCount) {
   Tensor t = Tensor::FromVector<float>({2, 3}, {1, 2, 3, 4, 5, 6});
   EXPECT_EQ(t.Reshaped({3, 2}).shape(), (Shape{3, 2}));
   EXPECT_THROW(t.Reshaped({4}), std::invalid_argument);
+}
+
+// Issue 24: a product of dimensions that wraps must not pass for a small tensor.
+TEST(Tensor, ShapesWhoseElementOrByteCountOverflowsAreRefused) {
+  EXPECT_THROW(NumElements({int64_t{1} << 62, 4}), std::invalid_argument);
+  EXPECT_THROW(NumElements({int64_t{1} << 32, int64_t{1} << 32}), std::invalid_argument);
+  EXPECT_EQ(NumElements({int64_t{1} << 62, 4, 0}), 0);  // no elements whatever the others
+  EXPECT_EQ(NumElements({int64_t{1} << 31, int64_t{1} << 31}), int64_t{1} << 62);
+  EXPECT_THROW(Tensor::Empty(DType::kF32, {int64_t{1} << 61, 2}), std::invalid_argument);  // 2^64 bytes
+  EXPECT_THROW(Tensor::Empty(DType::kF32, {int64_t{1} << 62, 4}), std::invalid_argument);
+  try {
+    InferTypes(LookupOp("broadcast_to"), std::vector<TensorType>{{DType::kF32, {}}},
+               NormalizeAttrs(LookupOp("broadcast_to"), {{"shape", std::vector<int64_t>{int64_t{1} << 62, 4}}}));
+    FAIL() << "broadcast_to accepted 2^64 elements";
+  } catch (const OpError& e) {
+    EXPECT_NE(std::string(e.what()).find("broadcast_to: "), std::string::npos) << e.what();
+  }
 }
 
 TEST(Tensor, EmptyTensorsHaveNoElements) {
