@@ -24,7 +24,9 @@ BatchRule BatchRuleOf(const OpCallNode& call) {
       name == "argmin" || name == "concat") {
     return BatchRule::kAxis;
   }
-  if (name == "sum" || name == "mean" || name == "max" || name == "min" || name == "logsumexp") return BatchRule::kReduce;
+  if (name == "sum" || name == "mean" || name == "max" || name == "min" || name == "logsumexp" || name == "norm") {
+    return BatchRule::kReduce;
+  }
   return BatchRule::kNone;
 }
 

@@ -579,6 +579,9 @@ class Codegen {
         return b_.CreateSelect(b_.CreateICmpSLT(arg(0), llvm::ConstantInt::get(arg(0)->getType(), 0)),
                                b_.CreateNeg(arg(0)), arg(0));
       case ScalarOp::kNot: return b_.CreateNot(arg(0));
+      case ScalarOp::kZero: return llvm::Constant::getNullValue(arg(0)->getType());
+      case ScalarOp::kOne:
+        return fp ? llvm::ConstantFP::get(arg(0)->getType(), 1.0) : llvm::ConstantInt::get(arg(0)->getType(), 1);
       case ScalarOp::kAnd: return b_.CreateAnd(arg(0), arg(1));
       case ScalarOp::kOr: return b_.CreateOr(arg(0), arg(1));
       case ScalarOp::kExp: return Exp(arg(0));

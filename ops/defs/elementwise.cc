@@ -21,6 +21,8 @@ template <> struct Scalar<ScalarOp::kAbs> {
   }
 };
 template <> struct Scalar<ScalarOp::kNot> { static bool F(bool a, double) { return !a; } };
+template <> struct Scalar<ScalarOp::kZero> { template <class T> static T F(T, double) { return T(0); } };
+template <> struct Scalar<ScalarOp::kOne> { template <class T> static T F(T, double) { return T(1); } };
 template <> struct Scalar<ScalarOp::kExp> { template <class T> static T F(T a, double) { return std::exp(a); } };
 template <> struct Scalar<ScalarOp::kLog> { template <class T> static T F(T a, double) { return std::log(a); } };
 template <> struct Scalar<ScalarOp::kTanh> { template <class T> static T F(T a, double) { return std::tanh(a); } };
@@ -68,7 +70,9 @@ Kernel UnaryKernel() {
         case DType::kF32: return UnaryLoop<S, float>(in[0], out[0], param);
         case DType::kF64: return UnaryLoop<S, double>(in[0], out[0], param);
         case DType::kI64:
-          if constexpr (S == ScalarOp::kNeg || S == ScalarOp::kAbs) return UnaryLoop<S, int64_t>(in[0], out[0], param);
+          if constexpr (S == ScalarOp::kNeg || S == ScalarOp::kAbs || S == ScalarOp::kZero || S == ScalarOp::kOne) {
+            return UnaryLoop<S, int64_t>(in[0], out[0], param);
+          }
           [[fallthrough]];
         default: throw std::logic_error("unary kernel: unsupported dtype");
       }
@@ -337,6 +341,10 @@ void RegisterElementwiseOps(Registry& r) {
     };
     AddOp(r, std::move(op));
   }
+  // Tensors of x's type, of zeros and of ones: their value does not depend
+  // on x, so nothing flows back (the tape and autodiff pass no gradient).
+  AddUnary(r, "zeros_like", S::kZero, UnaryKernel<S::kZero>(), kNumeric, nullptr);
+  AddUnary(r, "ones_like", S::kOne, UnaryKernel<S::kOne>(), kNumeric, nullptr);
   AddUnary(r, "copy", S::kCopy, CopyKernel, {DType::kF32, DType::kF64, DType::kI64, DType::kBool},
            PEJIT_GRAD(return {g};));
 }

@@ -1,5 +1,5 @@
-// Reductions: sum, mean, max, min and logsumexp over axes (with keepdims),
-// argmax, argmin, softmax, log_softmax.
+// Reductions: sum, mean, max, min, logsumexp and norm over axes (with
+// keepdims), argmax, argmin, softmax, log_softmax.
 #include <cmath>
 #include <limits>
 
@@ -147,6 +147,36 @@ void LogSumExpKernel(std::span<const Tensor> in, std::span<Tensor> out, const At
   });
 }
 
+// The Euclidean norm over axes: sqrt(sum(x * x)).
+void NormKernel(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& attrs) {
+  DispatchDType(in[0].dtype(), [&](auto zero) {
+    using T = decltype(zero);
+    if constexpr (std::is_floating_point_v<T>) {
+      Tensor squares = Tensor::Empty(in[0].dtype(), in[0].shape());
+      const T* x = in[0].data<T>();
+      T* sq = squares.data<T>();
+      for (int64_t i = 0; i < in[0].numel(); ++i) sq[i] = x[i] * x[i];
+      std::array<Tensor, 1> ins = {squares};
+      SumKernel(ins, out, attrs);
+      T* y = out[0].data<T>();
+      for (int64_t i = 0; i < out[0].numel(); ++i) y[i] = std::sqrt(y[i]);
+    }
+  });
+}
+
+// x / norm, and 0 where the norm is 0 (a subgradient, as PyTorch's).
+std::vector<GradValue> NormGrad(GradBuilder& b, const GradContext& c) {
+  GradValue x = c.inputs[0];
+  const TensorType xt = b.TypeOf(x);
+  Shape keep = KeepDimsShape("norm", xt.shape, c.attrs.GetInts("axes"));
+  GradValue y = b.BroadcastTo(b.Emit("reshape", {c.outputs[0]}, {{"shape", keep}}), xt.shape);
+  GradValue g = b.BroadcastTo(b.Emit("reshape", {c.output_grads[0]}, {{"shape", keep}}), xt.shape);
+  GradValue zero = b.ScalarConstant(0, xt.dtype);
+  GradValue positive = b.Emit("greater", {y, zero});
+  GradValue safe = b.Emit("where", {positive, y, b.ScalarConstant(1, xt.dtype)});
+  return {b.Emit("where", {positive, b.Div(b.Mul(g, x), safe), zero})};
+}
+
 std::vector<GradValue> LogSumExpGrad(GradBuilder& b, const GradContext& c) {
   GradValue x = c.inputs[0];
   const TensorType xt = b.TypeOf(x);
@@ -271,6 +301,7 @@ void RegisterReduceOps(Registry& r) {
   add("max", reduce_attrs, ReduceType("max", false), ExtremumKernel<false>, ExtremumGrad);
   add("min", reduce_attrs, ReduceType("min", false), ExtremumKernel<true>, ExtremumGrad);
   add("logsumexp", reduce_attrs, ReduceType("logsumexp", true), LogSumExpKernel, LogSumExpGrad);
+  add("norm", reduce_attrs, ReduceType("norm", true), NormKernel, NormGrad);
   for (const char* name : {"argmax", "argmin"}) {
     const std::string op = name;
     add(op, {{"axis", AttrKind::kInt, int64_t{-1}}, {"keepdims", AttrKind::kBool, false}},

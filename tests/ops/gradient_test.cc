@@ -160,6 +160,8 @@ std::vector<GradCase> AllCases() {
   add("max_axis", "max", {Distinct(rng, {3, 4})}, {{"axes", Ints{1}}}, {0});
   add("max_all_keepdims", "max", {Distinct(rng, {3, 4})}, {{"keepdims", true}}, {0});
   add("min_axis", "min", {Distinct(rng, {3, 4})}, {{"axes", Ints{0}}}, {0});
+  add("norm_axis", "norm", {U(rng, {3, 4})}, {{"axes", Ints{1}}}, {0});
+  add("norm_all", "norm", {U(rng, {2, 3})}, {}, {0});
   add("logsumexp_axis", "logsumexp", {U(rng, {3, 4})}, {{"axes", Ints{1}}}, {0});
   add("logsumexp_all_keepdims", "logsumexp", {U(rng, {2, 3, 2})}, {{"axes", Ints{0, 2}}, {"keepdims", true}}, {0});
   add("softmax", "softmax", {U(rng, {3, 4})}, {}, {0});
@@ -202,7 +204,8 @@ TEST(OpGradient, NonDifferentiableOpsAreExactlyTheDiscreteOnes) {
   // The discrete ones, and the packed products jit/ lowers to after differentiating.
   EXPECT_EQ(none, (std::set<std::string>{"argmax", "argmin", "equal", "gemm_pack", "greater", "greater_equal", "less",
                                          "less_equal", "logical_and", "logical_not", "logical_or", "not_equal",
-                                         "one_hot", "packed_dense", "packed_matmul"}));
+                                         "one_hot", "ones_like", "packed_dense", "packed_matmul",
+                                         "zeros_like"}));
 }
 
 TEST(OpGradient, IntegerInputsGetNoGradient) {

@@ -293,6 +293,14 @@ TEST(AbsKernel, TakesTheMagnitudeOfEachElement) {
   CheckUnary("abs", kNumericTypes, Tol::kExact, [](double x) { return std::fabs(x); }, -3, 3);
 }
 
+TEST(ZerosLikeKernel, FillsXsTypeWithZeros) {
+  CheckUnary("zeros_like", kNumericTypes, Tol::kExact, [](double) { return 0.0; }, -3, 3);
+}
+
+TEST(OnesLikeKernel, FillsXsTypeWithOnes) {
+  CheckUnary("ones_like", kNumericTypes, Tol::kExact, [](double) { return 1.0; }, -3, 3);
+}
+
 TEST(LogicalNotKernel, NegatesEachBool) {
   CheckUnary("logical_not", {DType::kBool}, Tol::kExact, [](double x) { return x != 0 ? 0.0 : 1.0; }, 0, 1);
 }
@@ -1205,6 +1213,24 @@ TEST(MinKernel, TakesTheSmallestOverAxesWithAndWithoutKeepdims) {
   }
   Tensor empty = RandomValues(rng, DType::kF32, {0, 3});
   EXPECT_THROW(RunKernel("min", {empty}, {{"axes", Ints{0}}}), OpError);
+}
+
+TEST(NormKernel, IsTheSquareRootOfTheSumOfSquaresOverAxes) {
+  Rng rng(kSeed);
+  for (const Shape& shape : ReductionShapes(rng)) {
+    for (DType dtype : kFloatTypes) {
+      Tensor x = RandomValues(rng, dtype, shape);
+      for (const Ints& axes : AxesCombos(rng, x.rank())) {
+        for (bool keepdims : {false, true}) {
+          Reduction r = Reduce(x.shape(), axes, keepdims);
+          Expected want(dtype, r.out);
+          for (int64_t i = 0; i < x.numel(); ++i) want.values[r.into[i]] += Get(x, i) * Get(x, i);
+          for (double& v : want.values) v = std::sqrt(v);
+          Check("norm", {x}, {{"axes", axes}, {"keepdims", keepdims}}, want, Tol::kRounding);
+        }
+      }
+    }
+  }
 }
 
 TEST(LogsumexpKernel, IsTheLogOfTheSumOfExpsOverAxesStableForLargeInputs) {

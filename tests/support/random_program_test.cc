@@ -102,7 +102,8 @@ TEST(RandomProgramTest, ProgramsTypeCheckAndRunToFiniteValuesAndGradients) {
                          "concat", "stack", "split", "chunk", "slice", "pad", "expand_dims", "squeeze", "broadcast_to",
                          "take", "scatter_add", "one_hot", "cross_entropy", "nll", "argmax", "where", "exp", "log",
                          "sqrt", "pow", "div", "maximum", "minimum", "relu", "abs", "less_equal", "greater_equal",
-                         "not_equal", "logical_and", "logical_or", "logical_not", "min", "logsumexp", "argmin"}) {
+                         "not_equal", "logical_and", "logical_or", "logical_not", "min", "logsumexp", "argmin", "norm", "zeros_like",
+                         "ones_like"}) {
     EXPECT_GE(programs_with[std::string("op:") + op], 8) << op << "\n" << report;
   }
 }
