@@ -424,8 +424,8 @@ class Codegen {
     for (const FusedNode& n : step.nodes) {
       key += std::to_string(static_cast<int>(n.kind)) + "," + std::to_string(static_cast<int>(n.op)) + "," +
              std::to_string(static_cast<int>(n.dtype)) + ",";
-      char imm[64];
-      std::snprintf(imm, sizeof imm, "%a,%a", n.immediate, n.param);
+      char imm[96];
+      std::snprintf(imm, sizeof imm, "%a,%a,%a", n.immediate, n.param, n.param2);
       key += imm;
       for (int a : n.args) key += "," + std::to_string(a);
       key += ";";
@@ -580,6 +580,14 @@ class Codegen {
                                b_.CreateNeg(arg(0)), arg(0));
       case ScalarOp::kNot: return b_.CreateNot(arg(0));
       case ScalarOp::kZero: return llvm::Constant::getNullValue(arg(0)->getType());
+      case ScalarOp::kClip: {  // as the kernel: the bounds in x's type, NaN kept
+        llvm::Type* t = arg(0)->getType();
+        llvm::Value* lo = fp ? llvm::ConstantFP::get(t, n.param) : llvm::ConstantInt::get(t, static_cast<int64_t>(n.param));
+        llvm::Value* hi = fp ? llvm::ConstantFP::get(t, n.param2) : llvm::ConstantInt::get(t, static_cast<int64_t>(n.param2));
+        llvm::Value* below = fp ? b_.CreateFCmpOLT(arg(0), lo) : b_.CreateICmpSLT(arg(0), lo);
+        llvm::Value* above = fp ? b_.CreateFCmpOGT(arg(0), hi) : b_.CreateICmpSGT(arg(0), hi);
+        return b_.CreateSelect(below, lo, b_.CreateSelect(above, hi, arg(0)));
+      }
       case ScalarOp::kOne:
         return fp ? llvm::ConstantFP::get(arg(0)->getType(), 1.0) : llvm::ConstantInt::get(arg(0)->getType(), 1);
       case ScalarOp::kAnd: return b_.CreateAnd(arg(0), arg(1));

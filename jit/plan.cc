@@ -467,6 +467,10 @@ class Lowering {
     n.args = std::move(args);
     n.dtype = out_dtype;
     if (n.op == ScalarOp::kPow) n.param = call->attrs.GetFloat("exponent");
+    if (n.op == ScalarOp::kClip) {
+      n.param = call->attrs.GetFloat("min");
+      n.param2 = call->attrs.GetFloat("max");
+    }
     step.nodes.push_back(std::move(n));
     return static_cast<int>(step.nodes.size()) - 1;
   }

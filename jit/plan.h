@@ -59,7 +59,8 @@ struct FusedNode {
   int buffer = -1;           // kLoad
   double immediate = 0;      // kImmediate (a scalar constant)
   ScalarOp op = ScalarOp::kNone;  // kOp
-  double param = 0;          // kOp: pow's exponent
+  double param = 0;          // kOp: pow's exponent, clip's lower bound
+  double param2 = 0;         // kOp: clip's upper bound
   std::vector<int> args;     // kOp: indices of earlier nodes
   DType dtype = DType::kF32; // the node's element type
 };

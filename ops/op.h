@@ -47,7 +47,7 @@ std::string_view FusionKindName(FusionKind kind);
   X(kNone) X(kNeg) X(kAbs) X(kExp) X(kLog) X(kTanh) X(kSigmoid) X(kRelu) X(kSqrt)  \
   X(kPow) X(kAdd) X(kSub) X(kMul) X(kDiv) X(kMaximum) X(kMinimum)                 \
   X(kLess) X(kLessEqual) X(kGreater) X(kGreaterEqual) X(kEqual) X(kNotEqual)      \
-  X(kAnd) X(kOr) X(kNot) X(kWhere) X(kCast) X(kCopy) X(kZero) X(kOne)
+  X(kAnd) X(kOr) X(kNot) X(kWhere) X(kCast) X(kCopy) X(kZero) X(kOne) X(kClip)
 enum class ScalarOp : uint8_t {
 #define PEJIT_ENUM_ITEM(name) name,
   PEJIT_SCALAR_OPS(PEJIT_ENUM_ITEM)

@@ -157,6 +157,19 @@ void CastKernel(std::span<const Tensor> in, std::span<Tensor> out, const Attrs&)
   });
 }
 
+// min <= max is checked by the type rule; the bounds in x's type.
+void ClipKernel(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& attrs) {
+  DispatchDType(in[0].dtype(), [&](auto zero) {
+    using T = decltype(zero);
+    if constexpr (!std::is_same_v<T, bool>) {
+      const T lo = static_cast<T>(attrs.GetFloat("min")), hi = static_cast<T>(attrs.GetFloat("max"));
+      const T* x = in[0].data<T>();
+      T* y = out[0].data<T>();
+      for (int64_t i = 0, n = in[0].numel(); i < n; ++i) y[i] = x[i] < lo ? lo : x[i] > hi ? hi : x[i];
+    }
+  });
+}
+
 void CopyKernel(std::span<const Tensor> in, std::span<Tensor> out, const Attrs&) {
   std::copy_n(static_cast<const char*>(in[0].raw_data()), in[0].nbytes(),
               static_cast<char*>(out[0].raw_data()));
@@ -345,6 +358,33 @@ void RegisterElementwiseOps(Registry& r) {
   // on x, so nothing flows back (the tape and autodiff pass no gradient).
   AddUnary(r, "zeros_like", S::kZero, UnaryKernel<S::kZero>(), kNumeric, nullptr);
   AddUnary(r, "ones_like", S::kOne, UnaryKernel<S::kOne>(), kNumeric, nullptr);
+  {
+    OpDef op;
+    op.name = "clip";
+    op.input_names = {"x"};
+    op.attrs = {{"min", AttrKind::kFloat, std::nullopt}, {"max", AttrKind::kFloat, std::nullopt}};
+    op.fusion = FusionKind::kElementwise;
+    op.scalar = S::kClip;
+    op.infer = [](std::span<const TensorType> in, const Attrs& attrs) -> std::vector<TensorType> {
+      RequireDType("clip", "x", in[0], {DType::kF32, DType::kF64, DType::kI64});
+      const double lo = attrs.GetFloat("min"), hi = attrs.GetFloat("max");
+      if (!(lo <= hi)) throw OpError("clip", "min " + std::to_string(lo) + " is above max " + std::to_string(hi));
+      if (in[0].dtype == DType::kI64 && (lo != std::floor(lo) || hi != std::floor(hi))) {
+        throw OpError("clip", "an i64 tensor's bounds must be integers");
+      }
+      return {in[0]};
+    };
+    op.kernel = ClipKernel;
+    // The gradient passes where x lies within the bounds, ends included (as PyTorch's clamp).
+    op.grad = [](GradBuilder& b, const GradContext& c) -> std::vector<GradValue> {
+      GradValue x = c.inputs[0], g = c.output_grads[0];
+      const DType dt = b.TypeOf(x).dtype;
+      GradValue inside = b.Emit("logical_and", {b.Emit("greater_equal", {x, b.ScalarConstant(c.attrs.GetFloat("min"), dt)}),
+                                                b.Emit("less_equal", {x, b.ScalarConstant(c.attrs.GetFloat("max"), dt)})});
+      return {b.Emit("where", {inside, g, b.ScalarConstant(0, dt)})};
+    };
+    AddOp(r, std::move(op));
+  }
   AddUnary(r, "copy", S::kCopy, CopyKernel, {DType::kF32, DType::kF64, DType::kI64, DType::kBool},
            PEJIT_GRAD(return {g};));
 }

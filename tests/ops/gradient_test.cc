@@ -100,6 +100,8 @@ std::vector<GradCase> AllCases() {
   add("sqrt", "sqrt", {U(rng, {3, 4}, 0.2, 3)}, {}, {0});
   add("relu", "relu", {AwayFromZero(rng, {3, 4})}, {}, {0});
   add("abs", "abs", {AwayFromZero(rng, {3, 4})}, {}, {0});
+  // Negative elements lie within the bounds, positive ones above: no element near a kink.
+  add("clip", "clip", {AwayFromZero(rng, {3, 4})}, {{"min", -5.0}, {"max", 0.05}}, {0});
   add("pow_3", "pow", {U(rng, {5})}, {{"exponent", 3.0}}, {0});
   add("pow_2", "pow", {U(rng, {5})}, {{"exponent", 2.0}}, {0});
   add("pow_half", "pow", {U(rng, {5}, 0.2, 3)}, {{"exponent", 0.5}}, {0});

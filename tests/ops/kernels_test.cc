@@ -293,6 +293,17 @@ TEST(AbsKernel, TakesTheMagnitudeOfEachElement) {
   CheckUnary("abs", kNumericTypes, Tol::kExact, [](double x) { return std::fabs(x); }, -3, 3);
 }
 
+TEST(ClipKernel, LimitsEachElementToTheBounds) {
+  for (auto [lo, hi] : {std::pair{-1.0, 1.0}, std::pair{0.0, 0.0}, std::pair{-5.0, 2.0}}) {
+    CheckUnary("clip", kNumericTypes, Tol::kExact, [lo, hi](double x) { return std::min(std::max(x, lo), hi); }, -3, 3,
+               {{"min", lo}, {"max", hi}});
+  }
+  Rng rng(kSeed);
+  Tensor x = RandomValues(rng, DType::kF32, {3});
+  EXPECT_THROW(RunKernel("clip", {x}, {{"min", 1.0}, {"max", -1.0}}), OpError);
+  EXPECT_THROW(RunKernel("clip", {RandomValues(rng, DType::kI64, {3})}, {{"min", 0.5}, {"max", 2.0}}), OpError);
+}
+
 TEST(ZerosLikeKernel, FillsXsTypeWithZeros) {
   CheckUnary("zeros_like", kNumericTypes, Tol::kExact, [](double) { return 0.0; }, -3, 3);
 }

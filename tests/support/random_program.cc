@@ -99,7 +99,7 @@ int CountWord(const std::string& text, const std::string& word) {
 const char* const kOps[] = {
     "neg", "abs", "exp", "log", "tanh", "sigmoid", "relu", "sqrt", "pow", "copy", "add", "sub", "mul", "div",
     "maximum", "minimum", "less", "greater", "equal", "less_equal", "greater_equal", "not_equal", "logical_and",
-    "logical_or", "logical_not", "where", "cast", "matmul", "dense", "sum", "mean", "max", "min", "logsumexp", "norm", "zeros_like", "ones_like", "argmax", "argmin",
+    "logical_or", "logical_not", "where", "cast", "matmul", "dense", "sum", "mean", "max", "min", "logsumexp", "norm", "zeros_like", "ones_like", "clip", "argmax", "argmin",
     "softmax", "log_softmax", "reshape", "expand_dims", "squeeze", "transpose", "concat", "stack", "split", "chunk",
     "slice", "pad", "broadcast_to", "take", "scatter_add", "one_hot", "cross_entropy", "nll"};
 
@@ -713,7 +713,8 @@ std::string Generator::Tensor(const Shape& s, const Scope& scope, int depth, con
   switch (static_cast<P>(PickWeighted(w))) {
     case kLeaf: return Leaf(s, scope);
     case kUnary: {
-      std::string op = PickOp({"neg", "abs", "tanh", "sigmoid", "relu", "copy", "zeros_like", "ones_like"});
+      std::string op = PickOp({"neg", "abs", "tanh", "sigmoid", "relu", "copy", "zeros_like", "ones_like", "clip"});
+      if (op == "clip") return Fn(op, {X(s), "min=-0.5", "max=0.5"});
       return Fn(op, {X(s)});
     }
     case kGuarded: {
