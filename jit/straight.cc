@@ -43,8 +43,17 @@ Straight Decompose(const Func& f) {
     if (!ok) {
       std::string what = v->kind == ExprKind::kIf ? "a dynamic if" : v->kind == ExprKind::kCall ? "a call" :
                          v->kind == ExprKind::kMatch ? "a match" : "a nested expression";
-      throw JitFailure(v->loc.ToString() + ": cannot compile " + what + " (%" + let->var->name +
-                       "); only straight-line tensor code is compiled");
+      std::string hint;
+      if (auto* call = As<CallNode>(v)) {
+        if (auto* global = As<GlobalNode>(call->callee)) {
+          what += " of @" + global->name;
+          hint = " (a residual function: partial evaluation left a recursion that the static arguments do not "
+                 "bound, or ran out of fuel)";
+        }
+      }
+      // A residual program is built, not parsed: its nodes have no file position.
+      throw JitFailure((v->loc.known() ? v->loc.ToString() + ": " : std::string()) + "cannot compile " + what +
+                       " (%" + let->var->name + "); only straight-line tensor code is compiled" + hint);
     }
     if (!let->var->annotation) throw JitFailure("%" + let->var->name + " has no type");
     s.bindings.push_back({let->var, v});

@@ -122,11 +122,11 @@ int PartialEval(const std::string& file, const std::string& entry, const std::st
 
 int Compile(const std::string& file, const std::string& entry, const std::string& args_file, bool grad,
             const std::string& wrt_list, bool batch, const std::string& emit, int opt_level,
-            const std::vector<std::string>& print_after) {
+            const std::vector<std::string>& print_after, const PeOptions& pe_options) {
   Snapshot s = LoadProgram(file);
   std::vector<Value> args = LoadArgs(*s, entry, args_file);
   auto t0 = std::chrono::steady_clock::now();
-  Residual r = PartialEvaluate(*s, entry, args);
+  Residual r = PartialEvaluate(*s, entry, args, {}, pe_options);
   double pe_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   PipelineOptions options;
   options.batch = batch;
@@ -219,6 +219,9 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"fused", "llvm", "asm"}))
       ->capture_default_str();
   compile->add_option("-O", opt_level, "LLVM optimization level")->check(CLI::Range(0, 3))->capture_default_str();
+  compile->add_option("--fuel", pe_options.fuel, "function bodies partial evaluation unfolds before residualizing calls")
+      ->capture_default_str();
+  compile->add_option("--max-ops", pe_options.max_residual_ops, "operators the residual may hold")->capture_default_str();
   std::vector<std::string> print_after;
   compile->add_option("--print-after", print_after,
                       "also print the program after these stages (comma-separated): residual, batch, autodiff")
@@ -233,7 +236,9 @@ int main(int argc, char** argv) {
     if (check->parsed()) return pejit::Check(file);
     if (run->parsed()) return pejit::Run(file, entry, args_file, grad, wrt);
     if (pe->parsed()) return pejit::PartialEval(file, entry, args_file, static_list, pe_options);
-    if (compile->parsed()) return pejit::Compile(file, entry, args_file, grad, wrt, !no_batch, emit, opt_level, print_after);
+    if (compile->parsed()) {
+      return pejit::Compile(file, entry, args_file, grad, wrt, !no_batch, emit, opt_level, print_after, pe_options);
+    }
     if (replay.parsed()) return replay.Run();
     if (trace.parsed()) return trace.Run();
   } catch (const std::exception& e) {

@@ -46,6 +46,13 @@ out=$("$pejit" pe "$dir/trees.pj" --entry loss --args "$dir/trees_args.json" --i
 grep -q '^#   @encode clauses 0 .* 3  bindings 2$' <<< "$out" || fail "pe --instances leaves: $out"
 grep -q '^#   @encode clauses 1 .* 2  bindings 2$' <<< "$out" || fail "pe --instances nodes: $out"
 
+# Without fuel, partial evaluation leaves every call residual: compile says
+# which function remains and why, without a position the built residual lacks.
+if err=$("$pejit" compile "$dir/trees.pj" --entry loss --args "$dir/trees_args.json" --fuel 0 2>&1); then
+  fail "compile --fuel 0 compiled a recursion"
+fi
+[[ "$err" == "pejit: cannot compile a call of @"*"ran out of fuel)" ]] || fail "compile --fuel 0: $err"
+"$pejit" compile --help | grep -q -- "--fuel" || fail "compile --help"
 "$pejit" run --help | grep -q -- "--wrt" || fail "run --help"
 "$pejit" pe --help | grep -q -- "--static" || fail "pe --help"
 # `pejit trace` on the trace of a small Tree-LSTM run (train --trace, 1
