@@ -15,7 +15,13 @@ void CheckResult(const Expr& e) {
     for (const Expr& f : t->fields) CheckResult(f);
     return;
   }
-  throw JitFailure(e->loc.ToString() + ": the result must be tensors in tuples, not an ADT value or a computation");
+  // A residual program is built, not parsed: its nodes rarely have a position.
+  std::string where = e->loc.known() ? e->loc.ToString() + ": " : std::string();
+  if (auto* ctor = As<CtorNode>(e)) {
+    throw JitFailure(where + "the result must be tensors in tuples, not a " + ctor->adt->name + " value (" +
+                     ctor->ctor_name() + "): an entry returning a structure runs in the interpreter");
+  }
+  throw JitFailure(where + "the result must be tensors in tuples, not a computation");
 }
 
 }  // namespace

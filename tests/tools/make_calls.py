@@ -8,9 +8,9 @@ call. Deterministic for a seed.
 
 MODEL is treelstm (examples/treelstm/treelstm.pj, @loss), seq_lstm or
 tree_rnn (tests/tools/testdata, @loss)."""
+import argparse
 import json
 import random
-import sys
 
 
 def tensor(dtype, shape, data):
@@ -50,7 +50,12 @@ def binary_tree(rng, depth, vocab, classes):
 
 
 def main():
-    model, calls, seed = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("model", choices=["treelstm", "seq_lstm", "tree_rnn"])
+    parser.add_argument("calls", type=int, help="calls (lines) to write")
+    parser.add_argument("seed", type=int)
+    args = parser.parse_args()
+    model, calls, seed = args.model, args.calls, args.seed
     rng = random.Random(seed)
     e, h, c = 6, 8, 3
     if model == "treelstm":
@@ -72,14 +77,12 @@ def main():
             seqs = [cons_list([i64(rng.randrange(v)) for _ in range(rng.randint(0, 7))]) for _ in range(n)]
             labels = tensor("i64", [n], [rng.randrange(c) for _ in range(n)])
             print(json.dumps([cons_list(seqs), labels, zero, params]))
-    elif model == "tree_rnn":
+    else:  # tree_rnn
         v = 20
         params = [uniform(rng, v, h), uniform(rng, h, 2 * h), uniform(rng, h), uniform(rng, c, h), uniform(rng, c)]
         for _ in range(calls):
             trees = [binary_tree(rng, 4, v, c) for _ in range(rng.randint(1, 3))]
             print(json.dumps([cons_list(trees), params]))
-    else:
-        sys.exit("make_calls.py: unknown model " + model)
 
 
 if __name__ == "__main__":

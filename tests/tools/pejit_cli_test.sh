@@ -53,6 +53,20 @@ if err=$("$pejit" compile "$dir/trees.pj" --entry loss --args "$dir/trees_args.j
 fi
 [[ "$err" == "pejit: cannot compile a call of @"*"ran out of fuel)" ]] || fail "compile --fuel 0: $err"
 "$pejit" compile --help | grep -q -- "--fuel" || fail "compile --help"
+# An entry that returns a structure runs in the interpreter; compile says why.
+cat > "$tmp/list.pj" <<'PJ'
+type List[T] { Nil, Cons(T, List[T]) }
+def @double(%l: List[Tensor[(2,), f32]]) -> List[Tensor[(2,), f32]] {
+  match (%l) {
+    Nil => Nil,
+    Cons(%x, %rest) => Cons(add(%x, %x), @double(%rest)),
+  }
+}
+PJ
+echo '[{"ctor":"Cons","fields":[{"dtype":"f32","shape":[2],"data":[1,2]},{"ctor":"Nil","fields":[]}]}]' > "$tmp/list.json"
+if err=$("$pejit" compile "$tmp/list.pj" --entry double --args "$tmp/list.json" 2>&1); then fail "compiled a List result"; fi
+[[ "$err" == "pejit: the result must be tensors in tuples, not a List value (Cons): an entry returning a structure runs in the interpreter" ]] \
+  || fail "compile of a List result: $err"
 "$pejit" run --help | grep -q -- "--wrt" || fail "run --help"
 "$pejit" pe --help | grep -q -- "--static" || fail "pe --help"
 # `pejit trace` on the trace of a small Tree-LSTM run (train --trace, 1
