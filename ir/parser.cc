@@ -320,6 +320,27 @@ class Parser {
   std::vector<Var> scope_;
   std::unordered_map<std::string, std::vector<Var>> in_scope_;
 
+  // Expressions, types and patterns nest at most this deep: the parser and
+  // the passes after it recurse on nesting (a let chain is a loop, so long
+  // programs are not limited), and input must not decide the native stack.
+  static constexpr int kMaxNesting = 1000;
+  int nesting_ = 0;
+  class Nested {
+   public:
+    explicit Nested(Parser& p) : p_(p) {
+      if (++p_.nesting_ > kMaxNesting) {
+        --p_.nesting_;
+        p_.Fail(p_.Peek(), "nested deeper than " + std::to_string(kMaxNesting) + " levels");
+      }
+    }
+    ~Nested() { --p_.nesting_; }
+    Nested(const Nested&) = delete;
+    Nested& operator=(const Nested&) = delete;
+
+   private:
+    Parser& p_;
+  };
+
   void Bind(const Var& v) {
     scope_.push_back(v);
     in_scope_[v->name].push_back(v);
@@ -470,6 +491,7 @@ class Parser {
   // ---- Types ------------------------------------------------------------------
 
   Type ParseType() {
+    Nested nested(*this);
     const Token& t = Peek();
     if (t.kind == Tok::kUpper && t.text == "Tensor") return ParseTensorType();
     if (t.kind == Tok::kUpper) return ParseNamedType();
@@ -647,6 +669,7 @@ class Parser {
   }
 
   Expr ParseExpr() {
+    Nested nested(*this);
     if (IsWord("let")) return ParseLetChain();
     if (IsWord("if")) return ParseIf();
     if (IsWord("match")) return ParseMatch();
@@ -718,6 +741,7 @@ class Parser {
   }
 
   Pattern ParsePattern(std::vector<Var>& bound) {
+    Nested nested(*this);
     Token t = Peek();
     auto p = std::make_shared<PatternNode>();
     p->loc = Loc(t);

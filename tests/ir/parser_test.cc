@@ -779,6 +779,27 @@ TEST(Parse, EmptyFile) {
 
 // ---- Errors ---------------------------------------------------------------------
 
+std::string Nested(int n, const std::string& open, const std::string& inner, const std::string& close) {
+  std::string s;
+  for (int i = 0; i < n; ++i) s += open;
+  s += inner;
+  for (int i = 0; i < n; ++i) s += close;
+  return s;
+}
+
+// Issue 24: input decides no native stack: nesting past 1,000 levels is an
+// error at the token where it happens, long let chains are not nesting.
+TEST(Errors, NestingDeeperThanAThousandLevelsIsAnErrorAtItsPosition) {
+  EXPECT_EQ(ErrorOf(InFunction(Nested(10000, "(", "%x", ")"))), "err.pj:2:1003: nested deeper than 1000 levels");
+  EXPECT_EQ(ErrorOf(InFunction(Nested(10000, "neg(", "%x", ")"))), "err.pj:2:4003: nested deeper than 1000 levels");
+  EXPECT_EQ(ErrorOf("type T { A(" + Nested(5000, "(", "Tensor[(), f32]", ")") + ") }"),
+            "err.pj:1:1012: nested deeper than 1000 levels");
+  EXPECT_EQ(ErrorOf(InFunction(Nested(900, "neg(", "%x", ")"))), "");
+  std::string lets;
+  for (int i = 0; i < 20000; ++i) lets += "let %v" + std::to_string(i) + " = neg(%x); ";
+  EXPECT_EQ(ErrorOf(InFunction(lets + "%x")), "");
+}
+
 TEST(Errors, UnexpectedToken) {
   EXPECT_EQ(ErrorOf(InFunction("add(%x, %x;")), "err.pj:2:13: expected ')' after arguments, got ';'");
   EXPECT_EQ(ErrorOf(InFunction("let %y = %x\n  %y")),
