@@ -164,13 +164,22 @@ void NormKernel(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& 
   });
 }
 
+// A reduction's result and its output gradient, broadcast back to x's shape.
+struct AtX {
+  GradValue y, g;
+};
+AtX ResultAndGradAtX(GradBuilder& b, const GradContext& c) {
+  const Shape x_shape = b.TypeOf(c.inputs[0]).shape;
+  Shape keep = KeepDimsShape("reduce", x_shape, c.attrs.GetInts("axes"));
+  auto spread = [&](GradValue v) { return b.BroadcastTo(b.Emit("reshape", {v}, {{"shape", keep}}), x_shape); };
+  return {spread(c.outputs[0]), spread(c.output_grads[0])};
+}
+
 // x / norm, and 0 where the norm is 0 (a subgradient, as PyTorch's).
 std::vector<GradValue> NormGrad(GradBuilder& b, const GradContext& c) {
   GradValue x = c.inputs[0];
   const TensorType xt = b.TypeOf(x);
-  Shape keep = KeepDimsShape("norm", xt.shape, c.attrs.GetInts("axes"));
-  GradValue y = b.BroadcastTo(b.Emit("reshape", {c.outputs[0]}, {{"shape", keep}}), xt.shape);
-  GradValue g = b.BroadcastTo(b.Emit("reshape", {c.output_grads[0]}, {{"shape", keep}}), xt.shape);
+  auto [y, g] = ResultAndGradAtX(b, c);
   GradValue zero = b.ScalarConstant(0, xt.dtype);
   GradValue positive = b.Emit("greater", {y, zero});
   GradValue safe = b.Emit("where", {positive, y, b.ScalarConstant(1, xt.dtype)});
@@ -178,12 +187,8 @@ std::vector<GradValue> NormGrad(GradBuilder& b, const GradContext& c) {
 }
 
 std::vector<GradValue> LogSumExpGrad(GradBuilder& b, const GradContext& c) {
-  GradValue x = c.inputs[0];
-  const TensorType xt = b.TypeOf(x);
-  Shape keep = KeepDimsShape("logsumexp", xt.shape, c.attrs.GetInts("axes"));
-  GradValue y = b.BroadcastTo(b.Emit("reshape", {c.outputs[0]}, {{"shape", keep}}), xt.shape);
-  GradValue g = b.BroadcastTo(b.Emit("reshape", {c.output_grads[0]}, {{"shape", keep}}), xt.shape);
-  return {b.Mul(g, b.Emit("exp", {b.Sub(x, y)}))};  // the softmax over the reduced axes
+  auto [y, g] = ResultAndGradAtX(b, c);
+  return {b.Mul(g, b.Emit("exp", {b.Sub(c.inputs[0], y)}))};  // the softmax over the reduced axes
 }
 
 // max's and min's: the output gradient to the elements equal to the result.
