@@ -309,17 +309,6 @@ Value ArgumentGradient(const std::vector<Value>& args, const std::vector<Tensor>
 
 namespace {
 
-// Under code.mu.
-SegmentCode::Variant& EntryLocked(SegmentCode& code, int64_t rows, bool grad) {
-  auto& slot = code.variants[rows * 2 + (grad ? 1 : 0)];
-  if (!slot) {
-    slot = std::make_unique<SegmentCode::Variant>();
-    slot->rows = rows;
-    slot->grad = grad;
-  }
-  return *slot;
-}
-
 // A variant's programs, made from the segment program (immutable once
 // interned: read without the lock).
 struct Programs {
@@ -378,7 +367,13 @@ void Make(SegmentCode& code, SegmentCode::Variant& v) {
 
 SegmentCode::Variant& VariantEntry(SegmentCode& code, int64_t rows, bool grad) {
   std::lock_guard lock(code.mu);
-  return EntryLocked(code, rows, grad);
+  auto& slot = code.variants[rows * 2 + (grad ? 1 : 0)];
+  if (!slot) {
+    slot = std::make_unique<SegmentCode::Variant>();
+    slot->rows = rows;
+    slot->grad = grad;
+  }
+  return *slot;
 }
 
 SegmentCode::Variant& VariantFor(SegmentCode& code, int64_t rows, bool grad) {
