@@ -309,6 +309,29 @@ Value ArgumentGradient(const std::vector<Value>& args, const std::vector<Tensor>
 
 namespace {
 
+// The native variant that runs the next `left` rows of a value-mode run: the
+// smallest that takes them all padding at most a third, else the largest
+// that fits in them, else the smallest that pads at most 8x (padded rows of
+// native code are cheaper than the interpreter's: 125 rows of the
+// Tree-LSTM's leaf segment take 1 ms interpreted, 256 rows 0.1 ms native);
+// null when none does.
+SegmentCode::Variant* NativePiece(const std::vector<std::pair<int64_t, SegmentCode::Variant*>>& native, int64_t left) {
+  SegmentCode::Variant* pick = nullptr;
+  auto smallest = [&](auto fits) {
+    for (const auto& [rows, v] : native) {
+      if (fits(rows) && (!pick || rows < pick->rows)) pick = v;
+    }
+  };
+  smallest([&](int64_t rows) { return rows >= left && rows * 3 <= left * 4; });
+  if (pick) return pick;
+  for (const auto& [rows, v] : native) {
+    if (rows <= left && (!pick || rows > pick->rows)) pick = v;
+  }
+  if (pick) return pick;
+  smallest([&](int64_t rows) { return rows <= 8 * left; });
+  return pick;
+}
+
 // A variant's programs, made from the segment program (immutable once
 // interned: read without the lock).
 struct Programs {
@@ -505,27 +528,8 @@ Execution Execute(const Schedule& schedule, const ExecuteOptions& options) {
         bool all_native = true;
         for (int first = 0; first < members;) {
           const int left = members - first;
-          // The smallest native variant that takes the rest (padding at most
-          // a third), else the largest that fits in it, else the smallest if
-          // it pads at most 8x (padded rows of native code are cheaper than
-          // the interpreter's: 125 rows of the Tree-LSTM's leaf segment take
-          // 1 ms interpreted, 256 rows 0.1 ms native), else the rest
-          // interpreted in its own row bucket.
-          SegmentCode::Variant* pick = nullptr;
-          for (const auto& [rows, v] : native) {
-            if (rows >= left && rows * 3 <= left * 4 && (!pick || rows < pick->rows)) pick = v;
-          }
-          if (!pick) {
-            for (const auto& [rows, v] : native) {
-              if (rows <= left && (!pick || rows > pick->rows)) pick = v;
-            }
-          }
-          if (!pick) {
-            for (const auto& [rows, v] : native) {
-              if (rows <= 8 * static_cast<int64_t>(left) && (!pick || rows < pick->rows)) pick = v;
-            }
-          }
-          if (!pick) {
+          SegmentCode::Variant* pick = NativePiece(native, left);
+          if (!pick) {  // the rest interpreted in its own row bucket
             pick = &VariantFor(code, RowBucket(left), false);
             if (!pick->native.load()) {
               all_native = false;

@@ -303,7 +303,8 @@ Schedule GenericProgram::Inspect(const std::vector<Value>& args) {
     schedule.inspect_ms = MillisSince(start);
     return schedule;
   }
-  Schedule schedule = Walked(std::move(roots), encoded, std::move(structures));
+  Schedule schedule = Walked(encoded, std::move(structures));
+  schedule.roots = std::move(roots);
   schedule.inspect_ms = MillisSince(start);
   return schedule;
 }
@@ -329,8 +330,7 @@ Ahead GenericProgram::InspectAhead(const std::vector<Value>& args) {
     return ahead;
   }
   for (const Value* v : structures) kept.structures.push_back(v->fields_identity());
-  kept.schedule = Walked(std::move(roots), kept.encoded, std::move(structures));
-  kept.schedule.roots.clear();  // the call's own tensors replace them
+  kept.schedule = Walked(kept.encoded, std::move(structures));  // no roots: the call brings its own
   Ahead ahead = variants_of(kept.schedule);
   ahead.new_cells = kept.schedule.new_cells;
   kept_.push_back(std::move(kept));
@@ -355,10 +355,8 @@ std::deque<GenericProgram::Kept>::iterator GenericProgram::FindKept(const std::s
   });
 }
 
-Schedule GenericProgram::Walked(std::vector<Tensor> roots, const std::string& encoded,
-                                std::vector<const Value*> structures) {
+Schedule GenericProgram::Walked(const std::string& encoded, std::vector<const Value*> structures) {
   Schedule schedule;
-  schedule.roots = std::move(roots);
   Walker w;
   w.structures = std::move(structures);
   const size_t cells_before = cells_.size();

@@ -220,8 +220,8 @@ class GenericProgram {
   // Walks one cell instance whose structures are Walker::structures from
   // `base`; returns its index.
   int Walk(TrieNode* root, size_t base, Walker& w, int depth);
-  // Inspect's walk and placement, under mu_.
-  Schedule Walked(std::vector<Tensor> roots, const std::string& encoded, std::vector<const Value*> structures);
+  // Inspect's walk and placement, under mu_: the schedule but its roots.
+  Schedule Walked(const std::string& encoded, std::vector<const Value*> structures);
 
   Snapshot module_;
   std::string entry_;
