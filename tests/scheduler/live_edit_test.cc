@@ -177,6 +177,12 @@ TEST_F(LiveEditTest, EveryCallRunsADefinitionAtLeastAsNewAsTheLastReplaceThatRet
     int seen = calls.load();
     ASSERT_TRUE(Eventually([&] { return calls.load() >= seen + 6; }));
   }
+  // Whether a compile finished between two edits depends on timing; after
+  // the last edit, wait for its code, so that the calls after it run compiled
+  // (of 6 calls finished, at most 3 were already running on the interpreter).
+  ASSERT_TRUE(scale.wait_ready({ones, K(0)}).ready());
+  int seen = calls.load();
+  ASSERT_TRUE(Eventually([&] { return calls.load() >= seen + 6; }));
   done.store(true);
   for (std::thread& t : callers) t.join();
   EXPECT_EQ(too_old.load(), 0);
