@@ -9,10 +9,12 @@
 
 #include <cstring>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "ops/blas.h"
 #include "ops/op.h"
+#include "ops/packed_gemm.h"
 #include "ops/random.h"
 
 namespace pejit {
@@ -143,6 +145,42 @@ BENCHMARK(BM_Matmul)
     ->Args({32, 128, 512})
     ->Args({128, 128, 512})
     ->Args({512, 512, 512});
+
+// ---- Packed GEMM: the micro-kernels side by side ----------------------------------------------------------
+
+// (M, K) rows against a weight packed once, as compiled steps multiply: a
+// Tree-LSTM level's few rows through its 128 -> 384 gates, a larger level,
+// and the weight gradient's long inner dimension. Arg 3 is the kernel
+// (GemmIsa); one the CPU lacks is skipped.
+void BM_PackedGemm(benchmark::State& state) {
+  const int64_t m = state.range(0), k = state.range(1), n = state.range(2);
+  const auto isa = static_cast<GemmIsa>(state.range(3));
+  if (!GemmIsaSupported(isa)) {
+    state.SkipWithError("this CPU lacks the kernel");
+    return;
+  }
+  state.SetLabel(GemmIsaName(isa));
+  Rng rng(1);
+  Tensor a = RandomUniform(rng, {m, k}, -1, 1), b = RandomUniform(rng, {k, n}, -1, 1);
+  std::vector<float> packed(static_cast<size_t>(NumElements(PackedShape(k, n)))), c(static_cast<size_t>(m * n));
+  PackGemmRhs(false, k, n, b.data<float>(), n, packed.data());
+  for (auto _ : state) {
+    GemmPackedWith(isa, m, n, k, a.data<float>(), k, packed.data(), c.data(), n, false);
+    benchmark::DoNotOptimize(c.data());
+    benchmark::ClobberMemory();
+  }
+  const double gflop = 2.0 * static_cast<double>(m * n * k) * 1e-9;
+  state.counters["GFLOP/s"] = benchmark::Counter(gflop * static_cast<double>(state.iterations()),
+                                                 benchmark::Counter::kIsRate);
+}
+
+void PackedGemmArgs(benchmark::internal::Benchmark* b) {
+  b->ArgNames({"M", "K", "N", "isa"});
+  for (auto [m, k, n] : {std::tuple{4, 128, 384}, {10, 128, 384}, {32, 128, 384}, {256, 64, 384}, {128, 2000, 384}}) {
+    for (GemmIsa isa : {GemmIsa::kAvx2, GemmIsa::kAvx512}) b->Args({m, k, n, static_cast<int64_t>(isa)});
+  }
+}
+BENCHMARK(BM_PackedGemm)->Apply(PackedGemmArgs);
 
 }  // namespace
 }  // namespace pejit

@@ -76,6 +76,64 @@ PEJIT_AVX2 void GemmPackedAvx2(int64_t m, int64_t n, int64_t k, const float* a, 
   }
 }
 
+#define PEJIT_AVX512 __attribute__((target("avx512f")))
+
+// The same panels, one 16-column panel a register: kRows512 rows per call
+// (12 accumulators, the panel, broadcasts folded into the FMAs), so that a
+// run of up to 12 rows streams each panel once. Every output element sums
+// over k in the same order as Kernel6x16, with the same fused multiply-adds,
+// so the two kernels agree bit for bit (tiers and machines stay comparable).
+// The rows a call has are a template parameter: fewer rows, fewer FMAs.
+constexpr int kRows512 = 12;
+
+template <int kR>
+PEJIT_AVX512 void Kernel512(int64_t k, const float* const* a, const float* panel, float* c, int64_t ldc,
+                            int64_t cols, bool accumulate) {
+  __m512 acc[kR];
+#pragma GCC unroll 12
+  for (int r = 0; r < kR; ++r) acc[r] = _mm512_setzero_ps();
+#pragma GCC unroll 2
+  for (int64_t i = 0; i < k; ++i) {
+    const __m512 b = _mm512_loadu_ps(panel + i * kPackedPanel);
+#pragma GCC unroll 12
+    for (int r = 0; r < kR; ++r) acc[r] = _mm512_fmadd_ps(_mm512_set1_ps(a[r][i]), b, acc[r]);
+  }
+  const __mmask16 mask = static_cast<__mmask16>((1u << cols) - 1u);
+#pragma GCC unroll 12
+  for (int r = 0; r < kR; ++r) {
+    float* out = c + r * ldc;
+    _mm512_mask_storeu_ps(out, mask, accumulate ? _mm512_add_ps(acc[r], _mm512_maskz_loadu_ps(mask, out)) : acc[r]);
+  }
+}
+
+// Calls Kernel512 for `rows` (1..kRows512) rows: a switch, so that each row
+// count has its accumulators in registers.
+PEJIT_AVX512 void Kernel512Rows(int rows, int64_t k, const float* const* a, const float* panel, float* c,
+                                int64_t ldc, int64_t cols, bool accumulate) {
+  switch (rows) {
+#define PEJIT_ROWS(n) \
+  case n:             \
+    return Kernel512<n>(k, a, panel, c, ldc, cols, accumulate);
+    PEJIT_ROWS(1) PEJIT_ROWS(2) PEJIT_ROWS(3) PEJIT_ROWS(4) PEJIT_ROWS(5) PEJIT_ROWS(6)
+    PEJIT_ROWS(7) PEJIT_ROWS(8) PEJIT_ROWS(9) PEJIT_ROWS(10) PEJIT_ROWS(11) PEJIT_ROWS(12)
+#undef PEJIT_ROWS
+  }
+}
+
+PEJIT_AVX512 void GemmPackedAvx512(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,
+                                   const float* packed, float* c, int64_t ldc, bool accumulate) {
+  for (int64_t p = 0; p * kPackedPanel < n; ++p) {
+    const float* panel = packed + p * k * kPackedPanel;
+    const int64_t cols = std::min(kPackedPanel, n - p * kPackedPanel);
+    for (int64_t i = 0; i < m; i += kRows512) {
+      const int rows = static_cast<int>(std::min<int64_t>(kRows512, m - i));
+      const float* row[kRows512];
+      for (int r = 0; r < rows; ++r) row[r] = a + (i + r) * lda;
+      Kernel512Rows(rows, k, row, panel, c + i * ldc + p * kPackedPanel, ldc, cols, accumulate);
+    }
+  }
+}
+
 void GemmPackedPlain(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* packed, float* c,
                      int64_t ldc, bool accumulate) {
   for (int64_t i = 0; i < m; ++i) {
@@ -90,10 +148,32 @@ void GemmPackedPlain(int64_t m, int64_t n, int64_t k, const float* a, int64_t ld
 
 }  // namespace
 
-bool PackedGemmFast() {
-  static const bool fast = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-  return fast;
+GemmIsa BestGemmIsa() {
+  static const GemmIsa best = __builtin_cpu_supports("avx512f") ? GemmIsa::kAvx512
+                              : __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") ? GemmIsa::kAvx2
+                                                                                                 : GemmIsa::kPlain;
+  return best;
 }
+
+bool GemmIsaSupported(GemmIsa isa) {
+  switch (isa) {
+    case GemmIsa::kPlain: return true;
+    case GemmIsa::kAvx2: return BestGemmIsa() != GemmIsa::kPlain;
+    case GemmIsa::kAvx512: return BestGemmIsa() == GemmIsa::kAvx512;
+  }
+  return false;
+}
+
+const char* GemmIsaName(GemmIsa isa) {
+  switch (isa) {
+    case GemmIsa::kPlain: return "plain";
+    case GemmIsa::kAvx2: return "avx2";
+    case GemmIsa::kAvx512: return "avx512";
+  }
+  return "?";
+}
+
+bool PackedGemmFast() { return BestGemmIsa() != GemmIsa::kPlain; }
 
 Shape PackedShape(int64_t k, int64_t n) { return {(n + kPackedPanel - 1) / kPackedPanel, k, kPackedPanel}; }
 
@@ -117,14 +197,20 @@ void PackGemmRhs(bool transpose, int64_t k, int64_t n, const float* b, int64_t l
   }
 }
 
+void GemmPackedWith(GemmIsa isa, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* packed,
+                    float* c, int64_t ldc, bool accumulate) {
+  if (m == 0 || n == 0) return;
+  if (!GemmIsaSupported(isa)) isa = BestGemmIsa();
+  switch (isa) {
+    case GemmIsa::kAvx512: return GemmPackedAvx512(m, n, k, a, lda, packed, c, ldc, accumulate);
+    case GemmIsa::kAvx2: return GemmPackedAvx2(m, n, k, a, lda, packed, c, ldc, accumulate);
+    case GemmIsa::kPlain: return GemmPackedPlain(m, n, k, a, lda, packed, c, ldc, accumulate);
+  }
+}
+
 void GemmPacked(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* packed, float* c,
                 int64_t ldc, bool accumulate) {
-  if (m == 0 || n == 0) return;
-  if (PackedGemmFast()) {
-    GemmPackedAvx2(m, n, k, a, lda, packed, c, ldc, accumulate);
-  } else {
-    GemmPackedPlain(m, n, k, a, lda, packed, c, ldc, accumulate);
-  }
+  GemmPackedWith(BestGemmIsa(), m, n, k, a, lda, packed, c, ldc, accumulate);
 }
 
 }  // namespace pejit

@@ -4,8 +4,10 @@
 // level's rows: dozens of products with a few to a few hundred rows each.
 // OpenBLAS re-packs the weight (and the rows) at every call, which at these
 // sizes costs as much as the arithmetic. Here the weight is packed once per
-// step into panels of kPackedPanel columns, and a 6×16 AVX2/FMA micro-kernel
-// reads the left operand's rows where they lie.
+// step into panels of kPackedPanel columns, and a micro-kernel reads the left
+// operand's rows where they lie: 12×16 with AVX-512 where the CPU has it,
+// else 6×16 with AVX2/FMA. The two sum each element in the same order with
+// the same fused multiply-adds, so their results agree bit for bit.
 #pragma once
 
 #include <cstdint>
@@ -16,10 +18,17 @@ namespace pejit {
 
 inline constexpr int64_t kPackedPanel = 16;  // columns per panel
 
-// Whether this CPU has the micro-kernel's instructions (AVX2 and FMA). The
-// functions below work everywhere; without them they run a plain loop, so
-// the compiler only packs where this is true.
+// Whether this CPU has a micro-kernel's instructions (AVX2 and FMA at
+// least). The functions below work everywhere; without them they run a plain
+// loop, so the compiler only packs where this is true.
 bool PackedGemmFast();
+
+// The micro-kernels, for tests and benchmarks to compare; GemmPacked uses
+// the best this CPU has.
+enum class GemmIsa { kPlain, kAvx2, kAvx512 };
+GemmIsa BestGemmIsa();
+bool GemmIsaSupported(GemmIsa isa);
+const char* GemmIsaName(GemmIsa isa);
 
 // The packed form of a k×n right operand: (panels, k, kPackedPanel) with
 // panels = ceil(n / kPackedPanel), columns past n zero.
@@ -33,5 +42,9 @@ void PackGemmRhs(bool transpose, int64_t k, int64_t n, const float* b, int64_t l
 // PackGemmRhs; A's and C's rows lda and ldc apart.
 void GemmPacked(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* packed, float* c,
                 int64_t ldc, bool accumulate);
+// The same with a given micro-kernel (the best supported one where this CPU
+// lacks `isa`).
+void GemmPackedWith(GemmIsa isa, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* packed,
+                    float* c, int64_t ldc, bool accumulate);
 
 }  // namespace pejit
