@@ -144,6 +144,10 @@ struct Slot {
   std::atomic<uint64_t> last_used{0};   // LRU clock
   std::atomic<int64_t> calls{0};        // for hot:N
   std::atomic<bool> run_failed{false};  // the one thread that fails a ready slot
+  // Set by the job after it counted and reported its outcome (statistics,
+  // events, evictions): waiting for code returns only then, so that what a
+  // waiter reads next includes the job that made it.
+  std::atomic<bool> settled{false};
 
   SlotState Load() const { return state.load(std::memory_order_acquire); }
 

@@ -212,6 +212,8 @@ class EngineImpl {
   void RunJob(Job& job);
   void Cancel(Job& job, const char* why);
   void Wait(const Slot& slot);
+  // The job's outcome is counted and reported: wakes its waiters.
+  void Settle(Slot& slot);
   void NotifyWaiters();
   void ReportEvictions(const std::vector<Eviction>& evicted);
   void OnEdit(const ModuleEdit& edit);
@@ -786,7 +788,7 @@ void EngineImpl::Cancel(Job& job, const char* why) {
     e.fields.push_back({"reason", std::string(why)});
     Emit(e);
   }
-  NotifyWaiters();
+  Settle(slot);
 }
 
 void EngineImpl::RunJob(Job& job) {
@@ -913,7 +915,7 @@ void EngineImpl::RunJob(Job& job) {
       e.fields.push_back({"reason", reason});
       Emit(e);
     }
-    NotifyWaiters();
+    Settle(slot);
     return;
   }
   // (J5) The swap, and (J6) eviction. Waiters wake after the evictions are
@@ -946,7 +948,7 @@ void EngineImpl::RunJob(Job& job) {
     }
     ReportEvictions(evicted);
   }
-  NotifyWaiters();
+  Settle(slot);
 }
 
 void EngineImpl::EmitCompileStages(const std::string& entry, const Signature& sig, int64_t job,
@@ -1055,11 +1057,16 @@ void EngineImpl::NotifyWaiters() {
   wait_cv_.notify_all();
 }
 
+void EngineImpl::Settle(Slot& slot) {
+  slot.settled.store(true, std::memory_order_release);
+  NotifyWaiters();
+}
+
 void EngineImpl::Wait(const Slot& slot) {
   std::unique_lock<std::mutex> lock(wait_mu_);
   wait_cv_.wait(lock, [&] {
     SlotState s = slot.Load();
-    return s == SlotState::kReady || s == SlotState::kFailed;
+    return (s == SlotState::kReady || s == SlotState::kFailed) && slot.settled.load(std::memory_order_acquire);
   });
 }
 

@@ -152,7 +152,7 @@ TEST(ModuleConcurrency, ReadersSeeWholeDefinitionsDuringReplace) {
   std::atomic<bool> stop{false};
   std::atomic<int> reads{0};
   auto reader = [&] {
-    while (!stop.load()) {
+    do {
       Snapshot s = m.snapshot();
       const Definition& f = s->Get("f");
       const std::string& op = As<OpCallNode>(f.func->body)->op->name;
@@ -161,9 +161,10 @@ TEST(ModuleConcurrency, ReadersSeeWholeDefinitionsDuringReplace) {
       EXPECT_EQ(op, exp_version ? "exp" : "tanh");
       EXPECT_LE(s->Get("g").version, s->generation() + 1);
       reads.fetch_add(1);
-    }
+    } while (!stop.load());
   };
   std::thread r1(reader), r2(reader);
+  while (reads.load() < 2) std::this_thread::yield();  // both reading before the first edit
   // Versions: @f=1, @g=2 at first; each replacement of @f takes the next one,
   // so odd versions are exp and even ones tanh.
   for (int i = 0; i < 200; ++i) {

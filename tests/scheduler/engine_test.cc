@@ -43,17 +43,19 @@ class EngineTest : public testing::Test {
   Value emb_;
 };
 
-// (a) With a compile that takes 2 s, calls made while it runs return at
-// once from the interpreter; after wait_ready the compiled code serves them.
+// (a) With a compile held until the calls are done (as a slow one would
+// be), calls made while it runs return at once from the interpreter; after
+// wait_ready the compiled code serves them.
 TEST_F(EngineTest, CallsDuringASlowCompileRunInTheInterpreterThenCompiledCodeTakesOver) {
   std::atomic<bool> compile_started{false}, compile_finished{false};
+  Gate gate;  // opened once the calls are done
   EngineOptions options;
   options.generic = false;  // the per-minibatch tiers (fixtures.h)
   options.workers = 1;
   options.policy = Policy::Eager();
-  options.before_compile = [&](const CompileInfo&) {
+  options.before_compile = [&, opened = gate.opened()](const CompileInfo&) {
     compile_started = true;
-    std::this_thread::sleep_for(2s);
+    opened.wait();
   };
   options.compile = [&](const Residual& r) {
     ExecutablePtr e = CompileWithResidualInterpreter(r);
@@ -77,6 +79,7 @@ TEST_F(EngineTest, CallsDuringASlowCompileRunInTheInterpreterThenCompiledCodeTak
   EXPECT_EQ(s.calls_compiled(), 0);
   EXPECT_EQ(s.misses, 6);
 
+  gate.Open();
   CodeStatus ready = loss.wait_ready(args);
   EXPECT_TRUE(compile_finished);
   ASSERT_EQ(ready.state, State::kReady) << ready.reason;
@@ -422,12 +425,11 @@ TEST(EngineShutdown, CancelsQueuedJobsAndNeverRunsOneAfterward) {
     loss.call({MakeTree(*engine->module().snapshot(), n, 0, 10), emb});
   ASSERT_TRUE(Eventually([&] { return started > 0; }));
 
-  auto begin = std::chrono::steady_clock::now();
+  // Not a time bound (a loaded machine stretches any): the seven cancels and
+  // the one start show that shutdown ran no queued job.
   engine.reset();
-  auto took = std::chrono::steady_clock::now() - begin;
   EXPECT_EQ(started, 1);
   EXPECT_EQ(events->Count(EventKind::kCancel), kSignatures - 1);
-  EXPECT_LT(took, 300ms * (kSignatures - 1) / 2) << "shutdown waited for queued jobs";
   std::this_thread::sleep_for(400ms);
   EXPECT_EQ(started, 1);  // nothing ran after the engine was gone
 }

@@ -6,6 +6,8 @@
 #include <atomic>
 #include <chrono>
 #include <functional>
+#include <future>
+#include <mutex>
 #include <memory>
 #include <thread>
 #include <vector>
@@ -104,6 +106,27 @@ inline bool Eventually(const std::function<bool()>& done,
 
 // An Executable that forwards to another and reports a fixed size: makes
 // byte budgets exact in tests.
+// Holds compile hooks (before_compile) until the test opens it, in place of
+// a sleep that a loaded machine outlasts. Opens itself when destroyed, so
+// that a test leaving early still lets its engine stop.
+class Gate {
+ public:
+  ~Gate() { Open(); }
+  void Open() {
+    std::lock_guard lock(mu_);
+    if (!open_) promise_.set_value();
+    open_ = true;
+  }
+  // For the hook: blocks until Open (copyable into a lambda that outlives the gate).
+  std::shared_future<void> opened() const { return opened_; }
+
+ private:
+  std::mutex mu_;
+  bool open_ = false;
+  std::promise<void> promise_;
+  std::shared_future<void> opened_ = promise_.get_future().share();
+};
+
 class SizedExecutable final : public Executable {
  public:
   SizedExecutable(ExecutablePtr inner, size_t bytes, std::function<void()> on_run = {},

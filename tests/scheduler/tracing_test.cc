@@ -8,9 +8,11 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdlib>
 #include <fstream>
 #include <map>
+#include <memory>
 #include <regex>
 #include <set>
 #include <thread>
@@ -166,7 +168,12 @@ TEST(Tracing, TheTraceFileHoldsEveryEventWithTheDocumentedSchema) {
       o.trace_file = path;
       o.events = recorded;
       o.compile = [](const Residual&) { return ExecutablePtr(); };
-      o.before_compile = [](const CompileInfo&) { std::this_thread::sleep_for(std::chrono::milliseconds(100)); };
+      // Every job after the first runs on until shutdown has cancelled those
+      // still queued, so that some are (without it, a worker that got the
+      // CPU first could finish them all).
+      o.before_compile = [jobs = std::make_shared<std::atomic<int>>(0), recorded](const CompileInfo&) {
+        if (jobs->fetch_add(1) > 0) Eventually([&] { return recorded->Count(EventKind::kCancel) > 0; });
+      };
     });
     Engine engine(options);
     engine.module().AddSource(kProgram, "program.pj");
@@ -416,12 +423,16 @@ TEST(Tracing, TheChromeTraceOfARunHasACallsTrackAWorkerTrackAndAnArrowPerJob) {
     if (e.contains("flow_in")) flow_in[e.at("bind_id")]++;
   }
   EXPECT_EQ(tracks[me], "calls (thread " + std::to_string(me) + ")");
-  ASSERT_EQ(threads_of["job"].size(), 1u);
-  uint64_t worker = *threads_of["job"].begin();
-  EXPECT_EQ(tracks[worker], "worker (thread " + std::to_string(worker) + ")");
+  // One worker at a time, but not always the same thread (the pool's threads
+  // take turns): each job's track is a worker's, and its stages are on it.
+  ASSERT_FALSE(threads_of["job"].empty());
+  for (uint64_t worker : threads_of["job"]) {
+    EXPECT_EQ(tracks[worker], "worker (thread " + std::to_string(worker) + ")");
+  }
   EXPECT_EQ(threads_of["call interpreter"], std::set<uint64_t>{me});
   EXPECT_EQ(threads_of["call native"], std::set<uint64_t>{me});
-  EXPECT_EQ(threads_of["codegen"], std::set<uint64_t>{worker});
+  for (uint64_t t : threads_of["codegen"]) EXPECT_TRUE(threads_of["job"].count(t)) << "codegen off the job tracks";
+  EXPECT_FALSE(threads_of["codegen"].empty());
   EXPECT_EQ(flow_out.size(), 3u);
   EXPECT_EQ(flow_out, flow_in);
 }
