@@ -83,6 +83,7 @@ class Builder {
     ValueTree result;
     try {
       result = Eval(def.func->body);
+      CheckResult(result, *def.func, function_);
     } catch (Stop& stop) {
       return std::move(stop.question);
     }
@@ -155,6 +156,43 @@ class Builder {
     return answers_[next_answer_++];
   }
 
+  // Whether `v` may have type `t`, as the interpreter checks at run time
+  // (interp/interpreter.cc, Fits): a program it stops with an error is
+  // refused here rather than compiled into code that answers.
+  bool Fits(const ValueTree& v, const Type& t) const {
+    switch (t->kind) {
+      case TypeKind::kTensor: {
+        if (v.kind != ValueTree::Kind::kTensor) return false;
+        const TensorType& got = values_[v.value].type;
+        const TensorType& want = AsTensor(t)->type;
+        if (want.dtype != got.dtype || want.shape.size() != got.shape.size()) return false;
+        for (size_t i = 0; i < want.shape.size(); ++i) {
+          if (want.shape[i] != kUnknownDim && want.shape[i] != got.shape[i]) return false;
+        }
+        return true;
+      }
+      case TypeKind::kTuple: {
+        const auto& fields = AsTuple(t)->fields;
+        if (v.kind != ValueTree::Kind::kTuple || v.fields.size() != fields.size()) return false;
+        for (size_t i = 0; i < fields.size(); ++i) {
+          if (!Fits(v.fields[i], fields[i])) return false;
+        }
+        return true;
+      }
+      case TypeKind::kAdt: return v.kind == ValueTree::Kind::kStructure;
+      case TypeKind::kFunc: return false;
+      case TypeKind::kVar: return true;
+    }
+    return false;
+  }
+
+  void CheckResult(const ValueTree& result, const FuncNode& f, const std::string& name) const {
+    if (f.ret_type && !Fits(result, f.ret_type)) {
+      throw Refusal("generic: the result of @" + name + " does not have its declared type " +
+                    TypeToString(f.ret_type) + Where(f.loc));
+    }
+  }
+
   int TensorOf(const ValueTree& v, const char* what, const SourceLoc& loc) {
     if (v.kind != ValueTree::Kind::kTensor) throw Refusal(std::string("generic: ") + what + " is not a tensor" + Where(loc));
     return v.value;
@@ -193,7 +231,12 @@ class Builder {
         const LetNode* let = static_cast<const LetNode*>(e.get());
         // A chain of lets is a loop, not a recursion.
         while (true) {
-          env_[let->var.get()] = Eval(let->value);
+          ValueTree value = Eval(let->value);
+          if (let->var->annotation && !Fits(value, let->var->annotation)) {
+            throw Refusal("generic: %" + let->var->name + " does not have its annotated type " +
+                          TypeToString(let->var->annotation) + Where(let->loc));
+          }
+          env_[let->var.get()] = std::move(value);
           if (let->body->kind != ExprKind::kLet) return Eval(let->body);
           let = static_cast<const LetNode*>(let->body.get());
         }
@@ -269,6 +312,7 @@ class Builder {
       if (++inline_depth_ > 256) throw Refusal("generic: functions inlined more than 256 deep" + Where(call.loc));
       for (size_t i = 0; i < args.size(); ++i) env_[def->func->params[i].get()] = args[i];
       ValueTree result = Eval(def->func->body);
+      CheckResult(result, *def->func, global->name);
       --inline_depth_;
       return result;
     }

@@ -14,6 +14,8 @@
 // are recorded on it for reverse-mode autodiff.
 #include "interp/interpreter.h"
 
+#include <algorithm>
+
 #include <mutex>
 #include <shared_mutex>
 #include <unordered_map>
@@ -63,7 +65,42 @@ struct Frame {
   std::vector<Value> values;            // collected subresults
   Value callee;                         // kCallArgs
   std::unique_ptr<Activation> saved;    // kReturn: the caller's activation
+  const FuncNode* func = nullptr;       // kReturn: the function called (the first of a tail-call chain)
+  const std::string* name = nullptr;    // kReturn: its global name, if it has one
 };
+
+// Whether `v` has type `t` where static checking cannot tell (a dimension
+// `?` in an inferred type, an op whose result shape depends on its input):
+// tensors by dtype and known dimensions, tuples field by field, an ADT value
+// by its type's name and a function by kind (their fields and bodies are
+// checked where they were built). Shallow, so that checking every return,
+// `let` and constructor costs a few comparisons whatever a value holds.
+bool Fits(const Value& v, const Type& t) {
+  switch (t->kind) {
+    case TypeKind::kTensor: {
+      if (!v.is_tensor()) return false;
+      const TensorType& want = AsTensor(t)->type;
+      const TensorType& got = v.tensor().type();
+      if (want.dtype != got.dtype || want.shape.size() != got.shape.size()) return false;
+      for (size_t i = 0; i < want.shape.size(); ++i) {
+        if (want.shape[i] != kUnknownDim && want.shape[i] != got.shape[i]) return false;
+      }
+      return true;
+    }
+    case TypeKind::kTuple: {
+      const auto& fields = AsTuple(t)->fields;
+      if (v.kind() != Value::Kind::kTuple || v.fields().size() != fields.size()) return false;
+      for (size_t i = 0; i < fields.size(); ++i) {
+        if (!Fits(v.fields()[i], fields[i])) return false;
+      }
+      return true;
+    }
+    case TypeKind::kAdt: return v.kind() == Value::Kind::kAdt && v.adt()->name == AsAdt(t)->name;
+    case TypeKind::kFunc: return v.kind() == Value::Kind::kClosure;
+    case TypeKind::kVar: return true;
+  }
+  return false;
+}
 
 bool Matches(const Pattern& p, const Value& v, Activation& act) {
   switch (p->kind) {
@@ -93,7 +130,9 @@ class Machine {
   Value Run(const Func& f, const std::vector<Value>& args) {
     act_ = std::make_unique<Activation>();
     for (size_t i = 0; i < f->params.size(); ++i) (*act_)[f->params[i].get()] = args[i];
-    return Eval(f->body);
+    Value result = Eval(f->body);
+    CheckResult(result, f.get(), &entry_);
+    return result;
   }
 
  private:
@@ -109,12 +148,19 @@ class Machine {
     throw EvalError("@" + entry_ + ": " + (at && at->loc.known() ? at->loc.ToString() + ": " : "") + message);
   }
 
+  // A function's result against its declared type.
+  void CheckResult(const Value& v, const FuncNode* f, const std::string* name) {
+    if (!f || !f->ret_type || Fits(v, f->ret_type)) return;
+    Fail(f, "the result of " + (name ? "@" + *name : std::string("the function")) + " is " + v.Describe() +
+                ", not its declared " + TypeToString(f->ret_type));
+  }
+
   void Push(FrameKind kind, const ExprNode* node) {
     if (static_cast<int64_t>(stack_.size()) >= options_.max_frames) {
       Fail(node, "recursion too deep: more than " + std::to_string(options_.max_frames) +
                      " interpreter frames (InterpreterOptions::max_frames)");
     }
-    stack_.push_back(Frame{kind, node, {}, {}, nullptr});
+    stack_.push_back(Frame{kind, node, {}, {}, nullptr, nullptr, nullptr});
   }
 
   Value ApplyOp(const OpCallNode* n, std::vector<Value> args) {
@@ -164,7 +210,9 @@ class Machine {
     if (stack_.empty() || stack_.back().kind != FrameKind::kReturn) {
       Push(FrameKind::kReturn, call);
       stack_.back().saved = std::move(act_);
-    }
+      stack_.back().func = f.get();
+      stack_.back().name = c.func ? nullptr : &c.global;
+    }  // else a tail call: the frame returns for the first function of the chain, whose type the caller relies on
     act_ = std::move(callee);
     return f->body;
   }
@@ -277,6 +325,10 @@ class Machine {
         }
         case FrameKind::kLet: {
           auto* let = static_cast<const LetNode*>(n);
+          if (let->var->annotation && !Fits(value, let->var->annotation)) {
+            Fail(n, "%" + let->var->name + " is " + value.Describe() + ", not its annotated " +
+                        TypeToString(let->var->annotation));
+          }
           (*act_)[let->var.get()] = std::move(value);
           stack_.pop_back();
           expr = let->body;
@@ -317,6 +369,13 @@ class Machine {
             expr = c->args[top.values.size()];
             have_value = false;
           } else {
+            const auto& fields = c->adt->ctors[c->tag].fields;
+            for (size_t i = 0; i < fields.size() && i < top.values.size(); ++i) {
+              if (!Fits(top.values[i], fields[i])) {
+                Fail(n, "field " + std::to_string(i) + " of " + c->adt->ctors[c->tag].name + " is " +
+                            top.values[i].Describe() + ", not its declared " + TypeToString(fields[i]));
+              }
+            }
             value = Value::Adt(c->adt, c->tag, std::move(top.values));
             stack_.pop_back();
           }
@@ -338,6 +397,7 @@ class Machine {
           break;
         }
         case FrameKind::kReturn: {
+          CheckResult(value, top.func, top.name);
           act_ = std::move(top.saved);
           stack_.pop_back();
           break;
@@ -426,15 +486,25 @@ Interpreter::ValueAndGrad Interpreter::CallWithGrad(const ModuleSnapshot& module
                                                     const std::vector<Value>& args, const std::vector<int>& wrt) const {
   const Definition& d = EntryOf(module, entry);
   CheckArgs(entry, d.func, args);
-  // (1) Put the float tensors of the chosen arguments on a tape.
+  // (1) Put the float tensors of the chosen arguments on a tape, once per
+  // argument: an index named twice gets the same gradient twice.
   Tape tape;
   std::vector<Value> traced = args;
   std::vector<std::vector<Value>> leaves(wrt.size());
+  std::vector<int> first(wrt.size(), -1);  // per wrt position: an earlier one naming the same argument
   for (size_t k = 0; k < wrt.size(); ++k) {
     int i = wrt[k];
     if (i < 0 || i >= static_cast<int>(args.size())) {
       throw EvalError("@" + entry + ": wrt index " + std::to_string(i) + " is not an argument (it takes " +
                       std::to_string(args.size()) + ")");
+    }
+    for (size_t e = 0; e < k && first[k] < 0; ++e) {
+      if (wrt[e] == i) first[k] = static_cast<int>(e);
+    }
+    if (first[k] >= 0) continue;
+    if (!module.CanHoldFloat(d.func->params[i]->annotation)) {
+      throw EvalError("@" + entry + ": wrt argument " + std::to_string(i) + " (%" + d.func->params[i]->name + ": " +
+                      TypeToString(d.func->params[i]->annotation) + ") cannot hold a float tensor, so it has no gradient");
     }
     std::vector<const Value*> tensors;
     CollectLeaves(args[i], tensors);
@@ -462,6 +532,10 @@ Interpreter::ValueAndGrad Interpreter::CallWithGrad(const ModuleSnapshot& module
   out.value = Value(loss.tensor());
   size_t g = 0;
   for (size_t k = 0; k < wrt.size(); ++k) {
+    if (first[k] >= 0) {
+      out.grads.push_back(out.grads[first[k]]);
+      continue;
+    }
     std::vector<Value> replaced;
     for (const Value& leaf : leaves[k]) replaced.push_back(leaf.tape_id() >= 0 ? Value(grads[g++]) : Value(leaf.tensor()));
     auto next = std::cbegin(replaced);

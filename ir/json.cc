@@ -1,6 +1,12 @@
 #include "ir/json.h"
 
+#include <cctype>
+#include <charconv>
+#include <cmath>
+#include <limits>
+#include <optional>
 #include <stdexcept>
+#include <string_view>
 
 namespace pejit {
 namespace {
@@ -9,6 +15,56 @@ using Json = nlohmann::json;
 
 [[noreturn]] void Fail(const std::string& path, const std::string& message) {
   throw std::invalid_argument(path + ": " + message);
+}
+
+// A non-finite float as JSON, which has no numbers for them: these strings
+// (read back case-insensitively, "infinity" too).
+constexpr const char* kNaN = "nan";
+constexpr const char* kInf = "inf";
+constexpr const char* kMinusInf = "-inf";
+
+std::optional<double> NonFinite(const Json& x) {
+  if (!x.is_string()) return std::nullopt;
+  std::string s = x.get<std::string>();
+  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  if (s == kNaN || s == "+nan" || s == "-nan") return std::numeric_limits<double>::quiet_NaN();
+  if (s == kInf || s == "+inf" || s == "infinity" || s == "+infinity") return std::numeric_limits<double>::infinity();
+  if (s == kMinusInf || s == "-infinity") return -std::numeric_limits<double>::infinity();
+  return std::nullopt;
+}
+
+// One element of a tensor's data, exactly or not at all: an integer out of
+// i64's range, a float whose magnitude f32 cannot hold (1e300 would become
+// inf) or a fraction for an integer type is an error naming `where()`.
+template <typename T, typename WhereFn>
+T Element(const Json& x, const WhereFn& where) {
+  if constexpr (std::is_same_v<T, bool>) {
+    if (!x.is_boolean()) Fail(where(), "expected true or false for a bool, got " + x.dump());
+    return x.get<bool>();
+  } else if constexpr (std::is_same_v<T, int64_t>) {
+    if (x.is_number_unsigned() && x.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
+      Fail(where(), x.dump() + " is out of i64's range");
+    }
+    if (!x.is_number_integer()) {
+      Fail(where(), "expected an integer for an i64, got " + (x.is_number() ? x.dump() : std::string(x.type_name())));
+    }
+    return x.get<int64_t>();
+  } else {
+    if (std::optional<double> special = NonFinite(x)) return static_cast<T>(*special);
+    if (!x.is_number()) {
+      Fail(where(), "expected a number (or \"nan\", \"inf\", \"-inf\") for a " +
+                        std::string(DTypeName(std::is_same_v<T, float> ? DType::kF32 : DType::kF64)) + ", got " +
+                        x.dump());
+    }
+    const double v = x.get<double>();
+    if (std::isinf(v)) Fail(where(), x.dump() + " is out of f64's range");  // an integer past 1.8e308
+    if constexpr (std::is_same_v<T, float>) {
+      if (std::abs(v) > static_cast<double>(std::numeric_limits<float>::max())) {
+        Fail(where(), x.dump() + " is out of f32's range (largest 3.4028235e+38); write \"inf\" for infinity");
+      }
+    }
+    return static_cast<T>(v);
+  }
 }
 
 // `path()` names the value in an error message (built only then).
@@ -46,13 +102,7 @@ Tensor TensorFromJson(const Json& j, const TensorType& want, const PathFn& path)
     T* p = t.data<T>();
     for (size_t i = 0; i < data.size(); ++i) {
       const Json& x = data[i];
-      if (std::is_same_v<T, bool> ? !x.is_boolean() : !x.is_number()) {
-        Fail(path(), "data[" + std::to_string(i) + "] is not a " + std::string(DTypeName(*dtype)) + " value");
-      }
-      if constexpr (std::is_same_v<T, int64_t>) {
-        if (!x.is_number_integer()) Fail(path(), "data[" + std::to_string(i) + "] is not an integer");
-      }
-      p[i] = x.get<T>();
+      p[i] = Element<T>(x, [&] { return path() + ": data[" + std::to_string(i) + "]"; });
     }
   });
   return t;
@@ -187,18 +237,49 @@ class Converter {
   Value done_;
 };
 
-Json TensorToJson(const Tensor& t) {
-  Json data = Json::array();
-  for (int64_t i = 0; i < t.numel(); ++i) {
-    double v = t.ElementAsDouble(i);
-    switch (t.dtype()) {
-      case DType::kBool: data.push_back(v != 0); break;
-      case DType::kI64: data.push_back(static_cast<int64_t>(v)); break;
-      case DType::kF32: data.push_back(static_cast<float>(v)); break;
-      case DType::kF64: data.push_back(v); break;
-    }
+// A float in the shortest digits that read back to the same value, with a
+// ".0" where they would read as an integer; non-finite ones as strings.
+template <typename T>
+void AppendFloat(T v, std::string& out) {
+  if (std::isnan(v)) {
+    out += std::string("\"") + kNaN + "\"";
+    return;
   }
-  return Json{{"dtype", DTypeName(t.dtype())}, {"shape", t.shape()}, {"data", std::move(data)}};
+  if (std::isinf(v)) {
+    out += std::string("\"") + (v > 0 ? kInf : kMinusInf) + "\"";
+    return;
+  }
+  char buf[64];
+  auto [end, ec] = std::to_chars(buf, buf + sizeof buf, v);
+  std::string_view digits(buf, static_cast<size_t>(end - buf));
+  out += digits;
+  if (digits.find_first_of(".e") == std::string_view::npos) out += ".0";
+}
+
+void AppendTensor(const Tensor& t, std::string& out) {
+  out += "{\"dtype\":\"";
+  out += DTypeName(t.dtype());
+  out += "\",\"shape\":[";
+  for (size_t d = 0; d < t.shape().size(); ++d) {
+    if (d) out += ',';
+    out += std::to_string(t.shape()[d]);
+  }
+  out += "],\"data\":[";
+  DispatchDType(t.dtype(), [&](auto zero) {
+    using T = decltype(zero);
+    const T* p = t.data<T>();
+    for (int64_t i = 0; i < t.numel(); ++i) {
+      if (i) out += ',';
+      if constexpr (std::is_same_v<T, bool>) {
+        out += p[i] ? "true" : "false";
+      } else if constexpr (std::is_same_v<T, int64_t>) {
+        out += std::to_string(p[i]);  // exactly: never through a double
+      } else {
+        AppendFloat(p[i], out);
+      }
+    }
+  });
+  out += "]}";
 }
 
 }  // namespace
@@ -208,23 +289,42 @@ Value ValueFromJson(const Json& json, const Type& type, const std::function<Type
   return Converter(type_def).Convert(json, type, path);
 }
 
-Json ValueToJson(const Value& value) {
-  switch (value.kind()) {
-    case Value::Kind::kTensor: return TensorToJson(value.tensor());
-    case Value::Kind::kTuple: {
-      Json arr = Json::array();
-      for (const Value& f : value.fields()) arr.push_back(ValueToJson(f));
-      return arr;
+std::string ValueToJsonText(const Value& value) {
+  std::string out;
+  // An explicit stack (value, next field), so that a 100,000-element list,
+  // 100,000 nested Cons values, prints without native stack.
+  std::vector<std::pair<const Value*, size_t>> stack;
+  auto open = [&](const Value& v) {
+    switch (v.kind()) {
+      case Value::Kind::kTensor: AppendTensor(v.tensor(), out); return;
+      case Value::Kind::kTuple:
+        out += '[';
+        stack.emplace_back(&v, 0);
+        return;
+      case Value::Kind::kAdt:
+        out += "{\"ctor\":" + Json(v.ctor_name()).dump() + ",\"fields\":[";
+        stack.emplace_back(&v, 0);
+        return;
+      case Value::Kind::kClosure: out += "{\"function\":" + Json(v.Describe()).dump() + "}"; return;
+      case Value::Kind::kNone: out += "null"; return;
     }
-    case Value::Kind::kAdt: {
-      Json fields = Json::array();
-      for (const Value& f : value.fields()) fields.push_back(ValueToJson(f));
-      return Json{{"ctor", value.ctor_name()}, {"fields", std::move(fields)}};
+  };
+  open(value);
+  while (!stack.empty()) {
+    auto& [v, next] = stack.back();
+    const std::vector<Value>& fields = v->fields();
+    if (next < fields.size()) {
+      if (next) out += ',';
+      const Value& field = fields[next++];
+      open(field);  // may grow the stack: `v` and `next` are not used after
+      continue;
     }
-    case Value::Kind::kClosure: return Json{{"function", value.Describe()}};
-    case Value::Kind::kNone: return nullptr;
+    out += v->kind() == Value::Kind::kAdt ? "]}" : "]";
+    stack.pop_back();
   }
-  return nullptr;
+  return out;
 }
+
+Json ValueToJson(const Value& value) { return Json::parse(ValueToJsonText(value)); }
 
 }  // namespace pejit

@@ -1,5 +1,7 @@
 #include "ir/module.h"
 
+#include <set>
+
 #include <functional>
 
 #include "ir/parser.h"
@@ -27,6 +29,38 @@ const Definition& ModuleSnapshot::Get(std::string_view name) const {
 TypeDefPtr ModuleSnapshot::FindType(std::string_view name) const {
   auto it = types_.find(name);
   return it == types_.end() ? nullptr : it->second;
+}
+
+bool ModuleSnapshot::CanHoldFloat(const Type& root) const {
+  std::vector<Type> stack = {root};
+  std::set<std::string> seen;  // ADT types expanded already (recursive types)
+  while (!stack.empty()) {
+    Type t = std::move(stack.back());
+    stack.pop_back();
+    switch (t->kind) {
+      case TypeKind::kTensor:
+        if (IsFloat(AsTensor(t)->type.dtype)) return true;
+        break;
+      case TypeKind::kTuple:
+        for (const Type& f : AsTuple(t)->fields) stack.push_back(f);
+        break;
+      case TypeKind::kAdt: {
+        const AdtTypeNode* adt = AsAdt(t);
+        if (!seen.insert(TypeToString(t)).second) break;
+        TypeDefPtr def = FindType(adt->name);
+        if (!def) break;
+        std::map<std::string, Type> bindings;  // List[Tensor[(), f32]]: T is the f32 tensor
+        for (size_t i = 0; i < def->params.size() && i < adt->args.size(); ++i) bindings[def->params[i]] = adt->args[i];
+        for (const CtorDef& c : def->ctors) {
+          for (const Type& f : c.fields) stack.push_back(SubstituteTypeVars(f, bindings));
+        }
+        break;
+      }
+      case TypeKind::kVar: return true;
+      case TypeKind::kFunc: break;
+    }
+  }
+  return false;
 }
 
 std::vector<std::string> ModuleSnapshot::Names() const {

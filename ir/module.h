@@ -50,6 +50,10 @@ class ModuleSnapshot {
   // Throws IrError "unknown definition '@lsos'; did you mean '@loss'?".
   const Definition& Get(std::string_view name) const;
   TypeDefPtr FindType(std::string_view name) const;
+  // Whether a value of `type` can hold a float tensor: a tensor of f32 or
+  // f64, or a tuple or constructor field that can (a type variable can). A
+  // gradient is taken only for arguments of such types.
+  bool CanHoldFloat(const Type& type) const;
 
   std::vector<std::string> Names() const;  // sorted
   const std::map<std::string, DefinitionPtr, std::less<>>& definitions() const { return defs_; }

@@ -817,6 +817,70 @@ class PartialEvaluator {
     }
   }
 
+  // Whether `v` may have type `t`, as the interpreter checks each return,
+  // annotated `let` and constructor at run time (interp/interpreter.cc,
+  // Fits): a program the interpreter stops with an error must not
+  // specialize into code that answers.
+  // Whether a value of (residual) type `got` may have type `want`.
+  static bool TypeFits(const Type& got, const Type& want) {
+    if (want->kind == TypeKind::kVar || got->kind == TypeKind::kVar) return true;
+    if (got->kind != want->kind) return false;
+    switch (want->kind) {
+      case TypeKind::kTensor: {
+        const TensorType &g = AsTensor(got)->type, &w = AsTensor(want)->type;
+        if (w.dtype != g.dtype || w.shape.size() != g.shape.size()) return false;
+        for (size_t i = 0; i < w.shape.size(); ++i) {
+          if (w.shape[i] != kUnknownDim && g.shape[i] != kUnknownDim && w.shape[i] != g.shape[i]) return false;
+        }
+        return true;
+      }
+      case TypeKind::kTuple: {
+        const auto &g = AsTuple(got)->fields, &w = AsTuple(want)->fields;
+        if (g.size() != w.size()) return false;
+        for (size_t i = 0; i < w.size(); ++i) {
+          if (!TypeFits(g[i], w[i])) return false;
+        }
+        return true;
+      }
+      case TypeKind::kAdt: return AsAdt(got)->name == AsAdt(want)->name;
+      default: return true;
+    }
+  }
+
+  static bool Fits(const PVal* v, const Type& t) {
+    if (v->kind == PVal::Kind::kDynamic) return TypeFits(v->type->type, t);  // a residual tuple, ADT or tensor
+    switch (t->kind) {
+      case TypeKind::kTensor: {
+        if (v->kind != PVal::Kind::kStatic) return false;
+        const TensorType got = v->value->type();
+        const TensorType& want = AsTensor(t)->type;
+        if (want.dtype != got.dtype || want.shape.size() != got.shape.size()) return false;
+        for (size_t i = 0; i < want.shape.size(); ++i) {
+          if (want.shape[i] != kUnknownDim && got.shape[i] != kUnknownDim && want.shape[i] != got.shape[i]) return false;
+        }
+        return true;
+      }
+      case TypeKind::kTuple: {
+        const auto& fields = AsTuple(t)->fields;
+        if (v->kind != PVal::Kind::kTuple || v->size != fields.size()) return false;
+        for (size_t i = 0; i < fields.size(); ++i) {
+          if (!Fits(v->fields[i], fields[i])) return false;
+        }
+        return true;
+      }
+      case TypeKind::kAdt: return v->kind == PVal::Kind::kAdt && v->adt->name == AsAdt(t)->name;
+      case TypeKind::kFunc: return v->kind == PVal::Kind::kClosure || v->kind == PVal::Kind::kGlobal;
+      case TypeKind::kVar: return true;
+    }
+    return false;
+  }
+
+  void CheckResult(const PVal* result, const FuncNode& f, const std::string* name) {
+    if (!f.ret_type || Fits(result, f.ret_type)) return;
+    throw PeFailure(f.loc.ToString() + ": the result of " + (name ? "@" + *name : std::string("the function")) +
+                    " is " + TypeText(result) + ", not its declared " + TypeToString(f.ret_type));
+  }
+
   // The dynamic atoms of `values`, depth first, with their paths.
   static std::vector<std::pair<std::string, Expr>> Atoms(std::span<const PVal* const> values, bool top_is_tuple) {
     std::vector<std::pair<std::string, Expr>> out;
@@ -1003,6 +1067,10 @@ class PartialEvaluator {
       hint_ = &let.var->name;
       const PVal* value = Eval(let.value);
       hint_ = nullptr;
+      if (let.var->annotation && !Fits(value, let.var->annotation)) {
+        throw PeFailure(let.loc.ToString() + ": %" + let.var->name + " is " + TypeText(value) + ", not its annotated " +
+                        TypeToString(let.var->annotation));
+      }
       Bind(let.var.get(), value);
       e = &let.body;
     }
@@ -1059,6 +1127,13 @@ class PartialEvaluator {
         const CtorNode& c = NodeOf<CtorNode>(*e);
         SmallVec<const PVal*> fields;
         for (const Expr& a : c.args) fields.push_back(Eval(a));
+        const auto& declared = c.adt->ctors[c.tag].fields;
+        for (size_t i = 0; i < declared.size() && i < fields.size(); ++i) {
+          if (!Fits(fields[i], declared[i])) {
+            throw PeFailure(c.loc.ToString() + ": field " + std::to_string(i) + " of " + c.adt->ctors[c.tag].name +
+                            " is " + TypeText(fields[i]) + ", not its declared " + TypeToString(declared[i]));
+          }
+        }
         return NewAdt(c.adt, c.tag, fields);
       }
       case ExprKind::kMatch: return EvalMatch(NodeOf<MatchNode>(*e));
@@ -1870,6 +1945,7 @@ class PartialEvaluator {
           current_instance_ = static_cast<int>(instances_.size()) - 1;
         }
         result = Eval(f->body);
+        CheckResult(result, *f, global);
         if (instance) {
           instances_[current_instance_].result_type = TypeText(result);
           instances_[current_instance_].result_atoms = Atoms({&result, 1}, false);
@@ -1941,6 +2017,7 @@ class PartialEvaluator {
     PushActive(skeleton, &f, closure, general_args);
     OpenScope(true);
     const PVal* result = Eval(f.body);
+    CheckResult(result, f, callee->kind == PVal::Kind::kGlobal ? callee->global->name : nullptr);
     Expr body = CloseScope(Reify(result, f.loc));
     PopActive();
     active_floor_ = saved_floor;

@@ -394,6 +394,16 @@ void EngineImpl::Prepare(Request& r) {
     r.uncacheable = "wrt must name distinct dynamic arguments";
     return;
   }
+  if (r.wrt) {  // an argument without a gradient is an error, which tier 0 gives
+    const Definition* def = r.snapshot->Find(r.entry.name);
+    for (int i : *r.wrt) {
+      if (def && static_cast<size_t>(i) < def->func->params.size() &&
+          !r.snapshot->CanHoldFloat(def->func->params[i]->annotation)) {
+        r.uncacheable = "wrt argument " + std::to_string(i) + " cannot hold a float tensor";
+        return;
+      }
+    }
+  }
   VersionsPtr versions;
   {
     std::lock_guard<std::mutex> lock(r.entry.versions_mu);

@@ -48,21 +48,19 @@ int Run(const std::string& file, const std::string& entry, const std::string& ar
   Snapshot s = LoadProgram(file);
   std::vector<Value> args = LoadArgs(*s, entry, args_file);
   Interpreter interp;
-  nlohmann::json out;
+  // Printed as text: values of any depth (ValueToJsonText).
+  std::string out = "{\"value\":";
   if (grad) {
     std::vector<int> wrt = wrt_list.empty() ? std::vector<int>{} : ParseIndices(wrt_list, "--wrt");
-    if (wrt.empty()) {
-      for (size_t i = 0; i < args.size(); ++i) wrt.push_back(static_cast<int>(i));
-    }
+    if (wrt.empty()) wrt = FloatArguments(*s, entry);
     Interpreter::ValueAndGrad r = interp.CallWithGrad(*s, entry, args, wrt);
-    out["value"] = ValueToJson(r.value);
-    out["grads"] = nlohmann::json::array();
-    for (const Value& g : r.grads) out["grads"].push_back(ValueToJson(g));
-    out["wrt"] = wrt;
+    out += ValueToJsonText(r.value) + ",\"grads\":[";
+    for (size_t g = 0; g < r.grads.size(); ++g) out += (g ? "," : "") + ValueToJsonText(r.grads[g]);
+    out += "],\"wrt\":" + nlohmann::json(wrt).dump();
   } else {
-    out["value"] = ValueToJson(interp.Call(*s, entry, args));
+    out += ValueToJsonText(interp.Call(*s, entry, args));
   }
-  std::printf("%s\n", out.dump().c_str());
+  std::printf("%s}\n", out.c_str());
   return 0;
 }
 
@@ -132,9 +130,7 @@ int Compile(const std::string& file, const std::string& entry, const std::string
   options.batch = batch;
   if (grad) {
     std::vector<int> wrt = wrt_list.empty() ? std::vector<int>{} : ParseIndices(wrt_list, "--wrt");
-    if (wrt.empty()) {
-      for (size_t i = 0; i < args.size(); ++i) wrt.push_back(static_cast<int>(i));
-    }
+    if (wrt.empty()) wrt = FloatArguments(*s, entry);
     options.wrt_leaves = FloatWrtLeaves(args, wrt);
   }
   options.print_after = [&](std::string_view stage, const Func& program) {
@@ -186,7 +182,7 @@ int main(int argc, char** argv) {
                   "{\"dtype\",\"shape\",\"data\"}, ADT values as {\"ctor\",\"fields\"}, tuples as arrays")
       ->required();
   run->add_flag("--grad", grad, "also compute gradients of the (scalar f32) result");
-  run->add_option("--wrt", wrt, "comma-separated argument indices to differentiate (default: all)");
+  run->add_option("--wrt", wrt, "comma-separated argument indices to differentiate (default: every argument whose type can hold a float tensor)");
 
   std::string static_list;
   pejit::PeOptions pe_options;
@@ -211,7 +207,7 @@ int main(int argc, char** argv) {
   compile->add_option("--entry", entry, "the definition to compile, without '@'")->required();
   compile->add_option("--args", args_file, "JSON array of arguments, as for `run`")->required();
   compile->add_flag("--grad", grad, "compile the loss and its gradients (the result must be a scalar f32)");
-  compile->add_option("--wrt", wrt, "comma-separated argument indices to differentiate (default: all)");
+  compile->add_option("--wrt", wrt, "comma-separated argument indices to differentiate (default: every argument whose type can hold a float tensor)");
   bool no_batch = false;
   compile->add_flag("--no-batch", no_batch, "compile without batching isomorphic independent operations");
   compile->add_option("--emit", emit, "what to print: fused (the plan with kernel boundaries), llvm "

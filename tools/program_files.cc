@@ -38,6 +38,15 @@ std::vector<int> ParseIndices(const std::string& list, const std::string& option
   return out;
 }
 
+std::vector<int> FloatArguments(const ModuleSnapshot& module, const std::string& entry) {
+  std::vector<int> out;
+  const auto& params = module.Get(entry).func->params;
+  for (size_t i = 0; i < params.size(); ++i) {
+    if (module.CanHoldFloat(params[i]->annotation)) out.push_back(static_cast<int>(i));
+  }
+  return out;
+}
+
 std::vector<Value> ArgumentsFromJson(const ModuleSnapshot& module, const std::string& entry,
                                      const nlohmann::json& json, const std::string& where) {
   const Definition& d = module.Get(entry);

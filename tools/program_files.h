@@ -21,6 +21,10 @@ Snapshot LoadProgram(const std::string& path);
 // "0,2" -> {0, 2}; throws std::runtime_error naming `option` and the item.
 std::vector<int> ParseIndices(const std::string& list, const std::string& option);
 
+// The default of --wrt: the arguments of `entry` whose types can hold a
+// float tensor (a structure of integer tokens has no gradient to take).
+std::vector<int> FloatArguments(const ModuleSnapshot& module, const std::string& entry);
+
 // The arguments of `entry` from `json`, an array of them; `where` names the
 // source in errors ("calls.jsonl:3"), each argument as where: args[i] (%name).
 std::vector<Value> ArgumentsFromJson(const ModuleSnapshot& module, const std::string& entry,

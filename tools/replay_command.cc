@@ -86,7 +86,7 @@ ReplayCommand::ReplayCommand(CLI::App& app) {
       ->required()
       ->check(CLI::ExistingFile);
   replay_->add_flag("--grad", o_.grad, "value and gradients of the (scalar f32) result, as training takes them");
-  replay_->add_option("--wrt", o_.wrt, "comma-separated argument indices to differentiate (default: all)");
+  replay_->add_option("--wrt", o_.wrt, "comma-separated argument indices to differentiate (default: every argument whose type can hold a float tensor)");
   replay_->add_option("--static", o_.static_args, "comma-separated argument indices specialized on whole");
   replay_->add_option("--epochs", o_.epochs, "passes over the calls")->capture_default_str()->check(CLI::PositiveNumber);
   replay_->add_flag("--reshuffle", o_.reshuffle, "a new order of the calls every epoch (seeded)");
@@ -141,9 +141,7 @@ int ReplayCommand::Run() const {
   EntryOptions entry_options;
   entry_options.static_argnums = indices(o_.static_args, "--static");
   std::vector<int> wrt = indices(o_.wrt, "--wrt");
-  if (o_.grad && wrt.empty()) {
-    for (size_t i = 0; i < arity; ++i) wrt.push_back(static_cast<int>(i));
-  }
+  if (o_.grad && wrt.empty()) wrt = FloatArguments(*snapshot, o_.entry);
   Entry entry = engine.entry(o_.entry, entry_options);
   Interpreter reference;
 

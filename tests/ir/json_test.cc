@@ -2,6 +2,9 @@
 // time linear in the input, and errors that name the path to the problem.
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <limits>
+
 #include "ir/json.h"
 #include "ir/module.h"
 
@@ -107,6 +110,63 @@ def @f(%t: Tree) -> Tree { %t }
   EXPECT_EQ(v.fields()[1].fields()[0].tensor().data<int64_t>()[0], 7);
   EXPECT_FLOAT_EQ(v.fields()[1].fields()[1].fields()[0].tensor().data<float>()[1], -2.0f);
   EXPECT_EQ(ValueToJson(v), tree);
+}
+
+// ---- Values to JSON and back: exactly, at any depth -----------------------------
+
+Value TensorValue(Tensor t) { return Value(std::move(t)); }
+
+TEST(ValueToJsonText, PrintsI64ExactlyAndFloatsInTheirShortestDigits) {
+  Tensor big = Tensor::FromVector<int64_t>({2}, {9007199254740993, -9223372036854775807 - 1});
+  EXPECT_EQ(ValueToJsonText(TensorValue(big)),
+            R"({"dtype":"i64","shape":[2],"data":[9007199254740993,-9223372036854775808]})");
+  // 0.1f is 0.100000001490116...: its shortest f32 digits, not a double's.
+  Tensor f = Tensor::FromVector<float>({3}, {0.1f, 3.0f, 1e-20f});
+  EXPECT_EQ(ValueToJsonText(TensorValue(f)), R"({"dtype":"f32","shape":[3],"data":[0.1,3.0,1e-20]})");
+  Tensor b = Tensor::FromVector<bool>({2}, {true, false});
+  EXPECT_EQ(ValueToJsonText(TensorValue(b)), R"({"dtype":"bool","shape":[2],"data":[true,false]})");
+}
+
+TEST(ValueToJsonText, NonFiniteFloatsAreStringsThatReadBack) {
+  const float inf = std::numeric_limits<float>::infinity();
+  Tensor t = Tensor::FromVector<float>({3}, {std::numeric_limits<float>::quiet_NaN(), inf, -inf});
+  std::string text = ValueToJsonText(TensorValue(t));
+  EXPECT_EQ(text, R"({"dtype":"f32","shape":[3],"data":["nan","inf","-inf"]})");
+  Value back = ValueFromJson(Json::parse(text), TensorTy(DType::kF32, {3}), nullptr, "v");
+  const float* p = back.tensor().data<float>();
+  EXPECT_TRUE(std::isnan(p[0]));
+  EXPECT_EQ(p[1], inf);
+  EXPECT_EQ(p[2], -inf);
+}
+
+TEST(ValueFromJson, RefusesNumbersItWouldHaveToChange) {
+  auto error = [](const Json& data, DType dtype) {
+    try {
+      ValueFromJson(Json{{"dtype", DTypeName(dtype)}, {"shape", {1}}, {"data", data}}, TensorTy(dtype, {1}),
+                    nullptr, "args[2]");
+    } catch (const std::invalid_argument& e) {
+      return std::string(e.what());
+    }
+    return std::string("accepted");
+  };
+  EXPECT_EQ(error(Json::parse("[1e300]"), DType::kF32),
+            "args[2]: data[0]: 1e+300 is out of f32's range (largest 3.4028235e+38); write \"inf\" for infinity");
+  EXPECT_EQ(error(Json::parse("[1e300]"), DType::kF64), "accepted");
+  EXPECT_EQ(error(Json::parse("[18446744073709551615]"), DType::kI64),
+            "args[2]: data[0]: 18446744073709551615 is out of i64's range");
+  EXPECT_EQ(error(Json::parse("[1.5]"), DType::kI64), "args[2]: data[0]: expected an integer for an i64, got 1.5");
+  EXPECT_EQ(error(Json::parse(R"(["one"])"), DType::kF32),
+            "args[2]: data[0]: expected a number (or \"nan\", \"inf\", \"-inf\") for a f32, got \"one\"");
+  EXPECT_EQ(error(Json::parse("[1]"), DType::kBool), "args[2]: data[0]: expected true or false for a bool, got 1");
+}
+
+TEST(ValueToJsonText, AListOfAHundredThousandElementsPrintsWithoutRecursionAndReadsBack) {
+  Snapshot s = ListModule();
+  const int64_t n = 100000;
+  Value v = Load(*s, ListJson(n), ListType(*s));
+  std::string text = ValueToJsonText(v);
+  EXPECT_EQ(text.rfind(R"({"ctor":"Cons","fields":[{"dtype":"i64","shape":[],"data":[99999]},{"ctor":"Cons")", 0), 0u);
+  EXPECT_TRUE(ValueEqual(Load(*s, Json::parse(text), ListType(*s)), v));
 }
 
 }  // namespace

@@ -179,5 +179,19 @@ TEST(ModuleConcurrency, ReadersSeeWholeDefinitionsDuringReplace) {
   EXPECT_EQ(m.snapshot()->Get("f").version, 202u);
 }
 
+// What a gradient can be taken for: types that can hold a float tensor.
+TEST(Module, CanHoldFloatLooksThroughTuplesConstructorsAndTypeArguments) {
+  Module m;
+  m.AddSource(R"(type List[T] { Nil, Cons(T, List[T]) }
+type Tree { Leaf(Tensor[(), i64]), Node(Tree, Tree) }
+type Rose { Tip(Tensor[(), i64]), Branch(Tensor[(2,), f32], List[Rose]) }
+def @f(%a: Tree, %b: List[Tensor[(), i64]], %c: List[Tensor[(2,), f32]], %d: (Tensor[(), i64], (Tensor[(), f64],)),
+       %e: Rose, %g: Tensor[(), bool]) -> Tensor[(), i64] { 0i64 })", "m.pj");
+  Snapshot s = m.snapshot();
+  std::vector<bool> holds;
+  for (const Var& p : s->Get("f").func->params) holds.push_back(s->CanHoldFloat(p->annotation));
+  EXPECT_EQ(holds, (std::vector<bool>{false, false, true, true, true, false}));
+}
+
 }  // namespace
 }  // namespace pejit

@@ -218,6 +218,31 @@ TEST_F(PartialEvalTest, AVeryDeepTreeFailsCleanlyInsteadOfCrashing) {
   }
 }
 
+// The interpreter stops a program whose values break their declared types
+// where static checking cannot tell (a `?` dimension); PE refuses it, so that
+// no compiled code answers where the interpreter gives an error.
+TEST(PartialEvalDeclaredTypes, AResultOrLetOrFieldThatBreaksItsDeclaredTypeIsRefused) {
+  Module m;
+  m.AddSource(R"(type Box { B(Tensor[(3, 2), f32]) }
+def @f(%x: Tensor[(?, 2), f32]) -> Tensor[(3, 2), f32] { %x }
+def @g(%x: Tensor[(?, 2), f32]) -> Tensor[(), f32] { sum(@f(%x)) }
+def @h(%x: Tensor[(?, 2), f32]) -> Tensor[(), f32] { let %y: Tensor[(3, 2), f32] = %x; sum(%y) }
+def @box(%x: Tensor[(?, 2), f32]) -> Box { B(%x) }
+)", "m.pj");
+  auto error = [&](const char* entry, int64_t rows) {
+    try {
+      PartialEvaluate(*m.snapshot(), entry, {Value(Tensor::Zeros(DType::kF32, {rows, 2}))});
+    } catch (const PeFailure& e) {
+      return std::string(e.what());
+    }
+    return std::string("specialized");
+  };
+  EXPECT_EQ(error("g", 4), "m.pj:2:1: the result of @f is Tensor[(4, 2), f32], not its declared Tensor[(3, 2), f32]");
+  EXPECT_EQ(error("h", 4), "m.pj:4:54: %y is Tensor[(4, 2), f32], not its annotated Tensor[(3, 2), f32]");
+  EXPECT_EQ(error("box", 4), "m.pj:5:44: field 0 of B is Tensor[(4, 2), f32], not its declared Tensor[(3, 2), f32]");
+  for (const char* entry : {"g", "h", "box"}) EXPECT_EQ(error(entry, 3), "specialized") << entry;
+}
+
 TEST_F(PartialEvalTest, SignaturesDependOnStructureNotOnDynamicContents) {
   Rng rng(8);
   Value emb = Value(RandomUniform(rng, {3, 4}, -1, 1));

@@ -133,14 +133,16 @@ TEST_F(EngineTest, CompiledCodeReturnsWhatTheInterpreterReturns) {
 
   Entry loss = engine_->entry("loss");
   std::vector<Value> targs = TreeArgs(4, 1);
-  ValueAndGrad got = loss.value_and_grad(targs, {1, 0});
-  ValueAndGrad want = Interpreter().CallWithGrad(*engine_->module().snapshot(), "loss", targs, {1, 0});
-  ASSERT_EQ(loss.stats().calls_compiled(), 1) << loss.status(targs, {1, 0}).reason;
+  ValueAndGrad got = loss.value_and_grad(targs, {1});
+  ValueAndGrad want = Interpreter().CallWithGrad(*engine_->module().snapshot(), "loss", targs, {1});
+  ASSERT_EQ(loss.stats().calls_compiled(), 1) << loss.status(targs, {1}).reason;
   EXPECT_TRUE(ValueAllClose(got.value, want.value, 1e-5));
-  ASSERT_EQ(got.grads.size(), 2u);
+  ASSERT_EQ(got.grads.size(), 1u);
   EXPECT_TRUE(ValueAllClose(got.grads[0], want.grads[0], 1e-5, 1e-6));
-  // The tree has no float leaves: its "gradient" is the tree itself, as in tier 0.
-  EXPECT_TRUE(ValueEqual(got.grads[1], want.grads[1]));
+  // The tree cannot hold a float tensor: asking for its gradient is tier 0's
+  // error, not compiled code that answers with the tree.
+  EXPECT_THROW(loss.value_and_grad(targs, {1, 0}), EvalError);
+  EXPECT_EQ(loss.status(targs, {1, 0}).state, State::kNone);
 }
 
 // (f) hot:N compiles a signature at its N-th call, not before.

@@ -9,11 +9,20 @@ dir="$2"
 fail() { echo "FAIL: $*" >&2; exit 1; }
 
 out=$("$pejit" run "$dir/trees.pj" --entry encode --args "$dir/trees_args.json")
-[[ "$out" == '{"value":{"data":[2.5,3.5],"dtype":"f32","shape":[1,2]}}' ]] || fail "run: $out"
+[[ "$out" == '{"value":{"dtype":"f32","shape":[1,2],"data":[2.5,3.5]}}' ]] || fail "run: $out"
 
 out=$("$pejit" run "$dir/trees.pj" --entry loss --args "$dir/trees_args.json" --grad --wrt 1)
-want='{"grads":[{"data":[2.5,3.5,1.25,1.75,1.25,1.75],"dtype":"f32","shape":[3,2]}],"value":{"data":[18.5],"dtype":"f32","shape":[]},"wrt":[1]}'
+want='{"value":{"dtype":"f32","shape":[],"data":[18.5]},"grads":[{"dtype":"f32","shape":[3,2],"data":[2.5,3.5,1.25,1.75,1.25,1.75]}],"wrt":[1]}'
 [[ "$out" == "$want" ]] || fail "run --grad: $out"
+# Without --wrt, every argument whose type can hold a float tensor; naming the
+# tree of integer tokens is an error, not the tree handed back as a gradient.
+out=$("$pejit" run "$dir/trees.pj" --entry loss --args "$dir/trees_args.json" --grad)
+[[ "$out" == "$want" ]] || fail "run --grad without --wrt: $out"
+if err=$("$pejit" run "$dir/trees.pj" --entry loss --args "$dir/trees_args.json" --grad --wrt 0 2>&1); then
+  fail "--wrt naming the tree accepted"
+fi
+[[ "$err" == "pejit: @loss: wrt argument 0 (%t: Tree) cannot hold a float tensor, so it has no gradient" ]] ||
+  fail "--wrt error: $err"
 
 out=$("$pejit" check "$dir/trees.pj")
 [[ "$out" == *"ok, 2 definitions, 1 types" ]] || fail "check: $out"
@@ -37,7 +46,7 @@ out=$("$pejit" pe "$dir/trees.pj" --entry loss --args "$dir/trees_args.json")
 echo '[{"dtype":"i64","shape":[],"data":[0]},{"dtype":"i64","shape":[],"data":[1]},
        {"dtype":"i64","shape":[],"data":[2]},{"dtype":"f32","shape":[3,2],"data":[1,2,3,4,5,6]}]' > "$tmp/leaves.json"
 out=$("$pejit" run "$tmp/residual.pj" --entry main --args "$tmp/leaves.json")
-[[ "$out" == '{"value":{"data":[2.5,3.5],"dtype":"f32","shape":[1,2]}}' ]] || fail "residual run: $out"
+[[ "$out" == '{"value":{"dtype":"f32","shape":[1,2],"data":[2.5,3.5]}}' ]] || fail "residual run: $out"
 
 # The structural call instances: @loss, and @encode on the tree's five nodes
 # (its second call on the same tree is answered by the first).
