@@ -289,10 +289,19 @@ std::shared_ptr<JitSession> MakeSession(bool optional) {
   }
 }
 
+// Options a running engine would trip over later, refused at its start.
+EngineOptions Checked(EngineOptions o) {
+  if (o.workers < 0 || o.workers > kMaxWorkers) {
+    throw std::invalid_argument("EngineOptions::workers is " + std::to_string(o.workers) + "; it must be 0 (cores - 1) to " +
+                                std::to_string(kMaxWorkers));
+  }
+  return o;
+}
+
 }  // namespace
 
 EngineImpl::EngineImpl(EngineOptions opts)
-    : options(std::move(opts)),
+    : options(Checked(std::move(opts))),
       workers(options.workers > 0 ? options.workers : DefaultWorkers()),
       cache(CacheLimits{options.code_cache_bytes, std::max(1, options.max_specializations_per_entry),
                         std::max(1, options.max_tracked_signatures_per_entry)}),

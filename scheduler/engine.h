@@ -81,8 +81,11 @@ class CompileFn {
   Reporting fn_;
 };
 
+inline constexpr int kMaxWorkers = 256;
+
 struct EngineOptions {
-  // Background workers; 0: hardware threads − 1, at least 1.
+  // Background workers; 0: hardware threads − 1, at least 1. At most
+  // kMaxWorkers (the Engine's constructor throws std::invalid_argument).
   int workers = 0;
   // Niceness a worker runs its jobs at (Linux; 0: the caller's priority), so
   // that on a busy machine compiling yields the CPU to the training thread

@@ -31,16 +31,21 @@ int Check(const std::string& file) {
   return 0;
 }
 
-// The arguments of `entry` from a JSON file holding an array of them.
-std::vector<Value> LoadArgs(const ModuleSnapshot& s, const std::string& entry, const std::string& args_file) {
+// The arguments of `entry` from `--args`: a JSON array of them, inline
+// (starting with '['), from a file, or from stdin ("-").
+std::vector<Value> LoadArgs(const ModuleSnapshot& s, const std::string& entry, const std::string& args) {
+  const size_t first = args.find_first_not_of(" \t\r\n");
+  const bool inline_json = first != std::string::npos && args[first] == '[';
+  const std::string where = inline_json ? std::string("--args") : args;
   nlohmann::json args_json;
   try {
-    args_json = nlohmann::json::parse(args_file == "-" ? std::string(std::istreambuf_iterator<char>(std::cin), {})
-                                                       : ReadFile(args_file));
+    args_json = nlohmann::json::parse(inline_json ? args
+                                      : args == "-" ? std::string(std::istreambuf_iterator<char>(std::cin), {})
+                                                    : ReadFile(args));
   } catch (const nlohmann::json::parse_error& e) {
-    throw std::runtime_error(args_file + ": not valid JSON: " + e.what());
+    throw std::runtime_error(where + ": not valid JSON: " + e.what());
   }
-  return ArgumentsFromJson(s, entry, args_json, args_file);
+  return ArgumentsFromJson(s, entry, args_json, where);
 }
 
 int Run(const std::string& file, const std::string& entry, const std::string& args_file, bool grad,
@@ -178,7 +183,7 @@ int main(int argc, char** argv) {
   run->add_option("file", file, "the .pj program")->required()->check(CLI::ExistingFile);
   run->add_option("--entry", entry, "the definition to call, without '@'")->required();
   run->add_option("--args", args_file,
-                  "JSON array of arguments ('-' for standard input); tensors as "
+                  "JSON array of arguments: a file, '-' for standard input, or inline (starting with '['); tensors as "
                   "{\"dtype\",\"shape\",\"data\"}, ADT values as {\"ctor\",\"fields\"}, tuples as arrays")
       ->required();
   run->add_flag("--grad", grad, "also compute gradients of the (scalar f32) result");

@@ -120,6 +120,20 @@ std::vector<Tensor> ParameterLeaves(const Value& params) {
 }
 
 std::unique_ptr<Optimizer> Optimizer::Create(const OptimizerOptions& options) {
+  // A negative rate ascends, a negative decay or clip inverts what it means:
+  // settings that would train wrongly without a word are refused.
+  auto require = [](bool ok, const char* name, double value, const char* what) {
+    if (!ok) throw std::invalid_argument(std::string("OptimizerOptions::") + name + " is " + std::to_string(value) + "; " + what);
+  };
+  require(std::isfinite(options.learning_rate) && options.learning_rate > 0, "learning_rate", options.learning_rate,
+          "it must be a positive number");
+  require(std::isfinite(options.weight_decay) && options.weight_decay >= 0, "weight_decay", options.weight_decay,
+          "it must be 0 or more");
+  require(std::isfinite(options.clip_norm) && options.clip_norm >= 0, "clip_norm", options.clip_norm,
+          "it must be 0 (off) or more");
+  require(options.beta1 >= 0 && options.beta1 < 1, "beta1", options.beta1, "it must be in [0, 1)");
+  require(options.beta2 >= 0 && options.beta2 < 1, "beta2", options.beta2, "it must be in [0, 1)");
+  require(std::isfinite(options.epsilon) && options.epsilon > 0, "epsilon", options.epsilon, "it must be a positive number");
   if (options.kind == "sgd") return std::unique_ptr<Optimizer>(new Sgd(options));
   if (options.kind == "adagrad") return std::unique_ptr<Optimizer>(new Adagrad(options));
   if (options.kind == "adam") return std::unique_ptr<Optimizer>(new Adam(options));

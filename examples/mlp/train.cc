@@ -154,13 +154,13 @@ int main(int argc, char** argv) {
   app.add_option("--batch", c.run.batch, "images per minibatch (training and inference)")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
-  app.add_option("--lr", c.run.optimizer.learning_rate)->capture_default_str();
+  app.add_option("--lr", c.run.optimizer.learning_rate)->capture_default_str()->check(CLI::PositiveNumber);
   app.add_option("--optimizer", c.run.optimizer.kind)
       ->check(CLI::IsMember({"sgd", "adagrad", "adam"}))
       ->capture_default_str();
-  app.add_option("--weight-decay", c.run.optimizer.weight_decay)->capture_default_str();
+  app.add_option("--weight-decay", c.run.optimizer.weight_decay)->capture_default_str()->check(CLI::NonNegativeNumber);
   app.add_option("--seed", c.run.seed)->capture_default_str();
-  app.add_option("--workers", c.workers, "background compile workers (0: cores - 1)")->capture_default_str();
+  app.add_option("--workers", c.workers, "background compile workers (0: cores - 1)")->capture_default_str()->check(CLI::Range(0, pejit::kMaxWorkers));
   app.add_option("--blas-threads", c.blas_threads, "OpenBLAS threads per GEMM")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);

@@ -168,8 +168,8 @@ int main(int argc, char** argv) {
   app.add_option("--train", r.train_file, "training file: ListOps (label<TAB>expression) or SST trees");
   app.add_option("--dev", r.dev_file, "evaluation file, in the training file's format");
   app.add_flag("--strict", r.strict, "stop at the first malformed line instead of skipping it");
-  app.add_option("--listops-train-size", r.listops_train, "generated training expressions")->capture_default_str();
-  app.add_option("--listops-dev-size", r.listops_dev, "generated dev expressions")->capture_default_str();
+  app.add_option("--listops-train-size", r.listops_train, "generated training expressions")->capture_default_str()->check(CLI::PositiveNumber);
+  app.add_option("--listops-dev-size", r.listops_dev, "generated dev expressions")->capture_default_str()->check(CLI::NonNegativeNumber);
   app.add_option("--sst-min-count", r.sst_min_count, "SST words seen fewer times in training become <unk>")
       ->capture_default_str();
   app.add_option("--epochs", c.epochs, "train until this many epochs are done")->capture_default_str()
@@ -177,18 +177,19 @@ int main(int argc, char** argv) {
   app.add_option("--batch", r.batch, "trees per minibatch")->capture_default_str()->check(CLI::PositiveNumber);
   app.add_option("--embed", r.embed)->capture_default_str()->check(CLI::PositiveNumber);
   app.add_option("--hidden", r.hidden)->capture_default_str()->check(CLI::PositiveNumber);
-  app.add_option("--lr", r.optimizer.learning_rate)->capture_default_str();
+  app.add_option("--lr", r.optimizer.learning_rate)->capture_default_str()->check(CLI::PositiveNumber);
   app.add_option("--optimizer", r.optimizer.kind)->check(CLI::IsMember({"adagrad", "sgd", "adam"}))->capture_default_str();
-  app.add_option("--clip", r.optimizer.clip_norm, "clip gradients to this global norm (0: off)")->capture_default_str();
-  app.add_option("--weight-decay", r.optimizer.weight_decay)->capture_default_str();
+  app.add_option("--clip", r.optimizer.clip_norm, "clip gradients to this global norm (0: off)")->capture_default_str()->check(CLI::NonNegativeNumber);
+  app.add_option("--weight-decay", r.optimizer.weight_decay)->capture_default_str()->check(CLI::NonNegativeNumber);
   app.add_option("--seed", r.seed)->capture_default_str();
   app.add_flag("--reshuffle", r.reshuffle, "new minibatches every epoch (new signatures to compile)");
   app.add_option("--lookahead", r.lookahead, "minibatches prefetched ahead of the step, to compile before it gets there (0: none)")
       ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
+      ->check(CLI::Range(0, 1024));
   app.add_option("--train-sample", r.train_sample, "training trees the train accuracy is measured on")
-      ->capture_default_str();
-  app.add_option("--workers", c.workers, "background compile workers (0: cores - 1)")->capture_default_str();
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--workers", c.workers, "background compile workers (0: cores - 1)")->capture_default_str()->check(CLI::Range(0, pejit::kMaxWorkers));
   app.add_option("--worker-nice", c.worker_nice, "niceness the workers compile at, so training keeps its core (0: same as training)")
       ->check(CLI::Range(0, 19))
       ->capture_default_str();

@@ -436,6 +436,19 @@ TEST(EngineShutdown, CancelsQueuedJobsAndNeverRunsOneAfterward) {
   EXPECT_EQ(started, 1);  // nothing ran after the engine was gone
 }
 
+TEST(EngineOptionsCheck, AWorkerCountOutOfRangeIsRefusedAtTheStart) {
+  for (int workers : {-1, kMaxWorkers + 1, 100000}) {
+    EngineOptions o = Options(Policy::Eager(), [&](EngineOptions& e) { e.workers = workers; });
+    try {
+      Engine engine(o);
+      ADD_FAILURE() << workers << " workers accepted";
+    } catch (const std::invalid_argument& e) {
+      EXPECT_EQ(std::string(e.what()), "EngineOptions::workers is " + std::to_string(workers) +
+                                           "; it must be 0 (cores - 1) to " + std::to_string(kMaxWorkers));
+    }
+  }
+}
+
 TEST(EngineShutdown, AnIdleEngineStopsAtOnce) {
   for (int i = 0; i < 20; ++i) {
     EngineOptions options;

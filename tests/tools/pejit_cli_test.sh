@@ -24,6 +24,10 @@ fi
 [[ "$err" == "pejit: @loss: wrt argument 0 (%t: Tree) cannot hold a float tensor, so it has no gradient" ]] ||
   fail "--wrt error: $err"
 
+# --args inline: a JSON array is the arguments, not a file name.
+out=$("$pejit" run "$dir/trees.pj" --entry encode --args "$(cat "$dir/trees_args.json")")
+[[ "$out" == '{"value":{"dtype":"f32","shape":[1,2],"data":[2.5,3.5]}}' ]] || fail "run --args inline: $out"
+
 out=$("$pejit" check "$dir/trees.pj")
 [[ "$out" == *"ok, 2 definitions, 1 types" ]] || fail "check: $out"
 

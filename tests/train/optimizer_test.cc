@@ -113,5 +113,25 @@ TEST(Optimizer, AStateThatDoesNotFitIsRefusedBeforeAnyUpdate) {
   EXPECT_EQ(Flat(p), Flat(Params(1, 2)));
 }
 
+// Settings that would train wrongly without a word (a negative rate ascends)
+// are refused when the optimizer is made, naming the setting.
+TEST(Optimizer, RefusesSettingsThatWouldTrainWrongly) {
+  auto error = [](OptimizerOptions o) {
+    try {
+      Optimizer::Create(o);
+    } catch (const std::invalid_argument& e) {
+      return std::string(e.what());
+    }
+    return std::string("made");
+  };
+  EXPECT_EQ(error({.kind = "sgd", .learning_rate = -0.1}),
+            "OptimizerOptions::learning_rate is -0.100000; it must be a positive number");
+  EXPECT_EQ(error({.kind = "sgd", .learning_rate = std::nan("")}).rfind("OptimizerOptions::learning_rate is nan", 0), 0u);
+  EXPECT_EQ(error({.kind = "adagrad", .weight_decay = -1}), "OptimizerOptions::weight_decay is -1.000000; it must be 0 or more");
+  EXPECT_EQ(error({.kind = "adam", .clip_norm = -2}), "OptimizerOptions::clip_norm is -2.000000; it must be 0 (off) or more");
+  EXPECT_EQ(error({.kind = "adam", .beta1 = 1}), "OptimizerOptions::beta1 is 1.000000; it must be in [0, 1)");
+  EXPECT_EQ(error({.kind = "adam", .learning_rate = 0.01, .weight_decay = 0.1, .clip_norm = 5}), "made");
+}
+
 }  // namespace
 }  // namespace pejit
