@@ -16,6 +16,7 @@
 #include "examples/mlp/trainer.h"
 #include "ops/blas.h"
 #include "scheduler/engine.h"
+#include "support/cli_checks.h"
 #include "support/progress.h"
 
 namespace pejit {
@@ -154,7 +155,7 @@ int main(int argc, char** argv) {
   app.add_option("--batch", c.run.batch, "images per minibatch (training and inference)")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
-  app.add_option("--lr", c.run.optimizer.learning_rate)->capture_default_str()->check(CLI::PositiveNumber);
+  app.add_option("--lr", c.run.optimizer.learning_rate)->capture_default_str()->check(pejit::PositiveReal());
   app.add_option("--optimizer", c.run.optimizer.kind)
       ->check(CLI::IsMember({"sgd", "adagrad", "adam"}))
       ->capture_default_str();

@@ -19,6 +19,7 @@
 #include "examples/treelstm/trainer.h"
 #include "ops/blas.h"
 #include "scheduler/engine.h"
+#include "support/cli_checks.h"
 #include "support/progress.h"
 
 namespace pejit {
@@ -177,7 +178,7 @@ int main(int argc, char** argv) {
   app.add_option("--batch", r.batch, "trees per minibatch")->capture_default_str()->check(CLI::PositiveNumber);
   app.add_option("--embed", r.embed)->capture_default_str()->check(CLI::PositiveNumber);
   app.add_option("--hidden", r.hidden)->capture_default_str()->check(CLI::PositiveNumber);
-  app.add_option("--lr", r.optimizer.learning_rate)->capture_default_str()->check(CLI::PositiveNumber);
+  app.add_option("--lr", r.optimizer.learning_rate)->capture_default_str()->check(pejit::PositiveReal());
   app.add_option("--optimizer", r.optimizer.kind)->check(CLI::IsMember({"adagrad", "sgd", "adam"}))->capture_default_str();
   app.add_option("--clip", r.optimizer.clip_norm, "clip gradients to this global norm (0: off)")->capture_default_str()->check(CLI::NonNegativeNumber);
   app.add_option("--weight-decay", r.optimizer.weight_decay)->capture_default_str()->check(CLI::NonNegativeNumber);
