@@ -65,8 +65,7 @@ struct Frame {
   std::vector<Value> values;            // collected subresults
   Value callee;                         // kCallArgs
   std::unique_ptr<Activation> saved;    // kReturn: the caller's activation
-  const FuncNode* func = nullptr;       // kReturn: the function called (the first of a tail-call chain)
-  const std::string* name = nullptr;    // kReturn: its global name, if it has one
+  const FuncNode* func = nullptr;       // kReturn: the function called (the first of a tail-call chain), held by `callee`
 };
 
 // Whether `v` has type `t` where static checking cannot tell (a dimension
@@ -160,7 +159,7 @@ class Machine {
       Fail(node, "recursion too deep: more than " + std::to_string(options_.max_frames) +
                      " interpreter frames (InterpreterOptions::max_frames)");
     }
-    stack_.push_back(Frame{kind, node, {}, {}, nullptr, nullptr, nullptr});
+    stack_.push_back(Frame{kind, node, {}, {}, nullptr, nullptr});
   }
 
   Value ApplyOp(const OpCallNode* n, std::vector<Value> args) {
@@ -211,7 +210,7 @@ class Machine {
       Push(FrameKind::kReturn, call);
       stack_.back().saved = std::move(act_);
       stack_.back().func = f.get();
-      stack_.back().name = c.func ? nullptr : &c.global;
+      stack_.back().callee = fn;  // keeps `f` and the name for CheckResult alive
     }  // else a tail call: the frame returns for the first function of the chain, whose type the caller relies on
     act_ = std::move(callee);
     return f->body;
@@ -397,7 +396,10 @@ class Machine {
           break;
         }
         case FrameKind::kReturn: {
-          CheckResult(value, top.func, top.name);
+          if (top.func) {
+            const Closure& called = top.callee.closure();
+            CheckResult(value, top.func, called.func ? nullptr : &called.global);
+          }
           act_ = std::move(top.saved);
           stack_.pop_back();
           break;
