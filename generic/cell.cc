@@ -161,16 +161,8 @@ class Builder {
   // refused here rather than compiled into code that answers.
   bool Fits(const ValueTree& v, const Type& t) const {
     switch (t->kind) {
-      case TypeKind::kTensor: {
-        if (v.kind != ValueTree::Kind::kTensor) return false;
-        const TensorType& got = values_[v.value].type;
-        const TensorType& want = AsTensor(t)->type;
-        if (want.dtype != got.dtype || want.shape.size() != got.shape.size()) return false;
-        for (size_t i = 0; i < want.shape.size(); ++i) {
-          if (want.shape[i] != kUnknownDim && want.shape[i] != got.shape[i]) return false;
-        }
-        return true;
-      }
+      case TypeKind::kTensor:
+        return v.kind == ValueTree::Kind::kTensor && TensorTypeFits(AsTensor(t)->type, values_[v.value].type);
       case TypeKind::kTuple: {
         const auto& fields = AsTuple(t)->fields;
         if (v.kind != ValueTree::Kind::kTuple || v.fields.size() != fields.size()) return false;

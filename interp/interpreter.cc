@@ -76,16 +76,7 @@ struct Frame {
 // `let` and constructor costs a few comparisons whatever a value holds.
 bool Fits(const Value& v, const Type& t) {
   switch (t->kind) {
-    case TypeKind::kTensor: {
-      if (!v.is_tensor()) return false;
-      const TensorType& want = AsTensor(t)->type;
-      const TensorType& got = v.tensor().type();
-      if (want.dtype != got.dtype || want.shape.size() != got.shape.size()) return false;
-      for (size_t i = 0; i < want.shape.size(); ++i) {
-        if (want.shape[i] != kUnknownDim && want.shape[i] != got.shape[i]) return false;
-      }
-      return true;
-    }
+    case TypeKind::kTensor: return v.is_tensor() && TensorTypeFits(AsTensor(t)->type, v.tensor().type());
     case TypeKind::kTuple: {
       const auto& fields = AsTuple(t)->fields;
       if (v.kind() != Value::Kind::kTuple || v.fields().size() != fields.size()) return false;

@@ -38,6 +38,18 @@ std::string List(const std::vector<Type>& types) {
   return s;
 }
 
+}  // namespace
+
+bool TensorTypeFits(const TensorType& want, const TensorType& got) {
+  if (want.dtype != got.dtype || want.shape.size() != got.shape.size()) return false;
+  for (size_t i = 0; i < want.shape.size(); ++i) {
+    if (want.shape[i] != kUnknownDim && got.shape[i] != kUnknownDim && want.shape[i] != got.shape[i]) return false;
+  }
+  return true;
+}
+
+namespace {
+
 // Equality (exact) or compatibility (unknown dims match anything).
 bool Match(const Type& a, const Type& b, bool exact) {
   if (!a || !b) return a == b;

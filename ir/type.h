@@ -78,6 +78,10 @@ bool TypeEqual(const Type& a, const Type& b);
 // A value of type `actual` may be passed where `expected` is wanted: equal up
 // to unknown dimensions on either side (checked again at run time).
 bool TypeCompatible(const Type& expected, const Type& actual);
+// A tensor of type `got` may stand where `want` is declared: the same dtype
+// and rank, and each dimension known on both sides equal. (Run-time checks of
+// declared types: the interpreter's, partial evaluation's, the generic tier's.)
+bool TensorTypeFits(const TensorType& want, const TensorType& got);
 // Replaces type variables by their bindings.
 Type SubstituteTypeVars(const Type& t, const std::map<std::string, Type>& bindings);
 

@@ -826,14 +826,7 @@ class PartialEvaluator {
     if (want->kind == TypeKind::kVar || got->kind == TypeKind::kVar) return true;
     if (got->kind != want->kind) return false;
     switch (want->kind) {
-      case TypeKind::kTensor: {
-        const TensorType &g = AsTensor(got)->type, &w = AsTensor(want)->type;
-        if (w.dtype != g.dtype || w.shape.size() != g.shape.size()) return false;
-        for (size_t i = 0; i < w.shape.size(); ++i) {
-          if (w.shape[i] != kUnknownDim && g.shape[i] != kUnknownDim && w.shape[i] != g.shape[i]) return false;
-        }
-        return true;
-      }
+      case TypeKind::kTensor: return TensorTypeFits(AsTensor(want)->type, AsTensor(got)->type);
       case TypeKind::kTuple: {
         const auto &g = AsTuple(got)->fields, &w = AsTuple(want)->fields;
         if (g.size() != w.size()) return false;
@@ -850,16 +843,7 @@ class PartialEvaluator {
   static bool Fits(const PVal* v, const Type& t) {
     if (v->kind == PVal::Kind::kDynamic) return TypeFits(v->type->type, t);  // a residual tuple, ADT or tensor
     switch (t->kind) {
-      case TypeKind::kTensor: {
-        if (v->kind != PVal::Kind::kStatic) return false;
-        const TensorType got = v->value->type();
-        const TensorType& want = AsTensor(t)->type;
-        if (want.dtype != got.dtype || want.shape.size() != got.shape.size()) return false;
-        for (size_t i = 0; i < want.shape.size(); ++i) {
-          if (want.shape[i] != kUnknownDim && got.shape[i] != kUnknownDim && want.shape[i] != got.shape[i]) return false;
-        }
-        return true;
-      }
+      case TypeKind::kTensor: return v->kind == PVal::Kind::kStatic && TensorTypeFits(AsTensor(t)->type, v->value->type());
       case TypeKind::kTuple: {
         const auto& fields = AsTuple(t)->fields;
         if (v->kind != PVal::Kind::kTuple || v->size != fields.size()) return false;
