@@ -1,6 +1,8 @@
 #include "ir/module.h"
 
 #include <set>
+#include <string_view>
+#include <unordered_map>
 
 #include <functional>
 
@@ -85,17 +87,25 @@ std::set<std::string> ModuleSnapshot::Callees(std::string_view name) const {
 }
 
 std::set<std::string> ModuleSnapshot::Dependents(std::string_view name) const {
-  std::map<std::string, std::vector<std::string>> callers;
+  return Dependents(std::vector<std::string>{std::string(name)});
+}
+
+std::set<std::string> ModuleSnapshot::Dependents(const std::vector<std::string>& names) const {
+  // One index of callers and one search from all names: linear in the
+  // module, however many names an edit changed.
+  std::unordered_map<std::string_view, std::vector<std::string_view>> callers;
   for (const auto& [n, d] : defs_) {
     for (const std::string& c : d->callees) callers[c].push_back(n);
   }
   std::set<std::string> seen;
-  std::vector<std::string> work = {std::string(name)};
+  std::vector<std::string_view> work(names.begin(), names.end());
   while (!work.empty()) {
-    std::string n = work.back();
+    std::string_view n = work.back();
     work.pop_back();
-    for (const std::string& caller : callers[n]) {
-      if (seen.insert(caller).second) work.push_back(caller);
+    auto it = callers.find(n);
+    if (it == callers.end()) continue;
+    for (std::string_view caller : it->second) {
+      if (seen.emplace(caller).second) work.push_back(caller);
     }
   }
   return seen;
@@ -233,7 +243,10 @@ std::vector<std::string> Module::Commit(const ModuleSnapshot& base, std::vector<
       return d ? d->type : nullptr;
     }
     Work& w = it->second;
-    if (w.state == State::kPending) check(n);
+    // A declared result type is the function's type: its body is checked in
+    // its turn, not now (a chain of thousands of forward references would
+    // otherwise nest a check per link).
+    if (w.state == State::kPending && !w.func->ret_type) check(n);
     if (w.state == State::kDone) return w.type;
     // Recursive use while @n is being checked: its declared type is all we know.
     if (!w.func->ret_type) {
@@ -250,19 +263,50 @@ std::vector<std::string> Module::Commit(const ModuleSnapshot& base, std::vector<
     w.state = State::kDone;
   };
 
-  // (2) Check the new definitions; then callers of any whose type changed,
-  //     which are re-published with new versions (their code may change too).
-  std::vector<std::string> worklist = order;
+  // (2) Check the new definitions, each after those it calls whose result
+  //     type is inferred (found by a search with an explicit stack, so that
+  //     checking one never nests checks of a long chain); then callers of any
+  //     whose type changed, which are re-published with new versions (their
+  //     code may change too).
+  std::vector<std::string> worklist;
+  {
+    std::unordered_map<std::string_view, bool> visited;
+    for (const std::string& root : order) {
+      if (visited[root]) continue;
+      visited[root] = true;
+      std::vector<std::pair<std::string, std::vector<std::string>>> stack;
+      stack.emplace_back(root, ReferencedGlobals(work.at(root).func));
+      while (!stack.empty()) {
+        std::vector<std::string>& callees = stack.back().second;
+        if (callees.empty()) {
+          worklist.push_back(std::move(stack.back().first));
+          stack.pop_back();
+          continue;
+        }
+        std::string callee = std::move(callees.back());
+        callees.pop_back();
+        auto it = work.find(callee);
+        if (it == work.end() || it->second.func->ret_type || visited[it->first]) continue;
+        visited[it->first] = true;
+        stack.emplace_back(it->first, ReferencedGlobals(it->second.func));  // `callees` is not used after
+      }
+    }
+  }
+  std::unordered_map<std::string, std::vector<std::string>> base_callers;
   while (!worklist.empty()) {
     std::vector<std::string> recheck;
     for (const std::string& n : worklist) {
       if (work.at(n).state == State::kPending) check(n);
       const Definition* old = base.Find(n);
       if (old && !TypeEqual(old->type, work.at(n).type)) {
-        for (const auto& [caller, d] : base.definitions()) {
-          bool calls = std::find(d->callees.begin(), d->callees.end(), n) != d->callees.end();
-          if (calls && !work.count(caller)) {
-            work[caller] = Work{CloneFunc(d->func), State::kPending, nullptr};
+        if (base_callers.empty()) {  // built once, on the first changed type
+          for (const auto& [caller, d] : base.definitions()) {
+            for (const std::string& c : d->callees) base_callers[c].push_back(caller);
+          }
+        }
+        for (const std::string& caller : base_callers[n]) {
+          if (!work.count(caller)) {
+            work[caller] = Work{CloneFunc(base.Find(caller)->func), State::kPending, nullptr};
             recheck.push_back(caller);
           }
         }
@@ -291,11 +335,9 @@ std::vector<std::string> Module::Commit(const ModuleSnapshot& base, std::vector<
     edit.changed.push_back(name);
   }
   next->generation_ = base.generation_ + 1;
-  for (const std::string& n : edit.changed) {
-    edit.affected.insert(n);
-    for (const std::string& dep : base.Dependents(n)) edit.affected.insert(dep);
-    for (const std::string& dep : next->Dependents(n)) edit.affected.insert(dep);
-  }
+  edit.affected.insert(edit.changed.begin(), edit.changed.end());
+  for (const std::string& dep : base.Dependents(edit.changed)) edit.affected.insert(dep);
+  for (const std::string& dep : next->Dependents(edit.changed)) edit.affected.insert(dep);
   Publish(std::move(next), std::move(edit));
   return order;
 }

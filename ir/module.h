@@ -64,6 +64,8 @@ class ModuleSnapshot {
   std::set<std::string> Callees(std::string_view name) const;
   // Everything that calls `name`, directly or not (itself only if recursive).
   std::set<std::string> Dependents(std::string_view name) const;
+  // Everything that calls any of `names`, in one pass over the module.
+  std::set<std::string> Dependents(const std::vector<std::string>& names) const;
   // The versions of `name` and of all its callees: compiled code of `name` is
   // valid exactly as long as these do not change.
   std::map<std::string, uint64_t> VersionsOf(std::string_view name) const;
