@@ -400,25 +400,57 @@ class Machine {
   }
 };
 
-// Gradient leaves of an argument: its float tensors, depth first.
-void CollectLeaves(const Value& v, std::vector<const Value*>& out) {
-  if (v.is_tensor()) {
-    out.push_back(&v);
-  } else if (v.kind() == Value::Kind::kTuple || v.kind() == Value::Kind::kAdt) {
-    for (const Value& f : v.fields()) CollectLeaves(f, out);
+// Gradient leaves of an argument: its tensors, depth first. Both walks keep
+// an explicit stack: a structure argument nests as deep as its data (a
+// 100,000-element list is 100,000 nested Cons values).
+void CollectLeaves(const Value& root, std::vector<const Value*>& out) {
+  std::vector<const Value*> stack = {&root};
+  while (!stack.empty()) {
+    const Value* v = stack.back();
+    stack.pop_back();
+    if (v->is_tensor()) {
+      out.push_back(v);
+    } else if (v->kind() == Value::Kind::kTuple || v->kind() == Value::Kind::kAdt) {
+      const std::vector<Value>& fields = v->fields();
+      for (size_t k = fields.size(); k-- > 0;) stack.push_back(&fields[k]);  // the first field on top
+    }
   }
 }
 
-// `v` with each tensor leaf replaced by the next of `leaves`.
-Value Rebuild(const Value& v, std::vector<Value>::const_iterator& next) {
-  if (v.is_tensor()) return *next++;
-  if (v.kind() == Value::Kind::kTuple || v.kind() == Value::Kind::kAdt) {
-    std::vector<Value> fields;
-    for (const Value& f : v.fields()) fields.push_back(Rebuild(f, next));
-    return v.kind() == Value::Kind::kTuple ? Value::Tuple(std::move(fields))
-                                           : Value::Adt(v.adt(), v.tag(), std::move(fields));
+// `root` with each tensor leaf replaced by the next of `leaves`.
+Value Rebuild(const Value& root, std::vector<Value>::const_iterator& next) {
+  struct Frame {
+    const Value* value;
+    std::vector<Value> fields;  // rebuilt so far
+  };
+  std::vector<Frame> stack;
+  Value leaf;
+  // A tensor or other leaf goes to `leaf` (true); a tuple or ADT value opens a frame.
+  auto visit = [&](const Value& v) {
+    if (v.is_tensor()) {
+      leaf = *next++;
+    } else if (v.kind() == Value::Kind::kTuple || v.kind() == Value::Kind::kAdt) {
+      stack.push_back({&v, {}});
+      stack.back().fields.reserve(v.fields().size());
+      return false;
+    } else {
+      leaf = v;
+    }
+    return true;
+  };
+  if (visit(root)) return leaf;
+  for (;;) {
+    Frame& f = stack.back();
+    if (f.fields.size() < f.value->fields().size()) {
+      if (visit(f.value->fields()[f.fields.size()])) stack.back().fields.push_back(std::move(leaf));
+      continue;  // else a frame was opened: `f` is not used after
+    }
+    Value built = f.value->kind() == Value::Kind::kTuple ? Value::Tuple(std::move(f.fields))
+                                                          : Value::Adt(f.value->adt(), f.value->tag(), std::move(f.fields));
+    stack.pop_back();
+    if (stack.empty()) return built;
+    stack.back().fields.push_back(std::move(built));
   }
-  return v;
 }
 
 }  // namespace
