@@ -14,8 +14,6 @@
 // are recorded on it for reverse-mode autodiff.
 #include "interp/interpreter.h"
 
-#include <algorithm>
-
 #include <mutex>
 #include <shared_mutex>
 #include <unordered_map>
@@ -121,7 +119,7 @@ class Machine {
     act_ = std::make_unique<Activation>();
     for (size_t i = 0; i < f->params.size(); ++i) (*act_)[f->params[i].get()] = args[i];
     Value result = Eval(f->body);
-    CheckResult(result, f.get(), &entry_);
+    CheckResult(result, *f, &entry_);
     return result;
   }
 
@@ -139,10 +137,10 @@ class Machine {
   }
 
   // A function's result against its declared type.
-  void CheckResult(const Value& v, const FuncNode* f, const std::string* name) {
-    if (!f || !f->ret_type || Fits(v, f->ret_type)) return;
-    Fail(f, "the result of " + (name ? "@" + *name : std::string("the function")) + " is " + v.Describe() +
-                ", not its declared " + TypeToString(f->ret_type));
+  void CheckResult(const Value& v, const FuncNode& f, const std::string* name) {
+    if (!f.ret_type || Fits(v, f.ret_type)) return;
+    Fail(&f, "the result of " + (name ? "@" + *name : std::string("the function")) + " is " + v.Describe() +
+                 ", not its declared " + TypeToString(f.ret_type));
   }
 
   void Push(FrameKind kind, const ExprNode* node) {
@@ -387,10 +385,8 @@ class Machine {
           break;
         }
         case FrameKind::kReturn: {
-          if (top.func) {
-            const Closure& called = top.callee.closure();
-            CheckResult(value, top.func, called.func ? nullptr : &called.global);
-          }
+          const Closure& called = top.callee.closure();  // every return frame is a call's (Enter)
+          CheckResult(value, *top.func, called.func ? nullptr : &called.global);
           act_ = std::move(top.saved);
           stack_.pop_back();
           break;

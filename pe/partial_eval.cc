@@ -817,11 +817,9 @@ class PartialEvaluator {
     }
   }
 
-  // Whether `v` may have type `t`, as the interpreter checks each return,
-  // annotated `let` and constructor at run time (interp/interpreter.cc,
-  // Fits): a program the interpreter stops with an error must not
-  // specialize into code that answers.
-  // Whether a value of (residual) type `got` may have type `want`.
+  // Whether a value of (residual) type `got` may have type `want`: ir's
+  // TypeCompatible, but a type variable fits anything (a generic function's
+  // declared List[T] holds a List of tensors).
   static bool TypeFits(const Type& got, const Type& want) {
     if (want->kind == TypeKind::kVar || got->kind == TypeKind::kVar) return true;
     if (got->kind != want->kind) return false;
@@ -840,6 +838,10 @@ class PartialEvaluator {
     }
   }
 
+  // Whether `v` may have type `t`, as the interpreter checks each return,
+  // annotated `let` and constructor at run time (interp/interpreter.cc,
+  // Fits): a program the interpreter stops with an error must not
+  // specialize into code that answers.
   static bool Fits(const PVal* v, const Type& t) {
     if (v->kind == PVal::Kind::kDynamic) return TypeFits(v->type->type, t);  // a residual tuple, ADT or tensor
     switch (t->kind) {
