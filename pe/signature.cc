@@ -5,6 +5,8 @@
 #include <stdexcept>
 #include <string>
 
+#include "support/hash.h"
+
 namespace pejit {
 namespace {
 
@@ -32,15 +34,6 @@ void Walk(const Value& root, Node&& node, Leaf&& leaf) {
       for (auto it = fields.rbegin(); it != fields.rend(); ++it) stack.push_back(&*it);
     }
   }
-}
-
-// FNV-1a; stable across runs (logs can be compared).
-uint64_t Fnv1a(const void* data, size_t n, uint64_t h = 0xcbf29ce484222325ull) {
-  for (size_t i = 0; i < n; ++i) {
-    h ^= static_cast<const unsigned char*>(data)[i];
-    h *= 0x100000001b3ull;
-  }
-  return h;
 }
 
 // The signature's hash: of each argument's key's hash in turn, so that a

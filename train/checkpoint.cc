@@ -1,8 +1,14 @@
 #include "train/checkpoint.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <cinttypes>
+#include <climits>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -11,11 +17,15 @@
 #include <memory>
 #include <stdexcept>
 
+#include "support/hash.h"
+
 namespace pejit {
 namespace {
 
 constexpr const char* kFormat = "pejit checkpoint";
-constexpr int kVersion = 1;
+constexpr int kVersion = 2;
+// "fnv1a64 " + 16 hex digits + "\n".
+constexpr size_t kTrailerBytes = 8 + 16 + 1;
 
 [[noreturn]] void Fail(const std::string& path, const std::string& message) {
   throw std::runtime_error(path + ": " + message);
@@ -23,20 +33,94 @@ constexpr int kVersion = 1;
 
 std::string SystemError() { return std::strerror(errno); }
 
-struct FileCloser {
+std::string Trailer(uint64_t checksum) {
+  char text[kTrailerBytes + 1];
+  std::snprintf(text, sizeof text, "fnv1a64 %016" PRIx64 "\n", checksum);
+  return text;
+}
+
+// The index of the first value that is NaN or infinite, or -1.
+int64_t FirstNonFinite(const float* v, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    if (!std::isfinite(v[i])) return i;
+  }
+  return -1;
+}
+
+void RequireFinite(const std::string& path, const std::string& what, const float* v, int64_t n, const char* verb) {
+  int64_t i = FirstNonFinite(v, n);
+  if (i >= 0) {
+    Fail(path, what + " holds " + std::to_string(v[i]) + " at index " + std::to_string(i) + " (" + verb + ")");
+  }
+}
+
+// What lstat says of a destination that exists; "" for a regular file or none.
+std::string UnfitDestination(const std::string& path) {
+  struct stat st;
+  if (::lstat(path.c_str(), &st) != 0) return "";
+  if (S_ISLNK(st.st_mode)) return "is a symbolic link (give the file it points to, or another name)";
+  if (S_ISDIR(st.st_mode)) return "is a directory";
+  if (!S_ISREG(st.st_mode)) return "is not a regular file (a device, pipe or socket)";
+  return "";
+}
+
+struct FdCloser {
   void operator()(std::FILE* f) const { std::fclose(f); }
+};
+
+// Writes and hashes as it goes.
+class HashingWriter {
+ public:
+  explicit HashingWriter(std::FILE* f) : f_(f) {}
+  bool Write(const void* data, size_t n) {
+    checksum_ = Fnv1a(data, n, checksum_);
+    return std::fwrite(data, 1, n, f_) == n;
+  }
+  uint64_t checksum() const { return checksum_; }
+
+ private:
+  std::FILE* f_;
+  uint64_t checksum_ = kFnv1aStart;
 };
 
 }  // namespace
 
+void CheckCheckpointDestination(const std::string& path, const std::vector<std::string>& inputs) {
+  if (path.empty()) Fail("(checkpoint)", "the path is empty");
+  std::string unfit = UnfitDestination(path);
+  if (!unfit.empty()) Fail(path, "cannot hold a checkpoint: it " + unfit);
+  std::error_code ec;
+  for (const std::string& input : inputs) {
+    if (!input.empty() && std::filesystem::equivalent(path, input, ec)) {
+      Fail(path, "is " + input + ", which this run reads: a checkpoint would overwrite it");
+    }
+  }
+  // Whether the directory takes the temporary file, by making it.
+  const std::string temporary = path + ".tmp";
+  if (!UnfitDestination(temporary).empty()) Fail(temporary, "is in the way of saving: it " + UnfitDestination(temporary));
+  int fd = ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0644);
+  if (fd < 0) Fail(temporary, "cannot write: " + SystemError());
+  ::close(fd);
+  ::unlink(temporary.c_str());
+}
+
 void SaveCheckpoint(const std::string& path, const Checkpoint& c) {
+  std::string unfit = UnfitDestination(path);
+  if (!unfit.empty()) Fail(path, "cannot hold a checkpoint: it " + unfit);
+  if (c.epoch < 0 || c.epoch > INT_MAX) Fail(path, "epoch " + std::to_string(c.epoch) + " is out of range");
   nlohmann::json tensors = nlohmann::json::array();
   for (size_t i = 0; i < c.params.size(); ++i) {
+    const std::string name = "param." + std::to_string(i);
     if (c.params[i].dtype() != DType::kF32) Fail(path, "parameter " + std::to_string(i) + " is not f32");
-    tensors.push_back({{"name", "param." + std::to_string(i)}, {"shape", c.params[i].shape()}});
+    RequireFinite(path, "parameter " + std::to_string(i), c.params[i].data<float>(), c.params[i].numel(),
+                  "not saved: the previous checkpoint is kept");
+    tensors.push_back({{"name", name}, {"shape", c.params[i].shape()}});
   }
   for (size_t i = 0; i < c.optimizer.buffers.size(); ++i) {
-    tensors.push_back({{"name", "optimizer." + std::to_string(i)}, {"shape", {c.optimizer.buffers[i].size()}}});
+    const auto& b = c.optimizer.buffers[i];
+    RequireFinite(path, "optimizer buffer " + std::to_string(i), b.data(), static_cast<int64_t>(b.size()),
+                  "not saved: the previous checkpoint is kept");
+    tensors.push_back({{"name", "optimizer." + std::to_string(i)}, {"shape", {b.size()}}});
   }
   nlohmann::json header = {{"format", kFormat},
                            {"version", kVersion},
@@ -47,13 +131,20 @@ void SaveCheckpoint(const std::string& path, const Checkpoint& c) {
   std::string text = header.dump() + "\n";
 
   const std::string temporary = path + ".tmp";
-  std::unique_ptr<std::FILE, FileCloser> f(std::fopen(temporary.c_str(), "wb"));
-  if (!f) Fail(temporary, "cannot write: " + SystemError());
-  bool ok = std::fwrite(text.data(), 1, text.size(), f.get()) == text.size();
-  for (const Tensor& t : c.params) ok = ok && std::fwrite(t.raw_data(), 1, t.nbytes(), f.get()) == t.nbytes();
-  for (const auto& b : c.optimizer.buffers) {
-    ok = ok && std::fwrite(b.data(), sizeof(float), b.size(), f.get()) == b.size();
+  // O_NOFOLLOW: a link planted at the temporary name is not written through.
+  int fd = ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0644);
+  if (fd < 0) Fail(temporary, "cannot write: " + SystemError());
+  std::unique_ptr<std::FILE, FdCloser> f(::fdopen(fd, "wb"));
+  if (!f) {
+    ::close(fd);
+    Fail(temporary, "cannot write: " + SystemError());
   }
+  HashingWriter out(f.get());
+  bool ok = out.Write(text.data(), text.size());
+  for (const Tensor& t : c.params) ok = ok && out.Write(t.raw_data(), t.nbytes());
+  for (const auto& b : c.optimizer.buffers) ok = ok && out.Write(b.data(), b.size() * sizeof(float));
+  const std::string trailer = Trailer(out.checksum());
+  ok = ok && std::fwrite(trailer.data(), 1, trailer.size(), f.get()) == trailer.size();
   // On disk before the rename, so that the name never points at a torn file.
   ok = ok && std::fflush(f.get()) == 0 && ::fsync(::fileno(f.get())) == 0;
   if (!ok) {
@@ -76,15 +167,29 @@ void SaveCheckpoint(const std::string& path, const Checkpoint& c) {
 }
 
 Checkpoint LoadCheckpoint(const std::string& path) {
+  // A device or pipe (/dev/zero) would be read forever.
+  std::string unfit = UnfitDestination(path);
+  if (!unfit.empty() && unfit.rfind("is a symbolic link", 0) != 0) Fail(path, "cannot be read as a checkpoint: it " + unfit);
+  std::error_code ec;
+  if (std::filesystem::exists(path, ec) && !std::filesystem::is_regular_file(path, ec)) {
+    Fail(path, "cannot be read as a checkpoint: it is not a regular file");
+  }
   std::ifstream in(path, std::ios::binary);
   if (!in) Fail(path, "cannot read: " + SystemError());
-  std::string line;
-  std::getline(in, line);
-  nlohmann::json header = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
-  if (!header.is_object() || header.value("format", "") != kFormat) Fail(path, "not a pejit checkpoint");
-  if (header.value("version", 0) != kVersion) {
-    Fail(path, "checkpoint version " + header["version"].dump() + ", this program reads version " +
-                   std::to_string(kVersion));
+  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (in.bad()) Fail(path, "cannot read: " + SystemError());
+  return ParseCheckpoint(bytes, path);
+}
+
+Checkpoint ParseCheckpoint(std::string_view bytes, const std::string& path) {
+  const size_t newline = std::min(bytes.find('\n'), bytes.size());
+  nlohmann::json header = nlohmann::json::parse(bytes.substr(0, newline), nullptr, /*allow_exceptions=*/false);
+  if (!header.is_object() || !header.contains("format") || header["format"] != kFormat) {
+    Fail(path, "not a pejit checkpoint");
+  }
+  if (!header.contains("version") || header["version"] != kVersion) {
+    Fail(path, "checkpoint version " + (header.contains("version") ? header["version"].dump() : std::string("(none)")) +
+                   ", this program reads version " + std::to_string(kVersion));
   }
   Checkpoint c;
   std::vector<std::pair<std::string, Shape>> tensors;
@@ -99,13 +204,43 @@ Checkpoint LoadCheckpoint(const std::string& path) {
   } catch (const nlohmann::json::exception& e) {
     Fail(path, std::string("bad checkpoint header: ") + e.what());
   }
+  if (c.epoch < 0 || c.epoch > INT_MAX) Fail(path, "epoch " + std::to_string(c.epoch) + " is out of range (0 to 2^31 - 1)");
+  if (c.optimizer.steps < 0) Fail(path, "negative optimizer step count " + std::to_string(c.optimizer.steps));
+
+  if (newline == bytes.size()) Fail(path, "truncated after its header");
+  // Sizes first (none can overflow: each is bounded by the file's length),
+  // then the checksum, then the values.
+  const size_t payload_start = newline + 1;
+  std::vector<size_t> counts;
+  size_t payload = 0;
   for (const auto& [name, shape] : tensors) {
+    size_t count = 1;
     for (int64_t d : shape) {
-      if (d < 0 || d > (int64_t{1} << 32)) Fail(path, "tensor " + name + " has a bad shape");
+      if (d < 0) Fail(path, "tensor " + name + " has a negative dimension");
+      if (d != 0 && count > bytes.size() / static_cast<size_t>(d)) Fail(path, "truncated in tensor " + name);
+      count *= static_cast<size_t>(d);
     }
+    if (count > (bytes.size() - std::min(bytes.size(), payload_start + payload)) / sizeof(float)) {
+      Fail(path, "truncated in tensor " + name);
+    }
+    counts.push_back(count);
+    payload += count * sizeof(float);
+  }
+  const size_t body = payload_start + payload;
+  if (bytes.size() < body + kTrailerBytes) Fail(path, "truncated before its checksum");
+  if (bytes.size() > body + kTrailerBytes) Fail(path, "bytes after the checksum");
+  if (bytes.substr(body) != Trailer(Fnv1a(bytes.data(), body))) {
+    Fail(path, "checksum mismatch: the file is damaged (its last line is \"" +
+                   std::string(bytes.substr(body, kTrailerBytes - 1)) + "\", its bytes hash to \"" +
+                   Trailer(Fnv1a(bytes.data(), body)).substr(0, kTrailerBytes - 1) + "\")");
+  }
+  size_t at = payload_start;
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const auto& [name, shape] = tensors[i];
     Tensor t = Tensor::Zeros(DType::kF32, shape);
-    in.read(static_cast<char*>(t.raw_data()), static_cast<std::streamsize>(t.nbytes()));
-    if (static_cast<size_t>(in.gcount()) != t.nbytes()) Fail(path, "truncated in tensor " + name);
+    std::memcpy(t.raw_data(), bytes.data() + at, counts[i] * sizeof(float));
+    at += counts[i] * sizeof(float);
+    RequireFinite(path, "tensor " + name, t.data<float>(), t.numel(), "the run that saved it had diverged");
     if (name.rfind("param.", 0) == 0) {
       c.params.push_back(t);
     } else if (name.rfind("optimizer.", 0) == 0 && shape.size() == 1) {
@@ -114,7 +249,6 @@ Checkpoint LoadCheckpoint(const std::string& path) {
       Fail(path, "unknown tensor " + name);
     }
   }
-  if (in.peek() != std::char_traits<char>::eof()) Fail(path, "bytes after the last tensor");
   return c;
 }
 

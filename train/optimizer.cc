@@ -1,6 +1,8 @@
 #include "train/optimizer.h"
 
 #include <cmath>
+#include <cstdint>
+#include <cstring>
 #include <iterator>
 #include <string>
 #include <stdexcept>
@@ -111,6 +113,34 @@ class Adam final : public Optimizer {
   std::vector<std::vector<float>> m_, v_;
 };
 
+// On the bits, branch-free, so that it vectorizes: NaN and the infinities
+// are the floats whose exponent bits are all ones.
+bool AllFinite(const float* v, int64_t n) {
+  constexpr uint32_t kExponent = 0x7f800000u;
+  uint32_t any = 0;
+  for (int64_t j = 0; j < n; ++j) {
+    uint32_t bits;
+    std::memcpy(&bits, v + j, sizeof bits);
+    any |= static_cast<uint32_t>((bits & kExponent) == kExponent);
+  }
+  return any == 0;
+}
+
+// A gradient that is NaN or infinite somewhere (its square sum overflowed,
+// or a value is): say which, before anything is updated.
+[[noreturn]] void ThrowNonFinite(const std::vector<Tensor>& grads) {
+  for (size_t i = 0; i < grads.size(); ++i) {
+    const float* d = grads[i].data<float>();
+    for (int64_t j = 0; j < grads[i].numel(); ++j) {
+      if (!std::isfinite(d[j])) {
+        throw std::domain_error("gradient " + std::to_string(i) + " holds " + std::to_string(d[j]) + " at index " +
+                                std::to_string(j) + "; the step is not taken");
+      }
+    }
+  }
+  throw std::domain_error("the gradients' global norm overflows; the step is not taken");
+}
+
 }  // namespace
 
 std::vector<Tensor> ParameterLeaves(const Value& params) {
@@ -148,8 +178,6 @@ double Optimizer::Step(const Value& params, const Value& grads) {
     if (g[i].shape() != p[i].shape()) throw std::invalid_argument("gradient " + std::to_string(i) + " has another shape");
     sizes.push_back(p[i].numel());
   }
-  Prepare(sizes);
-  ++steps_;
   // Eight partial sums: one would chain every addition on the last (a
   // latency-bound loop that cost the MLP's step about a fifth of its time).
   double partial[8] = {};
@@ -165,20 +193,30 @@ double Optimizer::Step(const Value& params, const Value& grads) {
   double norm2 = 0;
   for (double s : partial) norm2 += s;
   double norm = std::sqrt(norm2);
+  if (!std::isfinite(norm)) ThrowNonFinite(g);
+  Prepare(sizes);
+  ++steps_;
   float scale = options_.clip_norm > 0 && norm > options_.clip_norm ? static_cast<float>(options_.clip_norm / norm) : 1.0f;
   const float decay = static_cast<float>(options_.weight_decay);
   std::vector<float> adjusted;
+  int64_t overflowed = -1;
   for (size_t i = 0; i < p.size(); ++i) {
     const float* d = g[i].data<float>();
     float* w = p[i].data<float>();
     int64_t n = p[i].numel();
     if (scale == 1.0f && decay == 0.0f) {  // the gradient as it is: no copy
       Update(i, w, d, n);
-      continue;
+    } else {
+      adjusted.resize(n);
+      for (int64_t j = 0; j < n; ++j) adjusted[j] = scale * d[j] + decay * w[j];
+      Update(i, w, adjusted.data(), n);
     }
-    adjusted.resize(n);
-    for (int64_t j = 0; j < n; ++j) adjusted[j] = scale * d[j] + decay * w[j];
-    Update(i, w, adjusted.data(), n);
+    // Finite gradients can still overflow a parameter (a rate far too large).
+    if (overflowed < 0 && !AllFinite(w, n)) overflowed = static_cast<int64_t>(i);
+  }
+  if (overflowed >= 0) {
+    throw std::overflow_error("the update made parameter " + std::to_string(overflowed) +
+                              " NaN or infinite (the learning rate is too large for these gradients)");
   }
   return norm;
 }

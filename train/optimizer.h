@@ -43,7 +43,11 @@ class Optimizer {
   // the same structure (as Entry::value_and_grad returns). Returns the
   // gradients' global norm before clipping.
   // Throws std::invalid_argument, before changing anything, when the
-  // structures differ or a restored state does not fit the parameters.
+  // structures differ or a restored state does not fit the parameters, and
+  // std::domain_error when a gradient is NaN or infinite (a diverged step
+  // would make every parameter it touches NaN). Throws std::overflow_error,
+  // after the update, when it made a parameter NaN or infinite: the
+  // parameters are then unusable (SaveCheckpoint refuses them).
   double Step(const Value& params, const Value& grads);
 
   const std::string& kind() const { return options_.kind; }

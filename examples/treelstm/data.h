@@ -2,6 +2,8 @@
 // ids (the C++ side of treelstm.pj's `Tree`) and the class of its root.
 #pragma once
 
+#include <istream>
+#include <string>
 #include <vector>
 
 namespace pejit::treelstm {
@@ -21,5 +23,16 @@ struct Example {
 
 int CountNodes(const TokenTree& t);  // leaves and inner nodes
 int Height(const TokenTree& t);      // a leaf has height 0
+
+// Bounds on what a data file's line may hold, checked while reading so that
+// a runaway line (one tree of millions of nodes, a file without newlines)
+// fails fast with its line number instead of exhausting memory in the model.
+inline constexpr int kMaxTreeNodes = 100'000;
+inline constexpr size_t kMaxLineBytes = size_t{16} << 20;
+
+// Reads one line (without its '\n' or a '\r' before it) into `line`. A line
+// longer than kMaxLineBytes is skipped to its end and `too_long` set. False
+// at the end of the input.
+bool ReadLine(std::istream& in, std::string& line, bool& too_long);
 
 }  // namespace pejit::treelstm

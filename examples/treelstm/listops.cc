@@ -105,16 +105,31 @@ Splits GenerateSplits(uint64_t seed, int train, int dev, int test, const Generat
 Expr Parse(const std::string& text) {
   std::vector<std::string> tokens;
   std::istringstream in(text);
+  // The binarized release's parentheses group arguments in pairs: they carry
+  // no meaning for the Tree-LSTM, but must balance.
+  int open_parentheses = 0, position = 0;
   for (std::string t; in >> t;) {
-    if (t == "(" || t == ")") continue;
-    tokens.push_back(t);
+    ++position;
+    if (t == "(") {
+      ++open_parentheses;
+    } else if (t == ")") {
+      if (--open_parentheses < 0) throw std::invalid_argument("')' without its '(' at token " + std::to_string(position));
+    } else {
+      tokens.push_back(t);
+    }
   }
+  if (open_parentheses > 0) throw std::invalid_argument(std::to_string(open_parentheses) + " '(' never closed");
+  int nodes = 0;
   size_t pos = 0;
   std::function<Expr(int)> parse = [&](int depth) -> Expr {
     if (depth > kMaxParseDepth) {
       throw std::invalid_argument("expressions nested deeper than " + std::to_string(kMaxParseDepth) + " levels are refused");
     }
     if (pos >= tokens.size()) throw std::invalid_argument("expression ends early");
+    if (++nodes > treelstm::kMaxTreeNodes) {
+      throw std::invalid_argument("expressions of more than " + std::to_string(treelstm::kMaxTreeNodes) +
+                                  " operators and digits are refused");
+    }
     const std::string& t = tokens[pos++];
     if (t.size() == 1 && t[0] >= '0' && t[0] <= '9') return Expr{t[0] - '0', {}};
     Expr e;
@@ -140,15 +155,15 @@ FileReport ReadFile(const std::string& path, bool strict) {
   if (!in) throw std::runtime_error("cannot read " + path);
   FileReport report;
   std::string line;
-  bool expression_first = false;
-  for (int number = 1; std::getline(in, line); ++number) {
-    if (!line.empty() && line.back() == '\r') line.pop_back();
-    if (line.empty()) continue;
+  bool expression_first = false, too_long = false;
+  for (int number = 1; treelstm::ReadLine(in, line, too_long); ++number) {
+    if (line.empty() && !too_long) continue;
     if (number == 1 && line.rfind("Source\tTarget", 0) == 0) {
       expression_first = true;
       continue;
     }
     try {
+      if (too_long) throw std::invalid_argument("line longer than " + std::to_string(treelstm::kMaxLineBytes) + " bytes");
       size_t tab = line.find('\t');
       if (tab == std::string::npos) throw std::invalid_argument("expected label<TAB>expression");
       std::string label_text = expression_first ? line.substr(tab + 1) : line.substr(0, tab);
@@ -159,6 +174,12 @@ FileReport ReadFile(const std::string& path, bool strict) {
         throw std::invalid_argument("bad label '" + label_text + "' (expected 0-9)");
       }
       Expr e = Parse(expr_text);
+      // The label is the expression's value: a line that says otherwise is
+      // damaged, and training on it would teach a wrong answer.
+      if (int value = Evaluate(e); value != label) {
+        throw std::invalid_argument("label " + std::to_string(label) + " is not the expression's value " +
+                                    std::to_string(value));
+      }
       report.examples.push_back({std::move(e), label});
     } catch (const std::exception& err) {
       std::string message = path + ":" + std::to_string(number) + ": " + err.what();

@@ -49,9 +49,10 @@ struct Splits {
 Splits GenerateSplits(uint64_t seed, int train, int dev, int test, const GeneratorOptions& options = {});
 
 // Parses an expression: tokens separated by spaces; '(' and ')' (as in the
-// binarized release) are ignored. Throws std::invalid_argument with the
-// position of the problem, and for expressions nested deeper than
-// kMaxParseDepth (rather than recursing into them).
+// binarized release) must balance and are otherwise ignored. Throws
+// std::invalid_argument with the position of the problem, for expressions
+// nested deeper than kMaxParseDepth (rather than recursing into them) and
+// for those of more than treelstm::kMaxTreeNodes nodes.
 inline constexpr int kMaxParseDepth = 256;
 Expr Parse(const std::string& text);
 
@@ -61,7 +62,8 @@ struct FileReport {
 };
 // Reads a ListOps file: one example a line, "label<TAB>expression", or with a
 // header "Source<TAB>Target" (Long Range Arena) "expression<TAB>label".
-// Malformed lines are skipped and reported; with `strict` the first one throws.
+// Malformed lines, and lines whose label is not their expression's value,
+// are skipped and reported; with `strict` the first one throws.
 FileReport ReadFile(const std::string& path, bool strict = false);
 
 }  // namespace pejit::listops

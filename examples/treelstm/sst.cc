@@ -23,6 +23,9 @@ class Parser {
  private:
   Tree Node(int depth) {
     if (depth > kMaxDepth) Fail("trees nested deeper than " + std::to_string(kMaxDepth) + " levels are refused");
+    if (++nodes_ > treelstm::kMaxTreeNodes) {
+      Fail("trees of more than " + std::to_string(treelstm::kMaxTreeNodes) + " nodes are refused");
+    }
     const size_t open = pos_;
     if (AtEnd() || s_[pos_] != '(') Fail("expected '('");
     ++pos_;
@@ -71,6 +74,7 @@ class Parser {
 
   std::string_view s_;
   size_t pos_ = 0;
+  int nodes_ = 0;
 };
 
 void CountWords(const Tree& t, std::unordered_map<std::string, int>& counts, std::vector<std::string>& order) {
@@ -98,9 +102,11 @@ FileReport ReadFile(const std::string& path, bool strict) {
   if (!in) throw std::runtime_error("cannot read " + path);
   FileReport report;
   std::string line;
-  for (int number = 1; std::getline(in, line); ++number) {
-    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+  bool too_long = false;
+  for (int number = 1; treelstm::ReadLine(in, line, too_long); ++number) {
+    if (!too_long && line.find_first_not_of(" \t\r") == std::string::npos) continue;
     try {
+      if (too_long) throw std::invalid_argument("line longer than " + std::to_string(treelstm::kMaxLineBytes) + " bytes");
       report.trees.push_back(Parse(line));
     } catch (const std::invalid_argument& e) {
       std::string message = path + ":" + std::to_string(number) + ": " + e.what();

@@ -16,7 +16,8 @@
 namespace pejit::sst {
 
 inline constexpr int kClasses = 5;
-// Deeper trees are refused as malformed rather than recursed into.
+// Deeper trees are refused as malformed rather than recursed into, and so
+// are trees of more than treelstm::kMaxTreeNodes nodes.
 inline constexpr int kMaxDepth = 256;
 
 struct Tree {

@@ -21,6 +21,7 @@
 #include "scheduler/engine.h"
 #include "support/cli_checks.h"
 #include "support/progress.h"
+#include "train/checkpoint.h"
 
 namespace pejit {
 namespace {
@@ -81,6 +82,8 @@ int Run(Config c) {
   engine.policy = Policy::Parse(c.policy);
   engine.log_level = c.log_level;
   engine.trace_file = UserPath(c.trace_file);
+  // A save that would fail is known now, not after the first epoch's work.
+  if (!c.save.empty()) CheckCheckpointDestination(UserPath(c.save), {c.run.train_file, c.run.dev_file});
   treelstm::Trainer trainer(c.run, std::move(data), engine);
   const treelstm::Dataset& d = trainer.data();
   if (!c.resume.empty()) {
@@ -160,6 +163,9 @@ int Run(Config c) {
 }  // namespace pejit
 
 int main(int argc, char** argv) {
+  // Bounds that fail fast with the option's name rather than after hours of
+  // generating, or in an allocation of the vocabulary times a width.
+  constexpr int kMaxGenerated = 10'000'000, kMaxBatch = 65'536, kMaxWidth = 16'384;
   pejit::Config c;
   pejit::treelstm::RunOptions& r = c.run;
   CLI::App app{"Train a Child-Sum Tree-LSTM on ListOps or SST trees through pejit's tiered JIT engine"};
@@ -169,15 +175,15 @@ int main(int argc, char** argv) {
   app.add_option("--train", r.train_file, "training file: ListOps (label<TAB>expression) or SST trees");
   app.add_option("--dev", r.dev_file, "evaluation file, in the training file's format");
   app.add_flag("--strict", r.strict, "stop at the first malformed line instead of skipping it");
-  app.add_option("--listops-train-size", r.listops_train, "generated training expressions")->capture_default_str()->check(CLI::PositiveNumber);
-  app.add_option("--listops-dev-size", r.listops_dev, "generated dev expressions")->capture_default_str()->check(CLI::NonNegativeNumber);
+  app.add_option("--listops-train-size", r.listops_train, "generated training expressions")->capture_default_str()->check(CLI::Range(1, kMaxGenerated));
+  app.add_option("--listops-dev-size", r.listops_dev, "generated dev expressions")->capture_default_str()->check(CLI::Range(0, kMaxGenerated));
   app.add_option("--sst-min-count", r.sst_min_count, "SST words seen fewer times in training become <unk>")
       ->capture_default_str();
   app.add_option("--epochs", c.epochs, "train until this many epochs are done")->capture_default_str()
       ->check(CLI::NonNegativeNumber);
-  app.add_option("--batch", r.batch, "trees per minibatch")->capture_default_str()->check(CLI::PositiveNumber);
-  app.add_option("--embed", r.embed)->capture_default_str()->check(CLI::PositiveNumber);
-  app.add_option("--hidden", r.hidden)->capture_default_str()->check(CLI::PositiveNumber);
+  app.add_option("--batch", r.batch, "trees per minibatch")->capture_default_str()->check(CLI::Range(1, kMaxBatch));
+  app.add_option("--embed", r.embed)->capture_default_str()->check(CLI::Range(1, kMaxWidth));
+  app.add_option("--hidden", r.hidden)->capture_default_str()->check(CLI::Range(1, kMaxWidth));
   app.add_option("--lr", r.optimizer.learning_rate)->capture_default_str()->check(pejit::PositiveReal());
   app.add_option("--optimizer", r.optimizer.kind)->check(CLI::IsMember({"adagrad", "sgd", "adam"}))->capture_default_str();
   app.add_option("--clip", r.optimizer.clip_norm, "clip gradients to this global norm (0: off)")->capture_default_str()->check(CLI::NonNegativeNumber);

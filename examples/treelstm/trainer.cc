@@ -2,11 +2,14 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
+#include <cstdio>
 #include <stdexcept>
 
 #include "examples/treelstm/listops.h"
 #include "examples/treelstm/sst.h"
 #include "support/cpu_clock.h"
+#include "support/hash.h"
 #include "train/checkpoint.h"
 
 namespace pejit::treelstm {
@@ -26,10 +29,35 @@ void AddWarnings(Dataset& d, const std::vector<std::string>& errors) {
   d.warnings.insert(d.warnings.end(), errors.begin(), errors.end());
 }
 
-// The options a checkpoint must share with the run that resumes it.
+// The training examples' labels and trees (pre-order tokens and child
+// counts), hashed: another file, or the same one edited, differs.
+std::string DataFingerprint(const std::vector<Example>& examples) {
+  uint64_t h = kFnv1aStart;
+  std::vector<const TokenTree*> stack;
+  for (const Example& e : examples) {
+    h = Fnv1a(&e.label, sizeof e.label, h);
+    stack.push_back(&e.tree);
+    while (!stack.empty()) {
+      const TokenTree* t = stack.back();
+      stack.pop_back();
+      const int64_t node[2] = {t->token, static_cast<int64_t>(t->children.size())};
+      h = Fnv1a(node, sizeof node, h);
+      for (auto it = t->children.rbegin(); it != t->children.rend(); ++it) stack.push_back(&*it);
+    }
+  }
+  char text[17];
+  std::snprintf(text, sizeof text, "%016llx", static_cast<unsigned long long>(h));
+  return text;
+}
+
+// What a checkpoint must share with the run that resumes it: the data, the
+// model's sizes, the batching and every optimizer setting, so that resuming
+// carries the saved run on rather than starting another from its weights.
 nlohmann::json RunShape(const RunOptions& o, const Dataset& d) {
+  const OptimizerOptions& opt = o.optimizer;
   return {{"data", d.name},
           {"train_trees", d.train.size()},
+          {"train_data", DataFingerprint(d.train)},
           {"vocabulary", d.vocabulary},
           {"classes", d.classes},
           {"embed", o.embed},
@@ -37,7 +65,13 @@ nlohmann::json RunShape(const RunOptions& o, const Dataset& d) {
           {"batch", o.batch},
           {"seed", o.seed},
           {"reshuffle", o.reshuffle},
-          {"optimizer", o.optimizer.kind}};
+          {"optimizer", opt.kind},
+          {"learning_rate", opt.learning_rate},
+          {"weight_decay", opt.weight_decay},
+          {"clip_norm", opt.clip_norm},
+          {"beta1", opt.beta1},
+          {"beta2", opt.beta2},
+          {"epsilon", opt.epsilon}};
 }
 
 }  // namespace
@@ -173,10 +207,25 @@ EpochResult Trainer::TrainEpoch(const StepCallback& after_step) {
     int64_t compiled_before = loss.stats().calls_compiled();
     ValueAndGrad vg = loss.value_and_grad({values[i].trees, values[i].labels, params_}, {2});
     r.compiled_steps += loss.stats().calls_compiled() - compiled_before;
-    optimizer_->Step(params_, vg.grads[0]);
+    const double step_loss = vg.value.tensor().item();
+    // A diverged step stops the run with the parameters before it (and the
+    // last checkpoint as it was), rather than training on NaN.
+    auto stop = [&](const std::string& why, const char* state) {
+      throw std::runtime_error("epoch " + std::to_string(epoch_) + ", step " + std::to_string(i + 1) + " of " +
+                               std::to_string(values.size()) + ": " + why + "; training stops " + state +
+                               " and the last checkpoint saved is kept (try a smaller --lr, or --clip)");
+    };
+    const char* unchanged = "with the parameters before this step";
+    if (!std::isfinite(step_loss)) stop("the loss is " + std::to_string(step_loss), unchanged);
+    try {
+      optimizer_->Step(params_, vg.grads[0]);
+    } catch (const std::domain_error& e) {
+      stop(e.what(), unchanged);
+    } catch (const std::overflow_error& e) {
+      stop(e.what(), "(the parameters are no longer usable)");
+    }
     r.step_ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - step_start).count());
     r.step_cpu_ms.push_back((ThreadCpuSeconds() - cpu_start) * 1e3);
-    double step_loss = vg.value.tensor().item();
     int64_t trees = static_cast<int64_t>(batches_[i].size());
     r.losses.push_back(step_loss);
     loss_sum += step_loss * static_cast<double>(trees);

@@ -74,6 +74,10 @@ class Trainer {
 
   // Called after each step with the steps done and the epoch so far.
   using StepCallback = std::function<void(size_t done, const EpochResult& so_far)>;
+  // Throws std::runtime_error naming the epoch and step when a loss or
+  // gradient is NaN or infinite (the parameters are left as before that
+  // step) or an update overflows a parameter: a diverged run stops rather
+  // than trains on NaN, and epoch() stays at the last completed epoch.
   EpochResult TrainEpoch(const StepCallback& after_step = {});
 
   // Share of dev trees (none: 0), or of a fixed sample of training trees
@@ -83,8 +87,9 @@ class Trainer {
   bool has_dev() const { return !dev_batches_.empty(); }
 
   // Checkpoints hold the parameters, the optimizer's state, the epochs done,
-  // and the options that shape the run (data set, sizes, seed, batch,
-  // optimizer kind); Resume throws std::runtime_error naming the file when
+  // and the options that shape the run (the data set and a fingerprint of
+  // its training trees, sizes, seed, batch, every optimizer setting); Resume
+  // throws std::runtime_error naming the file when
   // they differ from this run's, so that a resumed run carries on exactly
   // where the saved one stopped.
   void Save(const std::string& path) const;

@@ -69,6 +69,25 @@ TEST(SstParse, ErrorsSayWhatAndWhichColumn) {
   EXPECT_NE(ErrorOf(deep).find("nested deeper than 256 levels"), std::string::npos) << ErrorOf(deep);
 }
 
+TEST(SstParse, ATreeOfMoreNodesThanTheBoundIsRefusedWhereItPassesIt) {
+  // 1.75 million children once took 17 GB in the model; the bound stops the
+  // parser at the node past it.
+  std::string wide = "(2";
+  for (int i = 0; i < treelstm::kMaxTreeNodes; ++i) wide += " (2 a)";
+  wide += ")";
+  EXPECT_EQ(ErrorOf(wide), "column " + std::to_string(3 + 6 * (treelstm::kMaxTreeNodes - 1) + 1) +
+                               ": trees of more than 100000 nodes are refused");
+}
+
+TEST(SstFile, ALineLongerThanTheBoundIsSkippedAndTheNextOneRead) {
+  std::string path = WriteFile("sst_long.txt", "(2 " + std::string(treelstm::kMaxLineBytes, 'a') + ")\n(3 fun)\n");
+  sst::FileReport r = sst::ReadFile(path);
+  ASSERT_EQ(r.trees.size(), 1u);
+  EXPECT_EQ(r.trees[0].word, "fun");
+  ASSERT_EQ(r.errors.size(), 1u);
+  EXPECT_EQ(r.errors[0], path + ":1: line longer than 16777216 bytes");
+}
+
 TEST(SstFile, TheSampleFilesLoadWhole) {
   sst::FileReport train = sst::ReadFile(kTrainSample), dev = sst::ReadFile(kDevSample);
   EXPECT_TRUE(train.errors.empty()) << train.errors.front();

@@ -3,10 +3,14 @@
 // uninterrupted run, and bad checkpoints or data are refused by name.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 
+#include "examples/treelstm/listops.h"
 #include "examples/treelstm/trainer.h"
 #include "train/checkpoint.h"
 
@@ -149,6 +153,83 @@ TEST(Trainer, ACheckpointOfAnotherRunIsRefusedByName) {
   }
   EXPECT_EQ(Flat(t.params()), before);  // untouched
   EXPECT_EQ(t.epoch(), 0);
+}
+
+// Not only the model's sizes: the training trees (another file of as many
+// trees) and every optimizer setting must be the saved run's.
+TEST(Trainer, ResumingWithOtherDataOrOptimizerSettingsIsRefusedByName) {
+  auto file = [](const std::string& name, int seed) {
+    std::string path = TempPath(name);
+    std::ofstream out(path);
+    for (const auto& e : listops::GenerateSplits(static_cast<uint64_t>(seed), 16, 0, 0).train) {
+      out << e.label << "\t" << listops::ToString(e.tree) << "\n";
+    }
+    return path;
+  };
+  RunOptions o = Small();
+  o.train_file = file("resume_data_a.tsv", 1);
+  std::string path = TempPath("settings.ckpt");
+  Trainer(o, treelstm::LoadDataset(o), WithPolicy(Policy::Interpreter())).Save(path);
+  struct Variant {
+    const char* key;
+    std::function<void(RunOptions&)> change;
+    std::string saved, now;
+  };
+  std::vector<Variant> variants = {
+      {"learning_rate", [](RunOptions& r) { r.optimizer.learning_rate = 0.5; }, "0.05", "0.5"},
+      {"clip_norm", [](RunOptions& r) { r.optimizer.clip_norm = 1; }, "0.0", "1.0"},
+      {"weight_decay", [](RunOptions& r) { r.optimizer.weight_decay = 1e-4; }, "0.0", "0.0001"},
+  };
+  for (const Variant& v : variants) {
+    RunOptions other = o;
+    v.change(other);
+    Trainer t(other, treelstm::LoadDataset(other), WithPolicy(Policy::Interpreter()));
+    try {
+      t.Resume(path);
+      ADD_FAILURE() << "resumed with another " << v.key;
+    } catch (const std::runtime_error& e) {
+      EXPECT_EQ(std::string(e.what()), path + ": written by a run with " + v.key + " " + v.saved + ", this run has " +
+                                           v.now + " (resume with the options of the saved run)");
+    }
+  }
+  RunOptions other_data = o;
+  other_data.train_file = file("resume_data_b.tsv", 2);
+  Trainer t(other_data, treelstm::LoadDataset(other_data), WithPolicy(Policy::Interpreter()));
+  try {
+    t.Resume(path);
+    ADD_FAILURE() << "resumed on another training file of as many trees";
+  } catch (const std::runtime_error& e) {
+    EXPECT_EQ(std::string(e.what()).rfind(path + ": written by a run with train_data \"", 0), 0u) << e.what();
+  }
+}
+
+// A step whose loss is NaN stops the run, names the step, and changes
+// nothing: not the parameters, not the epoch count, not the checkpoint on
+// disk (which a diverged state cannot overwrite).
+TEST(Trainer, ANonFiniteLossStopsTrainingAndKeepsTheLastCheckpoint) {
+  RunOptions o = Small();
+  Trainer t(o, treelstm::LoadDataset(o), WithPolicy(Policy::Interpreter()));
+  std::string path = TempPath("before_divergence.ckpt");
+  t.Save(path);
+  std::ifstream in(path, std::ios::binary);
+  const std::string saved((std::istreambuf_iterator<char>(in)), {});
+  std::vector<Tensor> leaves = ParameterLeaves(t.params());
+  leaves.back().data<float>()[0] = std::nanf("");  // the output bias: every tree's loss
+  std::vector<float> before = Flat(t.params());
+  try {
+    t.TrainEpoch();
+    ADD_FAILURE() << "trained on a NaN loss";
+  } catch (const std::runtime_error& e) {
+    EXPECT_EQ(std::string(e.what()), "epoch 0, step 1 of 3: the loss is nan; training stops with the parameters before "
+                                     "this step and the last checkpoint saved is kept (try a smaller --lr, or --clip)");
+  }
+  std::vector<float> after = Flat(t.params());
+  ASSERT_EQ(after.size(), before.size());
+  EXPECT_EQ(std::memcmp(after.data(), before.data(), after.size() * sizeof(float)), 0);
+  EXPECT_EQ(t.epoch(), 0);
+  EXPECT_THROW(t.Save(path), std::runtime_error);
+  std::ifstream again(path, std::ios::binary);
+  EXPECT_EQ(std::string((std::istreambuf_iterator<char>(again)), {}), saved);
 }
 
 TEST(LoadDataset, NamesWhatIsMissing) {

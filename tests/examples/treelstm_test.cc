@@ -66,23 +66,41 @@ TEST(ListOps, SplitsAreDeterministicDistinctAndFollowTheRules) {
   EXPECT_GE(labels.size(), 8u);
 }
 
+TEST(ListOps, AnExpressionOfMoreNodesThanTheBoundIsRefusedWhileParsing) {
+  std::string wide = "[SM";
+  for (int i = 0; i < treelstm::kMaxTreeNodes; ++i) wide += " 1";
+  wide += " ]";
+  try {
+    listops::Parse(wide);
+    ADD_FAILURE() << "parsed " << treelstm::kMaxTreeNodes + 1 << " nodes";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_EQ(std::string(e.what()), "expressions of more than 100000 operators and digits are refused");
+  }
+}
+
 TEST(ListOps, FilesWithBadLinesLoadTheRestAndNameTheLine) {
   std::string path = testing::TempDir() + "/listops.tsv";
   {
     std::ofstream f(path);
-    f << "7\t[SM [MAX 2 9 ] [MIN 4 7 ] 1 ]\n"
+    f << "4\t[SM [MAX 2 9 ] [MIN 4 7 ] 1 ]\n"
       << "x\t[MAX 1 2 ]\n"
       << "3\t[MAX 1 2\n"
       << "\n"
-      << "2\t( [MIN 2 5 ] )\n";
+      << "2\t( [MIN 2 5 ] )\n"
+      << "5\t[MAX 1 2 ]\n"
+      << "2\t( ( [MAX 1 2 ] )\n"
+      << "2\t[MAX 1 2 ] )\n";
   }
   listops::FileReport r = listops::ReadFile(path);
   ASSERT_EQ(r.examples.size(), 2u);
-  EXPECT_EQ(r.examples[0].label, 7);
+  EXPECT_EQ(r.examples[0].label, 4);
   EXPECT_EQ(listops::ToString(r.examples[1].tree), "[MIN 2 5 ]");
-  ASSERT_EQ(r.errors.size(), 2u);
+  ASSERT_EQ(r.errors.size(), 5u);
   EXPECT_EQ(r.errors[0], path + ":2: bad label 'x' (expected 0-9)");
   EXPECT_EQ(r.errors[1], path + ":3: missing ']' for [MAX");
+  EXPECT_EQ(r.errors[2], path + ":6: label 5 is not the expression's value 2");
+  EXPECT_EQ(r.errors[3], path + ":7: 1 '(' never closed");
+  EXPECT_EQ(r.errors[4], path + ":8: ')' without its '(' at token 5");
   EXPECT_THROW(listops::ReadFile(path, /*strict=*/true), std::runtime_error);
 
   std::string lra = testing::TempDir() + "/lra.tsv";
