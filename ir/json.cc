@@ -86,16 +86,22 @@ Tensor TensorFromJson(const Json& j, const TensorType& want, const PathFn& path)
   for (size_t i = 0; fits && i < shape.size(); ++i) fits = want.shape[i] == kUnknownDim || want.shape[i] == shape[i];
   if (!fits) Fail(path(), "expected " + want.ToString() + ", got shape " + ShapeToString(shape));
   int64_t elements = 0;
-  Tensor t;
   try {
     elements = NumElements(shape);
-    t = Tensor::Empty(*dtype, shape);
   } catch (const std::invalid_argument& e) {  // a shape whose element or byte count overflows
     Fail(path(), e.what());
   }
+  // Before allocating: a shape of 10^17 elements with no data is refused,
+  // not allocated (memory follows the input's size).
   const Json& data = j["data"];
   if (!data.is_array() || static_cast<int64_t>(data.size()) != elements) {
     Fail(path(), "data must be a flat array of " + std::to_string(elements) + " numbers");
+  }
+  Tensor t;
+  try {
+    t = Tensor::Empty(*dtype, shape);
+  } catch (const std::invalid_argument& e) {
+    Fail(path(), e.what());
   }
   DispatchDType(*dtype, [&](auto zero) {
     using T = decltype(zero);

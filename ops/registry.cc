@@ -74,7 +74,7 @@ Attrs NormalizeAttrs(const OpDef& op, const Attrs& attrs) {
   std::vector<std::string> known;
   for (const auto& spec : op.attrs) known.push_back(spec.name);
   for (const auto& [name, value] : attrs.items()) {
-    auto spec = std::find_if(op.attrs.begin(), op.attrs.end(), [&](const auto& s) { return s.name == name; });
+    auto spec = std::find_if(op.attrs.begin(), op.attrs.end(), [&name = name](const auto& s) { return s.name == name; });
     if (spec == op.attrs.end()) {
       throw OpError(op.name, "unknown attribute '" + name + "'" + DidYouMean(name, known));
     }

@@ -835,6 +835,7 @@ void EngineImpl::RunJob(Job& job) {
     }
     // (J2) Partial evaluation on the call's own snapshot.
     stage = "pe";
+    if (options.before_pe) options.before_pe(CompileInfo{entry.name, sig, job.grad, job.wrt});
     int64_t start = NowMicros();
     Residual residual =
         PartialEvaluate(*job.snapshot, entry.name, job.args, job.static_args, options.pe, &pe_cache);
@@ -918,11 +919,21 @@ void EngineImpl::RunJob(Job& job) {
       if (!notes.fallback.empty()) e.fields.push_back({"fallback", notes.fallback});
       Emit(e);
     }
-  } catch (const std::exception& ex) {
+  } catch (...) {
     // Refused: a program outside what PE and the compilers take (a limit or
-    // a construct they decline). Failed: anything else that threw.
-    bool refused = dynamic_cast<const JitFailure*>(&ex) || dynamic_cast<const PeFailure*>(&ex);
-    std::string reason = std::string(stage) + ": " + ex.what();
+    // a construct they decline). Failed: anything else that threw, including
+    // std::bad_alloc and a hook's exception of any type: the worker lives on.
+    bool refused = false;
+    std::string what;
+    try {
+      throw;
+    } catch (const std::exception& ex) {
+      refused = dynamic_cast<const JitFailure*>(&ex) || dynamic_cast<const PeFailure*>(&ex);
+      what = ex.what();
+    } catch (...) {
+      what = "an exception that is not a std::exception";
+    }
+    std::string reason = std::string(stage) + ": " + what;
     ReportEvictions(cache.Fail(slot, reason));
     Count(entry.failed);
     EventKind kind = refused ? EventKind::kRefused : EventKind::kFailed;

@@ -135,7 +135,11 @@ struct EngineOptions {
   InterpreterOptions interpreter;
   // Null: native code with LLVM (CompileNative, scheduler/native_compile.h).
   CompileFn compile;
-  // Runs on the worker just before `compile` (tests use it to make a compile slow or fail).
+  // Run on the worker just before partial evaluation and just before
+  // `compile` (tests use them to make a job slow, or inject faults: an
+  // exception of any type, std::bad_alloc; the job fails, the call that
+  // asked for it runs on the interpreter, the worker goes on).
+  std::function<void(const CompileInfo&)> before_pe;
   std::function<void(const CompileInfo&)> before_compile;
   // Receives the engine's events (scheduler/events.h); null: none, at no cost.
   std::shared_ptr<EventSink> events;

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <fstream>
+#include <limits>
 #include <map>
 #include <set>
 #include <stdexcept>
@@ -19,10 +20,16 @@ bool IsCommonKey(std::string_view key) {
   return std::find(std::begin(kCommonKeys), std::end(kCommonKeys), key) != std::end(kCommonKeys);
 }
 
+// An integer that int64 holds (nlohmann keeps 2^63 and above as unsigned).
+bool IsInt64(const Json& j) {
+  return j.is_number_integer() &&
+         !(j.is_number_unsigned() && j.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()));
+}
+
 int64_t IntegerAt(const Json& j, const char* key) {
   auto it = j.find(key);
   if (it == j.end()) throw std::invalid_argument(std::string("no \"") + key + "\"");
-  if (!it->is_number_integer()) throw std::invalid_argument(std::string("\"") + key + "\" must be an integer");
+  if (!IsInt64(*it)) throw std::invalid_argument(std::string("\"") + key + "\" must be an integer");
   return it->get<int64_t>();
 }
 
@@ -86,7 +93,7 @@ Event EventFromJson(std::string_view line) {
   Json j;
   try {
     j = Json::parse(line);
-  } catch (const Json::parse_error& e) {
+  } catch (const Json::exception& e) {  // parse_error, and out_of_range for a number past double's range
     throw std::invalid_argument(std::string("not JSON: ") + e.what());
   }
   if (!j.is_object()) throw std::invalid_argument("not a JSON object");
@@ -105,6 +112,7 @@ Event EventFromJson(std::string_view line) {
     if (IsCommonKey(it.key())) continue;
     const Json& v = it.value();
     if (v.is_number_integer()) {
+      if (!IsInt64(v)) throw std::invalid_argument("\"" + it.key() + "\" is past int64's range");
       e.fields.push_back({it.key(), v.get<int64_t>()});
     } else if (v.is_number_float()) {
       e.fields.push_back({it.key(), v.get<double>()});
@@ -217,7 +225,7 @@ std::string ChromeTrace(const std::vector<Event>& events) {
     Json args = Json::object();
     if (!e.entry.empty()) args["entry"] = e.entry;
     if (!e.signature.empty()) args["signature"] = e.signature;
-    for (const auto& [key, value] : e.fields) std::visit([&](const auto& v) { args[key] = v; }, value);
+    for (const auto& [key, value] : e.fields) std::visit([&args, &key = key](const auto& v) { args[key] = v; }, value);
 
     Json c;
     std::string name(e.name());

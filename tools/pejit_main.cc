@@ -42,7 +42,7 @@ std::vector<Value> LoadArgs(const ModuleSnapshot& s, const std::string& entry, c
     args_json = nlohmann::json::parse(inline_json ? args
                                       : args == "-" ? std::string(std::istreambuf_iterator<char>(std::cin), {})
                                                     : ReadFile(args));
-  } catch (const nlohmann::json::parse_error& e) {
+  } catch (const nlohmann::json::exception& e) {  // parse_error, and out_of_range for 1e400
     throw std::runtime_error(where + ": not valid JSON: " + e.what());
   }
   return ArgumentsFromJson(s, entry, args_json, where);

@@ -38,7 +38,7 @@ std::vector<Call> ReadCalls(const ModuleSnapshot& module, const std::string& ent
     nlohmann::json json;
     try {
       json = nlohmann::json::parse(text);
-    } catch (const nlohmann::json::parse_error& e) {
+    } catch (const nlohmann::json::exception& e) {  // parse_error, and out_of_range for 1e400
       throw std::runtime_error(where + ": not valid JSON: " + e.what());
     }
     calls.push_back({line, ArgumentsFromJson(module, entry, json, where)});

@@ -4,6 +4,7 @@
 #   tools/setup.sh            the build, the tests and the Tree-LSTM demo
 #   tools/setup.sh mlp        also the Fashion-MNIST data set (examples/mlp)
 #   tools/setup.sh bench      also PyTorch, the peer in bench/ (libblas.so.3 set to OpenBLAS)
+#   tools/setup.sh check      also clang and libFuzzer, for tools/check.sh and tools/fuzz.sh
 #
 # Idempotent and non-interactive; run as root on a fresh machine (apt-get
 # update runs only when something is missing).
@@ -28,8 +29,9 @@ for group in "$@"; do
   case "$group" in
     mlp) packages+=(dataset-fashion-mnist) ;;
     bench) packages+=(python3-torch) ;;
-    -h|--help) sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
-    *) echo "setup.sh: unknown group '$group' (known: mlp, bench)" >&2; exit 2 ;;
+    check) packages+=(clang libclang-rt-14-dev) ;;
+    -h|--help) sed -n '2,10p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) echo "setup.sh: unknown group '$group' (known: mlp, bench, check)" >&2; exit 2 ;;
   esac
 done
 

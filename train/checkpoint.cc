@@ -183,7 +183,12 @@ Checkpoint LoadCheckpoint(const std::string& path) {
 
 Checkpoint ParseCheckpoint(std::string_view bytes, const std::string& path) {
   const size_t newline = std::min(bytes.find('\n'), bytes.size());
-  nlohmann::json header = nlohmann::json::parse(bytes.substr(0, newline), nullptr, /*allow_exceptions=*/false);
+  nlohmann::json header;
+  try {
+    header = nlohmann::json::parse(bytes.substr(0, newline));
+  } catch (const nlohmann::json::exception&) {  // parse_error, and out_of_range for a number past double's range
+    Fail(path, "not a pejit checkpoint");
+  }
   if (!header.is_object() || !header.contains("format") || header["format"] != kFormat) {
     Fail(path, "not a pejit checkpoint");
   }
@@ -193,13 +198,24 @@ Checkpoint ParseCheckpoint(std::string_view bytes, const std::string& path) {
   }
   Checkpoint c;
   std::vector<std::pair<std::string, Shape>> tensors;
+  // nlohmann converts a float such as 1e40 to int64 without a check (UB):
+  // counts must be written as integers.
+  auto integer = [&](const nlohmann::json& j, const std::string& what) -> int64_t {
+    if (!j.is_number_integer() || (j.is_number_unsigned() && j.get<uint64_t>() > uint64_t{INT64_MAX})) {
+      Fail(path, "bad checkpoint header: " + what + " is " + j.dump() + ", not an integer");
+    }
+    return j.get<int64_t>();
+  };
   try {
-    c.epoch = header.at("epoch").get<int64_t>();
+    c.epoch = integer(header.at("epoch"), "the epoch");
     c.meta = header.at("meta");
     c.optimizer.kind = header.at("optimizer").at("kind").get<std::string>();
-    c.optimizer.steps = header.at("optimizer").at("steps").get<int64_t>();
+    c.optimizer.steps = integer(header.at("optimizer").at("steps"), "the optimizer's step count");
     for (const auto& t : header.at("tensors")) {
-      tensors.emplace_back(t.at("name").get<std::string>(), t.at("shape").get<Shape>());
+      std::string name = t.at("name").get<std::string>();
+      Shape shape;
+      for (const auto& d : t.at("shape")) shape.push_back(integer(d, "a dimension of tensor " + name));
+      tensors.emplace_back(std::move(name), std::move(shape));
     }
   } catch (const nlohmann::json::exception& e) {
     Fail(path, std::string("bad checkpoint header: ") + e.what());

@@ -96,6 +96,22 @@ TEST(ValueFromJson, AShapeWhoseElementCountOverflowsIsRefused) {
   }
 }
 
+// Found by fuzz/json_value: 10^17 elements fit in i64 but not in memory; the
+// data array's length is checked before anything is allocated.
+TEST(ValueFromJson, AHugeShapeWithoutItsDataIsRefusedBeforeAllocating) {
+  Module m;
+  m.AddSource("def @f(%x: Tensor[(?, 2), f32]) -> Tensor[(?, 2), f32] { %x }", "f.pj");
+  Snapshot s = m.snapshot();
+  Json huge = {{"dtype", "f32"}, {"shape", {int64_t{46116860184273904}, 2}}, {"data", Json::array()}};
+  try {
+    Load(*s, huge, s->Get("f").func->params[0]->annotation);
+    FAIL() << "accepted a shape without its data";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("args[0]: data must be a flat array of 92233720368547808 numbers"), std::string::npos)
+        << e.what();
+  }
+}
+
 TEST(ValueFromJson, TuplesAndTensorsNestInsideStructures) {
   Module m;
   m.AddSource(R"(

@@ -13,11 +13,14 @@
 // the JIT refuses must be refused with JitFailure, saying why, and only for a
 // reason the residual shows (a dynamic `if`); most programs must compile.
 //
-// Failures print the seed and the program. To look at one program closely:
+// PEJIT_DIFFERENTIAL_PROGRAMS=N checks seeds 0 .. N-1 instead of the fast
+// subset (tools/differential.sh runs 10,000). Failures print the seed and
+// the program. To look at one program closely:
 //   PEJIT_DIFFERENTIAL_SEED=17 bazel test //tests/jit:differential_test --test_output=all
 // runs only that seed and prints its residuals and arguments.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -39,13 +42,22 @@
 namespace pejit {
 namespace {
 
-constexpr int kPrograms = 300;
+constexpr int kPrograms = 300;         // the suite's fast subset
 constexpr int kProgramsPerCase = 20;  // a test case is the unit Bazel shards
 constexpr double kRelative = 1e-4;
 constexpr double kFloor = 1e-5;       // times max(1, largest magnitude in the tensor)
 // Of each case's 20 programs, at least this many compile natively in both
 // modes on every input (the rest have a dynamic `if` in a residual).
 constexpr int kMinNativePerCase = 14;
+
+// PEJIT_DIFFERENTIAL_PROGRAMS=10000 runs seeds 0-9999 (tools/differential.sh,
+// for releases), in cases of 20.
+int ProgramCount() {
+  const char* s = std::getenv("PEJIT_DIFFERENTIAL_PROGRAMS");
+  if (!s || !*s) return kPrograms;
+  const long n = std::strtol(s, nullptr, 10);
+  return n >= kProgramsPerCase ? static_cast<int>(std::min<long>(n, 1'000'000)) : kPrograms;
+}
 
 std::optional<uint64_t> OnlySeed() {
   const char* s = std::getenv("PEJIT_DIFFERENTIAL_SEED");
@@ -325,7 +337,7 @@ TEST_P(DifferentialTest, CompiledCodeAndResidualsAgreeWithTheInterpreter) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Seeds, DifferentialTest, testing::Range(0, kPrograms / kProgramsPerCase),
+INSTANTIATE_TEST_SUITE_P(Seeds, DifferentialTest, testing::Range(0, ProgramCount() / kProgramsPerCase),
                          [](const testing::TestParamInfo<int>& info) {
                            int first = info.param * kProgramsPerCase;
                            return "programs_" + std::to_string(first) + "_to_" + std::to_string(first + kProgramsPerCase - 1);
