@@ -8,7 +8,6 @@
 #include <cerrno>
 #include <cinttypes>
 #include <climits>
-#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -18,6 +17,7 @@
 #include <stdexcept>
 
 #include "support/hash.h"
+#include "train/finite.h"
 
 namespace pejit {
 namespace {
@@ -39,14 +39,6 @@ std::string Trailer(uint64_t checksum) {
   return text;
 }
 
-// The index of the first value that is NaN or infinite, or -1.
-int64_t FirstNonFinite(const float* v, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) {
-    if (!std::isfinite(v[i])) return i;
-  }
-  return -1;
-}
-
 void RequireFinite(const std::string& path, const std::string& what, const float* v, int64_t n, const char* verb) {
   int64_t i = FirstNonFinite(v, n);
   if (i >= 0) {
@@ -54,10 +46,12 @@ void RequireFinite(const std::string& path, const std::string& what, const float
   }
 }
 
-// What lstat says of a destination that exists; "" for a regular file or none.
-std::string UnfitDestination(const std::string& path) {
+// Why an existing `path` is not a regular file; "" for one, or for none.
+// A destination is not followed through a link (a rename would replace the
+// link); a file to read is.
+std::string NotARegularFile(const std::string& path, bool follow_links) {
   struct stat st;
-  if (::lstat(path.c_str(), &st) != 0) return "";
+  if ((follow_links ? ::stat(path.c_str(), &st) : ::lstat(path.c_str(), &st)) != 0) return "";
   if (S_ISLNK(st.st_mode)) return "is a symbolic link (give the file it points to, or another name)";
   if (S_ISDIR(st.st_mode)) return "is a directory";
   if (!S_ISREG(st.st_mode)) return "is not a regular file (a device, pipe or socket)";
@@ -87,7 +81,7 @@ class HashingWriter {
 
 void CheckCheckpointDestination(const std::string& path, const std::vector<std::string>& inputs) {
   if (path.empty()) Fail("(checkpoint)", "the path is empty");
-  std::string unfit = UnfitDestination(path);
+  std::string unfit = NotARegularFile(path, /*follow_links=*/false);
   if (!unfit.empty()) Fail(path, "cannot hold a checkpoint: it " + unfit);
   std::error_code ec;
   for (const std::string& input : inputs) {
@@ -97,7 +91,9 @@ void CheckCheckpointDestination(const std::string& path, const std::vector<std::
   }
   // Whether the directory takes the temporary file, by making it.
   const std::string temporary = path + ".tmp";
-  if (!UnfitDestination(temporary).empty()) Fail(temporary, "is in the way of saving: it " + UnfitDestination(temporary));
+  if (std::string in_the_way = NotARegularFile(temporary, /*follow_links=*/false); !in_the_way.empty()) {
+    Fail(temporary, "is in the way of saving: it " + in_the_way);
+  }
   int fd = ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0644);
   if (fd < 0) Fail(temporary, "cannot write: " + SystemError());
   ::close(fd);
@@ -105,7 +101,7 @@ void CheckCheckpointDestination(const std::string& path, const std::vector<std::
 }
 
 void SaveCheckpoint(const std::string& path, const Checkpoint& c) {
-  std::string unfit = UnfitDestination(path);
+  std::string unfit = NotARegularFile(path, /*follow_links=*/false);
   if (!unfit.empty()) Fail(path, "cannot hold a checkpoint: it " + unfit);
   if (c.epoch < 0 || c.epoch > INT_MAX) Fail(path, "epoch " + std::to_string(c.epoch) + " is out of range");
   nlohmann::json tensors = nlohmann::json::array();
@@ -168,12 +164,8 @@ void SaveCheckpoint(const std::string& path, const Checkpoint& c) {
 
 Checkpoint LoadCheckpoint(const std::string& path) {
   // A device or pipe (/dev/zero) would be read forever.
-  std::string unfit = UnfitDestination(path);
-  if (!unfit.empty() && unfit.rfind("is a symbolic link", 0) != 0) Fail(path, "cannot be read as a checkpoint: it " + unfit);
-  std::error_code ec;
-  if (std::filesystem::exists(path, ec) && !std::filesystem::is_regular_file(path, ec)) {
-    Fail(path, "cannot be read as a checkpoint: it is not a regular file");
-  }
+  std::string unfit = NotARegularFile(path, /*follow_links=*/true);
+  if (!unfit.empty()) Fail(path, "cannot be read as a checkpoint: it " + unfit);
   std::ifstream in(path, std::ios::binary);
   if (!in) Fail(path, "cannot read: " + SystemError());
   std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());

@@ -1,11 +1,11 @@
 #include "train/optimizer.h"
 
 #include <cmath>
-#include <cstdint>
-#include <cstring>
 #include <iterator>
 #include <string>
 #include <stdexcept>
+
+#include "train/finite.h"
 
 namespace pejit {
 namespace {
@@ -113,29 +113,14 @@ class Adam final : public Optimizer {
   std::vector<std::vector<float>> m_, v_;
 };
 
-// On the bits, branch-free, so that it vectorizes: NaN and the infinities
-// are the floats whose exponent bits are all ones.
-bool AllFinite(const float* v, int64_t n) {
-  constexpr uint32_t kExponent = 0x7f800000u;
-  uint32_t any = 0;
-  for (int64_t j = 0; j < n; ++j) {
-    uint32_t bits;
-    std::memcpy(&bits, v + j, sizeof bits);
-    any |= static_cast<uint32_t>((bits & kExponent) == kExponent);
-  }
-  return any == 0;
-}
-
 // A gradient that is NaN or infinite somewhere (its square sum overflowed,
 // or a value is): say which, before anything is updated.
 [[noreturn]] void ThrowNonFinite(const std::vector<Tensor>& grads) {
   for (size_t i = 0; i < grads.size(); ++i) {
     const float* d = grads[i].data<float>();
-    for (int64_t j = 0; j < grads[i].numel(); ++j) {
-      if (!std::isfinite(d[j])) {
-        throw std::domain_error("gradient " + std::to_string(i) + " holds " + std::to_string(d[j]) + " at index " +
-                                std::to_string(j) + "; the step is not taken");
-      }
+    if (int64_t j = FirstNonFinite(d, grads[i].numel()); j >= 0) {
+      throw std::domain_error("gradient " + std::to_string(i) + " holds " + std::to_string(d[j]) + " at index " +
+                              std::to_string(j) + "; the step is not taken");
     }
   }
   throw std::domain_error("the gradients' global norm overflows; the step is not taken");

@@ -53,11 +53,11 @@ std::string DataFingerprint(const std::vector<Example>& examples) {
 // What a checkpoint must share with the run that resumes it: the data, the
 // model's sizes, the batching and every optimizer setting, so that resuming
 // carries the saved run on rather than starting another from its weights.
-nlohmann::json RunShape(const RunOptions& o, const Dataset& d) {
+nlohmann::json RunShape(const RunOptions& o, const Dataset& d, const std::string& train_fingerprint) {
   const OptimizerOptions& opt = o.optimizer;
   return {{"data", d.name},
           {"train_trees", d.train.size()},
-          {"train_data", DataFingerprint(d.train)},
+          {"train_data", train_fingerprint},
           {"vocabulary", d.vocabulary},
           {"classes", d.classes},
           {"embed", o.embed},
@@ -152,7 +152,10 @@ Dataset LoadDataset(const RunOptions& o) {
 }
 
 Trainer::Trainer(RunOptions options, Dataset data, EngineOptions engine)
-    : options_(std::move(options)), data_(std::move(data)), engine_(std::make_unique<Engine>(std::move(engine))) {
+    : options_(std::move(options)),
+      data_(std::move(data)),
+      train_fingerprint_(DataFingerprint(data_.train)),
+      engine_(std::make_unique<Engine>(std::move(engine))) {
   engine_->module().AddSource(ModelSource(), "treelstm.pj");
   module_ = engine_->module().snapshot();
   Rng init(options_.seed);
@@ -258,7 +261,7 @@ double Trainer::TrainAccuracy() const { return Accuracy(sample_batches_); }
 void Trainer::Save(const std::string& path) const {
   Checkpoint c;
   c.epoch = epoch_;
-  c.meta = RunShape(options_, data_);
+  c.meta = RunShape(options_, data_, train_fingerprint_);
   c.params = ParameterLeaves(params_);
   c.optimizer = optimizer_->state();
   SaveCheckpoint(path, c);
@@ -266,7 +269,7 @@ void Trainer::Save(const std::string& path) const {
 
 void Trainer::Resume(const std::string& path) {
   Checkpoint c = LoadCheckpoint(path);
-  nlohmann::json expected = RunShape(options_, data_);
+  nlohmann::json expected = RunShape(options_, data_, train_fingerprint_);
   for (const auto& [key, value] : expected.items()) {
     if (!c.meta.contains(key) || c.meta[key] != value) {
       throw std::runtime_error(path + ": written by a run with " + key + " " +

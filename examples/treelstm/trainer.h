@@ -101,6 +101,7 @@ class Trainer {
 
   RunOptions options_;
   Dataset data_;
+  std::string train_fingerprint_;  // of data_.train, for checkpoints (hashed once, not at every save)
   std::unique_ptr<Engine> engine_;
   Snapshot module_;
   Value params_;
