@@ -123,7 +123,7 @@ Ref AtomRef(Expr atom) {
   return r;
 }
 
-int64_t Bytes(const TensorType& t) { return NumElements(t.shape) * static_cast<int64_t>(SizeOf(t.dtype)); }
+int64_t Bytes(const TensorType& t) { return NumBytes(t); }
 
 class Batcher {
  public:

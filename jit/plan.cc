@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 #include <functional>
+#include <limits>
 #include <map>
 #include <optional>
 #include <queue>
@@ -825,7 +826,9 @@ class Lowering {
     for (int b : order) {
       PlanBuffer& buf = plan_.buffers[b];
       int64_t size = size_of(b);
-      plan_.buffer_bytes += size;
+      if (__builtin_add_overflow(plan_.buffer_bytes, size, &plan_.buffer_bytes)) {
+        plan_.buffer_bytes = std::numeric_limits<int64_t>::max();  // a statistic: saturates
+      }
       while (!alive.empty() && alive.top().first < buf.first_step) {
         release(alive.top().second);
         alive.pop();
@@ -846,7 +849,10 @@ class Lowering {
             free_ranges.erase(last);
           }
         }
-        top = buf.offset + size;
+        top = buf.offset + size;  // both at most kMaxTensorBytes + 64: no wrap
+        if (top > kMaxTensorBytes) {
+          throw JitFailure("plan: the intermediates need an arena of more than 2^56 bytes");
+        }
       }
       alive.push({buf.last_step, b});
     }

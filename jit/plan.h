@@ -49,7 +49,7 @@ struct PlanBuffer {
   int first_step = -1, last_step = -1;  // lifetime, in steps
   std::string name;       // for printing
 
-  int64_t bytes() const { return NumElements(type.shape) * static_cast<int64_t>(SizeOf(type.dtype)); }
+  int64_t bytes() const { return NumBytes(type); }
 };
 
 // One node of a fused kernel's per-element expression.

@@ -117,14 +117,10 @@ std::vector<TensorType> InferTypes(const OpDef& op, std::span<const TensorType> 
   // attributes; issue 24).
   for (const TensorType& t : out) {
     if (!t.IsFullyKnown()) continue;
-    int64_t n = 0;
     try {
-      n = NumElements(t.shape);
-    } catch (const std::invalid_argument&) {
-      throw OpError(op.name, "the result " + t.ToString() + " has more elements than 2^63");
-    }
-    if (n > std::numeric_limits<int64_t>::max() / 8) {
-      throw OpError(op.name, "the result " + t.ToString() + " needs more bytes than 2^63");
+      NumBytes(t);
+    } catch (const std::invalid_argument& e) {
+      throw OpError(op.name, std::string("the result: ") + e.what());
     }
   }
   return out;

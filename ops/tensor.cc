@@ -25,6 +25,14 @@ int64_t NumElements(const Shape& shape) {
   return n;
 }
 
+int64_t NumBytes(const TensorType& t) {
+  const int64_t n = NumElements(t.shape), size = static_cast<int64_t>(SizeOf(t.dtype));
+  if (n > kMaxTensorBytes / size) {
+    throw std::invalid_argument("a tensor of type " + t.ToString() + " needs more than 2^56 bytes");
+  }
+  return n * size;
+}
+
 Shape RowMajorStrides(const Shape& shape) {
   Shape strides(shape.size());
   int64_t s = 1;
@@ -60,10 +68,7 @@ Tensor Tensor::Empty(DType dtype, Shape shape) {
   Tensor t;
   t.type_ = {dtype, std::move(shape)};
   t.numel_ = NumElements(t.type_.shape);
-  if (t.numel_ > (std::numeric_limits<int64_t>::max() - 64) / static_cast<int64_t>(SizeOf(dtype))) {
-    throw std::invalid_argument("a tensor of shape " + ShapeToString(t.type_.shape) + " and dtype " +
-                                std::string(DTypeName(dtype)) + " needs more bytes than 2^63");
-  }
+  NumBytes(t.type_);  // throws for a size no allocator could give
   // Round up so a vector loop may read a whole 64-byte line past the end.
   size_t bytes = (t.nbytes() + 63) / 64 * 64;
   if (bytes == 0) bytes = 64;

@@ -37,6 +37,12 @@ struct TensorType {
   friend bool operator==(const TensorType&, const TensorType&) = default;
 };
 
+// The bytes a tensor of type `t` holds; throws std::invalid_argument past
+// kMaxTensorBytes, so that sums of a few sizes (an arena, a batch) cannot
+// wrap either (issue 24).
+inline constexpr int64_t kMaxTensorBytes = int64_t{1} << 56;
+int64_t NumBytes(const TensorType& t);
+
 class Tensor {
  public:
   Tensor() = default;  // undefined: holds nothing

@@ -81,8 +81,8 @@ std::vector<TensorType> ReshapeType(std::span<const TensorType> in, const Attrs&
       infer_at = static_cast<int>(i);
     } else if (target[i] < 0) {
       throw OpError("reshape", "shape " + AttrValueToString(target) + " has a negative dimension");
-    } else {
-      known *= target[i];
+    } else if (__builtin_mul_overflow(known, target[i], &known)) {
+      throw OpError("reshape", "shape " + AttrValueToString(target) + " has more elements than 2^63");
     }
   }
   if (!in[0].IsFullyKnown()) return {{in[0].dtype, target}};  // -1 stays unknown

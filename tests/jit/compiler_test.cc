@@ -382,6 +382,25 @@ TEST_F(CompilerTest, KernelErrorsAtRunTimeAreReported) {
   EXPECT_THROW(exe->Run(std::vector<Tensor>{Tensor::Zeros(DType::kF32, {3, 2})}), std::invalid_argument);
 }
 
+// Issue 24: every tensor type is at most kMaxTensorBytes (the type rules
+// check), but intermediates alive together may need more: the plan refuses
+// such an arena instead of letting its offsets wrap.
+TEST_F(CompilerTest, ArenasPastTheByteLimitAreRefused) {
+  Snapshot s = Load(R"(
+def @f(%x: Tensor[(), f32]) {
+  let %a = matmul(broadcast_to(%x, shape=[134217728, 1]), broadcast_to(%x, shape=[1, 134217728]));
+  let %b = matmul(broadcast_to(exp(%x), shape=[134217728, 1]), broadcast_to(%x, shape=[1, 134217728]));
+  sum(matmul(%a, %b))
+})");
+  Residual r = PartialEvaluate(*s, "f", {Value(Tensor::Scalar(1.0f))});
+  try {
+    session_->Compile(r.main);
+    FAIL() << "intermediates of 2^56 bytes each were given one arena";
+  } catch (const JitFailure& e) {
+    EXPECT_NE(std::string(e.what()).find("an arena of more than 2^56 bytes"), std::string::npos) << e.what();
+  }
+}
+
 TEST_F(CompilerTest, ProgramsWithControlFlowAreRefusedWithAReason) {
   Snapshot s = Load(R"(
 def @count(%n: Tensor[(), i64], %x: Tensor[(), f32]) -> Tensor[(), f32] {

@@ -47,8 +47,11 @@ constexpr int kProgramsPerCase = 20;  // a test case is the unit Bazel shards
 constexpr double kRelative = 1e-4;
 constexpr double kFloor = 1e-5;       // times max(1, largest magnitude in the tensor)
 // Of each case's 20 programs, at least this many compile natively in both
-// modes on every input (the rest have a dynamic `if` in a residual).
+// modes on every input (the rest have a dynamic `if` in a residual). A run
+// of PEJIT_DIFFERENTIAL_PROGRAMS holds so many cases that a few fall short
+// by chance (3 of 500 did): there the share over all its cases counts.
 constexpr int kMinNativePerCase = 14;
+constexpr double kMinNativeShare = 0.8;
 
 // PEJIT_DIFFERENTIAL_PROGRAMS=10000 runs seeds 0-9999 (tools/differential.sh,
 // for releases), in cases of 20.
@@ -116,6 +119,10 @@ class DifferentialTest : public testing::TestWithParam<int> {
     keep_ = new std::vector<ExecutablePtr>;
   }
   static void TearDownTestSuite() {
+    if (ProgramCount() > kPrograms && !OnlySeed() && total_programs_ > 0) {
+      EXPECT_GE(total_native_, kMinNativeShare * total_programs_)
+          << total_native_ << " of " << total_programs_ << " programs compiled natively in both modes";
+    }
     delete keep_;
     delete session_;
     session_ = nullptr;
@@ -315,8 +322,11 @@ class DifferentialTest : public testing::TestWithParam<int> {
   // (as the engine's session does): LLVM's time per distinct kernel is most
   // of this test's time.
   static std::vector<ExecutablePtr>* keep_;
+  static int total_programs_, total_native_;  // over the cases this process ran
 };
 std::vector<ExecutablePtr>* DifferentialTest::keep_ = nullptr;
+int DifferentialTest::total_programs_ = 0;
+int DifferentialTest::total_native_ = 0;
 JitSession* DifferentialTest::session_ = nullptr;
 
 TEST_P(DifferentialTest, CompiledCodeAndResidualsAgreeWithTheInterpreter) {
@@ -332,7 +342,9 @@ TEST_P(DifferentialTest, CompiledCodeAndResidualsAgreeWithTheInterpreter) {
   std::printf("programs %d-%d: %d checked, %d compiled natively in value and grad mode on every input, %d refused; "
               "%d specializations batched, %d tensors compared%s\n",
               first, last - 1, tally.programs, tally.native, tally.refused, tally.batched, tally.compared, reasons.c_str());
-  if (!only) {
+  total_programs_ += tally.programs;
+  total_native_ += tally.native;
+  if (!only && ProgramCount() <= kPrograms) {
     EXPECT_GE(tally.native, kMinNativePerCase);
   }
 }

@@ -73,6 +73,9 @@ TEST(Tensor, ShapesWhoseElementOrByteCountOverflowsAreRefused) {
   EXPECT_EQ(NumElements({int64_t{1} << 31, int64_t{1} << 31}), int64_t{1} << 62);
   EXPECT_THROW(Tensor::Empty(DType::kF32, {int64_t{1} << 61, 2}), std::invalid_argument);  // 2^64 bytes
   EXPECT_THROW(Tensor::Empty(DType::kF32, {int64_t{1} << 62, 4}), std::invalid_argument);
+  EXPECT_EQ(NumBytes({DType::kF64, {3, 5}}), 120);
+  EXPECT_EQ(NumBytes({DType::kF32, {int64_t{1} << 27, int64_t{1} << 27}}), kMaxTensorBytes);
+  EXPECT_THROW(NumBytes({DType::kF32, {int64_t{1} << 30, int64_t{1} << 30}}), std::invalid_argument);  // 2^62 bytes
   try {
     InferTypes(LookupOp("broadcast_to"), std::vector<TensorType>{{DType::kF32, {}}},
                NormalizeAttrs(LookupOp("broadcast_to"), {{"shape", std::vector<int64_t>{int64_t{1} << 62, 4}}}));

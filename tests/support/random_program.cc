@@ -977,7 +977,16 @@ std::string Generator::Tensor(const Shape& s, const Scope& scope, int depth, con
       Shape in = s;
       in.insert(in.begin() + at, Int(2, 4));
       std::string arg = PickOp({"argmax", "argmin"});
-      return Fn("mul", {Fn("cast", {Fn(arg, {X(in), "axis=" + std::to_string(at)}), "dtype=f32"}), "0.25"});
+      // A ramp of 0.01 along the axis breaks the ties the program's structure
+      // makes (padded zeros, broadcasts, (x + c) - x): two tiers may round
+      // such equal values apart, and the index of a tie is then either
+      // answer (random program 5789 of 10,000 was one).
+      Shape ramp_shape(in.size(), 1);
+      ramp_shape[at] = in[at];
+      std::vector<std::string> ramp;
+      for (int64_t i = 0; i < in[at]; ++i) ramp.push_back(std::to_string(0.01 * static_cast<double>(i)));
+      std::string separated = Fn("add", {X(in), "tensor(f32, " + ShapeText(ramp_shape) + ", [" + Join(ramp) + "])"});
+      return Fn("mul", {Fn("cast", {Fn(arg, {separated, "axis=" + std::to_string(at)}), "dtype=f32"}), "0.25"});
     }
     case kCast64: {
       Note("f64");
