@@ -9,11 +9,12 @@
 # $PEJIT_FUZZ_DIR (default /tmp/pejit-fuzz). A crash leaves its input in
 # $PEJIT_FUZZ_DIR/TARGET/crash-*: copy it into fuzz/corpus/TARGET/ and it
 # becomes a regression test (//fuzz:TARGET_corpus_test). Builds in a Bazel
-# output base of its own (clang), so the main build's cache stays. Needs
-# clang (tools/setup.sh check). Prints one JSON line per target.
+# output base of its own (clang) and makes no bazel-* links, so the main
+# build's cache and links stay. Needs clang (tools/setup.sh check). Prints
+# one JSON line per target.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-if [[ "${1:-}" == -h || "${1:-}" == --help ]]; then sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'; exit 0; fi
+if [[ "${1:-}" == -h || "${1:-}" == --help ]]; then sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'; exit 0; fi
 seconds=${1:-60}
 shift || true
 targets=("$@")
@@ -24,7 +25,7 @@ output_base=${PEJIT_FUZZ_OUTPUT_BASE:-$HOME/.cache/pejit-fuzz-bazel}
 labels=()
 for t in "${targets[@]}"; do labels+=("//fuzz:$t"); done
 mkdir -p "$work"
-if ! bazel --output_base="$output_base" build --config=fuzz "${labels[@]}" > "$work/build.log" 2>&1; then
+if ! bazel --output_base="$output_base" build --config=fuzz --symlink_prefix=/ "${labels[@]}" > "$work/build.log" 2>&1; then
   grep -E "error|ERROR" "$work/build.log" | head -20 >&2
   echo "fuzz.sh: the build failed; $work/build.log has all of it" >&2
   exit 1
