@@ -8,6 +8,8 @@
 #include <stdexcept>
 #include <string_view>
 
+#include "support/json_integer.h"
+
 namespace pejit {
 namespace {
 
@@ -42,9 +44,7 @@ T Element(const Json& x, const WhereFn& where) {
     if (!x.is_boolean()) Fail(where(), "expected true or false for a bool, got " + x.dump());
     return x.get<bool>();
   } else if constexpr (std::is_same_v<T, int64_t>) {
-    if (x.is_number_unsigned() && x.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
-      Fail(where(), x.dump() + " is out of i64's range");
-    }
+    if (x.is_number_unsigned() && !IsInt64(x)) Fail(where(), x.dump() + " is out of i64's range");
     if (!x.is_number_integer()) {
       Fail(where(), "expected an integer for an i64, got " + (x.is_number() ? x.dump() : std::string(x.type_name())));
     }

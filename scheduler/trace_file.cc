@@ -4,10 +4,11 @@
 
 #include <algorithm>
 #include <fstream>
-#include <limits>
 #include <map>
 #include <set>
 #include <stdexcept>
+
+#include "support/json_integer.h"
 
 namespace pejit {
 namespace {
@@ -18,12 +19,6 @@ constexpr std::string_view kCommonKeys[] = {"event", "entry", "signature", "thre
 
 bool IsCommonKey(std::string_view key) {
   return std::find(std::begin(kCommonKeys), std::end(kCommonKeys), key) != std::end(kCommonKeys);
-}
-
-// An integer that int64 holds (nlohmann keeps 2^63 and above as unsigned).
-bool IsInt64(const Json& j) {
-  return j.is_number_integer() &&
-         !(j.is_number_unsigned() && j.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()));
 }
 
 int64_t IntegerAt(const Json& j, const char* key) {

@@ -17,6 +17,7 @@
 #include <stdexcept>
 
 #include "support/hash.h"
+#include "support/json_integer.h"
 #include "train/finite.h"
 
 namespace pejit {
@@ -193,7 +194,7 @@ Checkpoint ParseCheckpoint(std::string_view bytes, const std::string& path) {
   // nlohmann converts a float such as 1e40 to int64 without a check (UB):
   // counts must be written as integers.
   auto integer = [&](const nlohmann::json& j, const std::string& what) -> int64_t {
-    if (!j.is_number_integer() || (j.is_number_unsigned() && j.get<uint64_t>() > uint64_t{INT64_MAX})) {
+    if (!IsInt64(j)) {
       Fail(path, "bad checkpoint header: " + what + " is " + j.dump() + ", not an integer");
     }
     return j.get<int64_t>();
