@@ -8,6 +8,7 @@
 #include <set>
 #include <stdexcept>
 
+#include "support/input_file.h"
 #include "support/json_integer.h"
 
 namespace pejit {
@@ -103,6 +104,9 @@ Event EventFromJson(std::string_view line) {
   e.start_us = IntegerAt(j, "start_us");
   e.duration_us = IntegerAt(j, "duration_us");
   if (e.duration_us < 0) throw std::invalid_argument("\"duration_us\" must not be negative");
+  if (int64_t end; __builtin_add_overflow(e.start_us, e.duration_us, &end)) {
+    throw std::invalid_argument("\"start_us\" + \"duration_us\" is past int64's range");
+  }
   for (auto it = j.begin(); it != j.end(); ++it) {
     if (IsCommonKey(it.key())) continue;
     const Json& v = it.value();
@@ -135,8 +139,7 @@ std::vector<Event> ReadTrace(std::istream& in, const std::string& name) {
 }
 
 std::vector<Event> ReadTraceFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw std::runtime_error("cannot read " + path);
+  std::ifstream in = OpenInputFile(path, std::ios::binary);
   return ReadTrace(in, path);
 }
 

@@ -26,4 +26,26 @@ inline CLI::Validator PositiveReal() {
       "POSITIVE");
 }
 
+// A whole number >= 0 (a count, a budget).
+inline CLI::Validator NonNegativeInteger() {
+  return CLI::Validator(
+      [](std::string& text) -> std::string {
+        try {
+          size_t used = 0;
+          const long long v = std::stoll(text, &used);
+          if (used == text.size() && v >= 0) return "";
+        } catch (const std::exception&) {
+        }
+        return "must be a whole number >= 0, not " + text;
+      },
+      "COUNT");
+}
+
+// A path that names something: `--save "$UNSET"` must not quietly mean "do not save".
+inline CLI::Validator NonEmptyPath() {
+  return CLI::Validator(
+      [](std::string& text) -> std::string { return text.empty() ? "must name a file, not the empty string" : ""; },
+      "PATH");
+}
+
 }  // namespace pejit

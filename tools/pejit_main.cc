@@ -18,6 +18,7 @@
 #include "ir/printer.h"
 #include "jit/pipeline.h"
 #include "pe/partial_eval.h"
+#include "support/cli_checks.h"
 #include "tools/program_files.h"
 #include "tools/replay_command.h"
 #include "tools/trace_command.h"
@@ -136,6 +137,23 @@ int Compile(const std::string& file, const std::string& entry, const std::string
   if (grad) {
     std::vector<int> wrt = wrt_list.empty() ? std::vector<int>{} : ParseIndices(wrt_list, "--wrt");
     if (wrt.empty()) wrt = FloatArguments(*s, entry);
+    // What `run` refuses, compile refuses too (it would compile without the gradient).
+    const auto& params = s->Get(entry).func->params;
+    for (size_t k = 0; k < wrt.size(); ++k) {
+      const int i = wrt[k];
+      if (i < 0 || i >= static_cast<int>(params.size())) {
+        throw std::runtime_error("--wrt " + std::to_string(i) + ": @" + entry + " takes " +
+                                 std::to_string(params.size()) + " arguments");
+      }
+      if (std::find(wrt.begin(), wrt.begin() + static_cast<long>(k), i) != wrt.begin() + static_cast<long>(k)) {
+        throw std::runtime_error("--wrt names argument " + std::to_string(i) +
+                                 " twice: compiled code returns each gradient once (run gives it twice)");
+      }
+      if (!s->CanHoldFloat(params[i]->annotation)) {
+        throw std::runtime_error("--wrt " + std::to_string(i) + ": argument %" + params[i]->name + " (" +
+                                 TypeToString(params[i]->annotation) + ") cannot hold a float tensor, so it has no gradient");
+      }
+    }
     options.wrt_leaves = FloatWrtLeaves(args, wrt);
   }
   options.print_after = [&](std::string_view stage, const Func& program) {
@@ -198,8 +216,8 @@ int main(int argc, char** argv) {
   pe->add_option("--args", args_file, "JSON array of arguments, as for `run`")->required();
   pe->add_option("--static", static_list, "comma-separated argument indices whose whole value is static");
   pe->add_option("--fuel", pe_options.fuel, "function bodies to unfold before residualizing calls")
-      ->capture_default_str();
-  pe->add_option("--max-ops", pe_options.max_residual_ops, "operators the residual may hold")->capture_default_str();
+      ->capture_default_str()->check(pejit::NonNegativeInteger());
+  pe->add_option("--max-ops", pe_options.max_residual_ops, "operators the residual may hold")->capture_default_str()->check(pejit::NonNegativeInteger());
   pe->add_flag("--instances", pe_options.record_instances,
                "also list the structural call instances (one per node a recursion visits), by function and clauses");
 
@@ -221,8 +239,8 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   compile->add_option("-O", opt_level, "LLVM optimization level")->check(CLI::Range(0, 3))->capture_default_str();
   compile->add_option("--fuel", pe_options.fuel, "function bodies partial evaluation unfolds before residualizing calls")
-      ->capture_default_str();
-  compile->add_option("--max-ops", pe_options.max_residual_ops, "operators the residual may hold")->capture_default_str();
+      ->capture_default_str()->check(pejit::NonNegativeInteger());
+  compile->add_option("--max-ops", pe_options.max_residual_ops, "operators the residual may hold")->capture_default_str()->check(pejit::NonNegativeInteger());
   std::vector<std::string> print_after;
   compile->add_option("--print-after", print_after,
                       "also print the program after these stages (comma-separated): residual, batch, autodiff")

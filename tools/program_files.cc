@@ -5,12 +5,12 @@
 #include <stdexcept>
 
 #include "ir/json.h"
+#include "support/input_file.h"
 
 namespace pejit {
 
 std::string ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw std::runtime_error("cannot read " + path);
+  std::ifstream in = OpenInputFile(path, std::ios::binary);
   std::stringstream ss;
   ss << in.rdbuf();
   return ss.str();

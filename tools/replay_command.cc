@@ -13,6 +13,8 @@
 #include "interp/interpreter.h"
 #include "pe/signature.h"
 #include "scheduler/engine.h"
+#include "support/cli_checks.h"
+#include "support/input_file.h"
 #include "support/progress.h"
 #include "tools/program_files.h"
 
@@ -27,8 +29,7 @@ struct Call {
 // One JSON array of arguments per line; blank lines and lines starting with
 // '#' are skipped.
 std::vector<Call> ReadCalls(const ModuleSnapshot& module, const std::string& entry, const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw std::runtime_error("cannot read " + path);
+  std::ifstream in = OpenInputFile(path);
   std::vector<Call> calls;
   std::string text;
   for (int line = 1; std::getline(in, text); ++line) {
@@ -99,7 +100,7 @@ ReplayCommand::ReplayCommand(CLI::App& app) {
                     "leave the structure-generic tier out: every new structure is specialized on its own");
   replay_->add_option("--specialize-after", o_.specialize_after,
                       "with the generic tier, specialize a signature once it has been called this often (0: never)")
-      ->capture_default_str();
+      ->capture_default_str()->check(NonNegativeInteger());
   replay_->add_option("--workers", o_.workers, "background compile workers (0: cores - 1)")
       ->capture_default_str()
       ->check(CLI::Range(0, 256));

@@ -8,6 +8,8 @@
 #include <stdexcept>
 #include <unordered_set>
 
+#include "support/input_file.h"
+
 namespace pejit::listops {
 namespace {
 
@@ -151,8 +153,7 @@ Expr Parse(const std::string& text) {
 }
 
 FileReport ReadFile(const std::string& path, bool strict) {
-  std::ifstream in(path);
-  if (!in) throw std::runtime_error("cannot read " + path);
+  std::ifstream in = OpenInputFile(path);
   FileReport report;
   std::string line;
   bool expression_first = false, too_long = false;

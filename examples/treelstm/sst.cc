@@ -3,6 +3,8 @@
 #include <fstream>
 #include <stdexcept>
 
+#include "support/input_file.h"
+
 namespace pejit::sst {
 namespace {
 
@@ -98,8 +100,7 @@ treelstm::TokenTree Tokens(const Tree& t, const Vocabulary& v) {
 Tree Parse(std::string_view line) { return Parser(line).Run(); }
 
 FileReport ReadFile(const std::string& path, bool strict) {
-  std::ifstream in(path);
-  if (!in) throw std::runtime_error("cannot read " + path);
+  std::ifstream in = OpenInputFile(path);
   FileReport report;
   std::string line;
   bool too_long = false;

@@ -178,7 +178,7 @@ int main(int argc, char** argv) {
   app.add_option("--listops-train-size", r.listops_train, "generated training expressions")->capture_default_str()->check(CLI::Range(1, kMaxGenerated));
   app.add_option("--listops-dev-size", r.listops_dev, "generated dev expressions")->capture_default_str()->check(CLI::Range(0, kMaxGenerated));
   app.add_option("--sst-min-count", r.sst_min_count, "SST words seen fewer times in training become <unk>")
-      ->capture_default_str();
+      ->capture_default_str()->check(pejit::NonNegativeInteger());
   app.add_option("--epochs", c.epochs, "train until this many epochs are done")->capture_default_str()
       ->check(CLI::NonNegativeNumber);
   app.add_option("--batch", r.batch, "trees per minibatch")->capture_default_str()->check(CLI::Range(1, kMaxBatch));
@@ -201,8 +201,8 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(0, 19))
       ->capture_default_str();
   app.add_option("--policy", c.policy, "eager, hot:N, interpreter or sync")->capture_default_str();
-  app.add_option("--save", c.save, "write a checkpoint here after every epoch (atomically)");
-  app.add_option("--resume", c.resume, "carry on from this checkpoint (same data and options)");
+  app.add_option("--save", c.save, "write a checkpoint here after every epoch (atomically)")->check(pejit::NonEmptyPath());
+  app.add_option("--resume", c.resume, "carry on from this checkpoint (same data and options)")->check(pejit::NonEmptyPath());
   app.add_option("--log", c.log_level, "the JIT's log on stderr: off, info, debug or trace (default: PEJIT_LOG)");
   app.add_option("--trace", c.trace_file, "write the JIT's events to this JSON-lines file (default: PEJIT_TRACE)");
   CLI11_PARSE(app, argc, argv);

@@ -333,7 +333,10 @@ std::vector<TensorType> PadType(std::span<const TensorType> in, const Attrs& att
   Shape out = in[0].shape;
   for (size_t i = 0; i < out.size(); ++i) {
     if (before[i] < 0 || after[i] < 0) throw OpError("pad", "negative padding");
-    if (Known(out[i])) out[i] += before[i] + after[i];
+    if (Known(out[i]) && (__builtin_add_overflow(out[i], before[i], &out[i]) ||
+                          __builtin_add_overflow(out[i], after[i], &out[i]))) {
+      throw OpError("pad", "the padded shape has a dimension past 2^63");
+    }
   }
   return {{in[0].dtype, out}};
 }

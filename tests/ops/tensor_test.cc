@@ -83,6 +83,11 @@ TEST(Tensor, ShapesWhoseElementOrByteCountOverflowsAreRefused) {
   } catch (const OpError& e) {
     EXPECT_NE(std::string(e.what()).find("broadcast_to: "), std::string::npos) << e.what();
   }
+  const int64_t half = int64_t{1} << 62;  // before + after = 2^63: wrapped to a negative size
+  EXPECT_THROW(InferTypes(LookupOp("pad"), std::vector<TensorType>{{DType::kF32, {4}}},
+                          NormalizeAttrs(LookupOp("pad"), {{"before", std::vector<int64_t>{half}},
+                                                           {"after", std::vector<int64_t>{half}}})),
+               OpError);
 }
 
 TEST(Tensor, EmptyTensorsHaveNoElements) {

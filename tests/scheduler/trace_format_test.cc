@@ -93,6 +93,11 @@ TEST(TraceJson, BadLinesNameTheFileTheLineAndTheProblem) {
                      R"("tier":["native"]})"),
             "t.jsonl:1: field \"tier\" must be a number or a string");
   EXPECT_EQ(error_of("[1, 2]"), "t.jsonl:1: not a JSON object");
+  // Issue 24: an end past int64 overflowed the summary's arithmetic.
+  EXPECT_EQ(error_of(R"({"event":"hit","entry":"loss","signature":"","thread":1,"start_us":5,)"
+                     R"("duration_us":9223372036854775807})"),
+            "t.jsonl:1: \"start_us\" + \"duration_us\" is past int64's range");
+  EXPECT_THROW(ReadTraceFile("/dev/zero"), std::runtime_error);  // a device: not read forever
   std::istringstream in(good + "\n" + good + "\n");
   EXPECT_EQ(ReadTrace(in, "t.jsonl").size(), 2u);
 }

@@ -23,6 +23,20 @@ if err=$("$pejit" run "$dir/trees.pj" --entry loss --args "$dir/trees_args.json"
 fi
 [[ "$err" == "pejit: @loss: wrt argument 0 (%t: Tree) cannot hold a float tensor, so it has no gradient" ]] ||
   fail "--wrt error: $err"
+# compile refuses what run refuses, and a repeated index (it compiled
+# without the gradient, or with one gradient for two).
+if err=$("$pejit" compile "$dir/trees.pj" --entry loss --args "$dir/trees_args.json" --grad --wrt 0 2>&1); then
+  fail "compile --wrt naming the tree accepted"
+fi
+[[ "$err" == "pejit: --wrt 0: argument %t (Tree) cannot hold a float tensor, so it has no gradient" ]] ||
+  fail "compile --wrt error: $err"
+if err=$("$pejit" compile "$dir/trees.pj" --entry loss --args "$dir/trees_args.json" --grad --wrt 1,1 2>&1); then
+  fail "compile --wrt 1,1 accepted"
+fi
+[[ "$err" == *"--wrt names argument 1 twice"* ]] || fail "compile --wrt 1,1: $err"
+if "$pejit" pe "$dir/trees.pj" --entry loss --args "$dir/trees_args.json" --fuel -1 > /dev/null 2>&1; then
+  fail "pe --fuel -1 accepted"
+fi
 
 # --args inline: a JSON array is the arguments, not a file name.
 out=$("$pejit" run "$dir/trees.pj" --entry encode --args "$(cat "$dir/trees_args.json")")
