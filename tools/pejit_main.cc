@@ -253,6 +253,9 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   try {
     if (check->parsed()) return pejit::Check(file);
+    if ((run->parsed() || compile->parsed()) && !wrt.empty() && !grad) {
+      throw std::runtime_error("--wrt names the arguments to differentiate: it needs --grad");
+    }
     if (run->parsed()) return pejit::Run(file, entry, args_file, grad, wrt);
     if (pe->parsed()) return pejit::PartialEval(file, entry, args_file, static_list, pe_options);
     if (compile->parsed()) {

@@ -373,6 +373,11 @@ std::vector<GradValue> PadGrad(GradBuilder& b, const GradContext& c) {
 
 std::vector<TensorType> BroadcastToType(std::span<const TensorType> in, const Attrs& attrs) {
   const Shape& target = attrs.GetInts("shape");
+  for (int64_t d : target) {
+    if (d < 0 && d != kUnknownDim) {  // -1: rows known at call time (vectorized code)
+      throw OpError("broadcast_to", "shape " + AttrValueToString(target) + " has a negative dimension");
+    }
+  }
   Shape out = BroadcastShapes("broadcast_to", "x", in[0].shape, "shape", target);
   if (out != target) {
     throw OpError("broadcast_to", "cannot broadcast x " + ShapeToString(in[0].shape) + " to " + ShapeToString(target));

@@ -88,6 +88,9 @@ TEST(Tensor, ShapesWhoseElementOrByteCountOverflowsAreRefused) {
                           NormalizeAttrs(LookupOp("pad"), {{"before", std::vector<int64_t>{half}},
                                                            {"after", std::vector<int64_t>{half}}})),
                OpError);
+  EXPECT_THROW(InferTypes(LookupOp("broadcast_to"), std::vector<TensorType>{{DType::kF32, {}}},
+                          NormalizeAttrs(LookupOp("broadcast_to"), {{"shape", std::vector<int64_t>{-3, 4}}})),
+               OpError);
 }
 
 TEST(Tensor, EmptyTensorsHaveNoElements) {

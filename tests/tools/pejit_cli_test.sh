@@ -34,6 +34,8 @@ if err=$("$pejit" compile "$dir/trees.pj" --entry loss --args "$dir/trees_args.j
   fail "compile --wrt 1,1 accepted"
 fi
 [[ "$err" == *"--wrt names argument 1 twice"* ]] || fail "compile --wrt 1,1: $err"
+err=$("$pejit" run "$dir/trees.pj" --entry loss --args "$dir/trees_args.json" --wrt 1 2>&1) && fail "--wrt without --grad accepted"
+[[ "$err" == *"it needs --grad"* ]] || fail "--wrt without --grad: $err"
 if "$pejit" pe "$dir/trees.pj" --entry loss --args "$dir/trees_args.json" --fuel -1 > /dev/null 2>&1; then
   fail "pe --fuel -1 accepted"
 fi
