@@ -26,6 +26,7 @@
 #include <string>
 #include <type_traits>
 #include <unordered_map>
+#include <unordered_set>
 #include <utility>
 
 #include "support/spelling.h"
@@ -473,12 +474,11 @@ class Parser {
   std::vector<Var> ParseParams(const std::string& open_what) {
     Expect(Tok::kLParen, open_what);
     std::vector<Var> params;
+    std::unordered_set<std::string_view> names;  // a scan per parameter was quadratic (issue 24)
     if (!Is(Tok::kRParen)) {
       do {
         Token v = Expect(Tok::kVar, "a parameter like '%x: T'");
-        for (const Var& p : params) {
-          if (p->name == v.text.substr(1)) Fail(v, "duplicate parameter '" + std::string(v.text) + "'");
-        }
+        if (!names.insert(v.text.substr(1)).second) Fail(v, "duplicate parameter '" + std::string(v.text) + "'");
         Expect(Tok::kColon, "':' and a type after parameter " + std::string(v.text));
         Type t = ParseType();
         params.push_back(MakeVar(std::string(v.text.substr(1)), std::move(t), Loc(v)));

@@ -923,6 +923,13 @@ TEST(Errors, DuplicateDefinitions) {
             "err.pj:5:22: duplicate constructor 'Leaf'; first defined at err.pj:2:3");
   EXPECT_EQ(ErrorOf("type Pair[A, A] { P(A) }"), "err.pj:1:14: duplicate type parameter 'A'");
   EXPECT_EQ(ErrorOf("def @f(%x: (), %x: ()) { %x }"), "err.pj:1:16: duplicate parameter '%x'");
+  // 100,000 parameters (the duplicate check was a scan per parameter: 83 s),
+  // the last one repeating the first.
+  std::string wide = "def @f(";
+  for (int i = 0; i < 100'000; ++i) wide += "%x" + std::to_string(i) + ": (), ";
+  const std::string error = ErrorOf(wide + "%x0: ()) { %x0 }");
+  EXPECT_NE(error.find(": duplicate parameter '%x0'"), std::string::npos) << error.substr(0, 200);
+  ParseProgram(wide + "%y: ()) { %y }", "wide.pj");
   EXPECT_EQ(ErrorOf(InFunction("match (%t) { Node(%l, %l) => %l }")),
             "err.pj:2:25: variable '%l' is bound twice in one pattern");
 }
