@@ -123,8 +123,6 @@ Ref AtomRef(Expr atom) {
   return r;
 }
 
-int64_t Bytes(const TensorType& t) { return NumBytes(t); }
-
 class Batcher {
  public:
   Batcher(Straight in, BatchStats& stats) : in_(std::move(in)), stats_(stats) {}
@@ -403,7 +401,7 @@ class Batcher {
       if (r.kind != Ref::Kind::kRow) {
         std::vector<Expr> values;
         for (; i < rows.size() && rows[i].kind != Ref::Kind::kRow; ++i) values.push_back(Materialize(rows[i]));
-        stats_.copied_bytes += static_cast<int64_t>(values.size()) * Bytes(member);
+        stats_.copied_bytes += static_cast<int64_t>(values.size()) * NumBytes(member);
         pieces.push_back(NewBinding("stack", std::move(values), {{"axis", int64_t{0}}}, loc));
         continue;
       }
@@ -424,12 +422,12 @@ class Batcher {
         auto count = static_cast<int64_t>(indices.size());
         Expr index = MakeConstant(Tensor::FromVector<int64_t>({count}, indices));
         pieces.push_back(NewBinding("take", {source, index}, {}, loc));
-        if (!consecutive) stats_.copied_bytes += count * Bytes(member);
+        if (!consecutive) stats_.copied_bytes += count * NumBytes(member);
       }
       i = j;
     }
     if (pieces.size() == 1) return pieces[0];
-    stats_.copied_bytes += static_cast<int64_t>(rows.size()) * Bytes(member);
+    stats_.copied_bytes += static_cast<int64_t>(rows.size()) * NumBytes(member);
     return NewBinding("concat", pieces, {{"axis", int64_t{0}}}, loc);
   }
 
@@ -472,7 +470,7 @@ class Batcher {
       Expr gathered = Concatenate(grouped, member, loc);
       Expr permutation = MakeConstant(Tensor::FromVector<int64_t>({static_cast<int64_t>(rows.size())}, position));
       stacked = NewBinding("take", {gathered, permutation}, {}, loc);
-      stats_.copied_bytes += static_cast<int64_t>(rows.size()) * Bytes(member);
+      stats_.copied_bytes += static_cast<int64_t>(rows.size()) * NumBytes(member);
     } else {
       stacked = Concatenate(rows, member, loc);
     }
