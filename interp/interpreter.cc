@@ -160,6 +160,8 @@ class Machine {
       outputs = RunOp(*n->op, inputs, n->attrs);
     } catch (const OpError& e) {
       Fail(n, e.what());
+    } catch (const TensorAllocError& e) {  // says where, as an op's own error does
+      Fail(n, e.what());
     }
     std::vector<Value> results;
     if (tape_) {

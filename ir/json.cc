@@ -225,9 +225,19 @@ class Converter {
   }
 
   // "root.fields[1].fields[0][2]": the steps from the root to the value being converted.
+  // A deep value's path keeps its first and last steps: a million-deep list
+  // would otherwise make a message of megabytes.
   std::string Path() const {
+    constexpr size_t kHead = 4, kTail = 8;
     std::string path = root_;
-    for (const Frame& f : frames_) {
+    for (size_t i = 0; i < frames_.size(); ++i) {
+      if (i == kHead && frames_.size() > kHead + kTail + 1) {
+        const size_t skipped = frames_.size() - kHead - kTail;
+        path += "...(" + std::to_string(skipped) + " levels)";
+        i += skipped - 1;
+        continue;
+      }
+      const Frame& f = frames_[i];
       const std::string index = "[" + std::to_string(f.next - 1) + "]";
       path += f.is_adt ? ".fields" + index : index;
     }

@@ -64,6 +64,10 @@ std::string TensorType::ToString() const {
   return "Tensor[" + ShapeToString(shape) + ", " + std::string(DTypeName(dtype)) + "]";
 }
 
+TensorAllocError::TensorAllocError(const TensorType& type)
+    : message_("out of memory: cannot allocate " + std::to_string(NumBytes(type)) + " bytes for a " +
+               type.ToString()) {}
+
 Tensor Tensor::Empty(DType dtype, Shape shape) {
   Tensor t;
   t.type_ = {dtype, std::move(shape)};
@@ -73,7 +77,7 @@ Tensor Tensor::Empty(DType dtype, Shape shape) {
   size_t bytes = (t.nbytes() + 63) / 64 * 64;
   if (bytes == 0) bytes = 64;
   void* p = std::aligned_alloc(64, bytes);
-  if (!p) throw std::bad_alloc();
+  if (!p) throw TensorAllocError(t.type_);
   t.buffer_ = std::shared_ptr<void>(p, std::free);
   t.data_ = p;
   return t;

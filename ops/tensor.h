@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <new>
 #include <span>
 #include <stdexcept>
 #include <string>
@@ -42,6 +43,18 @@ struct TensorType {
 // wrap either (issue 24).
 inline constexpr int64_t kMaxTensorBytes = int64_t{1} << 56;
 int64_t NumBytes(const TensorType& t);
+
+// Thrown when the allocator has no room for a tensor: still a std::bad_alloc
+// (the engine treats every one alike: the job fails, the worker lives on),
+// but one that says how much was asked for and for what.
+class TensorAllocError : public std::bad_alloc {
+ public:
+  explicit TensorAllocError(const TensorType& type);
+  const char* what() const noexcept override { return message_.c_str(); }
+
+ private:
+  std::string message_;
+};
 
 class Tensor {
  public:

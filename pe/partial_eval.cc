@@ -942,7 +942,7 @@ class PartialEvaluator {
   }
 
   Expr Reify(const PVal* p, const SourceLoc& loc) {
-    CheckStack();
+    CheckStack(&loc);
     switch (p->kind) {
       case PVal::Kind::kDynamic: return p->atom;
       case PVal::Kind::kStatic: return Materialize(*p->value);
@@ -982,7 +982,7 @@ class PartialEvaluator {
   // ---- Values in, and generalization -------------------------------------------
 
   const PVal* FromValue(const Value& v, bool whole_static, std::vector<Var>& params) {
-    CheckStack();
+    CheckStack(nullptr);
     switch (v.kind()) {
       case Value::Kind::kTensor: {
         if (whole_static) return NewStatic(v.tensor());
@@ -1008,7 +1008,7 @@ class PartialEvaluator {
 
   // `p` with every tensor (static or dynamic) replaced by a new parameter.
   const PVal* Generalize(const PVal* p, std::vector<Var>& params, std::vector<Expr>& actuals, const SourceLoc& loc) {
-    CheckStack();
+    CheckStack(&loc);
     switch (p->kind) {
       case PVal::Kind::kDynamic:
       case PVal::Kind::kStatic: {
@@ -1036,17 +1036,20 @@ class PartialEvaluator {
 
   // ---- Evaluation ------------------------------------------------------------------
 
-  void CheckStack() {
+  // `at`: the expression being evaluated or built, for the message; none while
+  // reading the arguments.
+  void CheckStack(const SourceLoc* at) {
     char here;
     if (recording_ && &here < recording_->stack_low) recording_->stack_low = &here;
     if (stack_base_ - &here > options_.max_stack_bytes) {
-      throw PeFailure("program nests deeper than " + std::to_string(options_.max_stack_bytes) +
+      const std::string where = at && at->known() ? at->ToString() + ": " : std::string("the arguments: ");
+      throw PeFailure(where + "partial evaluation nests deeper than " + std::to_string(options_.max_stack_bytes) +
                       " bytes of native stack allow (PeOptions::max_stack_bytes)");
     }
   }
 
   const PVal* Eval(const Expr& root) {
-    CheckStack();
+    CheckStack(&root->loc);
     const Expr* e = &root;
     while ((*e)->kind == ExprKind::kLet) {  // let-chains iteratively
       const LetNode& let = NodeOf<LetNode>(*e);

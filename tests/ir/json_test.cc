@@ -79,6 +79,26 @@ TEST(ValueFromJson, AnErrorNamesThePathToTheValue) {
   }
 }
 
+// Issue 24: an error deep in a long list names the first and last steps of
+// its path and how many it left out, not a message of megabytes.
+TEST(ValueFromJson, AnErrorDeepInALongListKeepsItsPathShort) {
+  Snapshot s = ListModule();
+  const int64_t n = 100000;
+  Json j = ListJson(n);
+  Json* last = &j;
+  for (int64_t i = 0; i + 1 < n; ++i) last = &(*last)["fields"][1];
+  (*last)["fields"][0]["dtype"] = "f32";  // the last element
+  try {
+    Load(*s, j, ListType(*s));
+    FAIL() << "accepted an f32 element";
+  } catch (const std::invalid_argument& e) {
+    const std::string message = e.what();
+    EXPECT_EQ(message.rfind("args[0].fields[1].fields[1].fields[1].fields[1]...(99988 levels).fields[1]", 0), 0u) << message;
+    EXPECT_NE(message.find(".fields[1].fields[1].fields[0]: expected Tensor[(), i64]"), std::string::npos) << message;
+    EXPECT_LT(message.size(), 400u);
+  }
+}
+
 // Issue 24: a shape whose element count wraps is refused, not taken for an
 // empty tensor whose data then reads past its buffer.
 TEST(ValueFromJson, AShapeWhoseElementCountOverflowsIsRefused) {

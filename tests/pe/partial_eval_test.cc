@@ -218,6 +218,18 @@ TEST_F(PartialEvalTest, AVeryDeepTreeFailsCleanlyInsteadOfCrashing) {
   }
 }
 
+// Issue 24: where the recursion of the program (not of the argument) runs out
+// of stack, the message names the expression it was evaluating.
+TEST_F(PartialEvalTest, ARecursionTooDeepForTheStackNamesWhereItWas) {
+  try {
+    PartialEvaluate(*snap(), "static_sum", {Value(Tensor::FromVector<int64_t>({}, {200000}))}, {true});
+    FAIL() << "expected PeFailure";
+  } catch (const PeFailure& e) {
+    EXPECT_EQ(std::string(e.what()).rfind("pe.pj:", 0), 0u) << e.what();
+    EXPECT_NE(std::string(e.what()).find("partial evaluation nests deeper than"), std::string::npos) << e.what();
+  }
+}
+
 // The interpreter stops a program whose values break their declared types
 // where static checking cannot tell (a `?` dimension); PE refuses it, so that
 // no compiled code answers where the interpreter gives an error.
