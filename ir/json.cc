@@ -44,7 +44,7 @@ T Element(const Json& x, const WhereFn& where) {
     if (!x.is_boolean()) Fail(where(), "expected true or false for a bool, got " + x.dump());
     return x.get<bool>();
   } else if constexpr (std::is_same_v<T, int64_t>) {
-    if (x.is_number_unsigned() && !IsInt64(x)) Fail(where(), x.dump() + " is out of i64's range");
+    if (IsIntegerPastInt64(x)) Fail(where(), x.dump() + " is out of i64's range");
     if (!x.is_number_integer()) {
       Fail(where(), "expected an integer for an i64, got " + (x.is_number() ? x.dump() : std::string(x.type_name())));
     }

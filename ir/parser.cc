@@ -314,8 +314,9 @@ class Parser {
   std::map<std::string, TypeDefPtr> external_types_;
   std::set<std::string> not_external_;
   std::set<std::string> capitalized_names_;
-  // Parameters of the type declaration being parsed.
-  std::vector<std::string> type_params_;
+  // Parameters of the type declaration being parsed (a set: a scan per
+  // parameter, and per reference to one, was quadratic).
+  std::set<std::string, std::less<>> type_params_;
   // Variables in scope: in binding order (to leave scopes), and by name,
   // innermost last (long let-chains make a linear search quadratic).
   std::vector<Var> scope_;
@@ -419,19 +420,17 @@ class Parser {
     auto def = std::make_shared<TypeDef>();
     def->name = n;
     def->loc = Loc(name);
+    type_params_.clear();
     if (Is(Tok::kLBracket)) {
       Next();
       do {
         Token p = Expect(Tok::kUpper, "a type parameter (starting with a capital)");
         std::string pn(p.text);
-        if (std::find(def->params.begin(), def->params.end(), pn) != def->params.end()) {
-          Fail(p, "duplicate type parameter '" + pn + "'");
-        }
+        if (!type_params_.insert(pn).second) Fail(p, "duplicate type parameter '" + pn + "'");
         def->params.push_back(pn);
       } while (Accept(Tok::kComma));
       Expect(Tok::kRBracket, "']' after type parameters");
     }
-    type_params_ = def->params;
     Expect(Tok::kLBrace, "'{' before the constructors of " + n);
     do {  // at least one constructor; a trailing comma is allowed
       Token c = Expect(Tok::kUpper, "a constructor name (starting with a capital)");
@@ -595,7 +594,7 @@ class Parser {
       } while (Accept(Tok::kComma));
       Expect(Tok::kRBracket, "',' or ']' after type arguments");
     }
-    if (std::find(type_params_.begin(), type_params_.end(), n) != type_params_.end()) {
+    if (type_params_.count(n)) {
       if (!args.empty()) Fail(name, "type parameter '" + n + "' takes no type arguments");
       return TypeVarTy(n);
     }
@@ -606,7 +605,7 @@ class Parser {
       arity = def->params.size();
     }
     if (!arity) {
-      std::vector<std::string> candidates = type_params_;
+      std::vector<std::string> candidates(type_params_.begin(), type_params_.end());
       for (const auto& [k, _] : file_types_) candidates.push_back(k);
       for (const auto& [k, _] : external_types_) candidates.push_back(k);
       Fail(name, "unknown type '" + n + "'" + DidYouMean(n, candidates));

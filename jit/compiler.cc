@@ -182,10 +182,10 @@ class ThreadArena {
     State& s = state();
     if (s.busy || bytes > s.capacity) {
       // Rounded up so that slowly growing minibatches do not reallocate every time.
-      int64_t capacity = std::max<int64_t>(4096, bytes + bytes / 4);
+      int64_t capacity = bytes > (int64_t{1} << 60) ? bytes : std::max<int64_t>(4096, bytes + bytes / 4);
       capacity = (capacity + 63) / 64 * 64;
       owned_.reset(static_cast<char*>(std::aligned_alloc(64, static_cast<size_t>(capacity))));
-      if (!owned_) throw std::bad_alloc();
+      if (!owned_) throw TensorAllocError(capacity, "the compiled code's arena (its intermediate tensors)");
       if (s.busy) {
         data_ = owned_.get();
         return;

@@ -68,6 +68,9 @@ TensorAllocError::TensorAllocError(const TensorType& type)
     : message_("out of memory: cannot allocate " + std::to_string(NumBytes(type)) + " bytes for a " +
                type.ToString()) {}
 
+TensorAllocError::TensorAllocError(int64_t bytes, std::string_view what)
+    : message_("out of memory: cannot allocate " + std::to_string(bytes) + " bytes for " + std::string(what)) {}
+
 Tensor Tensor::Empty(DType dtype, Shape shape) {
   Tensor t;
   t.type_ = {dtype, std::move(shape)};

@@ -11,6 +11,7 @@
 #include <span>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "ops/dtype.h"
@@ -50,6 +51,8 @@ int64_t NumBytes(const TensorType& t);
 class TensorAllocError : public std::bad_alloc {
  public:
   explicit TensorAllocError(const TensorType& type);
+  // For memory that holds tensors without being one (a compiled plan's arena).
+  TensorAllocError(int64_t bytes, std::string_view what);
   const char* what() const noexcept override { return message_.c_str(); }
 
  private:

@@ -7,6 +7,8 @@
 #include <map>
 #include <set>
 #include <stdexcept>
+#include <utility>
+#include <variant>
 
 #include "support/input_file.h"
 #include "support/json_integer.h"
@@ -22,9 +24,36 @@ bool IsCommonKey(std::string_view key) {
   return std::find(std::begin(kCommonKeys), std::end(kCommonKeys), key) != std::end(kCommonKeys);
 }
 
+// The fields a reader of the file interprets (trace_stats.cc, the Chrome
+// export), each of one type in every event that has it (docs/tracing.md):
+// a line with "job": 1e20 or "tier": 3 is refused, not read as something else.
+// Counts and durations are not negative.
+enum class FieldKind { kCount, kString };
+constexpr std::pair<std::string_view, FieldKind> kInterpretedFields[] = {
+    {"job", FieldKind::kCount},         {"workers", FieldKind::kCount},  {"slots", FieldKind::kCount},
+    {"retained", FieldKind::kCount},    {"inspect_us", FieldKind::kCount}, {"wait_us", FieldKind::kCount},
+    {"tier", FieldKind::kString},       {"policy", FieldKind::kString},  {"kind", FieldKind::kString},
+    {"reason", FieldKind::kString},     {"state", FieldKind::kString},   {"definitions", FieldKind::kString},
+    {"schedule", FieldKind::kString},
+};
+
+void CheckInterpretedField(const std::string& key, const FieldValue& value) {
+  for (const auto& [name, kind] : kInterpretedFields) {
+    if (name != key) continue;
+    const auto* count = std::get_if<int64_t>(&value);
+    if (kind == FieldKind::kCount && (!count || *count < 0)) {
+      throw std::invalid_argument("\"" + key + "\" must be an integer >= 0");
+    }
+    if (kind == FieldKind::kString && !std::holds_alternative<std::string>(value)) {
+      throw std::invalid_argument("\"" + key + "\" must be a string");
+    }
+  }
+}
+
 int64_t IntegerAt(const Json& j, const char* key) {
   auto it = j.find(key);
   if (it == j.end()) throw std::invalid_argument(std::string("no \"") + key + "\"");
+  if (IsIntegerPastInt64(*it)) throw std::invalid_argument(std::string("\"") + key + "\" is past int64's range");
   if (!IsInt64(*it)) throw std::invalid_argument(std::string("\"") + key + "\" must be an integer");
   return it->get<int64_t>();
 }
@@ -120,6 +149,7 @@ Event EventFromJson(std::string_view line) {
     } else {
       throw std::invalid_argument("field \"" + it.key() + "\" must be a number or a string");
     }
+    CheckInterpretedField(it.key(), e.fields.back().second);
   }
   return e;
 }
@@ -127,7 +157,12 @@ Event EventFromJson(std::string_view line) {
 std::vector<Event> ReadTrace(std::istream& in, const std::string& name) {
   std::vector<Event> events;
   std::string line;
-  for (int number = 1; std::getline(in, line); ++number) {
+  bool too_long = false;
+  for (int number = 1; ReadLine(in, line, too_long, kMaxJsonLineBytes, /*skip_long_lines=*/false); ++number) {
+    if (too_long) {
+      throw std::runtime_error(name + ":" + std::to_string(number) + ": line longer than " +
+                               std::to_string(kMaxJsonLineBytes) + " bytes");
+    }
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
     try {
       events.push_back(EventFromJson(line));

@@ -318,12 +318,11 @@ std::string JsonLinesSink::error() const {
 
 namespace {
 
-constexpr char kLevelChoices[] = "expected off, info, debug or trace";
-
-std::string LevelHint(std::string_view text) {
+// "'bogus' is not a log level (did you mean ...); expected off, info, debug or trace"
+std::string NotALevel(std::string_view text) {
   std::string hint = DidYouMean(text, {"off", "info", "debug", "trace"});
   if (!hint.empty() && hint.front() == ';') hint = " (" + hint.substr(2) + ")";
-  return hint;
+  return "'" + std::string(text) + "' is not a log level" + hint + "; expected off, info, debug or trace";
 }
 
 // One JsonLinesSink per path in the process: the first engine truncates the
@@ -342,17 +341,21 @@ std::shared_ptr<JsonLinesSink> SharedTraceFile(const std::string& path) {
 
 }  // namespace
 
+LogLevel LogLevelFrom(std::string_view text) {
+  LogLevel level;
+  if (!ParseLogLevel(text, &level)) throw std::invalid_argument(NotALevel(text));
+  return level;
+}
+
 TraceSettings ResolveTraceSettings(const std::string& log_level, const std::string& trace_file) {
   TraceSettings s;
   if (!log_level.empty()) {
     if (!ParseLogLevel(log_level, &s.log)) {
-      throw std::invalid_argument("EngineOptions::log_level: '" + log_level + "' is not a log level" +
-                                  LevelHint(log_level) + "; " + kLevelChoices);
+      throw std::invalid_argument("EngineOptions::log_level: " + NotALevel(log_level));
     }
   } else if (const char* env = std::getenv("PEJIT_LOG"); env && *env) {
     if (!ParseLogLevel(env, &s.log)) {
-      s.warnings.push_back(std::string("PEJIT_LOG='") + env + "' is not a log level" + LevelHint(env) + "; " +
-                           kLevelChoices + "; logging stays off");
+      s.warnings.push_back("PEJIT_LOG=" + NotALevel(env) + "; logging stays off");
     }
   }
   if (!trace_file.empty()) {

@@ -43,6 +43,8 @@ enum class LogLevel : uint8_t { kOff, kInfo, kDebug, kTrace };
 
 // "off", "info", "debug" or "trace", in any case; false for anything else.
 bool ParseLogLevel(std::string_view text, LogLevel* level);
+// The same, or std::invalid_argument naming the choices (and the nearest one).
+LogLevel LogLevelFrom(std::string_view text);
 const char* LogLevelName(LogLevel level);
 
 // The least verbose level that shows `event`: info for what changes where

@@ -7,6 +7,9 @@
 #include <CLI/CLI.hpp>
 
 #include <cmath>
+#include <cstdint>
+#include <stdexcept>
+#include <utility>
 #include <string>
 
 namespace pejit {
@@ -39,6 +42,56 @@ inline CLI::Validator NonNegativeInteger() {
         return "must be a whole number >= 0, not " + text;
       },
       "COUNT");
+}
+
+// A finite number >= 0 (a clip norm, a weight decay): CLI11's
+// NonNegativeNumber lets nan and inf through.
+inline CLI::Validator NonNegativeReal() {
+  return CLI::Validator(
+      [](std::string& text) -> std::string {
+        try {
+          size_t used = 0;
+          const double v = std::stod(text, &used);
+          if (used == text.size() && std::isfinite(v) && v >= 0) return "";
+        } catch (const std::exception&) {
+        }
+        return "must be a number >= 0, not " + text;
+      },
+      "NUMBER");
+}
+
+// A whole number in [lo, hi] (a size, a count with a bound): CLI11's Range
+// says "2.5 not in range" and lets a type's overflow through as a second
+// error about how many values were given.
+inline CLI::Validator WholeNumber(int64_t lo, int64_t hi) {
+  return CLI::Validator(
+      [lo, hi](std::string& text) -> std::string {
+        try {
+          size_t used = 0;
+          const long long v = std::stoll(text, &used);
+          if (used == text.size() && v >= lo && v <= hi) return "";
+        } catch (const std::exception&) {
+        }
+        return "must be a whole number from " + std::to_string(lo) + " to " + std::to_string(hi) + ", not " + text;
+      },
+      "INT in [" + std::to_string(lo) + " - " + std::to_string(hi) + "]");
+}
+
+// An option whose values a library parser judges (a policy, a log level):
+// its std::invalid_argument becomes the option's error, so the message names
+// the option rather than a struct field.
+template <typename Parse>
+CLI::Validator ParsedBy(Parse parse, std::string description) {
+  return CLI::Validator(
+      [parse](std::string& text) -> std::string {
+        try {
+          (void)parse(text);
+          return "";
+        } catch (const std::invalid_argument& e) {
+          return e.what();
+        }
+      },
+      std::move(description));
 }
 
 // A path that names something: `--save "$UNSET"` must not quietly mean "do not save".

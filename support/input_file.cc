@@ -2,6 +2,8 @@
 
 #include <sys/stat.h>
 
+#include <cerrno>
+#include <cstring>
 #include <stdexcept>
 
 namespace pejit {
@@ -15,8 +17,30 @@ std::ifstream OpenInputFile(const std::string& path, std::ios::openmode mode) {
     }
   }
   std::ifstream in(path, mode);
-  if (!in) throw std::runtime_error("cannot read " + path);
+  if (!in) throw std::runtime_error("cannot read " + path + ": " + std::strerror(errno));
   return in;
+}
+
+bool ReadLine(std::istream& in, std::string& line, bool& too_long, size_t max_bytes, bool skip_long_lines) {
+  line.clear();
+  too_long = false;
+  std::streambuf* buf = in.rdbuf();
+  int c = buf->sbumpc();
+  if (c == std::char_traits<char>::eof()) {
+    in.setstate(std::ios::eofbit);
+    return false;
+  }
+  for (; c != std::char_traits<char>::eof() && c != '\n'; c = buf->sbumpc()) {
+    if (line.size() < max_bytes) {
+      line.push_back(static_cast<char>(c));
+    } else {
+      too_long = true;
+      if (!skip_long_lines) break;
+    }
+  }
+  if (too_long) line.clear();
+  if (!line.empty() && line.back() == '\r') line.pop_back();
+  return true;
 }
 
 }  // namespace pejit

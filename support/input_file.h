@@ -2,7 +2,9 @@
 // data sets) with one refusal for what is not one.
 #pragma once
 
+#include <cstddef>
 #include <fstream>
+#include <istream>
 #include <string>
 
 namespace pejit {
@@ -12,5 +14,17 @@ namespace pejit {
 // no line end and no end, so a reader would hold or skip bytes forever
 // (issue 24). Regular files, pipes and sockets are read.
 std::ifstream OpenInputFile(const std::string& path, std::ios::openmode mode = std::ios::in);
+
+// What a line of a JSON-lines file (calls, traces) may hold: a big tensor's
+// arguments fit; a pipe without newlines does not grow a string to all memory.
+inline constexpr size_t kMaxJsonLineBytes = size_t{256} << 20;
+
+// Reads one line (without its '\n', or a '\r' before it) into `line`; false
+// at the end of the input. A line longer than `max_bytes` leaves `line` empty
+// and sets `too_long`. Then with `skip_long_lines` the rest of it is read (at
+// constant memory) so that the next call returns the next line, for readers
+// that go on past a bad line; without it reading stops there, for readers
+// that give up at once: an endless pipe without a newline is not read forever.
+bool ReadLine(std::istream& in, std::string& line, bool& too_long, size_t max_bytes, bool skip_long_lines);
 
 }  // namespace pejit

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <map>
@@ -38,6 +39,10 @@ std::vector<Value> LoadArgs(const ModuleSnapshot& s, const std::string& entry, c
   const size_t first = args.find_first_not_of(" \t\r\n");
   const bool inline_json = first != std::string::npos && args[first] == '[';
   const std::string where = inline_json ? std::string("--args") : args;
+  if (!inline_json && args != "-" && !std::filesystem::exists(args)) {
+    throw std::runtime_error("--args: there is no file '" + args +
+                             "' (arguments given inline are a JSON array, starting with '[')");
+  }
   nlohmann::json args_json;
   try {
     args_json = nlohmann::json::parse(inline_json ? args
@@ -139,15 +144,10 @@ int Compile(const std::string& file, const std::string& entry, const std::string
     if (wrt.empty()) wrt = FloatArguments(*s, entry);
     // What `run` refuses, compile refuses too (it would compile without the gradient).
     const auto& params = s->Get(entry).func->params;
-    for (size_t k = 0; k < wrt.size(); ++k) {
-      const int i = wrt[k];
+    for (int i : wrt) {  // ParseIndices refused a repeated one
       if (i < 0 || i >= static_cast<int>(params.size())) {
         throw std::runtime_error("--wrt " + std::to_string(i) + ": @" + entry + " takes " +
                                  std::to_string(params.size()) + " arguments");
-      }
-      if (std::find(wrt.begin(), wrt.begin() + static_cast<long>(k), i) != wrt.begin() + static_cast<long>(k)) {
-        throw std::runtime_error("--wrt names argument " + std::to_string(i) +
-                                 " twice: compiled code returns each gradient once (run gives it twice)");
       }
       if (!s->CanHoldFloat(params[i]->annotation)) {
         throw std::runtime_error("--wrt " + std::to_string(i) + ": argument %" + params[i]->name + " (" +

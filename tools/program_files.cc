@@ -1,6 +1,7 @@
 #include "tools/program_files.h"
 
 #include <fstream>
+#include <set>
 #include <sstream>
 #include <stdexcept>
 
@@ -24,6 +25,7 @@ Snapshot LoadProgram(const std::string& path) {
 
 std::vector<int> ParseIndices(const std::string& list, const std::string& option) {
   std::vector<int> out;
+  std::set<int> seen;
   std::stringstream ss(list);
   std::string item;
   while (std::getline(ss, item, ',')) {
@@ -33,6 +35,11 @@ std::vector<int> ParseIndices(const std::string& list, const std::string& option
       if (used != item.size()) throw std::invalid_argument(item);
     } catch (const std::exception&) {
       throw std::runtime_error(option + ": '" + item + "' is not an argument index");
+    }
+    // `--wrt 1,1` would ask for one gradient twice; compiled code serves
+    // distinct indices only, so the call would run interpreted without a word.
+    if (!seen.insert(out.back()).second) {
+      throw std::runtime_error(option + ": argument " + item + " is given twice");
     }
   }
   return out;

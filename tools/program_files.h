@@ -18,7 +18,8 @@ std::string ReadFile(const std::string& path);
 // A module holding `path`'s definitions (throws IrError with file:line:col).
 Snapshot LoadProgram(const std::string& path);
 
-// "0,2" -> {0, 2}; throws std::runtime_error naming `option` and the item.
+// "0,2" -> {0, 2}; throws std::runtime_error naming `option` and the item
+// for an item that is not a number or is given twice.
 std::vector<int> ParseIndices(const std::string& list, const std::string& option);
 
 // The default of --wrt: the arguments of `entry` whose types can hold a

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <limits>
 #include <numeric>
 #include <random>
 #include <stdexcept>
@@ -13,6 +14,8 @@
 #include "interp/interpreter.h"
 #include "pe/signature.h"
 #include "scheduler/engine.h"
+#include "scheduler/policy.h"
+#include "scheduler/trace_sinks.h"
 #include "support/cli_checks.h"
 #include "support/input_file.h"
 #include "support/progress.h"
@@ -32,10 +35,12 @@ std::vector<Call> ReadCalls(const ModuleSnapshot& module, const std::string& ent
   std::ifstream in = OpenInputFile(path);
   std::vector<Call> calls;
   std::string text;
-  for (int line = 1; std::getline(in, text); ++line) {
+  bool too_long = false;
+  for (int line = 1; ReadLine(in, text, too_long, kMaxJsonLineBytes, /*skip_long_lines=*/false); ++line) {
+    std::string where = path + ":" + std::to_string(line);
+    if (too_long) throw std::runtime_error(where + ": line longer than " + std::to_string(kMaxJsonLineBytes) + " bytes");
     size_t first = text.find_first_not_of(" \t\r");
     if (first == std::string::npos || text[first] == '#') continue;
-    std::string where = path + ":" + std::to_string(line);
     nlohmann::json json;
     try {
       json = nlohmann::json::parse(text);
@@ -89,27 +94,28 @@ ReplayCommand::ReplayCommand(CLI::App& app) {
   replay_->add_flag("--grad", o_.grad, "value and gradients of the (scalar f32) result, as training takes them");
   replay_->add_option("--wrt", o_.wrt, "comma-separated argument indices to differentiate (default: every argument whose type can hold a float tensor)");
   replay_->add_option("--static", o_.static_args, "comma-separated argument indices specialized on whole");
-  replay_->add_option("--epochs", o_.epochs, "passes over the calls")->capture_default_str()->check(CLI::PositiveNumber);
+  replay_->add_option("--epochs", o_.epochs, "passes over the calls")->capture_default_str()->check(WholeNumber(1, std::numeric_limits<int>::max()));
   replay_->add_flag("--reshuffle", o_.reshuffle, "a new order of the calls every epoch (seeded)");
   replay_->add_option("--seed", o_.seed, "the order --reshuffle draws")->capture_default_str();
-  replay_->add_option("--policy", o_.policy, "eager, hot:N, interpreter or sync")->capture_default_str();
+  replay_->add_option("--policy", o_.policy, "eager, hot:N, interpreter or sync")->capture_default_str()->check(ParsedBy(&Policy::Parse, "POLICY"));
   replay_->add_option("--lookahead", o_.lookahead, "calls prefetched ahead of the one running (0: none)")
       ->capture_default_str()
-      ->check(CLI::Range(0, 1024));
+      ->check(WholeNumber(0, 1024));
   replay_->add_flag("--no-generic", o_.no_generic,
                     "leave the structure-generic tier out: every new structure is specialized on its own");
   replay_->add_option("--specialize-after", o_.specialize_after,
                       "with the generic tier, specialize a signature once it has been called this often (0: never)")
-      ->capture_default_str()->check(NonNegativeInteger());
+      ->capture_default_str()->check(WholeNumber(0, std::numeric_limits<int>::max()));
   replay_->add_option("--workers", o_.workers, "background compile workers (0: cores - 1)")
       ->capture_default_str()
-      ->check(CLI::Range(0, 256));
+      ->check(WholeNumber(0, kMaxWorkers));
   replay_->add_flag("--check", o_.check,
                     "compare every compiled result (values and gradients) with the interpreter's; exit 1 on a "
                     "divergence, naming the call");
-  replay_->add_option("--rtol", o_.rtol, "--check: relative tolerance for float tensors")->capture_default_str();
-  replay_->add_option("--atol", o_.atol, "--check: absolute tolerance for float tensors")->capture_default_str();
-  replay_->add_option("--log", o_.log_level, "the JIT's log on stderr: off, info, debug or trace (default: PEJIT_LOG)");
+  replay_->add_option("--rtol", o_.rtol, "--check: relative tolerance for float tensors")->capture_default_str()->check(NonNegativeReal());
+  replay_->add_option("--atol", o_.atol, "--check: absolute tolerance for float tensors")->capture_default_str()->check(NonNegativeReal());
+  replay_->add_option("--log", o_.log_level, "the JIT's log on stderr: off, info, debug or trace (default: PEJIT_LOG)")
+      ->check(ParsedBy(&LogLevelFrom, "LEVEL"));
   replay_->add_option("--trace", o_.trace_file, "write the JIT's events to this JSON-lines file (default: PEJIT_TRACE)");
 }
 

@@ -3,8 +3,9 @@
 #include <spdlog/sinks/stdout_sinks.h>
 #include <spdlog/spdlog.h>
 
+#include <cerrno>
 #include <cstdio>
-#include <fstream>
+#include <cstring>
 
 #include "scheduler/trace_file.h"
 #include "scheduler/trace_sinks.h"
@@ -39,11 +40,16 @@ int TraceCommand::Run() const {
     return 0;
   }
   if (chrome_->parsed()) {
-    std::ofstream out(output_, std::ios::binary);
-    if (!out) throw std::runtime_error("cannot write " + output_);
-    out << ChromeTrace(events) << "\n";
-    out.close();
-    if (!out) throw std::runtime_error("writing " + output_ + " failed");
+    // Through stdio rather than a stream, for errno: "No space left on
+    // device" is what the user needs to hear, not "failed".
+    std::FILE* out = std::fopen(output_.c_str(), "wb");
+    if (!out) throw std::runtime_error("cannot write " + output_ + ": " + std::strerror(errno));
+    const std::string text = ChromeTrace(events) + "\n";
+    const bool written = std::fwrite(text.data(), 1, text.size(), out) == text.size() && std::fflush(out) == 0;
+    const int error = errno;
+    if (std::fclose(out) != 0 || !written) {
+      throw std::runtime_error("writing " + output_ + ": " + std::strerror(written ? errno : error));
+    }
     std::printf("%s: %zu events from %s\n", output_.c_str(), events.size(), file_.c_str());
     return 0;
   }

@@ -195,7 +195,8 @@ Checkpoint ParseCheckpoint(std::string_view bytes, const std::string& path) {
   // counts must be written as integers.
   auto integer = [&](const nlohmann::json& j, const std::string& what) -> int64_t {
     if (!IsInt64(j)) {
-      Fail(path, "bad checkpoint header: " + what + " is " + j.dump() + ", not an integer");
+      Fail(path, "bad checkpoint header: " + what + " is " + j.dump() +
+                     (IsIntegerPastInt64(j) ? ", out of int64's range" : ", not an integer"));
     }
     return j.get<int64_t>();
   };
@@ -237,7 +238,13 @@ Checkpoint ParseCheckpoint(std::string_view bytes, const std::string& path) {
   }
   const size_t body = payload_start + payload;
   if (bytes.size() < body + kTrailerBytes) Fail(path, "truncated before its checksum");
-  if (bytes.size() > body + kTrailerBytes) Fail(path, "bytes after the checksum");
+  if (bytes.size() > body + kTrailerBytes) {
+    // A header edited to list a tensor fewer, or bytes appended to the file.
+    Fail(path, "its header's " + std::to_string(tensors.size()) + " tensors take " + std::to_string(payload) +
+                   " bytes, but " + std::to_string(bytes.size() - payload_start - kTrailerBytes) +
+                   " bytes lie between the header and a checksum line at the end: the header does not describe the "
+                   "file");
+  }
   if (bytes.substr(body) != Trailer(Fnv1a(bytes.data(), body))) {
     Fail(path, "checksum mismatch: the file is damaged (its last line is \"" +
                    std::string(bytes.substr(body, kTrailerBytes - 1)) + "\", its bytes hash to \"" +

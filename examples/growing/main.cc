@@ -14,12 +14,16 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <limits>
 #include <map>
 #include <mutex>
 
 #include "examples/growing/growing.h"
 #include "examples/mlp/model.h"
 #include "ops/blas.h"
+#include "scheduler/policy.h"
+#include "scheduler/trace_sinks.h"
+#include "support/cli_checks.h"
 #include "support/cpu_clock.h"
 #include "train/optimizer.h"
 
@@ -395,6 +399,7 @@ int Run(const Config& c) {
 
 int main(int argc, char** argv) {
   pejit::Config c;
+  constexpr int kMaxInt = std::numeric_limits<int>::max();
   CLI::App app{"Train an MLP that changes while it trains: every --every steps the head is rebuilt through the engine's "
                "live module (add a branch, deepen it, remove the old one); the steps after a change run in the "
                "interpreter while the new code is specialized in the background. Prints the edits, what they "
@@ -402,21 +407,22 @@ int main(int argc, char** argv) {
   app.add_option("--data", c.data,
                  "Fashion-MNIST's folder, `synthetic`, or `auto` (the package's folder when installed)")
       ->capture_default_str();
-  app.add_option("--train", c.train, "training images used")->capture_default_str()->check(CLI::PositiveNumber);
-  app.add_option("--test", c.test, "test images used")->capture_default_str()->check(CLI::PositiveNumber);
-  app.add_option("--batch", c.batch, "images per training minibatch")->capture_default_str()->check(CLI::PositiveNumber);
-  app.add_option("--every", c.every, "steps between changes")->capture_default_str()->check(CLI::PositiveNumber);
-  app.add_option("--steps", c.steps, "training steps (0: 4 x --every)")->capture_default_str();
-  app.add_option("--lr", c.lr, "SGD learning rate")->capture_default_str();
-  app.add_option("--hidden", c.sizes.hidden, "trunk features")->capture_default_str()->check(CLI::PositiveNumber);
-  app.add_option("--branch", c.sizes.branch, "branch units")->capture_default_str()->check(CLI::PositiveNumber);
+  app.add_option("--train", c.train, "training images used")->capture_default_str()->check(pejit::WholeNumber(1, kMaxInt));
+  app.add_option("--test", c.test, "test images used")->capture_default_str()->check(pejit::WholeNumber(1, kMaxInt));
+  app.add_option("--batch", c.batch, "images per training minibatch")->capture_default_str()->check(pejit::WholeNumber(1, kMaxInt));
+  app.add_option("--every", c.every, "steps between changes")->capture_default_str()->check(pejit::WholeNumber(1, kMaxInt));
+  app.add_option("--steps", c.steps, "training steps (0: 4 x --every)")->capture_default_str()->check(pejit::WholeNumber(0, std::numeric_limits<int64_t>::max()));
+  app.add_option("--lr", c.lr, "SGD learning rate")->capture_default_str()->check(pejit::PositiveReal());
+  app.add_option("--hidden", c.sizes.hidden, "trunk features")->capture_default_str()->check(pejit::WholeNumber(1, kMaxInt));
+  app.add_option("--branch", c.sizes.branch, "branch units")->capture_default_str()->check(pejit::WholeNumber(1, kMaxInt));
   app.add_option("--seed", c.seed)->capture_default_str();
-  app.add_option("--workers", c.workers, "background compile workers")->capture_default_str();
-  app.add_option("--policy", c.policy, "eager, hot:N, interpreter or sync")->capture_default_str();
+  app.add_option("--workers", c.workers, "background compile workers")->capture_default_str()->check(pejit::WholeNumber(0, pejit::kMaxWorkers));
+  app.add_option("--policy", c.policy, "eager, hot:N, interpreter or sync")->capture_default_str()->check(pejit::ParsedBy(&pejit::Policy::Parse, "POLICY"));
   app.add_flag("--no-reuse", c.no_reuse,
                "keep nothing across edits (no retained code, no PE cache; kernels of code still live, such as "
                "activity's, are still shared): what re-specializing costs without that reuse");
-  app.add_option("--log", c.log_level, "the JIT's log on stderr: off, info, debug or trace (default: PEJIT_LOG)");
+  app.add_option("--log", c.log_level, "the JIT's log on stderr: off, info, debug or trace (default: PEJIT_LOG)")
+      ->check(pejit::ParsedBy(&pejit::LogLevelFrom, "LEVEL"));
   app.add_option("--trace", c.trace_file, "write the JIT's events to this JSON-lines file (default: PEJIT_TRACE)");
   CLI11_PARSE(app, argc, argv);
   try {

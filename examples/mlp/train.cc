@@ -10,12 +10,15 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <limits>
 #include <thread>
 
 #include "examples/mlp/fashion_mnist.h"
 #include "examples/mlp/trainer.h"
 #include "ops/blas.h"
 #include "scheduler/engine.h"
+#include "scheduler/policy.h"
+#include "scheduler/trace_sinks.h"
 #include "support/cli_checks.h"
 #include "support/progress.h"
 
@@ -142,6 +145,7 @@ int Run(const Config& c) {
 }  // namespace pejit
 
 int main(int argc, char** argv) {
+  constexpr int kMaxInt = std::numeric_limits<int>::max();
   pejit::Config c;
   c.run.optimizer.kind = "sgd";
   c.run.optimizer.learning_rate = 0.1;
@@ -150,27 +154,28 @@ int main(int argc, char** argv) {
   app.add_option("--data", c.data, "folder of the IDX files (plain or .gz)")->capture_default_str();
   app.add_option("--limit", c.limit, "use only the first N training and test images (0: all)")
       ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
-  app.add_option("--epochs", c.epochs)->capture_default_str()->check(CLI::NonNegativeNumber);
+      ->check(pejit::WholeNumber(0, std::numeric_limits<int64_t>::max()));
+  app.add_option("--epochs", c.epochs)->capture_default_str()->check(pejit::WholeNumber(0, kMaxInt));
   app.add_option("--batch", c.run.batch, "images per minibatch (training and inference)")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(pejit::WholeNumber(1, kMaxInt));
   app.add_option("--lr", c.run.optimizer.learning_rate)->capture_default_str()->check(pejit::PositiveReal());
   app.add_option("--optimizer", c.run.optimizer.kind)
       ->check(CLI::IsMember({"sgd", "adagrad", "adam"}))
       ->capture_default_str();
-  app.add_option("--weight-decay", c.run.optimizer.weight_decay)->capture_default_str()->check(CLI::NonNegativeNumber);
+  app.add_option("--weight-decay", c.run.optimizer.weight_decay)->capture_default_str()->check(pejit::NonNegativeReal());
   app.add_option("--seed", c.run.seed)->capture_default_str();
-  app.add_option("--workers", c.workers, "background compile workers (0: cores - 1)")->capture_default_str()->check(CLI::Range(0, pejit::kMaxWorkers));
+  app.add_option("--workers", c.workers, "background compile workers (0: cores - 1)")->capture_default_str()->check(pejit::WholeNumber(0, pejit::kMaxWorkers));
   app.add_option("--blas-threads", c.blas_threads, "OpenBLAS threads per GEMM")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(pejit::WholeNumber(1, 1024));
   app.add_option("--idle-blas-threads", c.idle_blas_threads,
                  "OpenBLAS threads while no compile job is in flight (0: --blas-threads throughout)")
       ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
-  app.add_option("--policy", c.policy, "eager, hot:N, interpreter or sync")->capture_default_str();
-  app.add_option("--log", c.log_level, "the JIT's log on stderr: off, info, debug or trace (default: PEJIT_LOG)");
+      ->check(pejit::WholeNumber(0, 1024));
+  app.add_option("--policy", c.policy, "eager, hot:N, interpreter or sync")->capture_default_str()->check(pejit::ParsedBy(&pejit::Policy::Parse, "POLICY"));
+  app.add_option("--log", c.log_level, "the JIT's log on stderr: off, info, debug or trace (default: PEJIT_LOG)")
+      ->check(pejit::ParsedBy(&pejit::LogLevelFrom, "LEVEL"));
   app.add_option("--trace", c.trace_file, "write the JIT's events to this JSON-lines file (default: PEJIT_TRACE)");
   CLI11_PARSE(app, argc, argv);
   try {

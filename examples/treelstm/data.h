@@ -30,9 +30,4 @@ int Height(const TokenTree& t);      // a leaf has height 0
 inline constexpr int kMaxTreeNodes = 100'000;
 inline constexpr size_t kMaxLineBytes = size_t{16} << 20;
 
-// Reads one line (without its '\n' or a '\r' before it) into `line`. A line
-// longer than kMaxLineBytes is skipped to its end and `too_long` set. False
-// at the end of the input.
-bool ReadLine(std::istream& in, std::string& line, bool& too_long);
-
 }  // namespace pejit::treelstm

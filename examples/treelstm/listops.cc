@@ -157,7 +157,7 @@ FileReport ReadFile(const std::string& path, bool strict) {
   FileReport report;
   std::string line;
   bool expression_first = false, too_long = false;
-  for (int number = 1; treelstm::ReadLine(in, line, too_long); ++number) {
+  for (int number = 1; ReadLine(in, line, too_long, treelstm::kMaxLineBytes, /*skip_long_lines=*/true); ++number) {
     if (line.empty() && !too_long) continue;
     if (number == 1 && line.rfind("Source\tTarget", 0) == 0) {
       expression_first = true;

@@ -104,7 +104,7 @@ FileReport ReadFile(const std::string& path, bool strict) {
   FileReport report;
   std::string line;
   bool too_long = false;
-  for (int number = 1; treelstm::ReadLine(in, line, too_long); ++number) {
+  for (int number = 1; ReadLine(in, line, too_long, treelstm::kMaxLineBytes, /*skip_long_lines=*/true); ++number) {
     if (!too_long && line.find_first_not_of(" \t\r") == std::string::npos) continue;
     try {
       if (too_long) throw std::invalid_argument("line longer than " + std::to_string(treelstm::kMaxLineBytes) + " bytes");

@@ -15,10 +15,13 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <limits>
 
 #include "examples/treelstm/trainer.h"
 #include "ops/blas.h"
 #include "scheduler/engine.h"
+#include "scheduler/policy.h"
+#include "scheduler/trace_sinks.h"
 #include "support/cli_checks.h"
 #include "support/progress.h"
 #include "train/checkpoint.h"
@@ -166,6 +169,7 @@ int main(int argc, char** argv) {
   // Bounds that fail fast with the option's name rather than after hours of
   // generating, or in an allocation of the vocabulary times a width.
   constexpr int kMaxGenerated = 10'000'000, kMaxBatch = 65'536, kMaxWidth = 16'384;
+  constexpr int kMaxInt = std::numeric_limits<int>::max();
   pejit::Config c;
   pejit::treelstm::RunOptions& r = c.run;
   CLI::App app{"Train a Child-Sum Tree-LSTM on ListOps or SST trees through pejit's tiered JIT engine"};
@@ -175,35 +179,36 @@ int main(int argc, char** argv) {
   app.add_option("--train", r.train_file, "training file: ListOps (label<TAB>expression) or SST trees");
   app.add_option("--dev", r.dev_file, "evaluation file, in the training file's format");
   app.add_flag("--strict", r.strict, "stop at the first malformed line instead of skipping it");
-  app.add_option("--listops-train-size", r.listops_train, "generated training expressions")->capture_default_str()->check(CLI::Range(1, kMaxGenerated));
-  app.add_option("--listops-dev-size", r.listops_dev, "generated dev expressions")->capture_default_str()->check(CLI::Range(0, kMaxGenerated));
+  app.add_option("--listops-train-size", r.listops_train, "generated training expressions")->capture_default_str()->check(pejit::WholeNumber(1, kMaxGenerated));
+  app.add_option("--listops-dev-size", r.listops_dev, "generated dev expressions")->capture_default_str()->check(pejit::WholeNumber(0, kMaxGenerated));
   app.add_option("--sst-min-count", r.sst_min_count, "SST words seen fewer times in training become <unk>")
-      ->capture_default_str()->check(pejit::NonNegativeInteger());
+      ->capture_default_str()->check(pejit::WholeNumber(0, kMaxInt));
   app.add_option("--epochs", c.epochs, "train until this many epochs are done")->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
-  app.add_option("--batch", r.batch, "trees per minibatch")->capture_default_str()->check(CLI::Range(1, kMaxBatch));
-  app.add_option("--embed", r.embed)->capture_default_str()->check(CLI::Range(1, kMaxWidth));
-  app.add_option("--hidden", r.hidden)->capture_default_str()->check(CLI::Range(1, kMaxWidth));
+      ->check(pejit::WholeNumber(0, kMaxInt));
+  app.add_option("--batch", r.batch, "trees per minibatch")->capture_default_str()->check(pejit::WholeNumber(1, kMaxBatch));
+  app.add_option("--embed", r.embed)->capture_default_str()->check(pejit::WholeNumber(1, kMaxWidth));
+  app.add_option("--hidden", r.hidden)->capture_default_str()->check(pejit::WholeNumber(1, kMaxWidth));
   app.add_option("--lr", r.optimizer.learning_rate)->capture_default_str()->check(pejit::PositiveReal());
   app.add_option("--optimizer", r.optimizer.kind)->check(CLI::IsMember({"adagrad", "sgd", "adam"}))->capture_default_str();
-  app.add_option("--clip", r.optimizer.clip_norm, "clip gradients to this global norm (0: off)")->capture_default_str()->check(CLI::NonNegativeNumber);
-  app.add_option("--weight-decay", r.optimizer.weight_decay)->capture_default_str()->check(CLI::NonNegativeNumber);
+  app.add_option("--clip", r.optimizer.clip_norm, "clip gradients to this global norm (0: off)")->capture_default_str()->check(pejit::NonNegativeReal());
+  app.add_option("--weight-decay", r.optimizer.weight_decay)->capture_default_str()->check(pejit::NonNegativeReal());
   app.add_option("--seed", r.seed)->capture_default_str();
   app.add_flag("--reshuffle", r.reshuffle, "new minibatches every epoch (new signatures to compile)");
   app.add_option("--lookahead", r.lookahead, "minibatches prefetched ahead of the step, to compile before it gets there (0: none)")
       ->capture_default_str()
-      ->check(CLI::Range(0, 1024));
+      ->check(pejit::WholeNumber(0, 1024));
   app.add_option("--train-sample", r.train_sample, "training trees the train accuracy is measured on")
       ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
-  app.add_option("--workers", c.workers, "background compile workers (0: cores - 1)")->capture_default_str()->check(CLI::Range(0, pejit::kMaxWorkers));
+      ->check(pejit::WholeNumber(0, kMaxInt));
+  app.add_option("--workers", c.workers, "background compile workers (0: cores - 1)")->capture_default_str()->check(pejit::WholeNumber(0, pejit::kMaxWorkers));
   app.add_option("--worker-nice", c.worker_nice, "niceness the workers compile at, so training keeps its core (0: same as training)")
-      ->check(CLI::Range(0, 19))
+      ->check(pejit::WholeNumber(0, 19))
       ->capture_default_str();
-  app.add_option("--policy", c.policy, "eager, hot:N, interpreter or sync")->capture_default_str();
+  app.add_option("--policy", c.policy, "eager, hot:N, interpreter or sync")->capture_default_str()->check(pejit::ParsedBy(&pejit::Policy::Parse, "POLICY"));
   app.add_option("--save", c.save, "write a checkpoint here after every epoch (atomically)")->check(pejit::NonEmptyPath());
   app.add_option("--resume", c.resume, "carry on from this checkpoint (same data and options)")->check(pejit::NonEmptyPath());
-  app.add_option("--log", c.log_level, "the JIT's log on stderr: off, info, debug or trace (default: PEJIT_LOG)");
+  app.add_option("--log", c.log_level, "the JIT's log on stderr: off, info, debug or trace (default: PEJIT_LOG)")
+      ->check(pejit::ParsedBy(&pejit::LogLevelFrom, "LEVEL"));
   app.add_option("--trace", c.trace_file, "write the JIT's events to this JSON-lines file (default: PEJIT_TRACE)");
   CLI11_PARSE(app, argc, argv);
   try {

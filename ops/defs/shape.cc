@@ -207,7 +207,9 @@ std::vector<TensorType> SplitType(std::span<const TensorType> in, const Attrs& a
   std::vector<TensorType> out;
   for (int64_t s : sizes) {
     if (s < 0) throw OpError("split", "sizes " + AttrValueToString(sizes) + " has a negative size");
-    total += s;
+    if (__builtin_add_overflow(total, s, &total)) {
+      throw OpError("split", "sizes " + AttrValueToString(sizes) + " add up to more than 2^63");
+    }
     TensorType t = in[0];
     t.shape[axis] = s;
     out.push_back(t);
@@ -371,13 +373,17 @@ std::vector<GradValue> PadGrad(GradBuilder& b, const GradContext& c) {
 
 // ---- broadcast_to and sum_to ---------------------------------------------------
 
+// A target shape's dimensions are sizes, or -1: rows known at call time
+// (vectorized code).
+void RequireTargetShape(const char* op, const Shape& target) {
+  for (int64_t d : target) {
+    if (d < 0 && d != kUnknownDim) throw OpError(op, "shape " + AttrValueToString(target) + " has a negative dimension");
+  }
+}
+
 std::vector<TensorType> BroadcastToType(std::span<const TensorType> in, const Attrs& attrs) {
   const Shape& target = attrs.GetInts("shape");
-  for (int64_t d : target) {
-    if (d < 0 && d != kUnknownDim) {  // -1: rows known at call time (vectorized code)
-      throw OpError("broadcast_to", "shape " + AttrValueToString(target) + " has a negative dimension");
-    }
-  }
+  RequireTargetShape("broadcast_to", target);
   Shape out = BroadcastShapes("broadcast_to", "x", in[0].shape, "shape", target);
   if (out != target) {
     throw OpError("broadcast_to", "cannot broadcast x " + ShapeToString(in[0].shape) + " to " + ShapeToString(target));
@@ -391,6 +397,7 @@ void BroadcastToKernel(std::span<const Tensor> in, std::span<Tensor> out, const 
 
 std::vector<TensorType> SumToType(std::span<const TensorType> in, const Attrs& attrs) {
   const Shape& target = attrs.GetInts("shape");
+  RequireTargetShape("sum_to", target);
   Shape out = BroadcastShapes("sum_to", "shape", target, "x", in[0].shape);
   if (out != in[0].shape) {
     throw OpError("sum_to", "x " + ShapeToString(in[0].shape) + " is not a broadcast of " + ShapeToString(target));

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <functional>
 
 #include "examples/treelstm/listops.h"
@@ -251,6 +252,23 @@ TEST(LoadDataset, NamesWhatIsMissing) {
   }
   sst.strict = true;
   EXPECT_THROW(treelstm::LoadDataset(sst), std::runtime_error);
+}
+
+// 2^31 - 1 generated expressions would take terabytes: refused at once, with
+// the options' names, rather than after an hour of generating.
+TEST(LoadDataset, AGeneratedSetNoMachineCanHoldIsRefusedBeforeGenerating) {
+  RunOptions o;
+  o.listops_train = std::numeric_limits<int>::max();
+  o.listops_dev = 5;
+  try {
+    treelstm::LoadDataset(o);
+    ADD_FAILURE() << "generated 2^31 expressions";
+  } catch (const std::runtime_error& e) {
+    EXPECT_EQ(std::string(e.what()).rfind("--listops-train-size 2147483647 and --listops-dev-size 5: generating them "
+                                          "takes about 4398.0 GB, more than this machine's ", 0),
+              0u)
+        << e.what();
+  }
 }
 
 TEST(LoadDataset, SstSampleFilesShareTheTrainingVocabulary) {

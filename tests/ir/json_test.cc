@@ -190,6 +190,8 @@ TEST(ValueFromJson, RefusesNumbersItWouldHaveToChange) {
   EXPECT_EQ(error(Json::parse("[1e300]"), DType::kF64), "accepted");
   EXPECT_EQ(error(Json::parse("[18446744073709551615]"), DType::kI64),
             "args[2]: data[0]: 18446744073709551615 is out of i64's range");
+  EXPECT_EQ(error(Json::parse("[-9223372036854775809]"), DType::kI64),  // read as a double: no integer holds it
+            "args[2]: data[0]: -9.223372036854776e+18 is out of i64's range");
   EXPECT_EQ(error(Json::parse("[1.5]"), DType::kI64), "args[2]: data[0]: expected an integer for an i64, got 1.5");
   EXPECT_EQ(error(Json::parse(R"(["one"])"), DType::kF32),
             "args[2]: data[0]: expected a number (or \"nan\", \"inf\", \"-inf\") for a f32, got \"one\"");

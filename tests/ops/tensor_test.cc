@@ -91,6 +91,13 @@ TEST(Tensor, ShapesWhoseElementOrByteCountOverflowsAreRefused) {
   EXPECT_THROW(InferTypes(LookupOp("broadcast_to"), std::vector<TensorType>{{DType::kF32, {}}},
                           NormalizeAttrs(LookupOp("broadcast_to"), {{"shape", std::vector<int64_t>{-3, 4}}})),
                OpError);
+  EXPECT_THROW(InferTypes(LookupOp("sum_to"), std::vector<TensorType>{{DType::kF32, {1, 4}}},
+                          NormalizeAttrs(LookupOp("sum_to"), {{"shape", std::vector<int64_t>{-3, 4}}})),
+               OpError);
+  // Three sizes of 2^62 add up past 2^63: the sum wrapped.
+  EXPECT_THROW(InferTypes(LookupOp("split"), std::vector<TensorType>{{DType::kF32, {4}}},
+                          NormalizeAttrs(LookupOp("split"), {{"sizes", std::vector<int64_t>{half, half, half}}})),
+               OpError);
 }
 
 // 2^50 bytes is within kMaxTensorBytes but beyond any x86-64 address space,

@@ -97,6 +97,15 @@ TEST(TraceJson, BadLinesNameTheFileTheLineAndTheProblem) {
   EXPECT_EQ(error_of(R"({"event":"hit","entry":"loss","signature":"","thread":1,"start_us":5,)"
                      R"("duration_us":9223372036854775807})"),
             "t.jsonl:1: \"start_us\" + \"duration_us\" is past int64's range");
+  EXPECT_EQ(error_of(R"({"event":"hit","entry":"loss","signature":"","thread":18446744073709551615,)"
+                     R"("start_us":0,"duration_us":0})"),
+            "t.jsonl:1: \"thread\" is past int64's range");
+  // The fields a reader interprets have their documented types.
+  const std::string common = R"({"event":"swap","entry":"loss","signature":"","thread":1,"start_us":0,"duration_us":0,)";
+  EXPECT_EQ(error_of(common + R"("job":1e20})"), "t.jsonl:1: \"job\" must be an integer >= 0");
+  EXPECT_EQ(error_of(common + R"("job":-4})"), "t.jsonl:1: \"job\" must be an integer >= 0");
+  EXPECT_EQ(error_of(common + R"("tier":3})"), "t.jsonl:1: \"tier\" must be a string");
+  EXPECT_EQ(error_of(common + R"("job":4,"tier":"native","ratio":1e20})"), "no error");  // other fields: any number
   EXPECT_THROW(ReadTraceFile("/dev/zero"), std::runtime_error);  // a device: not read forever
   std::istringstream in(good + "\n" + good + "\n");
   EXPECT_EQ(ReadTrace(in, "t.jsonl").size(), 2u);

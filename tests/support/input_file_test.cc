@@ -7,6 +7,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <sstream>
+#include <streambuf>
 #include <string>
 
 namespace pejit {
@@ -36,7 +38,42 @@ TEST(InputFile, ARegularFileIsRead) {
 TEST(InputFile, DevicesDirectoriesAndMissingFilesAreRefusedByName) {
   EXPECT_EQ(ErrorOf("/dev/zero"), "cannot read /dev/zero: it is a device, not a file");
   EXPECT_EQ(ErrorOf("/"), "cannot read /: it is a directory");
-  EXPECT_EQ(ErrorOf("/no/such/file"), "cannot read /no/such/file");
+  EXPECT_EQ(ErrorOf("/no/such/file"), "cannot read /no/such/file: No such file or directory");
+}
+
+// An input with no newline in sight: what is kept is bounded, and a reader
+// that stops at a long line has read only as far as the bound.
+class Endless : public std::streambuf {
+ public:
+  int read = 0;
+
+ protected:
+  int_type underflow() override { return 'x'; }
+  int_type uflow() override {
+    ++read;
+    return 'x';
+  }
+};
+
+TEST(InputFile, ALineIsReadUpToABoundAndTheCallerChoosesToStopOrSkip) {
+  std::istringstream lines("short\r\nlonger than eight\nlast");
+  std::string line;
+  bool too_long = true;
+  ASSERT_TRUE(ReadLine(lines, line, too_long, 8, /*skip_long_lines=*/true));
+  EXPECT_EQ(line, "short");
+  EXPECT_FALSE(too_long);
+  ASSERT_TRUE(ReadLine(lines, line, too_long, 8, true));
+  EXPECT_TRUE(too_long);
+  EXPECT_EQ(line, "");
+  ASSERT_TRUE(ReadLine(lines, line, too_long, 8, true));  // skipped to the next line
+  EXPECT_EQ(line, "last");
+  EXPECT_FALSE(ReadLine(lines, line, too_long, 8, true));
+
+  Endless endless;
+  std::istream pipe(&endless);
+  ASSERT_TRUE(ReadLine(pipe, line, too_long, 1000, /*skip_long_lines=*/false));
+  EXPECT_TRUE(too_long);
+  EXPECT_EQ(endless.read, 1001);
 }
 
 }  // namespace

@@ -33,7 +33,24 @@ fi
 if err=$("$pejit" compile "$dir/trees.pj" --entry loss --args "$dir/trees_args.json" --grad --wrt 1,1 2>&1); then
   fail "compile --wrt 1,1 accepted"
 fi
-[[ "$err" == *"--wrt names argument 1 twice"* ]] || fail "compile --wrt 1,1: $err"
+[[ "$err" == "pejit: --wrt: argument 1 is given twice" ]] || fail "compile --wrt 1,1: $err"
+for command in run replay; do
+  calls=(--args "$dir/trees_args.json")
+  [[ $command == replay ]] && calls=(--calls "$dir/trees_calls.jsonl")
+  err=$("$pejit" $command "$dir/trees.pj" --entry loss "${calls[@]}" --grad --wrt 1,1 2>&1) &&
+    fail "$command --wrt 1,1 accepted"
+  [[ "$err" == "pejit: --wrt: argument 1 is given twice" ]] || fail "$command --wrt 1,1: $err"
+done
+# An inline argument that is not an array is taken for a file name: the error says so.
+err=$("$pejit" run "$dir/trees.pj" --entry loss --args '{"a":1}' 2>&1) && fail "--args {...} accepted"
+[[ "$err" == "pejit: --args: there is no file '{\"a\":1}' (arguments given inline are a JSON array, starting with '[')" ]] ||
+  fail "--args {...}: $err"
+err=$("$pejit" replay "$dir/trees.pj" --entry loss --calls "$dir/trees_calls.jsonl" --check --rtol nan 2>&1) &&
+  fail "--rtol nan accepted"
+[[ "$err" == "--rtol: must be a number >= 0, not nan"* ]] || fail "--rtol nan: $err"
+err=$("$pejit" replay "$dir/trees.pj" --entry loss --calls "$dir/trees_calls.jsonl" --log verbose 2>&1) &&
+  fail "--log verbose accepted"
+[[ "$err" == "--log: 'verbose' is not a log level"* ]] || fail "--log verbose: $err"
 err=$("$pejit" run "$dir/trees.pj" --entry loss --args "$dir/trees_args.json" --wrt 1 2>&1) && fail "--wrt without --grad accepted"
 [[ "$err" == *"it needs --grad"* ]] || fail "--wrt without --grad: $err"
 if "$pejit" pe "$dir/trees.pj" --entry loss --args "$dir/trees_args.json" --fuel -1 > /dev/null 2>&1; then
@@ -124,6 +141,14 @@ if err=$("$pejit" trace summary "$tmp/bad.jsonl" 2>&1); then fail "a bad trace w
 [[ "$err" == "pejit: $tmp/bad.jsonl:1: unknown event \"nope\"" ]] || fail "bad trace error: $err"
 "$pejit" trace --help | grep -q "summary" || fail "trace --help"
 "$pejit" trace chrome --help | grep -q -- "--output" || fail "trace chrome --help"
+if [[ -w /dev/full ]]; then  # a full disk is named as such
+  err=$("$pejit" trace chrome "$dir/treelstm_trace.jsonl" -o /dev/full 2>&1) && fail "trace chrome to /dev/full succeeded"
+  [[ "$err" == "pejit: writing /dev/full: No space left on device" ]] || fail "trace chrome -o /dev/full: $err"
+fi
+# A trace whose fields a reader interprets must have their documented types.
+head -1 "$dir/treelstm_trace.jsonl" | sed 's/}$/,"job":1e20}/' > "$tmp/bad_job.jsonl"
+err=$("$pejit" trace summary "$tmp/bad_job.jsonl" 2>&1) && fail "a job of 1e20 accepted"
+[[ "$err" == "pejit: $tmp/bad_job.jsonl:1: \"job\" must be an integer >= 0" ]] || fail "job 1e20: $err"
 # `pejit replay`: the calls of trees_calls.jsonl (12 random trees, 8 distinct
 # shapes) through the engine, every compiled result checked against the
 # interpreter. Policy sync compiles each new shape before its call, so the
