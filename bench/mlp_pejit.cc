@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <limits>
 #include <memory>
 #include <thread>
 
@@ -22,6 +23,7 @@
 #include "examples/mlp/trainer.h"
 #include "ops/blas.h"
 #include "scheduler/engine.h"
+#include "support/cli_checks.h"
 #include "support/cpu_clock.h"
 
 namespace pejit {
@@ -150,15 +152,16 @@ int Measure(const Config& c) {
 }  // namespace pejit
 
 int main(int argc, char** argv) {
+  constexpr int kMaxInt = std::numeric_limits<int>::max();
   pejit::Config c;
   CLI::App app{"One pejit mode of the MLP benchmark (bench/README.md): train on Fashion-MNIST, infer on its test "
                "split after each epoch; prints one JSON line"};
   app.add_option("--data", c.data, "folder of the IDX files (plain or .gz)")->capture_default_str();
   app.add_option("--limit", c.limit, "use only the first N training and test images (0: all)")
       ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
-  app.add_option("--epochs", c.epochs)->capture_default_str()->check(CLI::PositiveNumber);
-  app.add_option("--batch", c.batch)->capture_default_str()->check(CLI::PositiveNumber);
+      ->check(pejit::WholeNumber(0, kMaxInt));
+  app.add_option("--epochs", c.epochs)->capture_default_str()->check(pejit::WholeNumber(1, kMaxInt));
+  app.add_option("--batch", c.batch)->capture_default_str()->check(pejit::WholeNumber(1, kMaxInt));
   app.add_option("--lr", c.lr, "SGD learning rate")->capture_default_str();
   app.add_option("--seed", c.seed)->capture_default_str();
   app.add_flag("--until-compiled", c.until_compiled,
@@ -170,10 +173,10 @@ int main(int argc, char** argv) {
                  "OpenBLAS threads while no compile job is in flight (EngineOptions::idle_blas_threads; 0: "
                  "--blas-threads throughout)")
       ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
+      ->check(pejit::WholeNumber(0, kMaxInt));
   app.add_option("--blas-threads", c.blas_threads, "OpenBLAS threads per GEMM")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(pejit::WholeNumber(1, kMaxInt));
   app.add_option("--policy", c.policy, "eager, hot:N, interpreter or sync")->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   try {

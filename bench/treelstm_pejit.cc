@@ -31,6 +31,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <limits>
 #include <fstream>
 #include <memory>
 
@@ -40,6 +41,7 @@
 #include "examples/treelstm/trainer.h"
 #include "ops/blas.h"
 #include "scheduler/engine.h"
+#include "support/cli_checks.h"
 #include "support/cpu_clock.h"
 #include "train/optimizer.h"
 
@@ -406,22 +408,23 @@ int Measure(const Config& c) {
 }  // namespace pejit
 
 int main(int argc, char** argv) {
+  constexpr int kMaxInt = std::numeric_limits<int>::max();
   pejit::Config c;
   CLI::App app{"One pejit mode of the Tree-LSTM benchmark (bench/README.md): train on a ListOps file, then infer; "
                "prints one JSON line"};
   app.add_option("--data", c.data, "ListOps file (label<TAB>expression) to train and infer on");
   app.add_option("--write-data", c.write_data, "instead: write --size generated examples to this file, the plan to FILE.plan.json, and stop");
-  app.add_option("--size", c.size, "examples --write-data generates")->capture_default_str()->check(CLI::PositiveNumber);
+  app.add_option("--size", c.size, "examples --write-data generates")->capture_default_str()->check(pejit::WholeNumber(1, kMaxInt));
   app.add_option("--dev-size", c.dev_size,
                  "--write-data: also this many dev examples (distinct), after the training ones; the plan's "
                  "inference minibatches are theirs (0: inference over the training examples)")
       ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
+      ->check(pejit::WholeNumber(0, kMaxInt));
   app.add_option("--reshuffle-epochs", c.reshuffle_epochs,
                  "--write-data: the plan also holds, for epochs 0..N-1, a random partition of the training examples "
                  "into minibatches (reshuffled_train_batches)")
       ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
+      ->check(pejit::WholeNumber(0, kMaxInt));
   app.add_option("--plan", c.plan,
                  "--data: train and infer on the minibatches of this plan (FILE.plan.json, written by --write-data "
                  "with the same --seed, --batch, --embed and --hidden) instead of drawing them from the seed over "
@@ -430,25 +433,25 @@ int main(int argc, char** argv) {
                "epoch e trains on the plan's reshuffled minibatches of epoch e (needs --plan written with "
                "--reshuffle-epochs at least --epochs)");
   app.add_option("--seed", c.seed, "data, initial parameters, minibatch order")->capture_default_str();
-  app.add_option("--batch", c.batch)->capture_default_str()->check(CLI::PositiveNumber);
-  app.add_option("--embed", c.embed)->capture_default_str()->check(CLI::PositiveNumber);
-  app.add_option("--hidden", c.hidden)->capture_default_str()->check(CLI::PositiveNumber);
+  app.add_option("--batch", c.batch)->capture_default_str()->check(pejit::WholeNumber(1, kMaxInt));
+  app.add_option("--embed", c.embed)->capture_default_str()->check(pejit::WholeNumber(1, kMaxInt));
+  app.add_option("--hidden", c.hidden)->capture_default_str()->check(pejit::WholeNumber(1, kMaxInt));
   app.add_option("--optimizer", c.optimizer)->check(CLI::IsMember({"adagrad", "sgd", "adam"}))->capture_default_str();
-  app.add_option("--lr", c.lr)->capture_default_str();
-  app.add_option("--epochs", c.epochs)->capture_default_str()->check(CLI::PositiveNumber);
+  app.add_option("--lr", c.lr)->capture_default_str()->check(pejit::PositiveReal());
+  app.add_option("--epochs", c.epochs)->capture_default_str()->check(pejit::WholeNumber(1, kMaxInt));
   app.add_flag("--eval-each-epoch", c.eval_each_epoch,
                "after every epoch, a pass of `infer` over the inference minibatches (the plan's dev ones), loaded "
                "once: the epoch's dev_accuracy, eval_seconds and wall_after_eval_s");
   app.add_option("--infer-passes", c.infer_passes, "passes of `infer` over the data after training")
       ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
+      ->check(pejit::WholeNumber(0, kMaxInt));
   app.add_flag("--until-compiled", c.until_compiled,
                "after --epochs and --infer-passes, carry on until one (--steady-epochs in a row) ran compiled code in "
                "every step with no compile job ending meanwhile");
   app.add_option("--steady-epochs", c.steady_epochs,
                  "--until-compiled: until this many epochs (inference passes) in a row were steady")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(pejit::WholeNumber(1, kMaxInt));
   app.add_option("--max-epochs", c.max_epochs, "--until-compiled stops here")->capture_default_str();
   app.add_option("--max-infer-passes", c.max_infer_passes, "--until-compiled stops here")->capture_default_str();
   app.add_option("--workers", c.workers, "background compile workers (0: cores - 1)")->capture_default_str();
@@ -457,10 +460,10 @@ int main(int argc, char** argv) {
                  "OpenBLAS threads while no compile job is in flight (EngineOptions::idle_blas_threads; 0: 1 "
                  "throughout)")
       ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
+      ->check(pejit::WholeNumber(0, kMaxInt));
   app.add_option("--lookahead", c.lookahead, "minibatches prefetched ahead of the step, to compile before it gets there (0: none)")
       ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
+      ->check(pejit::WholeNumber(0, kMaxInt));
   app.add_option("--policy", c.policy, "eager, hot:N, interpreter or sync")->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   if (c.data.empty() == c.write_data.empty()) {

@@ -8,9 +8,10 @@
 
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <stdexcept>
-#include <utility>
 #include <string>
+#include <utility>
 
 namespace pejit {
 
@@ -27,21 +28,6 @@ inline CLI::Validator PositiveReal() {
         return "must be a positive number, not " + text;
       },
       "POSITIVE");
-}
-
-// A whole number >= 0 (a count, a budget).
-inline CLI::Validator NonNegativeInteger() {
-  return CLI::Validator(
-      [](std::string& text) -> std::string {
-        try {
-          size_t used = 0;
-          const long long v = std::stoll(text, &used);
-          if (used == text.size() && v >= 0) return "";
-        } catch (const std::exception&) {
-        }
-        return "must be a whole number >= 0, not " + text;
-      },
-      "COUNT");
 }
 
 // A finite number >= 0 (a clip norm, a weight decay): CLI11's
@@ -64,18 +50,24 @@ inline CLI::Validator NonNegativeReal() {
 // says "2.5 not in range" and lets a type's overflow through as a second
 // error about how many values were given.
 inline CLI::Validator WholeNumber(int64_t lo, int64_t hi) {
+  const bool unbounded = hi == std::numeric_limits<int64_t>::max();
+  const std::string range =
+      unbounded ? ">= " + std::to_string(lo) : "from " + std::to_string(lo) + " to " + std::to_string(hi);
   return CLI::Validator(
-      [lo, hi](std::string& text) -> std::string {
+      [lo, hi, range](std::string& text) -> std::string {
         try {
           size_t used = 0;
           const long long v = std::stoll(text, &used);
           if (used == text.size() && v >= lo && v <= hi) return "";
         } catch (const std::exception&) {
         }
-        return "must be a whole number from " + std::to_string(lo) + " to " + std::to_string(hi) + ", not " + text;
+        return "must be a whole number " + range + ", not " + text;
       },
-      "INT in [" + std::to_string(lo) + " - " + std::to_string(hi) + "]");
+      unbounded ? "COUNT" : "INT in [" + std::to_string(lo) + " - " + std::to_string(hi) + "]");
 }
+
+// A whole number >= 0 (a count, a budget) of int64's range.
+inline CLI::Validator NonNegativeInteger() { return WholeNumber(0, std::numeric_limits<int64_t>::max()); }
 
 // An option whose values a library parser judges (a policy, a log level):
 // its std::invalid_argument becomes the option's error, so the message names

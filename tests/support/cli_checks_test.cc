@@ -39,6 +39,8 @@ TEST(CliChecks, AWholeNumberIsOneInRange) {
             "--opt: must be a whole number from 1 to 65536, not 99999999999999999999");
   EXPECT_EQ(ErrorOf(WholeNumber(0, INT_MAX), "2147483648"),
             "--opt: must be a whole number from 0 to 2147483647, not 2147483648");
+  EXPECT_EQ(ErrorOf(NonNegativeInteger(), "9223372036854775807"), "");
+  EXPECT_EQ(ErrorOf(NonNegativeInteger(), "-5"), "--opt: must be a whole number >= 0, not -5");
 }
 
 TEST(CliChecks, ARealIsFinite) {
