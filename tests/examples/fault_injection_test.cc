@@ -14,23 +14,20 @@
 #include <stdexcept>
 
 #include "examples/treelstm/trainer.h"
+#include "tests/examples/small_run.h"
 #include "train/checkpoint.h"
 
 namespace pejit {
 namespace {
 
 using treelstm::RunOptions;
+using testing_support::FlatParameters;
 using treelstm::Trainer;
 
+// The shared small run, prefetching two minibatches ahead so that jobs are
+// queued while others fail.
 RunOptions Small() {
-  RunOptions o;
-  o.listops_train = 24;
-  o.listops_dev = 8;
-  o.batch = 8;
-  o.embed = 8;
-  o.hidden = 8;
-  o.seed = 11;
-  o.train_sample = 8;
+  RunOptions o = testing_support::SmallRun(11);
   o.lookahead = 2;
   return o;
 }
@@ -41,12 +38,6 @@ EngineOptions Engine(Policy policy) {
   e.workers = 1;
   e.generic = false;  // every compiled call would come from a job: the jobs are what fails here
   return e;
-}
-
-std::vector<float> Flat(const Value& params) {
-  std::vector<float> out;
-  for (const Tensor& t : ParameterLeaves(params)) out.insert(out.end(), t.data<float>(), t.data<float>() + t.numel());
-  return out;
 }
 
 std::string Contents(const std::string& path) {
@@ -75,7 +66,7 @@ TEST(FaultInjection, JobsThatThrowLeaveTrainingOnTheInterpreterWithItsExactNumbe
   };
   Trainer t(o, treelstm::LoadDataset(o), faulty);
   for (int e = 0; e < 2; ++e) EXPECT_EQ(t.TrainEpoch().loss, losses[e]) << "epoch " << e;
-  EXPECT_EQ(Flat(t.params()), Flat(reference.params()));
+  EXPECT_EQ(FlatParameters(t.params()), FlatParameters(reference.params()));
   EXPECT_EQ(t.DevAccuracy(), reference.DevAccuracy());
   const EntryStats stats = t.loss().stats();
   EXPECT_GT(stats.failed, 0);
@@ -124,7 +115,7 @@ TEST(FaultInjection, ADiskThatFillsLosesNoCheckpointAndDoesNotStopTraining) {
 
   t.Save(path);  // room again
   EXPECT_EQ(LoadCheckpoint(path).epoch, 2);
-  EXPECT_EQ(Flat(t.params()), Flat(reference.params()));
+  EXPECT_EQ(FlatParameters(t.params()), FlatParameters(reference.params()));
 }
 
 }  // namespace

@@ -8,31 +8,21 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <limits>
 #include <functional>
+#include <limits>
 
 #include "examples/treelstm/listops.h"
 #include "examples/treelstm/trainer.h"
+#include "tests/examples/small_run.h"
 #include "train/checkpoint.h"
 
 namespace pejit {
 namespace {
 
 using treelstm::RunOptions;
+using testing_support::FlatParameters;
+using testing_support::SmallRun;
 using treelstm::Trainer;
-
-// A small run: 24 generated ListOps trees in minibatches of 8.
-RunOptions Small() {
-  RunOptions o;
-  o.listops_train = 24;
-  o.listops_dev = 8;
-  o.batch = 8;
-  o.embed = 8;
-  o.hidden = 8;
-  o.seed = 5;
-  o.train_sample = 8;
-  return o;
-}
 
 EngineOptions WithPolicy(Policy policy) {
   EngineOptions e;
@@ -41,16 +31,10 @@ EngineOptions WithPolicy(Policy policy) {
   return e;
 }
 
-std::vector<float> Flat(const Value& params) {
-  std::vector<float> out;
-  for (const Tensor& t : ParameterLeaves(params)) out.insert(out.end(), t.data<float>(), t.data<float>() + t.numel());
-  return out;
-}
-
 std::string TempPath(const std::string& name) { return testing::TempDir() + "/" + name; }
 
 TEST(Trainer, CompiledStepsTrainLikeTheInterpreter) {
-  RunOptions o = Small();
+  RunOptions o = SmallRun(5);
   Trainer interpreted(o, treelstm::LoadDataset(o), WithPolicy(Policy::Interpreter()));
   Trainer compiled(o, treelstm::LoadDataset(o), WithPolicy(Policy::Sync()));
   for (int epoch = 0; epoch < 2; ++epoch) {
@@ -63,20 +47,20 @@ TEST(Trainer, CompiledStepsTrainLikeTheInterpreter) {
       EXPECT_NEAR(a.losses[i], b.losses[i], 1e-4) << "epoch " << epoch << " step " << i;
     }
   }
-  std::vector<float> pa = Flat(interpreted.params()), pb = Flat(compiled.params());
+  std::vector<float> pa = FlatParameters(interpreted.params()), pb = FlatParameters(compiled.params());
   ASSERT_EQ(pa.size(), pb.size());
   double worst = 0;
   for (size_t i = 0; i < pa.size(); ++i) worst = std::max(worst, static_cast<double>(std::abs(pa[i] - pb[i])));
   EXPECT_LT(worst, 1e-4);
   // Training moved the parameters (the comparison is not between two idle runs).
-  EXPECT_NE(pa, Flat(Trainer(o, treelstm::LoadDataset(o), WithPolicy(Policy::Interpreter())).params()));
+  EXPECT_NE(pa, FlatParameters(Trainer(o, treelstm::LoadDataset(o), WithPolicy(Policy::Interpreter())).params()));
 }
 
 // Each step prefetches the minibatch `lookahead` steps ahead as next (past
 // the epoch's end, the next epoch's: the same minibatches), so that the
 // workers compile it before the loop gets there.
 TEST(Trainer, PrefetchesTheMinibatchesAheadOfEachStep) {
-  RunOptions o = Small();  // 3 steps
+  RunOptions o = SmallRun(5);  // 3 steps
   o.lookahead = 2;
   auto events = std::make_shared<RecordingSink>();
   EngineOptions e = WithPolicy(Policy::Eager());
@@ -112,7 +96,7 @@ TEST(Trainer, PrefetchesTheMinibatchesAheadOfEachStep) {
 TEST(Trainer, ResumingACheckpointContinuesTheRunExactly) {
   for (const char* kind : {"adagrad", "adam"}) {
     SCOPED_TRACE(kind);
-    RunOptions o = Small();
+    RunOptions o = SmallRun(5);
     o.reshuffle = true;
     o.optimizer.kind = kind;
     o.optimizer.learning_rate = 0.02;
@@ -132,19 +116,19 @@ TEST(Trainer, ResumingACheckpointContinuesTheRunExactly) {
     EXPECT_EQ(resumed.epoch(), 1);
     EXPECT_EQ(resumed.TrainEpoch().loss, losses[1]);
     EXPECT_EQ(resumed.TrainEpoch().loss, losses[2]);
-    EXPECT_EQ(Flat(resumed.params()), Flat(straight.params()));
+    EXPECT_EQ(FlatParameters(resumed.params()), FlatParameters(straight.params()));
     EXPECT_EQ(resumed.DevAccuracy(), straight.DevAccuracy());
   }
 }
 
 TEST(Trainer, ACheckpointOfAnotherRunIsRefusedByName) {
-  RunOptions o = Small();
+  RunOptions o = SmallRun(5);
   std::string path = TempPath("other.ckpt");
   Trainer(o, treelstm::LoadDataset(o), WithPolicy(Policy::Interpreter())).Save(path);
   RunOptions wider = o;
   wider.hidden = 16;
   Trainer t(wider, treelstm::LoadDataset(wider), WithPolicy(Policy::Interpreter()));
-  std::vector<float> before = Flat(t.params());
+  std::vector<float> before = FlatParameters(t.params());
   try {
     t.Resume(path);
     ADD_FAILURE() << "resumed a checkpoint of hidden size 8 into hidden size 16";
@@ -152,7 +136,7 @@ TEST(Trainer, ACheckpointOfAnotherRunIsRefusedByName) {
     EXPECT_EQ(std::string(e.what()),
               path + ": written by a run with hidden 8, this run has 16 (resume with the options of the saved run)");
   }
-  EXPECT_EQ(Flat(t.params()), before);  // untouched
+  EXPECT_EQ(FlatParameters(t.params()), before);  // untouched
   EXPECT_EQ(t.epoch(), 0);
 }
 
@@ -167,7 +151,7 @@ TEST(Trainer, ResumingWithOtherDataOrOptimizerSettingsIsRefusedByName) {
     }
     return path;
   };
-  RunOptions o = Small();
+  RunOptions o = SmallRun(5);
   o.train_file = file("resume_data_a.tsv", 1);
   std::string path = TempPath("settings.ckpt");
   Trainer(o, treelstm::LoadDataset(o), WithPolicy(Policy::Interpreter())).Save(path);
@@ -208,7 +192,7 @@ TEST(Trainer, ResumingWithOtherDataOrOptimizerSettingsIsRefusedByName) {
 // nothing: not the parameters, not the epoch count, not the checkpoint on
 // disk (which a diverged state cannot overwrite).
 TEST(Trainer, ANonFiniteLossStopsTrainingAndKeepsTheLastCheckpoint) {
-  RunOptions o = Small();
+  RunOptions o = SmallRun(5);
   Trainer t(o, treelstm::LoadDataset(o), WithPolicy(Policy::Interpreter()));
   std::string path = TempPath("before_divergence.ckpt");
   t.Save(path);
@@ -216,7 +200,7 @@ TEST(Trainer, ANonFiniteLossStopsTrainingAndKeepsTheLastCheckpoint) {
   const std::string saved((std::istreambuf_iterator<char>(in)), {});
   std::vector<Tensor> leaves = ParameterLeaves(t.params());
   leaves.back().data<float>()[0] = std::nanf("");  // the output bias: every tree's loss
-  std::vector<float> before = Flat(t.params());
+  std::vector<float> before = FlatParameters(t.params());
   try {
     t.TrainEpoch();
     ADD_FAILURE() << "trained on a NaN loss";
@@ -224,7 +208,7 @@ TEST(Trainer, ANonFiniteLossStopsTrainingAndKeepsTheLastCheckpoint) {
     EXPECT_EQ(std::string(e.what()), "epoch 0, step 1 of 3: the loss is nan; training stops with the parameters before "
                                      "this step and the last checkpoint saved is kept (try a smaller --lr, or --clip)");
   }
-  std::vector<float> after = Flat(t.params());
+  std::vector<float> after = FlatParameters(t.params());
   ASSERT_EQ(after.size(), before.size());
   EXPECT_EQ(std::memcmp(after.data(), before.data(), after.size() * sizeof(float)), 0);
   EXPECT_EQ(t.epoch(), 0);
