@@ -94,12 +94,5 @@ Pattern CtorPattern(TypeDefPtr adt, const std::string& ctor, std::vector<Pattern
   p->loc = std::move(loc);
   return p;
 }
-Pattern TuplePattern(std::vector<Pattern> fields, SourceLoc loc) {
-  auto p = std::make_shared<PatternNode>();
-  p->kind = PatternKind::kTuple;
-  p->fields = std::move(fields);
-  p->loc = std::move(loc);
-  return p;
-}
 
 }  // namespace pejit

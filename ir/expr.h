@@ -181,6 +181,5 @@ Expr MakeMatch(Expr scrutinee, std::vector<Clause> clauses, SourceLoc loc = {});
 Pattern WildcardPattern(SourceLoc loc = {});
 Pattern VarPattern(Var var);
 Pattern CtorPattern(TypeDefPtr adt, const std::string& ctor, std::vector<Pattern> fields, SourceLoc loc = {});
-Pattern TuplePattern(std::vector<Pattern> fields, SourceLoc loc = {});
 
 }  // namespace pejit

@@ -40,7 +40,6 @@ enum class FusionKind : uint8_t {
   kGemm,         // matrix products, run by OpenBLAS
   kOpaque,       // anything else (gather, scatter, loss)
 };
-std::string_view FusionKindName(FusionKind kind);
 
 // What one element of an elementwise/broadcast operator computes.
 #define PEJIT_SCALAR_OPS(X)                                                        \

@@ -38,18 +38,6 @@ void AddOp(Registry& registry, OpDef op) {
   }
 }
 
-std::string_view FusionKindName(FusionKind kind) {
-  switch (kind) {
-    case FusionKind::kElementwise: return "elementwise";
-    case FusionKind::kBroadcast: return "broadcast";
-    case FusionKind::kInjective: return "injective";
-    case FusionKind::kReduction: return "reduction";
-    case FusionKind::kGemm: return "gemm";
-    case FusionKind::kOpaque: return "opaque";
-  }
-  return "?";
-}
-
 const OpDef* FindOp(std::string_view name) {
   const auto& ops = Global().ops;
   auto it = ops.find(name);

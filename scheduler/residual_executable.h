@@ -1,11 +1,12 @@
-// \file The engine's default compiled tier: a residual program run by the interpreter.
+// \file The engine's fallback compiled tier: a residual program run by the interpreter.
 //
-// Until LLVM code generation is plugged in (EngineOptions::compile), a
-// specialization is its residual program — straight-line tensor code with the
-// recursion over the minibatch's structure already gone — run by the tier-0
-// interpreter. It is a real tier ("residual-interpreter"): no matching, no
-// calls, no unfolding at run time, and the scheduler treats it exactly like
-// native code (cache, swap, eviction).
+// Where LLVM code generation refuses a residual (CompileNative falls back to
+// it), or when EngineOptions::compile is CompileWithResidualInterpreter
+// itself, a specialization is its residual program — straight-line tensor
+// code with the recursion over the minibatch's structure already gone — run
+// by the tier-0 interpreter. It is a real tier ("residual-interpreter"): no
+// matching, no calls, no unfolding at run time, and the scheduler treats it
+// exactly like native code (cache, swap, eviction).
 #pragma once
 
 #include <cstddef>

@@ -87,8 +87,6 @@ bool ParseLogLevel(std::string_view text, LogLevel* level) {
   return false;
 }
 
-const char* LogLevelName(LogLevel level) { return kLevelNames[static_cast<int>(level)]; }
-
 LogLevel LevelOf(const Event& event) {
   if (event.kind == EventKind::kMiss && event.Text("state") != "new") return LogLevel::kDebug;
   return KindLevel(event.kind);

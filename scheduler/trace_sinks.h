@@ -45,7 +45,6 @@ enum class LogLevel : uint8_t { kOff, kInfo, kDebug, kTrace };
 bool ParseLogLevel(std::string_view text, LogLevel* level);
 // The same, or std::invalid_argument naming the choices (and the nearest one).
 LogLevel LogLevelFrom(std::string_view text);
-const char* LogLevelName(LogLevel level);
 
 // The least verbose level that shows `event`: info for what changes where
 // calls run (start, stop, swap, refused, failed, evict, invalidate, and the
