@@ -85,13 +85,19 @@ def @f(%x: Tensor[(4, 5), f32], %b: Tensor[(5,), f32], %k: Tensor[(), f32]) {
 
 TEST_F(CompilerTest, TreeLstmLossOnListOpsMinibatches) {
   Snapshot s = Load(std::string(treelstm::ModelSource()));
-  treelstm::Batch b = treelstm::GeneratedListOpsBatch(5, 8, *s);
+  constexpr int kTrees = 8;
+  treelstm::Batch b = treelstm::GeneratedListOpsBatch(5, kTrees, *s);
   Rng rng(2);
   Value params = treelstm::InitParams(rng, {listops::kVocabularySize, 16, 12, 10});
   CompileReport r = CheckCompiled(s, "loss", {b.trees, b.labels, params});
   CheckCompiled(s, "infer", {b.trees, params});
-  // Gate nonlinearities and state updates: at most two fused kernels per cell.
-  EXPECT_LE(r.fused_kernels, 2 * b.nodes + 2 * b.nodes);  // cells, plus forget gates of children
+  // Fused kernels: two per cell (its gates, then its state; see
+  // ATreeLstmCellFusesIntoTwoKernels), one per child for its forget gate
+  // times its memory, and a few per tree for the classifier and the loss
+  // (measured: 449 for 139 nodes in 8 trees, 2 * 139 + 131 + 5 * 8).
+  constexpr int kPerTree = 6;
+  int children = b.nodes - kTrees;
+  EXPECT_LE(r.fused_kernels, 2 * b.nodes + children + kPerTree * kTrees) << r.plan;
   EXPECT_LT(r.arena_bytes, r.buffer_bytes);
 }
 

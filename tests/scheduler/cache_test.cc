@@ -41,7 +41,7 @@ class CacheTest : public testing::Test {
   Value emb_, x_, w_;
 };
 
-// (d) Replacing @helper, which @loss uses and @other does not, drops @loss's
+// Replacing @helper, which @loss uses and @other does not, drops @loss's
 // slots (value and grad) and keeps @other's.
 TEST_F(CacheTest, ReplacingAHelperDropsOnlyTheSlotsOfEntriesThatUseIt) {
   Start(Options(Policy::Eager()));
@@ -92,7 +92,7 @@ TEST_F(CacheTest, AnEditThatChangesNothingALoadUsesKeepsItsSlots) {
   EXPECT_EQ(loss.stats().invalidated, 0);
 }
 
-// (e) A compile that throws fails its slot with the reason; calls keep
+// A compile that throws fails its slot with the reason; calls keep
 // working in the interpreter with the same results; the signature is not
 // compiled again until the module changes.
 TEST_F(CacheTest, AFailingCompileIsRememberedWithItsReasonAndNotRetried) {

@@ -1,4 +1,4 @@
-// (c) Many threads calling entries while another thread replaces
+// Many threads calling entries while another thread replaces
 // definitions and a tiny code cache evicts all the time: every call returns
 // what the interpreter returns, and (under --config=tsan and --config=asan)
 // nothing races, leaks or is freed while in use.

@@ -4,10 +4,13 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
 #include <future>
+#include <memory>
 #include <mutex>
 #include <set>
 #include <string>
+#include <thread>
 
 #include "ops/blas.h"
 #include "support/thread_priority.h"
@@ -43,7 +46,7 @@ class EngineTest : public testing::Test {
   Value emb_;
 };
 
-// (a) With a compile held until the calls are done (as a slow one would
+// With a compile held until the calls are done (as a slow one would
 // be), calls made while it runs return at once from the interpreter; after
 // wait_ready the compiled code serves them.
 TEST_F(EngineTest, CallsDuringASlowCompileRunInTheInterpreterThenCompiledCodeTakesOver) {
@@ -145,7 +148,7 @@ TEST_F(EngineTest, CompiledCodeReturnsWhatTheInterpreterReturns) {
   EXPECT_EQ(loss.status(targs, {1, 0}).state, State::kNone);
 }
 
-// (f) hot:N compiles a signature at its N-th call, not before.
+// hot:N compiles a signature at its N-th call, not before.
 // A dynamic `if` is neither batched nor compiled by LLVM: the residual runs
 // in the residual-interpreter tier, with the interpreter's answer.
 TEST_F(EngineTest, ADynamicIfRunsAsAResidualProgram) {
@@ -404,38 +407,6 @@ TEST_F(EngineTest, BadArgumentsFailAsInTheInterpreterAndAreNeverCompiled) {
   EXPECT_THROW(scale.call(bad), EvalError);
 }
 
-// (g) Shutdown cancels queued jobs and waits only for the running one.
-TEST(EngineShutdown, CancelsQueuedJobsAndNeverRunsOneAfterward) {
-  auto events = std::make_shared<RecordingSink>();
-  std::atomic<int> started{0};
-  constexpr int kSignatures = 8;
-  auto engine = std::make_unique<Engine>(Options(Policy::Eager(), [&](EngineOptions& o) {
-    o.before_compile = [&](const CompileInfo&) {
-      started++;
-      // The first job runs on until shutdown has cancelled the rest (so that
-      // none can start before), then a while longer.
-      Eventually([&] { return events->Count(EventKind::kCancel) == kSignatures - 1; });
-      std::this_thread::sleep_for(300ms);
-    };
-    o.events = events;
-  }));
-  engine->module().AddSource(kProgram, "program.pj");
-  Entry loss = engine->entry("loss");
-  Rng rng(1);
-  Value emb = RandomMatrix(rng, 10, 4);
-  for (int n = 2; n < 2 + kSignatures; ++n)
-    loss.call({MakeTree(*engine->module().snapshot(), n, 0, 10), emb});
-  ASSERT_TRUE(Eventually([&] { return started > 0; }));
-
-  // Not a time bound (a loaded machine stretches any): the seven cancels and
-  // the one start show that shutdown ran no queued job.
-  engine.reset();
-  EXPECT_EQ(started, 1);
-  EXPECT_EQ(events->Count(EventKind::kCancel), kSignatures - 1);
-  std::this_thread::sleep_for(400ms);
-  EXPECT_EQ(started, 1);  // nothing ran after the engine was gone
-}
-
 TEST(EngineOptionsCheck, AWorkerCountOutOfRangeIsRefusedAtTheStart) {
   for (int workers : {-1, kMaxWorkers + 1, 100000}) {
     EngineOptions o = Options(Policy::Eager(), [&](EngineOptions& e) { e.workers = workers; });
@@ -449,16 +420,77 @@ TEST(EngineOptionsCheck, AWorkerCountOutOfRangeIsRefusedAtTheStart) {
   }
 }
 
-TEST(EngineShutdown, AnIdleEngineStopsAtOnce) {
+// Destroying an engine cancels the jobs still queued and waits only for the
+// one a worker is running. The worker is held in its compile hook until the
+// four queued jobs have been cancelled: an engine that ran them instead would
+// never report the cancels, and the test fails (after Eventually's bound).
+TEST(EngineShutdown, QueuedJobsAreCancelledAndOnlyTheRunningOneFinishes) {
+  auto events = std::make_shared<RecordingSink>();
+  Gate gate;
+  std::atomic<int> started{0};
+  EngineOptions options = Options(Policy::Eager(), [&](EngineOptions& o) {
+    o.events = events;
+    o.before_compile = [&started, opened = gate.opened()](const CompileInfo&) {
+      started++;
+      opened.wait();
+    };
+  });
+  auto engine = std::make_unique<Engine>(options);
+  engine->module().AddSource(kProgram, "program.pj");
+  Entry loss = engine->entry("loss");
+  Rng rng(1);
+  Value emb = RandomMatrix(rng, 10, 4);
+  auto tree_args = [&](int shape) {
+    return std::vector<Value>{MakeTree(*engine->module().snapshot(), 2 + shape, shape, 10), emb};
+  };
+  loss.prefetch(tree_args(0));
+  ASSERT_TRUE(Eventually([&] { return started > 0; }));
+  for (int shape = 1; shape <= 4; ++shape) loss.prefetch(tree_args(shape));
+  ASSERT_EQ(engine->stats().queued, 4u);
+
+  std::thread destroyer([&] { engine.reset(); });
+  EXPECT_TRUE(Eventually([&] { return events->Count(EventKind::kCancel) == 4; }));
+  gate.Open();
+  destroyer.join();
+
+  // The engine's tasks have all returned: no job can start any more.
+  EXPECT_EQ(started, 1);
+  for (const Event& e : events->Of(EventKind::kCancel)) EXPECT_EQ(e.Text("reason"), "the engine shut down");
+  EXPECT_EQ(events->Count(EventKind::kSwap) + events->Count(EventKind::kRefused) +
+                events->Count(EventKind::kFailed),
+            1);  // the running job's own end
+  EXPECT_EQ(events->events().back().kind, EventKind::kStop);
+}
+
+// Engines made and dropped at once, with two workers racing to take their
+// prefetched job: every job queued ends exactly once (run to its end or
+// cancelled) before the engine's last event.
+TEST(EngineShutdown, EveryQueuedJobEndsOnceBeforeTheEngineStops) {
   for (int i = 0; i < 20; ++i) {
-    EngineOptions options;
-    options.generic = false;  // the per-minibatch tiers (fixtures.h)
-    options.workers = 2;
-    Engine engine(options);
-    engine.module().AddSource(kProgram, "program.pj");
-    Rng rng(1);
-    engine.entry("loss").prefetch(
-        {MakeTree(*engine.module().snapshot(), 3, i, 10), RandomMatrix(rng, 10, 4)});
+    auto events = std::make_shared<RecordingSink>();
+    {
+      EngineOptions options = Options(Policy::Eager(), [&](EngineOptions& o) {
+        o.workers = 2;
+        o.events = events;
+      });
+      Engine engine(options);
+      engine.module().AddSource(kProgram, "program.pj");
+      Rng rng(1);
+      engine.entry("loss").prefetch({MakeTree(*engine.module().snapshot(), 3, i, 10), RandomMatrix(rng, 10, 4)});
+    }
+    std::vector<Event> all = events->events();
+    ASSERT_FALSE(all.empty());
+    EXPECT_EQ(all.back().kind, EventKind::kStop) << "engine " << i;
+    std::multiset<std::string> queued, ended;
+    for (const Event& e : all) {
+      if (e.kind == EventKind::kEnqueue) queued.insert(e.Text("job"));
+      if (e.kind == EventKind::kSwap || e.kind == EventKind::kRefused || e.kind == EventKind::kFailed ||
+          e.kind == EventKind::kCancel) {
+        ended.insert(e.Text("job"));
+      }
+    }
+    EXPECT_EQ(queued.size(), 1u) << "engine " << i;
+    EXPECT_EQ(ended, queued) << "engine " << i;
   }
 }
 

@@ -1,4 +1,4 @@
-// (b) Tiers agree over a whole training run: the small Tree-LSTM of
+// Tiers agree over a whole training run: the small Tree-LSTM of
 // examples/treelstm, trained with SGD on the engine's gradients, gives the
 // same loss curve (to 1e-4) whether everything runs in the interpreter,
 // compiled code takes over in the background, or every step is compiled first.
