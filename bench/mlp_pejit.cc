@@ -23,6 +23,7 @@
 #include "examples/mlp/trainer.h"
 #include "ops/blas.h"
 #include "scheduler/engine.h"
+#include "scheduler/engine_flags.h"
 #include "support/cli_checks.h"
 #include "support/cpu_clock.h"
 
@@ -35,7 +36,8 @@ double Seconds(Clock::time_point since) { return std::chrono::duration<double>(C
 struct Config {
   std::string data = mlp::kFashionMnistDir;
   int64_t limit = 0;
-  int epochs = 2, batch = 64, workers = 0, blas_threads = 1;
+  int epochs = 2, batch = 64, blas_threads = 1;
+  EngineFlags engine;
   // EngineOptions::idle_blas_threads: all cores once nothing is compiling.
   int idle_blas_threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   int worker_nice = -1;  // < 0: the engine's default (EngineOptions::worker_nice)
@@ -45,7 +47,6 @@ struct Config {
   int max_epochs = 8;
   double lr = 0.1;
   uint64_t seed = 1;
-  std::string policy = "eager";
 };
 
 // The first `n` examples of a split (n <= 0 or past its end: all of it).
@@ -65,8 +66,7 @@ int Measure(const Config& c) {
 
   auto compile_stats = std::make_shared<bench::CompileStatsSink>();
   EngineOptions options;
-  options.workers = c.workers;
-  options.policy = Policy::Parse(c.policy);
+  ApplyEngineFlags(c.engine, options);
   options.events = compile_stats;
   if (c.worker_nice >= 0) options.worker_nice = c.worker_nice;
   options.idle_blas_threads = c.idle_blas_threads;
@@ -114,7 +114,7 @@ int Measure(const Config& c) {
                       {"infer_compiled_share", e.tiers.compiled_share()},
                       {"test_acc", e.accuracy}});
     std::fprintf(stderr, "pejit %s epoch %d: train %.0f images/s, infer %.0f images/s, loss %.4f\n",
-                 c.policy.c_str(), epoch, epochs.back()["images_per_s"].get<double>(),
+                 c.engine.policy.c_str(), epoch, epochs.back()["images_per_s"].get<double>(),
                  epochs.back()["infer_images_per_s"].get<double>(), r.loss);
   }
 
@@ -122,7 +122,7 @@ int Measure(const Config& c) {
   nlohmann::json out = {
       {"suite", "mlp"},
       {"impl", "pejit"},
-      {"policy", c.policy},
+      {"policy", c.engine.policy},
       {"workers", es.workers},
       {"worker_nice", worker_nice},
       {"blas_threads", c.blas_threads},
@@ -167,7 +167,7 @@ int main(int argc, char** argv) {
   app.add_flag("--until-compiled", c.until_compiled,
                "after --epochs, carry on until an epoch ran compiled code in every call");
   app.add_option("--max-epochs", c.max_epochs, "--until-compiled stops here")->capture_default_str();
-  app.add_option("--workers", c.workers, "background compile workers (0: cores - 1)")->capture_default_str();
+  pejit::AddEngineFlags(app, c.engine);
   app.add_option("--worker-nice", c.worker_nice, "niceness of the compile workers (default: the engine's)");
   app.add_option("--idle-blas-threads", c.idle_blas_threads,
                  "OpenBLAS threads while no compile job is in flight (EngineOptions::idle_blas_threads; 0: "
@@ -177,7 +177,6 @@ int main(int argc, char** argv) {
   app.add_option("--blas-threads", c.blas_threads, "OpenBLAS threads per GEMM")
       ->capture_default_str()
       ->check(pejit::WholeNumber(1, kMaxInt));
-  app.add_option("--policy", c.policy, "eager, hot:N, interpreter or sync")->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   try {
     return pejit::Measure(c);

@@ -41,6 +41,7 @@
 #include "examples/treelstm/trainer.h"
 #include "ops/blas.h"
 #include "scheduler/engine.h"
+#include "scheduler/engine_flags.h"
 #include "support/cli_checks.h"
 #include "support/cpu_clock.h"
 #include "train/optimizer.h"
@@ -65,7 +66,8 @@ struct Config {
   int batch = 25, embed = 64, hidden = 128;
   double lr = 0.05;
   std::string optimizer = "adagrad";
-  int epochs = 3, infer_passes = 2, workers = 0;
+  int epochs = 3, infer_passes = 2;
+  EngineFlags engine;
   int worker_nice = -1;  // < 0: the engine's default (EngineOptions::worker_nice)
   int idle_blas_threads = 0;  // EngineOptions::idle_blas_threads
   int lookahead = 8;          // as the demo's trainer: minibatches prefetched (Prefetch::kNext) ahead of the step
@@ -73,7 +75,6 @@ struct Config {
   // pass, ran compiled code in every step: the steady state.
   bool until_compiled = false;
   int steady_epochs = 1, max_epochs = 12, max_infer_passes = 12;
-  std::string policy = "eager";
 };
 
 Value InitialParams(const Config& c) {
@@ -223,8 +224,7 @@ int Measure(const Config& c) {
 
   auto compile_stats = std::make_shared<bench::CompileStatsSink>();
   EngineOptions options;
-  options.workers = c.workers;
-  options.policy = Policy::Parse(c.policy);
+  ApplyEngineFlags(c.engine, options);
   options.events = compile_stats;
   if (c.worker_nice >= 0) options.worker_nice = c.worker_nice;
   options.idle_blas_threads = c.idle_blas_threads;
@@ -324,7 +324,7 @@ int Measure(const Config& c) {
                       {"step_ms_p99", bench::Percentile(step_ms, 0.99)},
                       {"step_ms_max", bench::Percentile(step_ms, 1.0)},
                       {"wall_since_start_s", Seconds(start) - data_seconds}});
-    std::fprintf(stderr, "pejit %s epoch %d: %.0f trees/s, loss %.4f\n", c.policy.c_str(), epoch,
+    std::fprintf(stderr, "pejit %s epoch %d: %.0f trees/s, loss %.4f\n", c.engine.policy.c_str(), epoch,
                  epochs.back()["trees_per_s"].get<double>(), epochs.back()["loss"].get<double>());
     if (c.eval_each_epoch) {
       const auto eval_start = Clock::now();
@@ -334,7 +334,7 @@ int Measure(const Config& c) {
       e["eval_trees_per_s"] = static_cast<double>(evaluated) / e["eval_seconds"].get<double>();
       e["dev_accuracy"] = static_cast<double>(right) / static_cast<double>(evaluated);
       e["wall_after_eval_s"] = Seconds(start) - data_seconds;
-      std::fprintf(stderr, "pejit %s epoch %d: dev accuracy %.4f (%.0f trees/s)\n", c.policy.c_str(), epoch,
+      std::fprintf(stderr, "pejit %s epoch %d: dev accuracy %.4f (%.0f trees/s)\n", c.engine.policy.c_str(), epoch,
                    e["dev_accuracy"].get<double>(), e["eval_trees_per_s"].get<double>());
     }
   }
@@ -363,7 +363,7 @@ int Measure(const Config& c) {
   nlohmann::json out = {
       {"suite", "treelstm"},
       {"impl", "pejit"},
-      {"policy", c.policy},
+      {"policy", c.engine.policy},
       {"workers", es.workers},
       {"worker_nice", worker_nice},
       {"blas_threads", 1},
@@ -454,7 +454,7 @@ int main(int argc, char** argv) {
       ->check(pejit::WholeNumber(1, kMaxInt));
   app.add_option("--max-epochs", c.max_epochs, "--until-compiled stops here")->capture_default_str();
   app.add_option("--max-infer-passes", c.max_infer_passes, "--until-compiled stops here")->capture_default_str();
-  app.add_option("--workers", c.workers, "background compile workers (0: cores - 1)")->capture_default_str();
+  pejit::AddEngineFlags(app, c.engine);
   app.add_option("--worker-nice", c.worker_nice, "niceness of the compile workers (default: the engine's)");
   app.add_option("--idle-blas-threads", c.idle_blas_threads,
                  "OpenBLAS threads while no compile job is in flight (EngineOptions::idle_blas_threads; 0: 1 "
@@ -464,7 +464,6 @@ int main(int argc, char** argv) {
   app.add_option("--lookahead", c.lookahead, "minibatches prefetched ahead of the step, to compile before it gets there (0: none)")
       ->capture_default_str()
       ->check(pejit::WholeNumber(0, kMaxInt));
-  app.add_option("--policy", c.policy, "eager, hot:N, interpreter or sync")->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   if (c.data.empty() == c.write_data.empty()) {
     std::fprintf(stderr, "treelstm_pejit: give exactly one of --data FILE and --write-data FILE\n");

@@ -50,6 +50,13 @@ void CheckInterpretedField(const std::string& key, const FieldValue& value) {
   }
 }
 
+FieldKind InterpretedKind(std::string_view key) {
+  for (const auto& [name, kind] : kInterpretedFields) {
+    if (name == key) return kind;
+  }
+  throw std::logic_error("trace field \"" + std::string(key) + "\" is interpreted but not in kInterpretedFields");
+}
+
 int64_t IntegerAt(const Json& j, const char* key) {
   auto it = j.find(key);
   if (it == j.end()) throw std::invalid_argument(std::string("no \"") + key + "\"");
@@ -154,14 +161,25 @@ Event EventFromJson(std::string_view line) {
   return e;
 }
 
+int64_t CountField(const Event& event, std::string_view key) {
+  if (InterpretedKind(key) != FieldKind::kCount) throw std::logic_error("trace field \"" + std::string(key) + "\" is a string");
+  const FieldValue* v = event.Find(key);
+  const auto* count = v ? std::get_if<int64_t>(v) : nullptr;
+  return count ? *count : 0;
+}
+
+std::string StringField(const Event& event, std::string_view key) {
+  if (InterpretedKind(key) != FieldKind::kString) throw std::logic_error("trace field \"" + std::string(key) + "\" is a count");
+  return event.Text(key);
+}
+
 std::vector<Event> ReadTrace(std::istream& in, const std::string& name) {
   std::vector<Event> events;
   std::string line;
   bool too_long = false;
   for (int number = 1; ReadLine(in, line, too_long, kMaxJsonLineBytes, /*skip_long_lines=*/false); ++number) {
     if (too_long) {
-      throw std::runtime_error(name + ":" + std::to_string(number) + ": line longer than " +
-                               std::to_string(kMaxJsonLineBytes) + " bytes");
+      throw std::runtime_error(name + ":" + std::to_string(number) + ": " + LineTooLong(kMaxJsonLineBytes));
     }
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
     try {
@@ -263,8 +281,8 @@ std::string ChromeTrace(const std::vector<Event>& events) {
     Json c;
     std::string name(e.name());
     if (e.kind == EventKind::kCall) {
-      name = "call " + e.Text("tier");
-      c["cname"] = TierColour(e.Text("tier"));
+      name = "call " + StringField(e, "tier");
+      c["cname"] = TierColour(StringField(e, "tier"));
     } else if (e.kind == EventKind::kSwap || e.kind == EventKind::kRefused || e.kind == EventKind::kFailed) {
       if (e.Find("job")) name = "job " + e.entry + " " + e.signature + ": " + name;
     }

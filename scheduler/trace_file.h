@@ -34,6 +34,14 @@ Event EventFromJson(std::string_view line);
 std::vector<Event> ReadTrace(std::istream& in, const std::string& name);
 std::vector<Event> ReadTraceFile(const std::string& path);
 
+// A field the summary (trace_stats.h) and the Chrome export interpret, 0 or
+// "" when the event has none. ReadTrace has checked the type of each such
+// field (a count >= 0, or a string) by one table of names, and these throw
+// std::logic_error for a name the table lacks: a reader that starts to
+// interpret a new field must list it, so that files are checked for it.
+int64_t CountField(const Event& event, std::string_view key);
+std::string StringField(const Event& event, std::string_view key);
+
 // The events as Chrome trace-event JSON (opens in Perfetto and
 // chrome://tracing): one track per thread, named "calls" or "worker" by what
 // ran on it; calls as slices named by their tier ("call native"), job stages

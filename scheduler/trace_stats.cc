@@ -6,6 +6,7 @@
 #include <cmath>
 #include <numeric>
 
+#include "scheduler/trace_file.h"
 #include "scheduler/trace_sinks.h"
 
 namespace pejit {
@@ -24,14 +25,6 @@ constexpr StageSource kStages[] = {
 };
 
 const char* const kTiers[] = {"interpreter", "residual-interpreter", "native", "generic"};
-
-int64_t IntField(const Event& e, std::string_view key) {
-  const FieldValue* v = e.Find(key);
-  if (!v) return 0;
-  if (const auto* i = std::get_if<int64_t>(v)) return *i;
-  if (const auto* d = std::get_if<double>(v)) return static_cast<int64_t>(*d);
-  return 0;
-}
 
 // Rows of cells as aligned text, two spaces apart, each line indented by
 // `indent`; `align` has an 'l' or 'r' per column (default: the first left,
@@ -96,70 +89,70 @@ void TraceStats::Add(const Event& e) {
   }
   if (e.kind == EventKind::kStart) {
     ++engines_;
-    policy_ = e.Text("policy");
-    workers_ = IntField(e, "workers");
+    policy_ = StringField(e, "policy");
+    workers_ = CountField(e, "workers");
     return;
   }
   if (e.kind == EventKind::kEdit) {
-    edits_[e.Text("kind")]++;
-    edit_slots_ += IntField(e, "slots");
-    edit_retained_ += IntField(e, "retained");
+    edits_[StringField(e, "kind")]++;
+    edit_slots_ += CountField(e, "slots");
+    edit_retained_ += CountField(e, "retained");
     return;
   }
   if (e.kind == EventKind::kStop || e.entry.empty()) return;
   EntryTotals& t = entries_[e.entry];
   switch (e.kind) {
     case EventKind::kCall: {
-      TierTotals& tier = t.tiers[e.Text("tier")];
+      TierTotals& tier = t.tiers[StringField(e, "tier")];
       tier.calls++;
       tier.us += e.duration_us;
       // A walk of the structure: at the call, or ahead of it at its
       // prefetch (the call then takes the schedule: "schedule": "prefetched").
-      if (e.Find("inspect_us") && !e.Find("schedule")) stages_["generic inspect"].Add(IntField(e, "inspect_us"));
+      if (e.Find("inspect_us") && !e.Find("schedule")) stages_["generic inspect"].Add(CountField(e, "inspect_us"));
       break;
     }
     case EventKind::kGenericCompile: stages_["generic compile"].Add(e.duration_us); break;
-    case EventKind::kGenericRefused: reasons_[{std::string(e.name()), e.entry, e.Text("reason")}]++; break;
+    case EventKind::kGenericRefused: reasons_[{std::string(e.name()), e.entry, StringField(e, "reason")}]++; break;
     case EventKind::kHit: t.hits++; break;
     case EventKind::kMiss: t.misses++; break;
     case EventKind::kEnqueue:
       t.enqueued++;
-      if (t.invalidated > 0) after_edit_jobs_.insert(IntField(e, "job"));
+      if (t.invalidated > 0) after_edit_jobs_.insert(CountField(e, "job"));
       break;
     case EventKind::kPrefetch:
-      if (e.Text("state") == "queued") t.prefetched++;
-      if (e.Find("inspect_us")) stages_["generic inspect"].Add(IntField(e, "inspect_us"));
+      if (StringField(e, "state") == "queued") t.prefetched++;
+      if (e.Find("inspect_us")) stages_["generic inspect"].Add(CountField(e, "inspect_us"));
       break;
     case EventKind::kSwap:
       t.compiled++;
-      if (after_edit_jobs_.count(IntField(e, "job"))) t.recompiled++;
+      if (after_edit_jobs_.count(CountField(e, "job"))) t.recompiled++;
       stages_["job"].Add(e.duration_us);
-      if (e.Find("wait_us")) stages_["queue wait"].Add(IntField(e, "wait_us"));
+      if (e.Find("wait_us")) stages_["queue wait"].Add(CountField(e, "wait_us"));
       break;
     case EventKind::kRefused:
     case EventKind::kFailed:
       (e.kind == EventKind::kRefused ? t.refused : t.failed)++;
-      if (e.Find("wait_us")) stages_["queue wait"].Add(IntField(e, "wait_us"));
-      reasons_[{std::string(e.name()), e.entry, e.Text("reason")}]++;
+      if (e.Find("wait_us")) stages_["queue wait"].Add(CountField(e, "wait_us"));
+      reasons_[{std::string(e.name()), e.entry, StringField(e, "reason")}]++;
       break;
     case EventKind::kCancel:
       t.cancelled++;
-      reasons_[{"cancel", e.entry, e.Text("reason")}]++;
+      reasons_[{"cancel", e.entry, StringField(e, "reason")}]++;
       break;
     case EventKind::kEvict: {
-      std::string state = e.Text("state");
+      std::string state = StringField(e, "state");
       if (state == "ready") {
         t.evicted++;
-        reasons_[{"evict", e.entry, e.Text("reason")}]++;
+        reasons_[{"evict", e.entry, StringField(e, "reason")}]++;
       } else {
-        reasons_[{"evict", e.entry, e.Text("reason") + " (" + state + ", not counted)"}]++;
+        reasons_[{"evict", e.entry, StringField(e, "reason") + " (" + state + ", not counted)"}]++;
       }
       break;
     }
     case EventKind::kInvalidate: {
-      int64_t slots = IntField(e, "slots");
+      int64_t slots = CountField(e, "slots");
       t.invalidated += slots;
-      reasons_[{"invalidate", e.entry, e.Text("definitions")}] += slots;
+      reasons_[{"invalidate", e.entry, StringField(e, "definitions")}] += slots;
       break;
     }
     default: break;

@@ -3,7 +3,9 @@
 #include <sys/stat.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <stdexcept>
 
 namespace pejit {
@@ -42,5 +44,13 @@ bool ReadLine(std::istream& in, std::string& line, bool& too_long, size_t max_by
   if (!line.empty() && line.back() == '\r') line.pop_back();
   return true;
 }
+
+std::string UserPath(const std::string& path) {
+  const char* cwd = std::getenv("BUILD_WORKING_DIRECTORY");
+  if (path.empty() || !cwd || std::filesystem::path(path).is_absolute()) return path;
+  return (std::filesystem::path(cwd) / path).string();
+}
+
+std::string LineTooLong(size_t max_bytes) { return "line longer than " + std::to_string(max_bytes) + " bytes"; }
 
 }  // namespace pejit

@@ -9,6 +9,11 @@
 
 namespace pejit {
 
+// A path the user typed: `bazel run` starts programs in their runfiles, so
+// a relative path is taken relative to where the command was typed
+// (BUILD_WORKING_DIRECTORY); otherwise, and for "" or an absolute path, as it is.
+std::string UserPath(const std::string& path);
+
 // Opens `path` for reading or throws std::runtime_error naming it. A
 // directory or a device is refused before anything is read: /dev/zero has
 // no line end and no end, so a reader would hold or skip bytes forever
@@ -26,5 +31,8 @@ inline constexpr size_t kMaxJsonLineBytes = size_t{256} << 20;
 // that go on past a bad line; without it reading stops there, for readers
 // that give up at once: an endless pipe without a newline is not read forever.
 bool ReadLine(std::istream& in, std::string& line, bool& too_long, size_t max_bytes, bool skip_long_lines);
+// "line longer than N bytes": what every reader says after ReadLine set
+// `too_long`, behind its own file:line.
+std::string LineTooLong(size_t max_bytes);
 
 }  // namespace pejit

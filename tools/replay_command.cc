@@ -38,7 +38,7 @@ std::vector<Call> ReadCalls(const ModuleSnapshot& module, const std::string& ent
   bool too_long = false;
   for (int line = 1; ReadLine(in, text, too_long, kMaxJsonLineBytes, /*skip_long_lines=*/false); ++line) {
     std::string where = path + ":" + std::to_string(line);
-    if (too_long) throw std::runtime_error(where + ": line longer than " + std::to_string(kMaxJsonLineBytes) + " bytes");
+    if (too_long) throw std::runtime_error(where + ": " + LineTooLong(kMaxJsonLineBytes));
     size_t first = text.find_first_not_of(" \t\r");
     if (first == std::string::npos || text[first] == '#') continue;
     nlohmann::json json;
@@ -97,7 +97,6 @@ ReplayCommand::ReplayCommand(CLI::App& app) {
   replay_->add_option("--epochs", o_.epochs, "passes over the calls")->capture_default_str()->check(WholeNumber(1, std::numeric_limits<int>::max()));
   replay_->add_flag("--reshuffle", o_.reshuffle, "a new order of the calls every epoch (seeded)");
   replay_->add_option("--seed", o_.seed, "the order --reshuffle draws")->capture_default_str();
-  replay_->add_option("--policy", o_.policy, "eager, hot:N, interpreter or sync")->capture_default_str()->check(ParsedBy(&Policy::Parse, "POLICY"));
   replay_->add_option("--lookahead", o_.lookahead, "calls prefetched ahead of the one running (0: none)")
       ->capture_default_str()
       ->check(WholeNumber(0, 1024));
@@ -106,17 +105,12 @@ ReplayCommand::ReplayCommand(CLI::App& app) {
   replay_->add_option("--specialize-after", o_.specialize_after,
                       "with the generic tier, specialize a signature once it has been called this often (0: never)")
       ->capture_default_str()->check(WholeNumber(0, std::numeric_limits<int>::max()));
-  replay_->add_option("--workers", o_.workers, "background compile workers (0: cores - 1)")
-      ->capture_default_str()
-      ->check(WholeNumber(0, kMaxWorkers));
   replay_->add_flag("--check", o_.check,
                     "compare every compiled result (values and gradients) with the interpreter's; exit 1 on a "
                     "divergence, naming the call");
   replay_->add_option("--rtol", o_.rtol, "--check: relative tolerance for float tensors")->capture_default_str()->check(NonNegativeReal());
   replay_->add_option("--atol", o_.atol, "--check: absolute tolerance for float tensors")->capture_default_str()->check(NonNegativeReal());
-  replay_->add_option("--log", o_.log_level, "the JIT's log on stderr: off, info, debug or trace (default: PEJIT_LOG)")
-      ->check(ParsedBy(&LogLevelFrom, "LEVEL"));
-  replay_->add_option("--trace", o_.trace_file, "write the JIT's events to this JSON-lines file (default: PEJIT_TRACE)");
+  AddEngineFlags(*replay_, o_.engine);
 }
 
 bool ReplayCommand::parsed() const { return replay_->parsed(); }
@@ -125,12 +119,9 @@ int ReplayCommand::Run() const {
   using Clock = std::chrono::steady_clock;
   auto seconds_since = [](Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); };
   EngineOptions options;
-  options.policy = Policy::Parse(o_.policy);
-  options.workers = o_.workers;
+  ApplyEngineFlags(o_.engine, options);
   options.generic = !o_.no_generic;
   options.specialize_after_calls = o_.specialize_after;
-  options.log_level = o_.log_level;
-  options.trace_file = o_.trace_file;
   Engine engine(options);
   engine.module().AddSource(ReadFile(o_.program), o_.program);
   Snapshot snapshot = engine.module().snapshot();
@@ -256,7 +247,7 @@ int ReplayCommand::Run() const {
   EntryStats total = entry.stats();
   nlohmann::json out = {{"entry", o_.entry},
                         {"mode", o_.grad ? "grad" : "value"},
-                        {"policy", o_.policy},
+                        {"policy", o_.engine.policy},
                         {"calls", calls.size()},
                         {"epochs", epochs},
                         {"specializations_compiled", total.compiled},

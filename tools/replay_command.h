@@ -7,6 +7,8 @@
 
 #include <string>
 
+#include "scheduler/engine_flags.h"
+
 namespace pejit {
 
 class ReplayCommand {
@@ -26,14 +28,12 @@ class ReplayCommand {
     int epochs = 1;
     bool reshuffle = false;
     uint64_t seed = 1;
-    std::string policy = "eager";
     int lookahead = 0;
     bool no_generic = false;
     int specialize_after = 2;
-    int workers = 0;
+    EngineFlags engine;
     bool check = false;
     double rtol = 1e-4, atol = 1e-5;
-    std::string log_level, trace_file;
   };
 
  private:

@@ -21,10 +21,10 @@
 #include "examples/growing/growing.h"
 #include "examples/mlp/model.h"
 #include "ops/blas.h"
-#include "scheduler/policy.h"
-#include "scheduler/trace_sinks.h"
+#include "scheduler/engine_flags.h"
 #include "support/cli_checks.h"
 #include "support/cpu_clock.h"
+#include "support/input_file.h"
 #include "train/optimizer.h"
 
 namespace pejit {
@@ -39,10 +39,12 @@ struct Config {
   double lr = 0.1;
   growing::Sizes sizes;
   uint64_t seed = 7;
-  int workers = 1;
+  EngineFlags engine = [] {
+    EngineFlags f;
+    f.workers = 1;  // one core compiles, whatever the machine: background CPU per change is comparable
+    return f;
+  }();
   bool no_reuse = false;
-  std::string policy = "eager";
-  std::string log_level, trace_file;
 };
 
 using Clock = std::chrono::steady_clock;
@@ -59,13 +61,6 @@ class BackgroundCpu {
  private:
   clockid_t training_{};
 };
-
-// A relative path means relative to where `bazel run` was typed.
-std::string UserPath(const std::string& path) {
-  const char* cwd = std::getenv("BUILD_WORKING_DIRECTORY");
-  if (path.empty() || path[0] == '/' || !cwd) return path;
-  return std::string(cwd) + "/" + path;
-}
 
 // One specialization job of the engine, from its events.
 struct Job {
@@ -203,12 +198,9 @@ int Run(const Config& c) {
 
   auto observer = std::make_shared<Observer>();
   EngineOptions options;
-  options.workers = c.workers;
-  options.policy = Policy::Parse(c.policy);
+  ApplyEngineFlags(c.engine, options);
   options.events = observer;
   options.before_compile = [observer](const CompileInfo&) { observer->CompileStarts(); };
-  options.log_level = c.log_level;
-  options.trace_file = UserPath(c.trace_file);
   if (c.no_reuse) {
     options.retained_code_bytes = 0;
     options.pe_cache.max_entries = 0;
@@ -416,14 +408,10 @@ int main(int argc, char** argv) {
   app.add_option("--hidden", c.sizes.hidden, "trunk features")->capture_default_str()->check(pejit::WholeNumber(1, kMaxInt));
   app.add_option("--branch", c.sizes.branch, "branch units")->capture_default_str()->check(pejit::WholeNumber(1, kMaxInt));
   app.add_option("--seed", c.seed)->capture_default_str();
-  app.add_option("--workers", c.workers, "background compile workers")->capture_default_str()->check(pejit::WholeNumber(0, pejit::kMaxWorkers));
-  app.add_option("--policy", c.policy, "eager, hot:N, interpreter or sync")->capture_default_str()->check(pejit::ParsedBy(&pejit::Policy::Parse, "POLICY"));
+  pejit::AddEngineFlags(app, c.engine);
   app.add_flag("--no-reuse", c.no_reuse,
                "keep nothing across edits (no retained code, no PE cache; kernels of code still live, such as "
                "activity's, are still shared): what re-specializing costs without that reuse");
-  app.add_option("--log", c.log_level, "the JIT's log on stderr: off, info, debug or trace (default: PEJIT_LOG)")
-      ->check(pejit::ParsedBy(&pejit::LogLevelFrom, "LEVEL"));
-  app.add_option("--trace", c.trace_file, "write the JIT's events to this JSON-lines file (default: PEJIT_TRACE)");
   CLI11_PARSE(app, argc, argv);
   try {
     return pejit::Run(c);

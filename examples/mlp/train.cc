@@ -17,9 +17,9 @@
 #include "examples/mlp/trainer.h"
 #include "ops/blas.h"
 #include "scheduler/engine.h"
-#include "scheduler/policy.h"
-#include "scheduler/trace_sinks.h"
+#include "scheduler/engine_flags.h"
 #include "support/cli_checks.h"
+#include "support/input_file.h"
 #include "support/progress.h"
 
 namespace pejit {
@@ -30,12 +30,10 @@ struct Config {
   int64_t limit = 0;
   int epochs = 1;
   mlp::RunOptions run;
-  int workers = 0;
+  EngineFlags engine;
   int blas_threads = 1;
   // EngineOptions::idle_blas_threads: all cores once nothing is compiling.
   int idle_blas_threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  std::string policy = "eager";
-  std::string log_level, trace_file;  // empty: PEJIT_LOG, PEJIT_TRACE (docs/tracing.md)
 };
 
 using Clock = std::chrono::steady_clock;
@@ -71,21 +69,18 @@ std::string TiersText(const mlp::TierCounts& t) {
 int Run(const Config& c) {
   auto start = Clock::now();
   SetBlasThreads(c.blas_threads);
-  mlp::FashionMnist data = mlp::LoadFashionMnist(c.data);
+  mlp::FashionMnist data = mlp::LoadFashionMnist(UserPath(c.data));
   mlp::Split train = Head(data.train, c.limit), test = Head(data.test, c.limit);
 
   EngineOptions options;
-  options.workers = c.workers;
-  options.policy = Policy::Parse(c.policy);
-  options.log_level = c.log_level;
-  options.trace_file = c.trace_file;
+  ApplyEngineFlags(c.engine, options);
   options.idle_blas_threads = c.idle_blas_threads;
   mlp::Trainer trainer(c.run, train, test, options);
 
   std::fprintf(stderr, "pejit MLP 784-256-10 on Fashion-MNIST: %lld train / %lld test images, batch %d, %s lr %g, "
                "policy %s, %d workers (data read in %.1f s)\n", static_cast<long long>(train.size()),
                static_cast<long long>(test.size()), c.run.batch, c.run.optimizer.kind.c_str(),
-               c.run.optimizer.learning_rate, c.policy.c_str(), trainer.engine().stats().workers, Seconds(start));
+               c.run.optimizer.learning_rate, c.engine.policy.c_str(), trainer.engine().stats().workers, Seconds(start));
 
   nlohmann::json epochs = nlohmann::json::array();
   mlp::TierCounts loss_tiers, infer_tiers;
@@ -132,7 +127,7 @@ int Run(const Config& c) {
       {"infer_images_per_s", infer_seconds > 0 ? static_cast<double>(images_inferred) / infer_seconds : 0.0},
       {"loss_tiers", TiersJson(loss_tiers)},
       {"infer_tiers", TiersJson(infer_tiers)},
-      {"policy", c.policy},
+      {"policy", c.engine.policy},
       {"batch", c.run.batch},
       {"epochs", epochs},
       {"seconds", Seconds(start)},
@@ -165,7 +160,7 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--weight-decay", c.run.optimizer.weight_decay)->capture_default_str()->check(pejit::NonNegativeReal());
   app.add_option("--seed", c.run.seed)->capture_default_str();
-  app.add_option("--workers", c.workers, "background compile workers (0: cores - 1)")->capture_default_str()->check(pejit::WholeNumber(0, pejit::kMaxWorkers));
+  pejit::AddEngineFlags(app, c.engine);
   app.add_option("--blas-threads", c.blas_threads, "OpenBLAS threads per GEMM")
       ->capture_default_str()
       ->check(pejit::WholeNumber(1, 1024));
@@ -173,10 +168,6 @@ int main(int argc, char** argv) {
                  "OpenBLAS threads while no compile job is in flight (0: --blas-threads throughout)")
       ->capture_default_str()
       ->check(pejit::WholeNumber(0, 1024));
-  app.add_option("--policy", c.policy, "eager, hot:N, interpreter or sync")->capture_default_str()->check(pejit::ParsedBy(&pejit::Policy::Parse, "POLICY"));
-  app.add_option("--log", c.log_level, "the JIT's log on stderr: off, info, debug or trace (default: PEJIT_LOG)")
-      ->check(pejit::ParsedBy(&pejit::LogLevelFrom, "LEVEL"));
-  app.add_option("--trace", c.trace_file, "write the JIT's events to this JSON-lines file (default: PEJIT_TRACE)");
   CLI11_PARSE(app, argc, argv);
   try {
     return pejit::Run(c);

@@ -164,7 +164,7 @@ FileReport ReadFile(const std::string& path, bool strict) {
       continue;
     }
     try {
-      if (too_long) throw std::invalid_argument("line longer than " + std::to_string(treelstm::kMaxLineBytes) + " bytes");
+      if (too_long) throw std::invalid_argument(LineTooLong(treelstm::kMaxLineBytes));
       size_t tab = line.find('\t');
       if (tab == std::string::npos) throw std::invalid_argument("expected label<TAB>expression");
       std::string label_text = expression_first ? line.substr(tab + 1) : line.substr(0, tab);

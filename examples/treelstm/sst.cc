@@ -107,7 +107,7 @@ FileReport ReadFile(const std::string& path, bool strict) {
   for (int number = 1; ReadLine(in, line, too_long, treelstm::kMaxLineBytes, /*skip_long_lines=*/true); ++number) {
     if (!too_long && line.find_first_not_of(" \t\r") == std::string::npos) continue;
     try {
-      if (too_long) throw std::invalid_argument("line longer than " + std::to_string(treelstm::kMaxLineBytes) + " bytes");
+      if (too_long) throw std::invalid_argument(LineTooLong(treelstm::kMaxLineBytes));
       report.trees.push_back(Parse(line));
     } catch (const std::invalid_argument& e) {
       std::string message = path + ":" + std::to_string(number) + ": " + e.what();

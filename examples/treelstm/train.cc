@@ -14,15 +14,14 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <filesystem>
 #include <limits>
 
 #include "examples/treelstm/trainer.h"
 #include "ops/blas.h"
 #include "scheduler/engine.h"
-#include "scheduler/policy.h"
-#include "scheduler/trace_sinks.h"
+#include "scheduler/engine_flags.h"
 #include "support/cli_checks.h"
+#include "support/input_file.h"
 #include "support/progress.h"
 #include "train/checkpoint.h"
 
@@ -32,23 +31,13 @@ namespace {
 struct Config {
   treelstm::RunOptions run;
   int epochs = 10;
-  int workers = 0;
+  EngineFlags engine;
   int worker_nice = EngineOptions{}.worker_nice;
-  std::string policy = "eager";
-  std::string log_level, trace_file;  // empty: PEJIT_LOG, PEJIT_TRACE (docs/tracing.md)
   std::string save, resume;
 };
 
 using Clock = std::chrono::steady_clock;
 double Seconds(Clock::time_point since) { return std::chrono::duration<double>(Clock::now() - since).count(); }
-
-// `bazel run` starts programs in their runfiles; paths the user typed are
-// relative to where they typed them.
-std::string UserPath(const std::string& path) {
-  const char* cwd = std::getenv("BUILD_WORKING_DIRECTORY");
-  if (path.empty() || !cwd || std::filesystem::path(path).is_absolute()) return path;
-  return (std::filesystem::path(cwd) / path).string();
-}
 
 // Nearest-rank percentile of unsorted values.
 double Percentile(std::vector<double> v, double q) {
@@ -80,11 +69,8 @@ int Run(Config c) {
   if (data.warnings.size() > shown) std::fprintf(stderr, "warning: ... and %zu more lines skipped\n", data.warnings.size() - shown);
 
   EngineOptions engine;
-  engine.workers = c.workers;
+  ApplyEngineFlags(c.engine, engine);
   engine.worker_nice = c.worker_nice;
-  engine.policy = Policy::Parse(c.policy);
-  engine.log_level = c.log_level;
-  engine.trace_file = UserPath(c.trace_file);
   // A save that would fail is known now, not after the first epoch's work.
   if (!c.save.empty()) CheckCheckpointDestination(UserPath(c.save), {c.run.train_file, c.run.dev_file});
   treelstm::Trainer trainer(c.run, std::move(data), engine);
@@ -97,7 +83,7 @@ int Run(Config c) {
                "pejit Tree-LSTM on %s: %zu train / %zu dev trees, %d classes, vocabulary %d, batch %d, embed %d, "
                "hidden %d, %s lr %g, policy %s, %d workers\n",
                d.name.c_str(), d.train.size(), d.dev.size(), d.classes, d.vocabulary, c.run.batch, c.run.embed,
-               c.run.hidden, c.run.optimizer.kind.c_str(), c.run.optimizer.learning_rate, c.policy.c_str(),
+               c.run.hidden, c.run.optimizer.kind.c_str(), c.run.optimizer.learning_rate, c.engine.policy.c_str(),
                trainer.engine().stats().workers);
 
   nlohmann::json epochs = nlohmann::json::array();
@@ -153,7 +139,7 @@ int Run(Config c) {
       {"compiled_share_after_epoch0",
        steps_after_first ? nlohmann::json(static_cast<double>(compiled_after_first) / static_cast<double>(steps_after_first))
                          : nlohmann::json()},
-      {"policy", c.policy},
+      {"policy", c.engine.policy},
       {"first_epoch", first_epoch},
       {"epochs", epochs},
       {"seconds", Seconds(start)},
@@ -200,16 +186,12 @@ int main(int argc, char** argv) {
   app.add_option("--train-sample", r.train_sample, "training trees the train accuracy is measured on")
       ->capture_default_str()
       ->check(pejit::WholeNumber(0, kMaxInt));
-  app.add_option("--workers", c.workers, "background compile workers (0: cores - 1)")->capture_default_str()->check(pejit::WholeNumber(0, pejit::kMaxWorkers));
+  pejit::AddEngineFlags(app, c.engine);
   app.add_option("--worker-nice", c.worker_nice, "niceness the workers compile at, so training keeps its core (0: same as training)")
       ->check(pejit::WholeNumber(0, 19))
       ->capture_default_str();
-  app.add_option("--policy", c.policy, "eager, hot:N, interpreter or sync")->capture_default_str()->check(pejit::ParsedBy(&pejit::Policy::Parse, "POLICY"));
   app.add_option("--save", c.save, "write a checkpoint here after every epoch (atomically)")->check(pejit::NonEmptyPath());
   app.add_option("--resume", c.resume, "carry on from this checkpoint (same data and options)")->check(pejit::NonEmptyPath());
-  app.add_option("--log", c.log_level, "the JIT's log on stderr: off, info, debug or trace (default: PEJIT_LOG)")
-      ->check(pejit::ParsedBy(&pejit::LogLevelFrom, "LEVEL"));
-  app.add_option("--trace", c.trace_file, "write the JIT's events to this JSON-lines file (default: PEJIT_TRACE)");
   CLI11_PARSE(app, argc, argv);
   try {
     return pejit::Run(c);

@@ -1,0 +1,31 @@
+// \file The engine's options as every command-line tool spells them:
+// --workers, --policy, --log and --trace, declared once so that the demos,
+// `pejit replay` and the benchmarks check them alike and say the same about
+// them (a bad value is refused when the line is parsed, by the parsers the
+// engine itself uses).
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include <string>
+
+#include "scheduler/engine.h"
+
+namespace pejit {
+
+struct EngineFlags {
+  int workers = 0;               // 0: cores - 1
+  std::string policy = "eager";  // Policy::Parse
+  std::string log_level;         // empty: PEJIT_LOG (docs/tracing.md)
+  std::string trace_file;        // empty: PEJIT_TRACE
+};
+
+// Adds the four options to `app`, writing into `flags`, whose values are
+// the defaults shown by --help.
+void AddEngineFlags(CLI::App& app, EngineFlags& flags);
+
+// Sets `options`' workers, policy, log level and trace file. A relative
+// trace path is the user's (UserPath), not the runfiles directory's.
+void ApplyEngineFlags(const EngineFlags& flags, EngineOptions& options);
+
+}  // namespace pejit
