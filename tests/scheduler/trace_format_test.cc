@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <regex>
 #include <sstream>
+#include <stdexcept>
 #include <thread>
 
 #include "scheduler/trace_file.h"
@@ -109,6 +110,22 @@ TEST(TraceJson, BadLinesNameTheFileTheLineAndTheProblem) {
   EXPECT_THROW(ReadTraceFile("/dev/zero"), std::runtime_error);  // a device: not read forever
   std::istringstream in(good + "\n" + good + "\n");
   EXPECT_EQ(ReadTrace(in, "t.jsonl").size(), 2u);
+}
+
+// The summary and the Chrome export read fields only through the reader's
+// table of checked fields: one that is not in it, or of the other type, is
+// a mistake in pejit, not in the file.
+TEST(TraceJson, ReadersInterpretOnlyTheFieldsTheReaderChecks) {
+  Event e;
+  e.kind = EventKind::kSwap;
+  e.fields = {{"job", int64_t{7}}, {"tier", std::string("native")}};
+  EXPECT_EQ(CountField(e, "job"), 7);
+  EXPECT_EQ(StringField(e, "tier"), "native");
+  EXPECT_EQ(CountField(e, "slots"), 0);    // absent
+  EXPECT_EQ(StringField(e, "reason"), "");  // absent
+  EXPECT_THROW(CountField(e, "ratio"), std::logic_error);
+  EXPECT_THROW(CountField(e, "tier"), std::logic_error);
+  EXPECT_THROW(StringField(e, "job"), std::logic_error);
 }
 
 // ---- Log lines --------------------------------------------------------------------------
