@@ -37,23 +37,28 @@ constexpr std::pair<std::string_view, FieldKind> kInterpretedFields[] = {
     {"schedule", FieldKind::kString},
 };
 
-void CheckInterpretedField(const std::string& key, const FieldValue& value) {
+// The kind of an interpreted field; null for a field no reader interprets.
+const FieldKind* FindInterpreted(std::string_view key) {
   for (const auto& [name, kind] : kInterpretedFields) {
-    if (name != key) continue;
-    const auto* count = std::get_if<int64_t>(&value);
-    if (kind == FieldKind::kCount && (!count || *count < 0)) {
-      throw std::invalid_argument("\"" + key + "\" must be an integer >= 0");
-    }
-    if (kind == FieldKind::kString && !std::holds_alternative<std::string>(value)) {
-      throw std::invalid_argument("\"" + key + "\" must be a string");
-    }
+    if (name == key) return &kind;
+  }
+  return nullptr;
+}
+
+void CheckInterpretedField(const std::string& key, const FieldValue& value) {
+  const FieldKind* kind = FindInterpreted(key);
+  if (!kind) return;
+  const auto* count = std::get_if<int64_t>(&value);
+  if (*kind == FieldKind::kCount && (!count || *count < 0)) {
+    throw std::invalid_argument("\"" + key + "\" must be an integer >= 0");
+  }
+  if (*kind == FieldKind::kString && !std::holds_alternative<std::string>(value)) {
+    throw std::invalid_argument("\"" + key + "\" must be a string");
   }
 }
 
 FieldKind InterpretedKind(std::string_view key) {
-  for (const auto& [name, kind] : kInterpretedFields) {
-    if (name == key) return kind;
-  }
+  if (const FieldKind* kind = FindInterpreted(key)) return *kind;
   throw std::logic_error("trace field \"" + std::string(key) + "\" is interpreted but not in kInterpretedFields");
 }
 

@@ -14,8 +14,6 @@
 #include "interp/interpreter.h"
 #include "pe/signature.h"
 #include "scheduler/engine.h"
-#include "scheduler/policy.h"
-#include "scheduler/trace_sinks.h"
 #include "support/cli_checks.h"
 #include "support/input_file.h"
 #include "support/progress.h"
