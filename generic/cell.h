@@ -37,14 +37,13 @@
 #include "ir/module.h"
 #include "ir/value.h"
 #include "ops/tensor.h"
+#include "support/refusal.h"
 
 namespace pejit::generic {
 
-// A construct the generic tier does not serve; what() says which and where.
-class Refusal : public std::runtime_error {
- public:
-  using std::runtime_error::runtime_error;
-};
+// A construct the generic tier does not serve is a Refusal
+// (support/refusal.h); what() says which and where.
+using pejit::Refusal;
 
 // Where a tensor a cell computes with comes from.
 struct Source {

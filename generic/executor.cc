@@ -288,23 +288,20 @@ int CountRoots(const Value& v) {
 }  // namespace
 
 Value ArgumentGradient(const std::vector<Value>& args, const std::vector<Tensor>& root_grads, int arg) {
-  size_t leaf = 0;
-  for (int a = 0; a < arg; ++a) leaf += CountRoots(args.at(a));
-  auto rebuild = [&](auto& self, const Value& v) -> Value {
-    if (v.is_tensor()) {
-      const Tensor& g = root_grads.at(leaf++);
-      if (g.defined()) return Value(g);
-      // As the interpreter: a leaf no gradient can flow to (integers) holds
-      // itself; a float one nothing reached gets zeros.
-      if (!IsFloat(v.tensor().dtype())) return v;
-      return Value(Tensor::Zeros(v.tensor().dtype(), v.tensor().shape()));
-    }
-    if (v.kind() != Value::Kind::kTuple) throw Refusal("generic: a gradient with respect to a structure argument");
-    std::vector<Value> fields;
-    for (const Value& f : v.fields()) fields.push_back(self(self, f));
-    return Value::Tuple(std::move(fields));
-  };
-  return rebuild(rebuild, args.at(arg));
+  size_t root = 0;
+  for (int a = 0; a < arg; ++a) root += CountRoots(args.at(a));
+  const Value& like = args.at(arg);
+  bool structure = false;
+  ForEachNode(like, [&](const Value& v) { structure |= v.kind() == Value::Kind::kAdt; });
+  if (structure) throw Refusal("generic: a gradient with respect to a structure argument");
+  std::vector<Value> grads;
+  for (const Tensor& t : TensorLeaves(like)) {
+    const Tensor& g = root_grads.at(root++);
+    // As the interpreter: a leaf no gradient can flow to (integers) holds
+    // itself; a float one nothing reached gets zeros.
+    grads.emplace_back(g.defined() ? g : !IsFloat(t.dtype()) ? t : Tensor::Zeros(t.dtype(), t.shape()));
+  }
+  return ReplaceTensorLeaves(like, grads);
 }
 
 namespace {

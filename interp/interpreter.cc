@@ -398,59 +398,6 @@ class Machine {
   }
 };
 
-// Gradient leaves of an argument: its tensors, depth first. Both walks keep
-// an explicit stack: a structure argument nests as deep as its data (a
-// 100,000-element list is 100,000 nested Cons values).
-void CollectLeaves(const Value& root, std::vector<const Value*>& out) {
-  std::vector<const Value*> stack = {&root};
-  while (!stack.empty()) {
-    const Value* v = stack.back();
-    stack.pop_back();
-    if (v->is_tensor()) {
-      out.push_back(v);
-    } else if (v->kind() == Value::Kind::kTuple || v->kind() == Value::Kind::kAdt) {
-      const std::vector<Value>& fields = v->fields();
-      for (size_t k = fields.size(); k-- > 0;) stack.push_back(&fields[k]);  // the first field on top
-    }
-  }
-}
-
-// `root` with each tensor leaf replaced by the next of `leaves`.
-Value Rebuild(const Value& root, std::vector<Value>::const_iterator& next) {
-  struct Frame {
-    const Value* value;
-    std::vector<Value> fields;  // rebuilt so far
-  };
-  std::vector<Frame> stack;
-  Value leaf;
-  // A tensor or other leaf goes to `leaf` (true); a tuple or ADT value opens a frame.
-  auto visit = [&](const Value& v) {
-    if (v.is_tensor()) {
-      leaf = *next++;
-    } else if (v.kind() == Value::Kind::kTuple || v.kind() == Value::Kind::kAdt) {
-      stack.push_back({&v, {}});
-      stack.back().fields.reserve(v.fields().size());
-      return false;
-    } else {
-      leaf = v;
-    }
-    return true;
-  };
-  if (visit(root)) return leaf;
-  for (;;) {
-    Frame& f = stack.back();
-    if (f.fields.size() < f.value->fields().size()) {
-      if (visit(f.value->fields()[f.fields.size()])) stack.back().fields.push_back(std::move(leaf));
-      continue;  // else a frame was opened: `f` is not used after
-    }
-    Value built = f.value->kind() == Value::Kind::kTuple ? Value::Tuple(std::move(f.fields))
-                                                          : Value::Adt(f.value->adt(), f.value->tag(), std::move(f.fields));
-    stack.pop_back();
-    if (stack.empty()) return built;
-    stack.back().fields.push_back(std::move(built));
-  }
-}
-
 }  // namespace
 
 struct Interpreter::Impl {
@@ -475,32 +422,46 @@ const Definition& EntryOf(const ModuleSnapshot& module, const std::string& entry
   return *d;
 }
 
-void CheckArgs(const std::string& entry, const Func& f, const std::vector<Value>& args) {
-  if (f->params.size() != args.size()) {
-    throw EvalError("@" + entry + " takes " + std::to_string(f->params.size()) + " argument" +
-                    (f->params.size() == 1 ? "" : "s") + ", got " + std::to_string(args.size()));
+}  // namespace
+
+void CheckArguments(const std::string& entry, const FuncNode& f, const std::vector<Value>& args) {
+  if (f.params.size() != args.size()) {
+    throw EvalError("@" + entry + " takes " + std::to_string(f.params.size()) + " argument" +
+                    (f.params.size() == 1 ? "" : "s") + ", got " + std::to_string(args.size()));
   }
   for (size_t i = 0; i < args.size(); ++i) {
     try {
-      CheckValueType(args[i], f->params[i]->annotation, "argument " + std::to_string(i) + " (%" + f->params[i]->name + ")");
+      CheckValueType(args[i], f.params[i]->annotation, "argument " + std::to_string(i) + " (%" + f.params[i]->name + ")");
     } catch (const std::invalid_argument& e) {
       throw EvalError("@" + entry + ": " + e.what());
     }
   }
 }
 
-}  // namespace
+std::string WhyNoGradient(const ModuleSnapshot& module, const FuncNode& f, std::span<const int> wrt) {
+  for (int i : wrt) {
+    if (i < 0 || static_cast<size_t>(i) >= f.params.size()) {
+      return "wrt index " + std::to_string(i) + " is not an argument (it takes " + std::to_string(f.params.size()) + ")";
+    }
+    const Var& param = f.params[i];
+    if (!module.CanHoldFloat(param->annotation)) {
+      return "wrt argument " + std::to_string(i) + " (%" + param->name + ": " + TypeToString(param->annotation) +
+             ") cannot hold a float tensor, so it has no gradient";
+    }
+  }
+  return "";
+}
 
 Value Interpreter::Call(const ModuleSnapshot& module, const std::string& entry, const std::vector<Value>& args) const {
   const Definition& d = EntryOf(module, entry);
-  CheckArgs(entry, d.func, args);
+  CheckArguments(entry, *d.func, args);
   Machine m(module, impl_->free_vars, impl_->options, nullptr, entry);
   return m.Run(d.func, args);
 }
 
 Value Interpreter::Apply(const ModuleSnapshot& module, const Func& f, const std::vector<Value>& args,
                          const std::string& what) const {
-  CheckArgs(what, f, args);
+  CheckArguments(what, *f, args);
   Machine m(module, impl_->free_vars, impl_->options, nullptr, what);
   return m.Run(f, args);
 }
@@ -508,7 +469,8 @@ Value Interpreter::Apply(const ModuleSnapshot& module, const Func& f, const std:
 Interpreter::ValueAndGrad Interpreter::CallWithGrad(const ModuleSnapshot& module, const std::string& entry,
                                                     const std::vector<Value>& args, const std::vector<int>& wrt) const {
   const Definition& d = EntryOf(module, entry);
-  CheckArgs(entry, d.func, args);
+  CheckArguments(entry, *d.func, args);
+  if (std::string why = WhyNoGradient(module, *d.func, wrt); !why.empty()) throw EvalError("@" + entry + ": " + why);
   // (1) Put the float tensors of the chosen arguments on a tape, once per
   // argument: an index named twice gets the same gradient twice.
   Tape tape;
@@ -517,24 +479,13 @@ Interpreter::ValueAndGrad Interpreter::CallWithGrad(const ModuleSnapshot& module
   std::vector<int> first(wrt.size(), -1);  // per wrt position: an earlier one naming the same argument
   for (size_t k = 0; k < wrt.size(); ++k) {
     int i = wrt[k];
-    if (i < 0 || i >= static_cast<int>(args.size())) {
-      throw EvalError("@" + entry + ": wrt index " + std::to_string(i) + " is not an argument (it takes " +
-                      std::to_string(args.size()) + ")");
-    }
     for (size_t e = 0; e < k && first[k] < 0; ++e) {
       if (wrt[e] == i) first[k] = static_cast<int>(e);
     }
     if (first[k] >= 0) continue;
-    if (!module.CanHoldFloat(d.func->params[i]->annotation)) {
-      throw EvalError("@" + entry + ": wrt argument " + std::to_string(i) + " (%" + d.func->params[i]->name + ": " +
-                      TypeToString(d.func->params[i]->annotation) + ") cannot hold a float tensor, so it has no gradient");
-    }
-    std::vector<const Value*> tensors;
-    CollectLeaves(args[i], tensors);
     std::vector<Value> watched;
-    for (const Value* t : tensors) watched.push_back(IsFloat(t->tensor().dtype()) ? tape.Watch(*t) : *t);
-    auto next = std::cbegin(watched);
-    traced[i] = Rebuild(args[i], next);
+    for (Tensor& t : TensorLeaves(args[i])) watched.push_back(IsFloat(t.dtype()) ? tape.Watch(t) : Value(t));
+    traced[i] = ReplaceTensorLeaves(args[i], watched);
     leaves[k] = std::move(watched);
   }
   // (2) Run, recording.
@@ -561,8 +512,7 @@ Interpreter::ValueAndGrad Interpreter::CallWithGrad(const ModuleSnapshot& module
     }
     std::vector<Value> replaced;
     for (const Value& leaf : leaves[k]) replaced.push_back(leaf.tape_id() >= 0 ? Value(grads[g++]) : Value(leaf.tensor()));
-    auto next = std::cbegin(replaced);
-    out.grads.push_back(Rebuild(args[wrt[k]], next));
+    out.grads.push_back(ReplaceTensorLeaves(args[wrt[k]], replaced));
   }
   return out;
 }

@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -29,6 +30,19 @@ class EvalError : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
 };
+
+// The checks of a call that every tier makes before running it, so that
+// compiled code never serves a call tier 0 refuses, and refuses it in the
+// same words.
+//
+// Throws EvalError unless `args` fit the parameters of `f`, definition
+// @entry: their number, and each one's type (CheckValueType).
+void CheckArguments(const std::string& entry, const FuncNode& f, const std::vector<Value>& args);
+// Why a gradient with respect to arguments `wrt` of `f` cannot be taken, or
+// empty when it can: "wrt index 3 is not an argument (it takes 1)", or
+// "wrt argument 1 (%k: Tensor[(), i64]) cannot hold a float tensor, so it has
+// no gradient" (ModuleSnapshot::CanHoldFloat).
+std::string WhyNoGradient(const ModuleSnapshot& module, const FuncNode& f, std::span<const int> wrt);
 
 struct InterpreterOptions {
   // Continuation frames a call may stack up (each level of non-tail

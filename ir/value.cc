@@ -1,6 +1,7 @@
 #include "ir/value.h"
 
 #include <stdexcept>
+#include <string>
 
 namespace pejit {
 
@@ -199,6 +200,72 @@ void CheckValueType(const Value& root, const Type& root_type, const std::string&
       case TypeKind::kVar: break;
     }
   }
+}
+
+void AppendTensorLeaves(const Value& v, std::vector<Tensor>& out) {
+  ForEachNode(v, [&](const Value& node) {
+    if (node.is_tensor()) out.push_back(node.tensor());
+  });
+}
+
+std::vector<Tensor> TensorLeaves(const Value& v) {
+  std::vector<Tensor> out;
+  AppendTensorLeaves(v, out);
+  return out;
+}
+
+Value ReplaceTensorLeaves(const Value& like, std::span<const Value> leaves) {
+  struct Frame {
+    const Value* value;
+    std::vector<Value> fields;  // rebuilt so far
+  };
+  std::vector<Frame> stack;
+  size_t next = 0;
+  Value leaf;
+  auto missing = [&] {
+    return std::invalid_argument("a value with more tensor leaves than the " + std::to_string(leaves.size()) +
+                                 " given to replace them");
+  };
+  // A tensor or other leaf goes to `leaf` (true); a tuple or ADT value opens a frame.
+  auto visit = [&](const Value& v) {
+    if (v.is_tensor()) {
+      if (next == leaves.size()) throw missing();
+      leaf = leaves[next++];
+    } else if (v.kind() == Value::Kind::kTuple || v.kind() == Value::Kind::kAdt) {
+      stack.push_back({&v, {}});
+      stack.back().fields.reserve(v.fields().size());
+      return false;
+    } else {
+      leaf = v;
+    }
+    return true;
+  };
+  Value built;
+  if (visit(like)) {
+    built = std::move(leaf);
+  } else {
+    for (;;) {
+      Frame& f = stack.back();
+      if (f.fields.size() < f.value->fields().size()) {
+        if (visit(f.value->fields()[f.fields.size()])) stack.back().fields.push_back(std::move(leaf));
+        continue;  // else a frame was opened: `f` is not used after
+      }
+      Value done = f.value->kind() == Value::Kind::kTuple
+                       ? Value::Tuple(std::move(f.fields))
+                       : Value::Adt(f.value->adt(), f.value->tag(), std::move(f.fields));
+      stack.pop_back();
+      if (stack.empty()) {
+        built = std::move(done);
+        break;
+      }
+      stack.back().fields.push_back(std::move(done));
+    }
+  }
+  if (next != leaves.size()) {
+    throw std::invalid_argument(std::to_string(leaves.size()) + " values to replace the " + std::to_string(next) +
+                                " tensor leaves of a value");
+  }
+  return built;
 }
 
 }  // namespace pejit

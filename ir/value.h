@@ -6,6 +6,7 @@
 #pragma once
 
 #include <memory>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
@@ -89,6 +90,40 @@ class Value {
   std::shared_ptr<const Closure> closure_;
   int64_t tape_id_ = -1;
 };
+
+// ---- Tensor leaves: the contract between the tiers --------------------------
+//
+// A value's tensor leaves are its tensors, depth first, fields left to right.
+// Compiled code takes a call's arguments as their leaves (pe/signature.h) and
+// gives gradients back as leaves, which ReplaceTensorLeaves shapes like the
+// argument again; the interpreter's tape watches the same leaves. The walks
+// keep an explicit stack: a structure nests as deep as its data (a
+// 100,000-element list is 100,000 nested Cons values).
+
+// Calls visit(const Value&) on every node of `root`, a node before its
+// fields, fields left to right.
+template <typename Visit>
+void ForEachNode(const Value& root, Visit&& visit) {
+  std::vector<const Value*> stack = {&root};
+  while (!stack.empty()) {
+    const Value* v = stack.back();
+    stack.pop_back();
+    visit(*v);
+    if (v->kind() == Value::Kind::kTuple || v->kind() == Value::Kind::kAdt) {
+      const std::vector<Value>& fields = v->fields();
+      for (size_t k = fields.size(); k-- > 0;) stack.push_back(&fields[k]);  // the first field on top
+    }
+  }
+}
+
+// Appends the tensor leaves of `v` to `out`.
+void AppendTensorLeaves(const Value& v, std::vector<Tensor>& out);
+std::vector<Tensor> TensorLeaves(const Value& v);
+
+// `like` with its tensor leaves replaced, in order, by `leaves` (tensors, or
+// any values); its other leaves (closures) are kept. Throws
+// std::invalid_argument unless `leaves` has exactly one value per tensor leaf.
+Value ReplaceTensorLeaves(const Value& like, std::span<const Value> leaves);
 
 // Exact equality: same structure, bitwise-equal tensors. Closures compare by identity.
 bool ValueEqual(const Value& a, const Value& b);

@@ -15,14 +15,15 @@
 
 #include "ir/type.h"
 #include "ops/tensor.h"
+#include "support/refusal.h"
 
 namespace pejit {
 
 // A program the JIT will not compile; what() says why. The call stays on the
 // interpreter.
-class JitFailure : public std::runtime_error {
+class JitFailure : public Refusal {
  public:
-  using std::runtime_error::runtime_error;
+  using Refusal::Refusal;
 };
 
 // Where a compiled function's time went, per kind of step (CompileOptions::profile).

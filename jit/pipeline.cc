@@ -3,6 +3,7 @@
 #include <chrono>
 
 #include "jit/autodiff.h"
+#include "jit/straight.h"
 
 namespace pejit {
 namespace {
@@ -21,18 +22,17 @@ Func PrepareResidual(const Func& residual, const PipelineOptions& options, Pipel
   };
   print("residual", residual);
   Func program = residual;
-  if (options.batch) {
+  if (options.batch) r.batch_skipped = WhyNotStraightLine(program);
+  if (options.batch && r.batch_skipped.empty()) {
+    r.stage = "batch";
     auto start = std::chrono::steady_clock::now();
-    try {
-      program = Batch(program, &r.batch);
-      r.batched = true;
-      r.batch_ms = MillisecondsSince(start);
-      print("batch", program);
-    } catch (const JitFailure& e) {
-      r.batch_skipped = e.what();
-    }
+    program = Batch(program, &r.batch);
+    r.batched = true;
+    r.batch_ms = MillisecondsSince(start);
+    print("batch", program);
   }
   if (options.wrt_leaves) {
+    r.stage = "autodiff";
     auto start = std::chrono::steady_clock::now();
     program = Differentiate(program, *options.wrt_leaves);
     r.autodiff_ms = MillisecondsSince(start);

@@ -44,13 +44,17 @@ struct PipelineReport {
   // Why the program was not batched when batching was asked for (it is not
   // straight-line code: a dynamic `if`); the compile step then decides.
   std::string batch_skipped;
+  // The stage running, or the last that ran ("batch", "autodiff"): where an
+  // exception from PrepareResidual came from.
+  const char* stage = "residual";
   BatchStats batch;
   double batch_ms = 0, autodiff_ms = 0;
   CompileReport compile;  // CompileResidual() only
 };
 
-// Batches (when asked and possible) and differentiates (grad mode). Throws
-// JitFailure when a grad-mode program cannot be differentiated.
+// Batches (when asked and the program is straight-line code) and
+// differentiates (grad mode). Throws JitFailure (a Refusal) when a grad-mode
+// program cannot be differentiated, or batching declines a construct.
 Func PrepareResidual(const Func& residual, const PipelineOptions& options, PipelineReport* report = nullptr);
 
 // PrepareResidual(), then lowering and LLVM in `session`. Throws JitFailure.

@@ -9,29 +9,31 @@ bool IsAtom(const Expr& e) { return e->kind == ExprKind::kVar || e->kind == Expr
 
 namespace {
 
-void CheckResult(const Expr& e) {
-  if (IsAtom(e)) return;
+// Why result `e` is not atoms nested in tuples, or empty.
+std::string ResultProblem(const Expr& e) {
+  if (IsAtom(e)) return "";
   if (auto* t = As<TupleNode>(e)) {
-    for (const Expr& f : t->fields) CheckResult(f);
-    return;
+    for (const Expr& f : t->fields) {
+      if (std::string why = ResultProblem(f); !why.empty()) return why;
+    }
+    return "";
   }
   // A residual program is built, not parsed: its nodes rarely have a position.
   std::string where = e->loc.known() ? e->loc.ToString() + ": " : std::string();
   if (auto* ctor = As<CtorNode>(e)) {
-    throw JitFailure(where + "the result must be tensors in tuples, not a " + ctor->adt->name + " value (" +
-                     ctor->ctor_name() + "): an entry returning a structure runs in the interpreter");
+    return where + "the result must be tensors in tuples, not a " + ctor->adt->name + " value (" +
+           ctor->ctor_name() + "): an entry returning a structure runs in the interpreter";
   }
-  throw JitFailure(where + "the result must be tensors in tuples, not a computation");
+  return where + "the result must be tensors in tuples, not a computation";
 }
 
-}  // namespace
-
-Straight Decompose(const Func& f) {
-  Straight s;
+// Decomposes `f` into `s`; returns why it is not straight-line tensor code,
+// or empty when it is.
+std::string TryDecompose(const Func& f, Straight& s) {
   s.params = f->params;
   for (const Var& p : f->params) {
     if (!AsTensor(p->annotation) || !AsTensor(p->annotation)->type.IsFullyKnown()) {
-      throw JitFailure("parameter %" + p->name + " is not a tensor of known shape");
+      return "parameter %" + p->name + " is not a tensor of known shape";
     }
   }
   Expr e = f->body;
@@ -58,16 +60,29 @@ Straight Decompose(const Func& f) {
         }
       }
       // A residual program is built, not parsed: its nodes have no file position.
-      throw JitFailure((v->loc.known() ? v->loc.ToString() + ": " : std::string()) + "cannot compile " + what +
-                       " (%" + let->var->name + "); only straight-line tensor code is compiled" + hint);
+      return (v->loc.known() ? v->loc.ToString() + ": " : std::string()) + "cannot compile " + what + " (%" +
+             let->var->name + "); only straight-line tensor code is compiled" + hint;
     }
-    if (!let->var->annotation) throw JitFailure("%" + let->var->name + " has no type");
+    if (!let->var->annotation) return "%" + let->var->name + " has no type";
     s.bindings.push_back({let->var, v});
     e = let->body;
   }
-  CheckResult(e);
+  if (std::string why = ResultProblem(e); !why.empty()) return why;
   s.result = e;
+  return "";
+}
+
+}  // namespace
+
+Straight Decompose(const Func& f) {
+  Straight s;
+  if (std::string why = TryDecompose(f, s); !why.empty()) throw JitFailure(why);
   return s;
+}
+
+std::string WhyNotStraightLine(const Func& f) {
+  Straight s;
+  return TryDecompose(f, s);
 }
 
 Func Recompose(const Straight& s) {

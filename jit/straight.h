@@ -7,6 +7,7 @@
 // into IR. Passes (jit/plan.h, jit/batch.h) edit the vector.
 #pragma once
 
+#include <string>
 #include <unordered_map>
 #include <vector>
 
@@ -32,6 +33,9 @@ bool IsAtom(const Expr& e);
 // tensor code (a dynamic if, a call, a match), or a parameter whose shape is
 // not fully known.
 Straight Decompose(const Func& f);
+// What Decompose would throw, or empty when `f` is straight-line tensor code:
+// the check passes make before a pass that needs that form.
+std::string WhyNotStraightLine(const Func& f);
 Func Recompose(const Straight& s);
 
 // Rewrites the variables of an expression through `subst`; a projection of a

@@ -18,6 +18,7 @@
 #include "ir/value.h"
 #include "pe/pe_cache.h"
 #include "pe/signature.h"
+#include "support/refusal.h"
 
 namespace pejit {
 
@@ -43,9 +44,9 @@ struct PeOptions {
 
 // Partial evaluation gave up; the call should run in the interpreter. what()
 // says why, e.g. "residual over 200000 operators (PeOptions::max_residual_ops)".
-class PeFailure : public std::runtime_error {
+class PeFailure : public Refusal {
  public:
-  using std::runtime_error::runtime_error;
+  using Refusal::Refusal;
 };
 
 struct PeStats {

@@ -18,24 +18,6 @@ void Put(std::string& key, T v) {
   Put(key, &v, sizeof v);
 }
 
-// Walks a value depth first with an explicit stack (trees may be deep),
-// calling leaf(tensor) for tensors and node(value) for everything.
-template <typename Node, typename Leaf>
-void Walk(const Value& root, Node&& node, Leaf&& leaf) {
-  std::vector<const Value*> stack = {&root};
-  while (!stack.empty()) {
-    const Value* v = stack.back();
-    stack.pop_back();
-    node(*v);
-    if (v->is_tensor()) {
-      leaf(v->tensor());
-    } else if (v->kind() == Value::Kind::kTuple || v->kind() == Value::Kind::kAdt) {
-      const auto& fields = v->fields();
-      for (auto it = fields.rbegin(); it != fields.rend(); ++it) stack.push_back(&*it);
-    }
-  }
-}
-
 // The signature's hash: of each argument's key's hash in turn, so that a
 // cached argument's hash is reused too.
 class Hasher {
@@ -84,12 +66,13 @@ void AppendNode(std::string& key, const Value& v, bool whole, size_t i) {
 void AppendKey(std::string& key, const Value& arg, bool whole, size_t i,
                std::vector<const Tensor*>* leaves = nullptr) {
   key.push_back(whole ? 'S' : 'D');
-  Walk(
-      arg, [&](const Value& v) { AppendNode(key, v, whole, i); },
-      [&](const Tensor& t) {
-        if (whole) Put(key, t.raw_data(), t.nbytes());
-        if (leaves) leaves->push_back(&t);
-      });
+  ForEachNode(arg, [&](const Value& v) {
+    AppendNode(key, v, whole, i);
+    if (!v.is_tensor()) return;
+    const Tensor& t = v.tensor();
+    if (whole) Put(key, t.raw_data(), t.nbytes());
+    if (leaves) leaves->push_back(&t);
+  });
 }
 
 // Appends argument `i`'s part of the key and its hash (and, given `leaves`,
@@ -101,11 +84,6 @@ size_t AppendArgument(Signature& sig, Hasher& hasher, const Value& arg, bool who
   *hash = Fnv1a(sig.key.data() + begin, sig.key.size() - begin);
   hasher.Add(*hash);
   return begin;
-}
-
-// Appends the tensors of `arg` to `leaves`, in the order of the key.
-void AppendLeaves(const Value& arg, std::vector<Tensor>& leaves) {
-  Walk(arg, [](const Value&) {}, [&](const Tensor& t) { leaves.push_back(t); });
 }
 
 // The fields of argument `arg` when the cache may keep it: a tuple or ADT
@@ -196,7 +174,7 @@ std::vector<Tensor> SignatureCache::Flatten(const std::vector<Value>& args, cons
         continue;
       }
     }
-    AppendLeaves(args[i], leaves);
+    AppendTensorLeaves(args[i], leaves);
   }
   return leaves;
 }
@@ -206,10 +184,13 @@ size_t SignatureCache::size() const {
   return entries_.size();
 }
 
-std::vector<Tensor> Flatten(const std::vector<Value>& args, const std::vector<bool>& static_args) {
+std::vector<Tensor> Flatten(const std::vector<Value>& args, const std::vector<bool>& static_args,
+                            std::vector<size_t>* first) {
   std::vector<Tensor> leaves;
+  if (first) first->assign(args.size(), 0);
   for (size_t i = 0; i < args.size(); ++i) {
-    if (!IsStatic(static_args, i)) AppendLeaves(args[i], leaves);
+    if (first) (*first)[i] = leaves.size();
+    if (!IsStatic(static_args, i)) AppendTensorLeaves(args[i], leaves);
   }
   return leaves;
 }
@@ -237,12 +218,8 @@ std::vector<int> FloatWrtLeaves(std::span<const Tensor> leaves, std::span<const 
 
 std::vector<int> FloatWrtLeaves(const std::vector<Value>& args, std::span<const int> wrt,
                                 const std::vector<bool>& static_args) {
-  std::vector<Tensor> leaves;
-  std::vector<size_t> first(args.size());
-  for (size_t i = 0; i < args.size(); ++i) {
-    first[i] = leaves.size();
-    if (!IsStatic(static_args, i)) AppendLeaves(args[i], leaves);
-  }
+  std::vector<size_t> first;
+  std::vector<Tensor> leaves = Flatten(args, static_args, &first);
   return FloatWrtLeaves(leaves, first, wrt);
 }
 

@@ -73,8 +73,10 @@ class SignatureCache {
   std::unordered_map<const void*, Entry> entries_;
 };
 
-// The dynamic leaves of `args`, in the order above.
-std::vector<Tensor> Flatten(const std::vector<Value>& args, const std::vector<bool>& static_args = {});
+// The dynamic leaves of `args`, in the order above (each argument's
+// TensorLeaves, ir/value.h); given `first`, where argument i's begin.
+std::vector<Tensor> Flatten(const std::vector<Value>& args, const std::vector<bool>& static_args = {},
+                            std::vector<size_t>* first = nullptr);
 
 // The leaves a gradient with respect to arguments `wrt` is taken for: the
 // indices, into the dynamic leaves, of the float tensors of those arguments,

@@ -131,7 +131,7 @@ void CodeCache::UnlinkLocked(Slot& slot, SlotDrop why) {
   map_.erase(slot.key);
 }
 
-std::vector<Eviction> CodeCache::Publish(Slot& slot, ExecutablePtr exec) {
+std::vector<Eviction> CodeCache::Publish(Slot& slot, ExecutablePtr exec, std::vector<int> gradient_result) {
   std::vector<Eviction> evicted;
   std::unique_lock lock(mu_);
   // (J5) The swap. The lock only keeps the byte count in step with the map;
@@ -139,6 +139,7 @@ std::vector<Eviction> CodeCache::Publish(Slot& slot, ExecutablePtr exec) {
   slot.tier = exec->tier();
   slot.bytes = exec->code_bytes();
   slot.exec = std::move(exec);
+  slot.gradient_result = std::move(gradient_result);
   slot.state.store(SlotState::kReady, std::memory_order_release);
   if (!slot.in_cache_) return evicted;
   PerEntry& pe = per_entry_[slot.key.entry];

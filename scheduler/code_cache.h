@@ -14,7 +14,8 @@
 //   2. computes the signature of its arguments (static arguments included);
 //   3. looks its slot up (a shared lock, no allocation besides the key);
 //   4. ready: copies the slot's Executable (a shared_ptr), runs it on the
-//      flattened dynamic leaves, and rebuilds the result Value; done;
+//      flattened dynamic leaves, and rebuilds the result Value (in grad
+//      mode, the gradients, by the slot's gradient layout); done;
 //   5. otherwise, per policy: creates the slot pending and enqueues one job
 //      (eager, sync, hot:N at its N-th call; never twice: only the thread
 //      that creates the slot or moves it cold → pending enqueues), or moves
@@ -136,6 +137,10 @@ struct Slot {
   // of kReady or kFailed and only read after an acquire load saw it.
   std::atomic<SlotState> state;
   ExecutablePtr exec;  // kReady
+  // kReady, grad mode: per dynamic leaf of a call (pe/signature.h), the
+  // index of its gradient among exec's results, or -1 (computed once, by
+  // the job, for every call of the signature).
+  std::vector<int> gradient_result;
   std::string tier;    // kReady: exec->tier()
   size_t bytes = 0;    // kReady: exec->code_bytes()
   std::string reason;  // kFailed
@@ -188,7 +193,7 @@ class CodeCache {
   // past the limits; the new slot itself is kept even when it alone exceeds
   // the byte budget. A slot dropped meanwhile still turns ready (its waiters
   // see it) but is not counted.
-  std::vector<Eviction> Publish(Slot& slot, ExecutablePtr exec);
+  std::vector<Eviction> Publish(Slot& slot, ExecutablePtr exec, std::vector<int> gradient_result = {});
   // Fails the pending `slot` with `reason` (one release store).
   std::vector<Eviction> Fail(Slot& slot, std::string reason);
   // A ready slot whose code threw: fails it once (true for the thread that

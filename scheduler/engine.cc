@@ -66,6 +66,9 @@ char task_handoff;
 
 void Count(std::atomic<int64_t>& c, int64_t n = 1) { c.fetch_add(n, std::memory_order_relaxed); }
 
+// RunJob's stage while PrepareResidual runs: PipelineReport::stage says which.
+const char* const kPipelineStage = "pipeline";
+
 // Job numbers for events, unique in the process (engines may share a trace file).
 std::atomic<int64_t> next_job_id{1};
 
@@ -88,16 +91,6 @@ bool CompilableWrt(const std::vector<int>& wrt, size_t nargs, const std::vector<
   return true;
 }
 
-// The dynamic leaves in Flatten order, and where each argument's begin.
-struct Leaves {
-  std::vector<Tensor> all;
-  std::vector<size_t> offset;  // per argument; static ones get none
-};
-
-size_t LeafCount(const Leaves& l, size_t i) {
-  return (i + 1 < l.offset.size() ? l.offset[i + 1] : l.all.size()) - l.offset[i];
-}
-
 // A value of tensor-tree type `t` from the result tensors, depth first.
 Value FromTensors(const Type& t, const std::vector<Tensor>& out, size_t& pos) {
   if (AsTensor(t)) return Value(out.at(pos++));
@@ -106,30 +99,26 @@ Value FromTensors(const Type& t, const std::vector<Tensor>& out, size_t& pos) {
   return Value::Tuple(std::move(fields));
 }
 
-// `like` with its tensor leaves replaced by `leaves`, in order (as
-// Interpreter::CallWithGrad rebuilds gradients).
-Value Rebuild(const Value& like, const std::vector<Value>& leaves, size_t& pos) {
-  if (like.is_tensor()) return leaves.at(pos++);
-  if (like.kind() == Value::Kind::kTuple || like.kind() == Value::Kind::kAdt) {
-    std::vector<Value> fields;
-    for (const Value& f : like.fields()) fields.push_back(Rebuild(f, leaves, pos));
-    return like.kind() == Value::Kind::kTuple ? Value::Tuple(std::move(fields))
-                                              : Value::Adt(like.adt(), like.tag(), std::move(fields));
+// A grad call's loss and gradients, one per index of `wrt` shaped like that
+// argument, from compiled code's results: dynamic leaf j's gradient is
+// results[result_of[j]] (Slot::gradient_result); a leaf without one (an
+// integer) stands for itself, as in Interpreter::CallWithGrad.
+ValueAndGrad GradientsFromResults(const std::vector<Value>& args, const std::vector<int>& wrt,
+                                  const std::vector<Tensor>& leaves, const std::vector<size_t>& first,
+                                  const std::vector<int>& result_of, const std::vector<Tensor>& results) {
+  if (result_of.size() != leaves.size()) {
+    throw std::logic_error("the code's gradient layout has " + std::to_string(result_of.size()) + " leaves, the call " +
+                           std::to_string(leaves.size()));
   }
-  return like;
-}
-
-// What the interpreter checks before a call, so that a job never specializes
-// arguments tier 0 would reject.
-void CheckArguments(const std::string& entry, const FuncNode& f, const std::vector<Value>& args) {
-  if (f.params.size() != args.size()) {
-    throw std::invalid_argument("@" + entry + " takes " + std::to_string(f.params.size()) +
-                                " arguments, got " + std::to_string(args.size()));
+  ValueAndGrad out;
+  out.value = Value(results.at(0));
+  for (int i : wrt) {
+    size_t end = static_cast<size_t>(i) + 1 < first.size() ? first[i + 1] : leaves.size();
+    std::vector<Value> replaced;
+    for (size_t j = first[i]; j < end; ++j) replaced.emplace_back(result_of[j] >= 0 ? results.at(result_of[j]) : leaves[j]);
+    out.grads.push_back(ReplaceTensorLeaves(args[i], replaced));
   }
-  for (size_t i = 0; i < args.size(); ++i) {
-    CheckValueType(args[i], f.params[i]->annotation,
-                   "argument " + std::to_string(i) + " (%" + f.params[i]->name + ")");
-  }
+  return out;
 }
 
 CodeStatus::State ToCodeState(SlotState s) {
@@ -405,13 +394,8 @@ void EngineImpl::Prepare(Request& r) {
   }
   if (r.wrt) {  // an argument without a gradient is an error, which tier 0 gives
     const Definition* def = r.snapshot->Find(r.entry.name);
-    for (int i : *r.wrt) {
-      if (def && static_cast<size_t>(i) < def->func->params.size() &&
-          !r.snapshot->CanHoldFloat(def->func->params[i]->annotation)) {
-        r.uncacheable = "wrt argument " + std::to_string(i) + " cannot hold a float tensor";
-        return;
-      }
-    }
+    if (def) r.uncacheable = WhyNoGradient(*r.snapshot, *def->func, *r.wrt);
+    if (!r.uncacheable.empty()) return;
   }
   VersionsPtr versions;
   {
@@ -492,7 +476,7 @@ std::shared_ptr<generic::GenericProgram> EngineImpl::GenericFor(Request& r) {
     try {
       entry.generic = std::make_shared<generic::GenericProgram>(r.snapshot, entry.name, generic::GenericOptions{},
                                                                  segments_);
-    } catch (const generic::Refusal& e) {
+    } catch (const Refusal& e) {
       entry.generic_refusal = e.what();
       RefuseGeneric(r, entry.generic_refusal);
     }
@@ -525,7 +509,7 @@ std::optional<ValueAndGrad> EngineImpl::RunGeneric(Request& r) {
     if (r.wrt) {
       for (int i : *r.wrt) out.grads.push_back(generic::ArgumentGradient(r.args, run.root_grads, i));
     }
-  } catch (const generic::Refusal& e) {
+  } catch (const Refusal& e) {
     RefuseGeneric(r, e.what());
     return std::nullopt;
   } catch (const std::exception& e) {
@@ -602,33 +586,16 @@ std::optional<ValueAndGrad> EngineImpl::RunCompiled(Request& r, Slot& slot) {
   std::string failure;
   ValueAndGrad out;
   try {
-    Leaves leaves;
-    leaves.all = signatures.Flatten(r.args, r.static_args, &leaves.offset);
-    std::vector<Tensor> result = exec->Run(leaves.all);
-    if (!r.wrt) {
-      size_t pos = 0;
-      out.value = FromTensors(exec->result_type(), result, pos);
-      if (pos != result.size()) throw std::logic_error("more result tensors than the result type has");
+    // Flatten, run, rebuild.
+    std::vector<size_t> first;
+    std::vector<Tensor> leaves = signatures.Flatten(r.args, r.static_args, &first);
+    std::vector<Tensor> results = exec->Run(leaves);
+    if (r.wrt) {
+      out = GradientsFromResults(r.args, *r.wrt, leaves, first, slot.gradient_result, results);
     } else {
-      // What Differentiate was asked for, and the order of the gradients.
-      std::vector<int> floats = FloatWrtLeaves(leaves.all, leaves.offset, *r.wrt);
-      if (result.size() != 1 + floats.size()) {
-        throw std::logic_error("expected the loss and " + std::to_string(floats.size()) + " gradients, got " +
-                               std::to_string(result.size()) + " tensors");
-      }
-      // Gradient of flat leaf floats[g] is result[1 + g].
-      std::vector<int> grad_of(leaves.all.size(), -1);
-      for (size_t g = 0; g < floats.size(); ++g) grad_of[floats[g]] = static_cast<int>(g) + 1;
-      out.value = Value(result[0]);
-      for (int i : *r.wrt) {
-        std::vector<Value> replaced;
-        for (size_t j = 0; j < LeafCount(leaves, i); ++j) {
-          size_t flat = leaves.offset[i] + j;
-          replaced.emplace_back(grad_of[flat] >= 0 ? result[grad_of[flat]] : leaves.all[flat]);
-        }
-        size_t pos = 0;
-        out.grads.push_back(Rebuild(r.args[i], replaced, pos));
-      }
+      size_t pos = 0;
+      out.value = FromTensors(exec->result_type(), results, pos);
+      if (pos != results.size()) throw std::logic_error("more result tensors than the result type has");
     }
   } catch (const std::exception& e) {
     failure = e.what();
@@ -823,7 +790,9 @@ void EngineImpl::RunJob(Job& job) {
   int64_t pe_us = 0, batch_us = -1, autodiff_us = 0, compile_us = 0;  // batch_us < 0: not batched
   const char* stage = "arguments";
   ExecutablePtr exec;
+  std::vector<int> gradient_result;  // grad mode: Slot::gradient_result
   CompileNotes notes;
+  PipelineReport prepared;
   try {
     const Definition& def = job.snapshot->Get(entry.name);
     CheckArguments(entry.name, *def.func, job.args);
@@ -871,14 +840,17 @@ void EngineImpl::RunJob(Job& job) {
     PipelineOptions pipeline;
     pipeline.batch = options.batch;
     if (job.grad) {
-      pipeline.wrt_leaves = FloatWrtLeaves(job.args, job.wrt, job.static_args);
+      std::vector<size_t> first;
+      std::vector<Tensor> leaves = Flatten(job.args, job.static_args, &first);
+      pipeline.wrt_leaves = FloatWrtLeaves(leaves, first, job.wrt);
       expected_results = 1 + pipeline.wrt_leaves->size();
+      gradient_result.assign(leaves.size(), -1);
+      for (size_t g = 0; g < pipeline.wrt_leaves->size(); ++g) gradient_result[(*pipeline.wrt_leaves)[g]] = static_cast<int>(g) + 1;
     }
-    // What can throw here is autodiff (a batching failure only leaves the
-    // program unbatched), so a reason names that stage.
-    stage = job.grad ? "autodiff" : "batch";
+    // A program that is not straight-line code stays unbatched; what
+    // throws here is batching or autodiff, which `prepared.stage` names.
+    stage = kPipelineStage;
     start = NowMicros();
-    PipelineReport prepared;
     residual.main = PrepareResidual(residual.main, pipeline, &prepared);
     if (prepared.batched) batch_us = static_cast<int64_t>(prepared.batch_ms * 1e3);
     autodiff_us = static_cast<int64_t>(prepared.autodiff_ms * 1e3);
@@ -927,13 +899,15 @@ void EngineImpl::RunJob(Job& job) {
     std::string what;
     try {
       throw;
+    } catch (const Refusal& ex) {
+      refused = true;
+      what = ex.what();
     } catch (const std::exception& ex) {
-      refused = dynamic_cast<const JitFailure*>(&ex) || dynamic_cast<const PeFailure*>(&ex);
       what = ex.what();
     } catch (...) {
       what = "an exception that is not a std::exception";
     }
-    std::string reason = std::string(stage) + ": " + what;
+    std::string reason = std::string(stage == kPipelineStage ? prepared.stage : stage) + ": " + what;
     ReportEvictions(cache.Fail(slot, reason));
     Count(entry.failed);
     EventKind kind = refused ? EventKind::kRefused : EventKind::kFailed;
@@ -951,7 +925,7 @@ void EngineImpl::RunJob(Job& job) {
   // (J5) The swap, and (J6) eviction. Waiters wake after the evictions are
   // counted and the evicted slots released by this thread.
   {
-    std::vector<Eviction> evicted = cache.Publish(slot, exec);
+    std::vector<Eviction> evicted = cache.Publish(slot, exec, std::move(gradient_result));
     Count(entry.compiled);
     if (On(EventKind::kSwap)) {
       Event e = Make(EventKind::kSwap, entry.name, &sig, job_start, NowMicros() - job_start);

@@ -142,18 +142,10 @@ int Compile(const std::string& file, const std::string& entry, const std::string
   if (grad) {
     std::vector<int> wrt = wrt_list.empty() ? std::vector<int>{} : ParseIndices(wrt_list, "--wrt");
     if (wrt.empty()) wrt = FloatArguments(*s, entry);
-    // What `run` refuses, compile refuses too (it would compile without the gradient).
-    const auto& params = s->Get(entry).func->params;
-    for (int i : wrt) {  // ParseIndices refused a repeated one
-      if (i < 0 || i >= static_cast<int>(params.size())) {
-        throw std::runtime_error("--wrt " + std::to_string(i) + ": @" + entry + " takes " +
-                                 std::to_string(params.size()) + " arguments");
-      }
-      if (!s->CanHoldFloat(params[i]->annotation)) {
-        throw std::runtime_error("--wrt " + std::to_string(i) + ": argument %" + params[i]->name + " (" +
-                                 TypeToString(params[i]->annotation) + ") cannot hold a float tensor, so it has no gradient");
-      }
-    }
+    // What `run` refuses, compile refuses too, in the same words (it would
+    // compile without the gradient). ParseIndices refused a repeated index.
+    std::string why = WhyNoGradient(*s, *s->Get(entry).func, wrt);
+    if (!why.empty()) throw std::runtime_error("@" + entry + ": " + why);
     options.wrt_leaves = FloatWrtLeaves(args, wrt);
   }
   options.print_after = [&](std::string_view stage, const Func& program) {

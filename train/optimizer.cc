@@ -10,14 +10,6 @@
 namespace pejit {
 namespace {
 
-void AppendLeaves(const Value& v, std::vector<Tensor>& out) {
-  if (v.is_tensor()) {
-    if (v.tensor().dtype() == DType::kF32) out.push_back(v.tensor());
-  } else if (v.kind() == Value::Kind::kTuple || v.kind() == Value::Kind::kAdt) {
-    for (const Value& f : v.fields()) AppendLeaves(f, out);
-  }
-}
-
 // One buffer per parameter: zeros on the first step, or restored ones that
 // must fit the parameters.
 void PrepareBuffers(std::vector<std::vector<float>>& buffers, const std::vector<int64_t>& sizes, const char* what) {
@@ -129,8 +121,8 @@ class Adam final : public Optimizer {
 }  // namespace
 
 std::vector<Tensor> ParameterLeaves(const Value& params) {
-  std::vector<Tensor> out;
-  AppendLeaves(params, out);
+  std::vector<Tensor> out = TensorLeaves(params);
+  std::erase_if(out, [](const Tensor& t) { return t.dtype() != DType::kF32; });
   return out;
 }
 

@@ -403,7 +403,7 @@ TEST_F(EngineTest, BadArgumentsFailAsInTheInterpreterAndAreNeverCompiled) {
   EXPECT_THROW(scale.call(bad), EvalError);
   CodeStatus s = scale.status(bad);
   EXPECT_EQ(s.state, State::kFailed);
-  EXPECT_EQ(s.reason.rfind("arguments: argument 0 (%x)", 0), 0u) << s.reason;
+  EXPECT_EQ(s.reason.rfind("arguments: @scale: argument 0 (%x): expected", 0), 0u) << s.reason;
   EXPECT_THROW(scale.call(bad), EvalError);
 }
 

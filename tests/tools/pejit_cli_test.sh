@@ -28,7 +28,7 @@ fi
 if err=$("$pejit" compile "$dir/trees.pj" --entry loss --args "$dir/trees_args.json" --grad --wrt 0 2>&1); then
   fail "compile --wrt naming the tree accepted"
 fi
-[[ "$err" == "pejit: --wrt 0: argument %t (Tree) cannot hold a float tensor, so it has no gradient" ]] ||
+[[ "$err" == "pejit: @loss: wrt argument 0 (%t: Tree) cannot hold a float tensor, so it has no gradient" ]] ||
   fail "compile --wrt error: $err"
 if err=$("$pejit" compile "$dir/trees.pj" --entry loss --args "$dir/trees_args.json" --grad --wrt 1,1 2>&1); then
   fail "compile --wrt 1,1 accepted"
