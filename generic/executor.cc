@@ -12,6 +12,7 @@
 #include "jit/compiler.h"
 #include "jit/straight.h"
 #include "jit/plan.h"
+#include "jit/simplify.h"
 #include "jit/vectorize.h"
 #include "ops/eager.h"
 #include "ops/packed_gemm.h"

@@ -8,34 +8,18 @@
 namespace pejit {
 
 BatchRule BatchRuleOf(const OpCallNode& call) {
-  const OpDef& op = *call.op;
-  if ((op.fusion == FusionKind::kElementwise || op.fusion == FusionKind::kBroadcast) && op.scalar != ScalarOp::kNone) {
-    return BatchRule::kElementwise;
-  }
-  const std::string& name = op.name;
-  if (name == "matmul") {
-    bool plain = !call.attrs.GetBool("transpose_a") && TensorTypeOf(call.args[0]).rank() == 2;
-    return plain ? BatchRule::kGemm : BatchRule::kNone;
-  }
-  if (name == "dense") return TensorTypeOf(call.args[0]).rank() == 2 ? BatchRule::kGemm : BatchRule::kNone;
-  if (name == "take") return BatchRule::kTake;
-  if (name == "reshape") return BatchRule::kReshape;
-  if (name == "chunk" || name == "split" || name == "softmax" || name == "log_softmax" || name == "argmax" ||
-      name == "argmin" || name == "concat") {
-    return BatchRule::kAxis;
-  }
-  if (name == "sum" || name == "mean" || name == "max" || name == "min" || name == "logsumexp" || name == "norm") {
-    return BatchRule::kReduce;
-  }
-  return BatchRule::kNone;
+  if (call.op->batch != BatchRule::kGemm) return call.op->batch;
+  const AttrValue* transpose_a = call.attrs.Find("transpose_a");
+  bool plain = TensorTypeOf(call.args[0]).rank() == 2 && !(transpose_a && std::get<bool>(*transpose_a));
+  return plain ? BatchRule::kGemm : BatchRule::kNone;
 }
 
-bool IsHeavy(BatchRule rule) { return rule == BatchRule::kGemm || rule == BatchRule::kTake || rule == BatchRule::kReduce; }
+bool IsHeavy(BatchRule rule) { return rule == BatchRule::kGemm || rule == BatchRule::kGather || rule == BatchRule::kReduce; }
 
 bool MustShare(BatchRule rule, size_t position) {
   switch (rule) {
     case BatchRule::kGemm: return position > 0;   // weights and bias
-    case BatchRule::kTake: return position == 0;  // the table
+    case BatchRule::kGather: return position == 0;  // the table
     default: return false;
   }
 }
@@ -43,7 +27,7 @@ bool MustShare(BatchRule rule, size_t position) {
 bool MustStack(BatchRule rule, size_t position) {
   switch (rule) {
     case BatchRule::kElementwise: return false;
-    case BatchRule::kTake: return position == 1;
+    case BatchRule::kGather: return position == 1;
     default: return position == 0;
   }
 }
@@ -109,7 +93,7 @@ std::vector<Var> EmitStackedOp(StraightEmitter& out, const OpCallNode& call, Bat
       Shape y = TensorTypeOf(flat).shape;
       return {out.Op("reshape", {flat}, {{"shape", Shape{k, x[0], y[1]}}}, loc)};
     }
-    case BatchRule::kTake: break;
+    case BatchRule::kGather: break;
     case BatchRule::kReshape: attrs.Set("shape", Prepend(k, attrs.GetInts("shape"))); break;
     case BatchRule::kAxis:
       // Every operand of a concat takes part per instance: shared ones are

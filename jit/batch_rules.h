@@ -5,8 +5,9 @@
 // (jit/vectorize.h), which turns a program over one instance into the same
 // program over N instances. An operand is *stacked* (one slice per
 // instance, along a new axis 0) or *shared* (the same value for every
-// instance: a weight matrix, an embedding table); a rule says which operands
-// may be which, and how the operator's attributes change.
+// instance: a weight matrix, an embedding table); an operator's rule, which
+// its registration names (OpDef::batch), says which operands may be which,
+// and how the operator's attributes change.
 #pragma once
 
 #include <cstdint>
@@ -19,16 +20,9 @@
 
 namespace pejit {
 
-enum class BatchRule : uint8_t {
-  kNone,         // no rule: instances run one by one
-  kElementwise,  // any operand stacked; the others broadcast
-  kGemm,         // matmul (not transpose_a) / dense: rows of the first operand
-  kTake,         // embedding lookups: the indices stacked, the table shared
-  kReshape,      // the target shape gains the leading axis
-  kAxis,         // chunk, split, concat, softmax, log_softmax, argmax: the axis moves by one
-  kReduce,       // sum, mean, max over `axes`: the axes move by one
-};
-
+// The operator's BatchRule (ops/op.h), where it applies to this call: a
+// GEMM batches only over the rows of a 2-D first operand that is not
+// transposed.
 BatchRule BatchRuleOf(const OpCallNode& call);
 // GEMMs, gathers and reductions: what batching is for.
 bool IsHeavy(BatchRule rule);

@@ -347,7 +347,8 @@ class NativeExecutable final : public Executable {
     const Shape& a = plan_.buffers[step.inputs[0]].type.shape;
     const Shape& out = plan_.buffers[step.outputs[0]].type.shape;
     if (a.size() != 2 || out.size() != 2) return 0;
-    bool transpose_a = step.op->name == "matmul" && step.attrs.GetBool("transpose_a");
+    const AttrValue* transposed = step.attrs.Find("transpose_a");
+    bool transpose_a = transposed && std::get<bool>(*transposed);
     return 2.0 * static_cast<double>(out[0]) * static_cast<double>(out[1]) *
            static_cast<double>(transpose_a ? a[0] : a[1]);
   }
@@ -364,8 +365,8 @@ class NativeExecutable final : public Executable {
       const TensorType& t = plan_.buffers[b].type;
       outs.push_back(Tensor::Wrap(ptrs[k++], t.dtype, t.shape, nullptr));
     }
-    if (NumElements(plan_.buffers[step.outputs[0]].type.shape) > 0 || step.op->name == "split" ||
-        step.op->name == "chunk") {
+    // Nothing to compute when every output is empty.
+    if (std::any_of(outs.begin(), outs.end(), [](const Tensor& t) { return t.numel() > 0; })) {
       step.op->kernel(ins, outs, step.attrs);
     }
   }

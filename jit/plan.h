@@ -1,19 +1,19 @@
 // \file The compiler's middle end: a residual program lowered to a plan of
 // kernels over buffers, with its memory laid out in one arena.
 //
-// Lowering runs these passes, each small and testable alone (jit/plan.cc):
+// Lowering runs these passes, each small and testable alone:
 //   1. Check: the program is straight-line tensor code (lets of operator
 //      calls, tuples and projections) with fully known shapes.
-//   2. Simplify: constant folding, per-level sums combined, products
-//      against one right operand sharing its packing (where the CPU runs
-//      ops/packed_gemm.h's micro-kernel), common-subexpression elimination,
-//      dead-code elimination.
+//   2. Simplify (jit/simplify.h, Func to Func): constant folding, per-level
+//      sums combined, products against one right operand sharing its packing
+//      (where the CPU runs ops/packed_gemm.h's micro-kernel),
+//      common-subexpression elimination, dead-code elimination.
 //   3. Fuse: trees of elementwise/broadcast operators whose inner results have
 //      one use become one kernel (one loop nest, no intermediate buffers).
-//   4. Alias: reshape-like operators, and reads of a block of consecutive
+//   4. Alias (the rules in jit/moves.h): reshape-like operators, and reads of a block of consecutive
 //      rows (`take` of constant consecutive indices, `slice` of the leading
 //      axis), view their input's bytes at an offset instead of copying.
-//   5. Copy: operators that only move bytes (gathers of constant rows,
+//   5. Copy (jit/moves.h): operators that only move bytes (gathers of constant rows,
 //      concatenations, stacks, slices) become lists of blocks to memcpy, and
 //      a copy of bytes another copy just made (a gather into a concatenation,
 //      then permuted) reads them where they came from: one step, no buffer
@@ -33,6 +33,7 @@
 
 #include "ir/expr.h"
 #include "jit/executable.h"
+#include "jit/moves.h"
 #include "ops/op.h"
 
 namespace pejit {
@@ -65,18 +66,11 @@ struct FusedNode {
   DType dtype = DType::kF32; // the node's element type
 };
 
-// Bytes [from, from + bytes) of a copy step's input `input` (an index into
-// its `inputs`) go to [to, to + bytes) of its output.
-struct CopyBlock {
-  int input = 0;
-  int64_t from = 0, to = 0, bytes = 0;
-};
-
 struct PlanStep {
   enum class Kind : uint8_t { kKernel, kFused, kCopy };
   Kind kind;
   // kKernel: a registered operator's kernel, called through the runtime.
-  // kCopy: the operator (take, concat, stack, slice, copy) whose bytes `blocks` move.
+  // kCopy: the operator (one with a MoveKind: take, concat, ...) whose bytes `blocks` move.
   const OpDef* op = nullptr;
   Attrs attrs;
   std::vector<int> inputs, outputs;  // buffers
@@ -110,44 +104,10 @@ struct Plan {
 struct LowerOptions {
   bool fuse = true;
   bool cse = true;
-  bool pack_gemm = true;  // PackGemmOperands, where PackedGemmFast()
+  bool pack_gemm = true;  // PackGemmOperands (jit/simplify.h), where PackedGemmFast()
 };
 
 // Lowers a residual program; throws JitFailure naming what it cannot compile.
 Plan Lower(const Func& program, const LowerOptions& options = {});
-
-// The passes, exposed for tests: each takes a straight-line program and
-// returns an equivalent one (same parameters).
-Func FoldConstants(const Func& program);
-Func EliminateCommonSubexpressions(const Func& program);
-Func EliminateDeadCode(const Func& program);
-// Sums whose terms are computed per tree level become one computation over
-// all levels' rows:
-//  - scatter_adds of literal constant indices (so, after FoldConstants) into
-//    the same rows (a batched value's gradient, gathered from by many levels)
-//    become one scatter_add of the values concatenated: one zeroed buffer,
-//    not one per term;
-//  - products over rows, matmul(a_i, b_i, transpose_a=true) (a weight's
-//    gradient, one per level), become one matmul of the a_i and of the b_i
-//    concatenated: one GEMM whose inner dimension is every level's rows,
-//    not many with a few rows each.
-// Reassociates the sum: the last bits may differ.
-Func CombineSums(const Func& program);
-// f32 2-D matmuls (lhs not transposed) and denses that share a right operand
-// in one orientation become a gemm_pack of it and packed_matmul /
-// packed_dense against it; CSE then leaves one pack per operand, so a weight
-// read by every tree level, forward and backward, is packed once per
-// orientation per call instead of by OpenBLAS at every product. A product
-// alone with its operand stays OpenBLAS's. Not for inner dimensions over
-// 1024.
-Func PackGemmOperands(const Func& program);
-// A product the micro-kernel can take: an f32 2-D matmul without
-// transpose_a, or a dense, inner dimension at most 1024. Returns the
-// orientation (transpose_b) in which its right operand args[1] is packed;
-// nullopt for anything else.
-std::optional<bool> PackableProduct(const OpCallNode& call);
-// `call` (a PackableProduct of type `result`) against `packed`: its right
-// operand through gemm_pack in that orientation.
-Expr PackedProduct(const OpCallNode& call, const Expr& packed, const TensorType& result);
 
 }  // namespace pejit

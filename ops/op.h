@@ -41,6 +41,35 @@ enum class FusionKind : uint8_t {
   kOpaque,       // anything else (gather, scatter, loss)
 };
 
+// How an operator runs over instances stacked along a new leading axis: an
+// operand is stacked (one slice per instance) or shared (the same for every
+// instance: a weight matrix, an embedding table). Both batching passes
+// (jit/batch.h, jit/vectorize.h) read it through jit/batch_rules.h.
+enum class BatchRule : uint8_t {
+  kNone,         // no rule: instances run one by one
+  kElementwise,  // any operand stacked, the others broadcast (the default of
+                 // elementwise and broadcast operators with a scalar function)
+  kGemm,         // the first operand's rows stacked (2-D, not transpose_a);
+                 // the others (weights, bias) shared
+  kGather,       // the indices (operand 1) stacked, the table (operand 0) shared
+  kReshape,      // the target `shape` gains the leading axis
+  kAxis,         // the `axis` attribute moves by one (chunk, split, concat, softmax, argmax)
+  kReduce,       // the `axes` attribute moves by one (sum, mean, max)
+};
+
+// How an operator that only moves bytes of its operands moves them; the
+// compiler lowers such calls to views and memcpy blocks instead of kernels
+// (jit/moves.h). kNone: the operator computes.
+enum class MoveKind : uint8_t {
+  kNone,
+  kCopy,    // the operand, whole
+  kView,    // the operand's bytes as they lie, in another shape (reshape, squeeze)
+  kGather,  // rows of operand 0 at the indices in operand 1 (take)
+  kConcat,  // the operands one after another along `axis` (concat; stack, each
+            // with that axis inserted)
+  kSlice,   // the box of operand 0 that `axes`, `begins` and `ends` give (slice)
+};
+
 // What one element of an elementwise/broadcast operator computes.
 #define PEJIT_SCALAR_OPS(X)                                                        \
   X(kNone) X(kNeg) X(kAbs) X(kExp) X(kLog) X(kTanh) X(kSigmoid) X(kRelu) X(kSqrt)  \
@@ -107,6 +136,8 @@ struct OpDef {
   std::vector<AttrSpec> attrs;
   FusionKind fusion = FusionKind::kOpaque;
   ScalarOp scalar = ScalarOp::kNone;
+  BatchRule batch = BatchRule::kNone;
+  MoveKind moves = MoveKind::kNone;
   TypeRule infer;
   Kernel kernel;
   GradRule grad;  // null: not differentiable (comparisons, argmax, ...)

@@ -30,12 +30,14 @@ const Registry& Global() {
 
 }  // namespace
 
-void AddOp(Registry& registry, OpDef op) {
+OpDef& AddOp(Registry& registry, OpDef op) {
   std::string name = op.name;
   if (!op.infer || !op.kernel) throw std::logic_error("op " + name + " needs a type rule and a kernel");
-  if (!registry.ops.emplace(name, std::move(op)).second) {
-    throw std::logic_error("op " + name + " registered twice");
-  }
+  bool elementwise = op.fusion == FusionKind::kElementwise || op.fusion == FusionKind::kBroadcast;
+  if (op.batch == BatchRule::kNone && elementwise && op.scalar != ScalarOp::kNone) op.batch = BatchRule::kElementwise;
+  auto [it, inserted] = registry.ops.emplace(name, std::move(op));
+  if (!inserted) throw std::logic_error("op " + name + " registered twice");
+  return it->second;
 }
 
 const OpDef* FindOp(std::string_view name) {

@@ -9,7 +9,9 @@
 namespace pejit {
 
 class Registry;
-void AddOp(Registry& registry, OpDef op);
+// Registers `op` and returns it as registered: a family's helper returns it
+// so that an operator's batching and move rules are set where it is defined.
+OpDef& AddOp(Registry& registry, OpDef op);
 
 // Each file of ops/defs/ registers one family of operators.
 void RegisterElementwiseOps(Registry& registry);  // elementwise.cc

@@ -195,8 +195,8 @@ TypeRule BinaryType(std::string op, std::vector<DType> allowed, bool compare) {
 const std::vector<DType> kFloats = {DType::kF32, DType::kF64};
 const std::vector<DType> kNumeric = {DType::kF32, DType::kF64, DType::kI64};
 
-void AddUnary(Registry& r, const std::string& name, ScalarOp scalar, Kernel kernel,
-              std::vector<DType> allowed, GradRule grad, std::vector<AttrSpec> attrs = {}) {
+OpDef& AddUnary(Registry& r, const std::string& name, ScalarOp scalar, Kernel kernel,
+                std::vector<DType> allowed, GradRule grad, std::vector<AttrSpec> attrs = {}) {
   OpDef op;
   op.name = name;
   op.input_names = {"x"};
@@ -211,7 +211,7 @@ void AddUnary(Registry& r, const std::string& name, ScalarOp scalar, Kernel kern
   };
   op.kernel = std::move(kernel);
   op.grad = std::move(grad);
-  AddOp(r, std::move(op));
+  return AddOp(r, std::move(op));
 }
 
 void AddBinary(Registry& r, const std::string& name, ScalarOp scalar, Kernel kernel,
@@ -386,7 +386,8 @@ void RegisterElementwiseOps(Registry& r) {
     AddOp(r, std::move(op));
   }
   AddUnary(r, "copy", S::kCopy, CopyKernel, {DType::kF32, DType::kF64, DType::kI64, DType::kBool},
-           PEJIT_GRAD(return {g};));
+           PEJIT_GRAD(return {g};))
+      .moves = MoveKind::kCopy;
 }
 
 }  // namespace pejit

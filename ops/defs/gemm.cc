@@ -196,6 +196,7 @@ void RegisterGemmOps(Registry& r) {
   matmul.input_names = {"lhs", "rhs"};
   matmul.attrs = {{"transpose_a", AttrKind::kBool, false}, {"transpose_b", AttrKind::kBool, false}};
   matmul.fusion = FusionKind::kGemm;
+  matmul.batch = BatchRule::kGemm;
   matmul.infer = MatmulType;
   matmul.kernel = MatmulKernel;
   matmul.grad = MatmulGrad;
@@ -205,6 +206,7 @@ void RegisterGemmOps(Registry& r) {
   dense.name = "dense";
   dense.input_names = {"x", "weight", "bias"};
   dense.fusion = FusionKind::kGemm;
+  dense.batch = BatchRule::kGemm;
   dense.infer = DenseType;
   dense.kernel = DenseKernel;
   dense.grad = DenseGrad;

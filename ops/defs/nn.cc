@@ -157,7 +157,7 @@ std::vector<GradValue> LossGrad(GradBuilder& b, const GradContext& c) {
 
 void RegisterNnOps(Registry& r) {
   auto add = [&r](std::string name, std::vector<std::string> inputs, std::vector<AttrSpec> attrs, TypeRule infer,
-                  Kernel kernel, GradRule grad) {
+                  Kernel kernel, GradRule grad) -> OpDef& {
     OpDef op;
     op.name = std::move(name);
     op.input_names = std::move(inputs);
@@ -166,13 +166,15 @@ void RegisterNnOps(Registry& r) {
     op.infer = std::move(infer);
     op.kernel = std::move(kernel);
     op.grad = std::move(grad);
-    AddOp(r, std::move(op));
+    return AddOp(r, std::move(op));
   };
-  add("take", {"table", "indices"}, {}, TakeType, TakeKernel,
-      [](GradBuilder& b, const GradContext& c) -> std::vector<GradValue> {
-        int64_t rows = b.TypeOf(c.inputs[0]).shape[0];
-        return {b.Emit("scatter_add", {c.output_grads[0], c.inputs[1]}, {{"rows", rows}}), kNoGrad};
-      });
+  OpDef& take = add("take", {"table", "indices"}, {}, TakeType, TakeKernel,
+                    [](GradBuilder& b, const GradContext& c) -> std::vector<GradValue> {
+                      int64_t rows = b.TypeOf(c.inputs[0]).shape[0];
+                      return {b.Emit("scatter_add", {c.output_grads[0], c.inputs[1]}, {{"rows", rows}}), kNoGrad};
+                    });
+  take.batch = BatchRule::kGather;
+  take.moves = MoveKind::kGather;
   add("scatter_add", {"values", "indices"}, {{"rows", AttrKind::kInt, std::nullopt}}, ScatterAddType,
       ScatterAddKernel, [](GradBuilder& b, const GradContext& c) -> std::vector<GradValue> {
         return {b.Emit("take", {c.output_grads[0], c.inputs[1]}), kNoGrad};

@@ -287,6 +287,8 @@ void RegisterReduceOps(Registry& r) {
     op.input_names = {"x"};
     op.attrs = std::move(attrs);
     op.fusion = FusionKind::kReduction;
+    // Over `axes` (sum, mean, ...), or along one `axis` (argmax, softmax).
+    op.batch = op.attrs[0].name == "axes" ? BatchRule::kReduce : BatchRule::kAxis;
     op.infer = std::move(infer);
     op.kernel = std::move(kernel);
     op.grad = std::move(grad);

@@ -434,7 +434,7 @@ void SumToKernel(std::span<const Tensor> in, std::span<Tensor> out, const Attrs&
 
 void RegisterShapeOps(Registry& r) {
   auto add = [&r](std::string name, std::vector<std::string> inputs, std::vector<AttrSpec> attrs, TypeRule infer,
-                  Kernel kernel, GradRule grad, FusionKind fusion = FusionKind::kInjective) {
+                  Kernel kernel, GradRule grad, FusionKind fusion = FusionKind::kInjective) -> OpDef& {
     OpDef op;
     op.name = std::move(name);
     op.input_names = std::move(inputs);
@@ -443,7 +443,7 @@ void RegisterShapeOps(Registry& r) {
     op.infer = std::move(infer);
     op.kernel = std::move(kernel);
     op.grad = std::move(grad);
-    AddOp(r, std::move(op));
+    return AddOp(r, std::move(op));
   };
   add("transpose", {"x"}, {{"perm", AttrKind::kInts, Ints{}}}, TransposeType, TransposeKernel,
       [](GradBuilder& b, const GradContext& c) -> std::vector<GradValue> {
@@ -451,15 +451,20 @@ void RegisterShapeOps(Registry& r) {
         for (size_t i = 0; i < perm.size(); ++i) inverse[perm[i]] = static_cast<int64_t>(i);
         return {b.Emit("transpose", {c.output_grads[0]}, {{"perm", inverse}})};
       });
-  add("reshape", {"x"}, {{"shape", AttrKind::kInts, std::nullopt}}, ReshapeType, CopyBytes, ReshapeGrad);
-  add("expand_dims", {"x"}, {{"axis", AttrKind::kInt, std::nullopt}}, ExpandDimsType, CopyBytes, ReshapeGrad);
-  add("squeeze", {"x"}, {{"axes", AttrKind::kInts, Ints{}}}, SqueezeType, CopyBytes, ReshapeGrad);
-  add("concat", {"inputs..."}, {{"axis", AttrKind::kInt, int64_t{0}}}, ConcatType, ConcatKernel,
-      [](GradBuilder& b, const GradContext& c) {
-        int axis = NormalizeAxis("concat", c.attrs.GetInt("axis"), b.TypeOf(c.outputs[0]).rank());
-        return SliceBack(b, c.output_grads[0], c.inputs, axis, false);
-      });
-  add("stack", {"inputs..."}, {{"axis", AttrKind::kInt, int64_t{0}}}, StackType,
+  OpDef& reshape = add("reshape", {"x"}, {{"shape", AttrKind::kInts, std::nullopt}}, ReshapeType, CopyBytes, ReshapeGrad);
+  reshape.batch = BatchRule::kReshape;
+  reshape.moves = MoveKind::kView;
+  add("expand_dims", {"x"}, {{"axis", AttrKind::kInt, std::nullopt}}, ExpandDimsType, CopyBytes, ReshapeGrad).moves =
+      MoveKind::kView;
+  add("squeeze", {"x"}, {{"axes", AttrKind::kInts, Ints{}}}, SqueezeType, CopyBytes, ReshapeGrad).moves = MoveKind::kView;
+  OpDef& concat = add("concat", {"inputs..."}, {{"axis", AttrKind::kInt, int64_t{0}}}, ConcatType, ConcatKernel,
+                      [](GradBuilder& b, const GradContext& c) {
+                        int axis = NormalizeAxis("concat", c.attrs.GetInt("axis"), b.TypeOf(c.outputs[0]).rank());
+                        return SliceBack(b, c.output_grads[0], c.inputs, axis, false);
+                      });
+  concat.batch = BatchRule::kAxis;
+  concat.moves = MoveKind::kConcat;
+  OpDef& stack = add("stack", {"inputs..."}, {{"axis", AttrKind::kInt, int64_t{0}}}, StackType,
       [](std::span<const Tensor> in, std::span<Tensor> out, const Attrs& attrs) {
         // Stacking is concatenating inputs viewed with a size-1 axis inserted.
         int axis = NormalizeAxis("stack", attrs.GetInt("axis"), in[0].rank() + 1);
@@ -475,14 +480,18 @@ void RegisterShapeOps(Registry& r) {
         int axis = NormalizeAxis("stack", c.attrs.GetInt("axis"), b.TypeOf(c.outputs[0]).rank());
         return SliceBack(b, c.output_grads[0], c.inputs, axis, true);
       });
+  stack.moves = MoveKind::kConcat;
   add("split", {"x"}, {{"axis", AttrKind::kInt, int64_t{0}}, {"sizes", AttrKind::kInts, std::nullopt}}, SplitType,
-      SplitKernel, SplitGrad);
+      SplitKernel, SplitGrad)
+      .batch = BatchRule::kAxis;
   add("chunk", {"x"}, {{"chunks", AttrKind::kInt, std::nullopt}, {"axis", AttrKind::kInt, int64_t{0}}}, ChunkType,
-      SplitKernel, SplitGrad);
+      SplitKernel, SplitGrad)
+      .batch = BatchRule::kAxis;
   add("slice", {"x"},
       {{"axes", AttrKind::kInts, std::nullopt}, {"begins", AttrKind::kInts, std::nullopt},
        {"ends", AttrKind::kInts, std::nullopt}},
-      SliceType, SliceKernel, SliceGrad);
+      SliceType, SliceKernel, SliceGrad)
+      .moves = MoveKind::kSlice;
   add("pad", {"x"}, {{"before", AttrKind::kInts, std::nullopt}, {"after", AttrKind::kInts, std::nullopt}}, PadType,
       PadKernel, PadGrad);
   add("broadcast_to", {"x"}, {{"shape", AttrKind::kInts, std::nullopt}}, BroadcastToType, BroadcastToKernel,

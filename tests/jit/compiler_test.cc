@@ -15,6 +15,7 @@
 #include "ir/visitor.h"
 #include "jit/compiler.h"
 #include "jit/plan.h"
+#include "jit/simplify.h"
 #include "ops/packed_gemm.h"
 #include "ops/random.h"
 #include "pe/partial_eval.h"
