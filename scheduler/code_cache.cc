@@ -223,4 +223,28 @@ size_t CodeCache::size() const {
   return map_.size();
 }
 
+int64_t CodeCache::Retain(const std::vector<SlotPtr>& dropped) {
+  if (limits_.retained_code_bytes == 0) return 0;
+  std::deque<ExecutablePtr> released;  // freed after the lock
+  std::lock_guard<std::mutex> lock(retained_mu_);
+  int64_t kept = 0;
+  for (const SlotPtr& slot : dropped) {
+    if (slot->Load() != SlotState::kReady || !slot->exec) continue;
+    retained_bytes_ += slot->bytes;
+    retained_.push_back(slot->exec);
+    ++kept;
+  }
+  while (retained_bytes_ > limits_.retained_code_bytes && !retained_.empty()) {
+    retained_bytes_ -= retained_.front()->code_bytes();
+    released.push_back(std::move(retained_.front()));
+    retained_.pop_front();
+  }
+  return kept;
+}
+
+size_t CodeCache::retained_bytes() const {
+  std::lock_guard<std::mutex> lock(retained_mu_);
+  return retained_bytes_;
+}
+
 }  // namespace pejit

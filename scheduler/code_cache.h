@@ -73,8 +73,10 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <deque>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <shared_mutex>
 #include <string>
 #include <unordered_map>
@@ -166,6 +168,7 @@ struct CacheLimits {
   size_t code_bytes = size_t{256} << 20;   // sum of ready slots' Executable::code_bytes()
   int max_specializations_per_entry = 1024;  // ready slots per entry
   int max_tracked_per_entry = 1024;        // cold and failed slots per entry
+  size_t retained_code_bytes = 0;          // code of unlinked slots kept (Retain)
 };
 
 struct Eviction {
@@ -206,6 +209,14 @@ class CodeCache {
   // Unlinks everything (shutdown).
   std::vector<SlotPtr> Clear();
 
+  // Keeps the ready code of `dropped` (slots an edit unlinked) for its
+  // kernels, within CacheLimits::retained_code_bytes, oldest first out: the
+  // JIT reuses the kernels of live code, and the job that re-specializes
+  // after an edit mostly computes the same ones (only what the edit changed
+  // is new). Returns how many it kept.
+  int64_t Retain(const std::vector<SlotPtr>& dropped);
+  size_t retained_bytes() const;
+
   size_t bytes() const;
   size_t size() const;
 
@@ -231,6 +242,10 @@ class CodeCache {
   size_t bytes_ = 0;
   uint64_t last_edit_generation_ = 0;
   mutable std::atomic<uint64_t> clock_{0};
+
+  mutable std::mutex retained_mu_;
+  std::deque<ExecutablePtr> retained_;  // oldest first
+  size_t retained_bytes_ = 0;
 };
 
 }  // namespace pejit

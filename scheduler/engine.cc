@@ -27,6 +27,7 @@
 #include "jit/pipeline.h"
 #include "ops/blas.h"
 #include "scheduler/code_cache.h"
+#include "scheduler/job_events.h"
 #include "scheduler/job_queue.h"
 #include "scheduler/residual_executable.h"
 #include "scheduler/trace_sinks.h"
@@ -167,7 +168,6 @@ class EngineImpl {
   CodeStatus WaitReady(Request& r);
   CodeStatus Status(Request& r);
   EntryState& State(const std::string& name);
-  size_t RetainedBytes() const;
   std::vector<std::shared_ptr<generic::GenericProgram>> GenericPrograms();
   const std::shared_ptr<generic::SegmentTable>& GenericSegments() const { return segments_; }
 
@@ -214,10 +214,6 @@ class EngineImpl {
              int64_t duration_us = 0) const;
   void Emit(const Event& e) const;
 
-  // Emits the job's stage events from what the compile hook reported.
-  void EmitCompileStages(const std::string& entry, const Signature& sig, int64_t job, int64_t compile_start,
-                         int64_t compile_end, const CompileNotes& notes) const;
-
   Interpreter interpreter_;
   std::shared_ptr<JitSession> jit_;  // LLVM for the default compile hook and the generic tier; may be null
   CompileFn compile_;
@@ -252,11 +248,6 @@ class EngineImpl {
   std::atomic<int64_t> jobs_in_flight_{0};  // outstanding_, read without the lock
   std::atomic<int> blas_threads_{0};        // what FitBlasThreads last set (0: nothing yet)
   std::atomic<bool> stopping_{false};
-
-  // Invalidated code kept for its kernels, oldest first (retained_code_bytes).
-  mutable std::mutex retained_mu_;
-  std::deque<ExecutablePtr> retained_;
-  size_t retained_bytes_ = 0;
 
   // wait_ready and policy sync sleep here until a slot leaves pending.
   std::mutex wait_mu_;
@@ -293,7 +284,7 @@ EngineImpl::EngineImpl(EngineOptions opts)
     : options(Checked(std::move(opts))),
       workers(options.workers > 0 ? options.workers : DefaultWorkers()),
       cache(CacheLimits{options.code_cache_bytes, std::max(1, options.max_specializations_per_entry),
-                        std::max(1, options.max_tracked_signatures_per_entry)}),
+                        std::max(1, options.max_tracked_signatures_per_entry), options.retained_code_bytes}),
       pe_cache(options.pe_cache),
       interpreter_(options.interpreter),
       jit_(MakeSession(static_cast<bool>(options.compile))),
@@ -352,32 +343,14 @@ EntryState& EngineImpl::State(const std::string& name) {
   return *state;
 }
 
-size_t EngineImpl::RetainedBytes() const {
-  std::lock_guard<std::mutex> lock(retained_mu_);
-  return retained_bytes_;
-}
-
 // ---- Events ------------------------------------------------------------------------
 
 Event EngineImpl::Make(EventKind kind, const std::string& entry, const Signature* sig, int64_t start_us,
                        int64_t duration_us) const {
-  Event e{};
-  e.kind = kind;
-  e.entry = entry;
-  if (sig) e.signature = sig->ShortHash();
-  e.thread = ThreadNumber();
-  e.start_us = start_us ? start_us : NowMicros();
-  e.duration_us = duration_us;
-  return e;
+  return MakeEvent(kind, entry, sig ? sig->ShortHash() : std::string(), start_us, duration_us);
 }
 
-void EngineImpl::Emit(const Event& e) const {
-  try {
-    sink_->Emit(e);
-  } catch (...) {
-    // A sink's failure must not change what the engine computes.
-  }
-}
+void EngineImpl::Emit(const Event& e) const { EmitQuietly(*sink_, e); }
 
 // ---- The call path -------------------------------------------------------------------
 
@@ -785,9 +758,10 @@ void EngineImpl::RunJob(Job& job) {
   SlotDrop dropped = slot.dropped.load(std::memory_order_acquire);
   if (stopping_.load()) return Cancel(job, "the engine shut down");
   if (dropped == SlotDrop::kInvalidated) return Cancel(job, "a definition it uses changed");
-  int64_t job_start = NowMicros();
-  // Stage times for the swap event; 0 for stages that did not run.
-  int64_t pe_us = 0, batch_us = -1, autodiff_us = 0, compile_us = 0;  // batch_us < 0: not batched
+  JobTimes times;
+  times.enqueued = job.enqueued_us;
+  times.start = NowMicros();
+  const JobEvents events(sink_, entry.name, sig, job.id);
   const char* stage = "arguments";
   ExecutablePtr exec;
   std::vector<int> gradient_result;  // grad mode: Slot::gradient_result
@@ -808,26 +782,8 @@ void EngineImpl::RunJob(Job& job) {
     int64_t start = NowMicros();
     Residual residual =
         PartialEvaluate(*job.snapshot, entry.name, job.args, job.static_args, options.pe, &pe_cache);
-    pe_us = NowMicros() - start;
-    if (On(EventKind::kPe)) {
-      Event e = Make(EventKind::kPe, entry.name, &sig, start, pe_us);
-      e.fields.push_back({"job", job.id});
-      e.fields.push_back({"residual_ops", residual.stats.residual_ops});
-      e.fields.push_back({"params", residual.stats.params});
-      e.fields.push_back({"unfoldings", residual.stats.unfoldings});
-      // Helpers whose code came from the PE cache, and those this job kept
-      // there (only when there are: most jobs have neither).
-      if (residual.stats.reused_specializations > 0) {
-        e.fields.push_back({"reused_specializations", residual.stats.reused_specializations});
-        std::string reused;
-        for (const std::string& helper : residual.stats.reused) reused += (reused.empty() ? "" : ",") + helper;
-        e.fields.push_back({"reused", reused});
-      }
-      if (residual.stats.cached_specializations > 0) {
-        e.fields.push_back({"cached_specializations", residual.stats.cached_specializations});
-      }
-      Emit(e);
-    }
+    times.pe_us = NowMicros() - start;
+    events.Pe(start, times.pe_us, residual.stats);
     // (J3) What the compiled tiers take: straight-line tensor code.
     if (!residual.functions.empty()) {
       throw JitFailure("the residual calls " + std::to_string(residual.functions.size()) +
@@ -852,22 +808,13 @@ void EngineImpl::RunJob(Job& job) {
     stage = kPipelineStage;
     start = NowMicros();
     residual.main = PrepareResidual(residual.main, pipeline, &prepared);
-    if (prepared.batched) batch_us = static_cast<int64_t>(prepared.batch_ms * 1e3);
-    autodiff_us = static_cast<int64_t>(prepared.autodiff_ms * 1e3);
-    if (prepared.batched && On(EventKind::kBatch)) {
-      Event e = Make(EventKind::kBatch, entry.name, &sig, start, batch_us);
-      e.fields.push_back({"job", job.id});
-      e.fields.push_back({"groups", prepared.batch.groups});
-      e.fields.push_back({"ops_before", prepared.batch.ops_before});
-      e.fields.push_back({"ops_after", prepared.batch.ops_after});
-      e.fields.push_back({"copied_bytes", prepared.batch.copied_bytes});
-      Emit(e);
+    if (prepared.batched) {
+      times.batch_us = static_cast<int64_t>(prepared.batch_ms * 1e3);
+      events.Batch(start, times.batch_us, prepared.batch);
     }
-    if (job.grad && On(EventKind::kAutodiff)) {
-      Event e = Make(EventKind::kAutodiff, entry.name, &sig, start + std::max<int64_t>(batch_us, 0), autodiff_us);
-      e.fields.push_back({"job", job.id});
-      e.fields.push_back({"wrt_leaves", static_cast<int64_t>(pipeline.wrt_leaves->size())});
-      Emit(e);
+    if (job.grad) {
+      times.autodiff_us = static_cast<int64_t>(prepared.autodiff_ms * 1e3);
+      events.Autodiff(start + std::max<int64_t>(times.batch_us, 0), times.autodiff_us, pipeline.wrt_leaves->size());
     }
     // (J4) Compile. A hook that returns nothing or the wrong results is
     // broken (failed), not a program the compilers decline (refused).
@@ -876,21 +823,13 @@ void EngineImpl::RunJob(Job& job) {
     start = NowMicros();
     exec = compile_(residual, notes);
     int64_t end = NowMicros();
-    compile_us = end - start;
+    times.compile_us = end - start;
     if (!exec) throw std::logic_error("the compile hook returned no executable");
     if (!IsTensorTree(exec->result_type()) || CountTensorLeaves(exec->result_type()) != expected_results) {
       throw std::logic_error("the compiled code returns " + TypeToString(exec->result_type()) + ", expected " +
                              std::to_string(expected_results) + " tensors");
     }
-    EmitCompileStages(entry.name, sig, job.id, start, end, notes);
-    if (On(EventKind::kCompile)) {
-      Event e = Make(EventKind::kCompile, entry.name, &sig, start, compile_us);
-      e.fields.push_back({"job", job.id});
-      e.fields.push_back({"tier", std::string(exec->tier())});
-      e.fields.push_back({"code_bytes", static_cast<int64_t>(exec->code_bytes())});
-      if (!notes.fallback.empty()) e.fields.push_back({"fallback", notes.fallback});
-      Emit(e);
-    }
+    events.Compile(start, end, *exec, notes);
   } catch (...) {
     // Refused: a program outside what PE and the compilers take (a limit or
     // a construct they decline). Failed: anything else that threw, including
@@ -910,15 +849,7 @@ void EngineImpl::RunJob(Job& job) {
     std::string reason = std::string(stage == kPipelineStage ? prepared.stage : stage) + ": " + what;
     ReportEvictions(cache.Fail(slot, reason));
     Count(entry.failed);
-    EventKind kind = refused ? EventKind::kRefused : EventKind::kFailed;
-    if (On(kind)) {
-      Event e = Make(kind, entry.name, &sig, job_start, NowMicros() - job_start);
-      e.fields.push_back({"job", job.id});
-      e.fields.push_back({"mode", slot.key.mode});
-      e.fields.push_back({"wait_us", job_start - job.enqueued_us});
-      e.fields.push_back({"reason", reason});
-      Emit(e);
-    }
+    events.End(refused, times, slot.key.mode, reason);
     Settle(slot);
     return;
   }
@@ -927,65 +858,10 @@ void EngineImpl::RunJob(Job& job) {
   {
     std::vector<Eviction> evicted = cache.Publish(slot, exec, std::move(gradient_result));
     Count(entry.compiled);
-    if (On(EventKind::kSwap)) {
-      Event e = Make(EventKind::kSwap, entry.name, &sig, job_start, NowMicros() - job_start);
-      e.fields.push_back({"tier", slot.tier});
-      e.fields.push_back({"job", job.id});
-      e.fields.push_back({"mode", slot.key.mode});
-      e.fields.push_back({"pe_us", pe_us});
-      if (batch_us >= 0) e.fields.push_back({"batch_us", batch_us});
-      if (job.grad) e.fields.push_back({"autodiff_us", autodiff_us});
-      if (notes.jit) {
-        // The line of the issue: pe=… passes=… llvm=… kernels=… code=…
-        e.fields.push_back({"passes_us", static_cast<int64_t>(notes.jit->lower_ms * 1e3)});
-        e.fields.push_back(
-            {"llvm_us", static_cast<int64_t>(
-                            (notes.jit->codegen_ms + notes.jit->optimize_ms + notes.jit->machine_code_ms) * 1e3)});
-        e.fields.push_back({"kernels", static_cast<int64_t>(notes.jit->kernels)});
-      } else {
-        e.fields.push_back({"compile_us", compile_us});
-      }
-      e.fields.push_back({"code_bytes", static_cast<int64_t>(slot.bytes)});
-      e.fields.push_back({"wait_us", job_start - job.enqueued_us});
-      if (!notes.fallback.empty()) e.fields.push_back({"fallback", notes.fallback});
-      Emit(e);
-    }
+    events.Swap(times, slot.tier, slot.key.mode, job.grad, slot.bytes, notes);
     ReportEvictions(evicted);
   }
   Settle(slot);
-}
-
-void EngineImpl::EmitCompileStages(const std::string& entry, const Signature& sig, int64_t job,
-                                   int64_t compile_start, int64_t compile_end, const CompileNotes& notes) const {
-  if (!notes.jit) return;
-  const CompileReport& r = *notes.jit;
-  // The report has durations, not times: the stages ran back to back from
-  // the hook's start, which places them (clamped to the hook's span).
-  auto us = [](double ms) { return static_cast<int64_t>(ms * 1e3); };
-  int64_t passes_end = std::min(compile_end, compile_start + us(r.lower_ms));
-  if (On(EventKind::kPasses)) {
-    Event e = Make(EventKind::kPasses, entry, &sig, compile_start, passes_end - compile_start);
-    e.fields.push_back({"job", job});
-    e.fields.push_back({"kernels", static_cast<int64_t>(r.kernels)});
-    e.fields.push_back({"fused_kernels", static_cast<int64_t>(r.fused_kernels)});
-    e.fields.push_back({"arena_bytes", r.arena_bytes});
-    e.fields.push_back({"copy_steps", static_cast<int64_t>(r.copy_steps)});
-    e.fields.push_back({"copied_bytes", r.copied_bytes});
-    Emit(e);
-  }
-  if (On(EventKind::kCodegen)) {
-    int64_t ir = us(r.codegen_ms), opt = us(r.optimize_ms), mc = us(r.machine_code_ms);
-    int64_t end = std::min(compile_end, passes_end + ir + opt + mc);
-    Event e = Make(EventKind::kCodegen, entry, &sig, passes_end, end - passes_end);
-    e.fields.push_back({"job", job});
-    e.fields.push_back({"ir_us", ir});
-    e.fields.push_back({"opt_us", opt});
-    e.fields.push_back({"machine_code_us", mc});
-    e.fields.push_back({"distinct_kernels", static_cast<int64_t>(r.distinct_fused_kernels)});
-    e.fields.push_back({"reused_kernels", static_cast<int64_t>(r.reused_fused_kernels)});
-    e.fields.push_back({"code_bytes", static_cast<int64_t>(r.code_bytes)});
-    Emit(e);
-  }
 }
 
 void EngineImpl::ReportEvictions(const std::vector<Eviction>& evicted) {
@@ -1007,25 +883,7 @@ void EngineImpl::OnEdit(const ModuleEdit& edit) {
   std::vector<SlotPtr> dropped = cache.Invalidate(edit);
   std::map<EntryState*, int64_t> per_entry;
   for (const SlotPtr& slot : dropped) per_entry[slot->key.entry]++;
-  // Ready code of dropped slots is kept for its kernels: the JIT reuses the
-  // kernels of live code, and the job that re-specializes after this edit
-  // mostly computes the same ones (only what the edit changed is new).
-  int64_t retained = 0;
-  if (options.retained_code_bytes > 0) {
-    std::deque<ExecutablePtr> released;  // freed outside the lock
-    std::lock_guard<std::mutex> lock(retained_mu_);
-    for (const SlotPtr& slot : dropped) {
-      if (slot->Load() != SlotState::kReady || !slot->exec) continue;
-      retained_bytes_ += slot->bytes;
-      retained_.push_back(slot->exec);
-      ++retained;
-    }
-    while (retained_bytes_ > options.retained_code_bytes && !retained_.empty()) {
-      retained_bytes_ -= retained_.front()->code_bytes();
-      released.push_back(std::move(retained_.front()));
-      retained_.pop_front();
-    }
-  }
+  int64_t retained = cache.Retain(dropped);
   std::string changed;
   for (const std::string& name : edit.changed) changed += (changed.empty() ? "@" : ", @") + name;
   if (On(EventKind::kEdit)) {
@@ -1194,7 +1052,7 @@ Entry Engine::entry(const std::string& name, EntryOptions options) {
 }
 
 EngineStats Engine::stats() const {
-  EngineStats out{impl_->cache.bytes(), impl_->cache.size(), impl_->queue.size(), impl_->RetainedBytes(),
+  EngineStats out{impl_->cache.bytes(), impl_->cache.size(), impl_->queue.size(), impl_->cache.retained_bytes(),
                   impl_->workers};
   for (const auto& program : impl_->GenericPrograms()) out.generic_cells += program->cells();
   for (generic::SegmentCode* code : impl_->GenericSegments()->codes()) {

@@ -87,4 +87,23 @@ uint64_t ThreadNumber() {
   return number;
 }
 
+Event MakeEvent(EventKind kind, const std::string& entry, std::string signature, int64_t start_us,
+                int64_t duration_us) {
+  Event e{};
+  e.kind = kind;
+  e.entry = entry;
+  e.signature = std::move(signature);
+  e.thread = ThreadNumber();
+  e.start_us = start_us ? start_us : NowMicros();
+  e.duration_us = duration_us;
+  return e;
+}
+
+void EmitQuietly(EventSink& sink, const Event& event) {
+  try {
+    sink.Emit(event);
+  } catch (...) {
+  }
+}
+
 }  // namespace pejit

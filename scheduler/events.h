@@ -115,4 +115,12 @@ int64_t NowMicros();
 // This thread's Event::thread number.
 uint64_t ThreadNumber();
 
+// An event of `kind` about `entry` and `signature` (Signature::ShortHash(),
+// or empty), on this thread, starting at `start_us` (0: now).
+Event MakeEvent(EventKind kind, const std::string& entry, std::string signature, int64_t start_us = 0,
+                int64_t duration_us = 0);
+// Hands `event` to `sink`, swallowing what the sink throws: a sink's failure
+// must not change what the engine computes.
+void EmitQuietly(EventSink& sink, const Event& event);
+
 }  // namespace pejit

@@ -21,7 +21,7 @@ namespace {
 
 using namespace testing_trace;
 
-Event MakeEvent(EventKind kind, std::string entry, std::string sig, int64_t start_us, int64_t duration_us,
+Event EventOf(EventKind kind, std::string entry, std::string sig, int64_t start_us, int64_t duration_us,
                 std::vector<std::pair<std::string, FieldValue>> fields = {}, uint64_t thread = 1) {
   Event e;
   e.kind = kind;
@@ -47,7 +47,7 @@ void ExpectSameEvent(const Event& a, const Event& b) {
 // ---- JSON lines -------------------------------------------------------------------------
 
 TEST(TraceJson, AnEventReadsBackAsItWasWrittenWithTheCommonKeysFirst) {
-  Event e = MakeEvent(EventKind::kRefused, "loss", "0c11aa20", 81234567, 35012,
+  Event e = EventOf(EventKind::kRefused, "loss", "0c11aa20", 81234567, 35012,
                       {{"job", int64_t{7}}, {"ratio", 0.25}, {"reason", std::string("pe: \"quoted\", ünïcode\n")}},
                       3);
   std::string line = EventToJson(e);
@@ -61,12 +61,12 @@ TEST(TraceJson, AnEventReadsBackAsItWasWrittenWithTheCommonKeysFirst) {
 }
 
 TEST(TraceJson, BytesThatAreNotUtf8AreReplacedNotThrown) {
-  Event e = MakeEvent(EventKind::kFailed, "loss", "", 0, 0, {{"reason", std::string("bad \xff byte")}});
+  Event e = EventOf(EventKind::kFailed, "loss", "", 0, 0, {{"reason", std::string("bad \xff byte")}});
   EXPECT_EQ(EventFromJson(EventToJson(e)).Text("reason"), "bad \xEF\xBF\xBD byte");  // U+FFFD
 }
 
 TEST(TraceJson, AFieldNamedLikeACommonKeyCannotShadowIt) {
-  Event e = MakeEvent(EventKind::kHit, "loss", "3f2a91c0", 5, 0, {{"entry", std::string("other")}});
+  Event e = EventOf(EventKind::kHit, "loss", "3f2a91c0", 5, 0, {{"entry", std::string("other")}});
   Event back = EventFromJson(EventToJson(e));
   EXPECT_EQ(back.entry, "loss");
   EXPECT_EQ(back.Text("field_entry"), "other");
@@ -82,7 +82,7 @@ TEST(TraceJson, BadLinesNameTheFileTheLineAndTheProblem) {
     }
     return std::string("no error");
   };
-  std::string good = EventToJson(MakeEvent(EventKind::kHit, "loss", "3f2a91c0", 5, 0, {{"tier", std::string("native")}}));
+  std::string good = EventToJson(EventOf(EventKind::kHit, "loss", "3f2a91c0", 5, 0, {{"tier", std::string("native")}}));
   EXPECT_EQ(error_of(good + "\n\n" + R"({"event":"nope","entry":"","signature":"","thread":1,"start_us":0,"duration_us":0})"),
             "t.jsonl:3: unknown event \"nope\"");
   EXPECT_EQ(error_of("{not json").rfind("t.jsonl:1: not JSON: ", 0), 0u) << error_of("{not json");
@@ -131,7 +131,7 @@ TEST(TraceJson, ReadersInterpretOnlyTheFieldsTheReaderChecks) {
 // ---- Log lines --------------------------------------------------------------------------
 
 TEST(TraceLog, ASwapLineHasTheEntrySignatureTierAndStageTimes) {
-  Event swap = MakeEvent(EventKind::kSwap, "loss", "3f2a91c0", 0, 41000,
+  Event swap = EventOf(EventKind::kSwap, "loss", "3f2a91c0", 0, 41000,
                          {{"tier", std::string("native")},
                           {"job", int64_t{7}},
                           {"mode", std::string("grad:2")},
@@ -147,10 +147,10 @@ TEST(TraceLog, ASwapLineHasTheEntrySignatureTierAndStageTimes) {
 }
 
 TEST(TraceLog, MissAndRefusedLinesSayWhereTheCallWentAndWhy) {
-  Event miss = MakeEvent(EventKind::kMiss, "loss", "77b1e004", 0, 0,
+  Event miss = EventOf(EventKind::kMiss, "loss", "77b1e004", 0, 0,
                          {{"state", std::string("pending")}, {"policy", std::string("eager")}, {"queue", int64_t{3}}});
   EXPECT_EQ(FormatEvent(miss), "miss       loss        sig=77b1e004  -> interpreter (pending, queue=3)");
-  Event refused = MakeEvent(EventKind::kRefused, "loss", "0c11aa20", 0, 900,
+  Event refused = EventOf(EventKind::kRefused, "loss", "0c11aa20", 0, 900,
                             {{"job", int64_t{2}},
                              {"mode", std::string("value")},
                              {"wait_us", int64_t{15}},
@@ -159,20 +159,20 @@ TEST(TraceLog, MissAndRefusedLinesSayWhereTheCallWentAndWhy) {
             "refused    loss        sig=0c11aa20  job=2  mode=value  wait=15us  "
             "reason=\"pe: residual over 3 operators (PeOptions::max_residual_ops)\"");
   // Entries longer than the column push it; events without a signature keep the columns.
-  Event inv = MakeEvent(EventKind::kInvalidate, "a_long_entry", "", 0, 0,
+  Event inv = EventOf(EventKind::kInvalidate, "a_long_entry", "", 0, 0,
                         {{"definitions", std::string("@helper")}, {"slots", int64_t{2}}});
   EXPECT_EQ(FormatEvent(inv, 12), "invalidate a_long_entry                definitions=@helper  slots=2");
 }
 
 TEST(TraceLog, InfoShowsWhatChangesWhereCallsRunDebugTheJobsTraceEachCall) {
-  EXPECT_EQ(LevelOf(MakeEvent(EventKind::kSwap, "l", "s", 0, 0)), LogLevel::kInfo);
-  EXPECT_EQ(LevelOf(MakeEvent(EventKind::kRefused, "l", "s", 0, 0)), LogLevel::kInfo);
-  EXPECT_EQ(LevelOf(MakeEvent(EventKind::kMiss, "l", "s", 0, 0, {{"state", std::string("new")}})), LogLevel::kInfo);
-  EXPECT_EQ(LevelOf(MakeEvent(EventKind::kMiss, "l", "s", 0, 0, {{"state", std::string("pending")}})),
+  EXPECT_EQ(LevelOf(EventOf(EventKind::kSwap, "l", "s", 0, 0)), LogLevel::kInfo);
+  EXPECT_EQ(LevelOf(EventOf(EventKind::kRefused, "l", "s", 0, 0)), LogLevel::kInfo);
+  EXPECT_EQ(LevelOf(EventOf(EventKind::kMiss, "l", "s", 0, 0, {{"state", std::string("new")}})), LogLevel::kInfo);
+  EXPECT_EQ(LevelOf(EventOf(EventKind::kMiss, "l", "s", 0, 0, {{"state", std::string("pending")}})),
             LogLevel::kDebug);
-  EXPECT_EQ(LevelOf(MakeEvent(EventKind::kPe, "l", "s", 0, 0)), LogLevel::kDebug);
-  EXPECT_EQ(LevelOf(MakeEvent(EventKind::kCall, "l", "s", 0, 0)), LogLevel::kTrace);
-  EXPECT_EQ(LevelOf(MakeEvent(EventKind::kHit, "l", "s", 0, 0)), LogLevel::kTrace);
+  EXPECT_EQ(LevelOf(EventOf(EventKind::kPe, "l", "s", 0, 0)), LogLevel::kDebug);
+  EXPECT_EQ(LevelOf(EventOf(EventKind::kCall, "l", "s", 0, 0)), LogLevel::kTrace);
+  EXPECT_EQ(LevelOf(EventOf(EventKind::kHit, "l", "s", 0, 0)), LogLevel::kTrace);
 
   LogLevel level = LogLevel::kOff;
   EXPECT_TRUE(ParseLogLevel("DEBUG", &level));
@@ -188,7 +188,7 @@ TEST(TraceLog, BelowTraceCallsAreSummedIntoOneLinePerEntryAndWindow) {
   EXPECT_TRUE(sink.Wants(EventKind::kCall));
   EXPECT_FALSE(sink.Wants(EventKind::kPe));
   auto call = [](int64_t start, int64_t dur, const char* tier) {
-    return MakeEvent(EventKind::kCall, "loss", "3f2a91c0", start, dur,
+    return EventOf(EventKind::kCall, "loss", "3f2a91c0", start, dur,
                      {{"tier", std::string(tier)}, {"mode", std::string("grad")}});
   };
   sink.Emit(call(0, 3000, "interpreter"));
@@ -223,7 +223,7 @@ TEST(TraceLog, LinesFromManyThreadsDoNotInterleave) {
     for (int t = 0; t < 8; ++t) {
       threads.emplace_back([&sink, t] {
         for (int i = 0; i < 300; ++i) {
-          sink.Emit(MakeEvent(EventKind::kPe, "entry" + std::to_string(t), "0000000" + std::to_string(t), i, 1500,
+          sink.Emit(EventOf(EventKind::kPe, "entry" + std::to_string(t), "0000000" + std::to_string(t), i, 1500,
                               {{"job", int64_t{i}}, {"residual_ops", int64_t{1000 + i}}}, t + 1));
         }
       });
@@ -254,7 +254,7 @@ TEST(TraceStats, TheBlockCountsCallsPerTierSpecializationsStagesAndReasons) {
   TraceStats stats;
   auto add = [&](EventKind k, const char* entry, int64_t start, int64_t dur,
                  std::vector<std::pair<std::string, FieldValue>> fields = {}) {
-    stats.Add(MakeEvent(k, entry, entry[0] ? "3f2a91c0" : "", start, dur, std::move(fields)));
+    stats.Add(EventOf(k, entry, entry[0] ? "3f2a91c0" : "", start, dur, std::move(fields)));
   };
   auto s = [](const char* v) { return FieldValue(std::string(v)); };
   add(EventKind::kStart, "", 0, 0, {{"policy", s("eager")}, {"workers", int64_t{1}}});
@@ -303,14 +303,14 @@ TEST(TraceStats, TheBlockCountsCallsPerTierSpecializationsStagesAndReasons) {
 TEST(TraceFile, EventsFromManyThreadsAreAllWrittenWholeAndFlushOnDemand) {
   std::string path = ScratchPath("events.jsonl");
   auto sink = std::make_unique<JsonLinesSink>(path);
-  sink->Emit(MakeEvent(EventKind::kStart, "", "", 1, 0, {{"policy", std::string("eager")}}));
+  sink->Emit(EventOf(EventKind::kStart, "", "", 1, 0, {{"policy", std::string("eager")}}));
   sink->Flush();
   EXPECT_EQ(ReadLines(path).size(), 1u);  // on disk before the sink goes
   std::vector<std::thread> threads;
   for (int t = 0; t < 4; ++t) {
     threads.emplace_back([&, t] {
       for (int i = 0; i < 2000; ++i) {
-        sink->Emit(MakeEvent(EventKind::kCall, "loss", "3f2a91c0", i, 7,
+        sink->Emit(EventOf(EventKind::kCall, "loss", "3f2a91c0", i, 7,
                              {{"tier", std::string("interpreter")}, {"mode", std::string("value")}}, t + 1));
       }
     });
@@ -394,7 +394,7 @@ TEST(TraceFanOut, EachSinkGetsWhatItWantsAndOneThrowingStopsNoOther) {
   auto recording = std::make_shared<RecordingSink>();
   FanOutSink fan({std::make_shared<Throwing>(), recording});
   EXPECT_TRUE(fan.Wants(EventKind::kSwap));
-  fan.Emit(MakeEvent(EventKind::kSwap, "loss", "3f2a91c0", 0, 0));
+  fan.Emit(EventOf(EventKind::kSwap, "loss", "3f2a91c0", 0, 0));
   EXPECT_EQ(recording->Count(EventKind::kSwap), 1);
 
   FanOutSink only_swaps({std::make_shared<Throwing>()});
@@ -406,11 +406,11 @@ TEST(TraceFanOut, EachSinkGetsWhatItWantsAndOneThrowingStopsNoOther) {
 TEST(TraceChrome, JobsNestTheirStagesAndAnArrowRunsFromEnqueueToSwap) {
   auto s = [](const char* v) { return FieldValue(std::string(v)); };
   std::vector<Event> events = {
-      MakeEvent(EventKind::kCall, "loss", "3f2a91c0", 1000, 500, {{"tier", s("interpreter")}}, 1),
-      MakeEvent(EventKind::kEnqueue, "loss", "3f2a91c0", 1100, 0, {{"job", int64_t{4}}}, 1),
-      MakeEvent(EventKind::kPe, "loss", "3f2a91c0", 1200, 300, {{"job", int64_t{4}}}, 2),
-      MakeEvent(EventKind::kSwap, "loss", "3f2a91c0", 1200, 900, {{"job", int64_t{4}}, {"tier", s("native")}}, 2),
-      MakeEvent(EventKind::kHit, "loss", "3f2a91c0", 2500, 0, {{"tier", s("native")}}, 1),
+      EventOf(EventKind::kCall, "loss", "3f2a91c0", 1000, 500, {{"tier", s("interpreter")}}, 1),
+      EventOf(EventKind::kEnqueue, "loss", "3f2a91c0", 1100, 0, {{"job", int64_t{4}}}, 1),
+      EventOf(EventKind::kPe, "loss", "3f2a91c0", 1200, 300, {{"job", int64_t{4}}}, 2),
+      EventOf(EventKind::kSwap, "loss", "3f2a91c0", 1200, 900, {{"job", int64_t{4}}, {"tier", s("native")}}, 2),
+      EventOf(EventKind::kHit, "loss", "3f2a91c0", 2500, 0, {{"tier", s("native")}}, 1),
   };
   nlohmann::json doc = nlohmann::json::parse(ChromeTrace(events));
   std::map<std::string, nlohmann::json> by_name;
