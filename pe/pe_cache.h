@@ -26,9 +26,9 @@
 #include <string>
 #include <unordered_map>
 
-namespace pejit {
+#include "pe/pe_template.h"
 
-struct PeTemplate;  // partial_eval.cc
+namespace pejit {
 
 struct PeCacheOptions {
   // Templates kept; the least recently used go first beyond either bound.
@@ -56,10 +56,8 @@ class PeCache {
   PeCacheStats stats() const;
   void Clear();
 
- private:
-  friend class PeCacheAccess;  // partial_eval.cc
+  // The partial evaluator's side, by the keys partial_eval.cc makes.
   using Ptr = std::shared_ptr<const PeTemplate>;
-
   // Null when absent; a hit becomes the most recently used.
   Ptr Find(const std::string& key);
   // Keeps `t` under `key` (replacing an entry of that key), then evicts;
@@ -68,6 +66,7 @@ class PeCache {
   // Whether anything can be kept at all (bounds above zero).
   bool enabled() const { return options_.max_entries > 0 && options_.max_bindings > 0; }
 
+ private:
   struct Entry {
     std::string key;
     Ptr value;
