@@ -24,14 +24,6 @@
 namespace pejit::generic {
 namespace {
 
-void FlattenTensors(const Value& v, std::vector<Tensor>& out) {
-  if (v.is_tensor()) {
-    out.push_back(v.tensor());
-    return;
-  }
-  for (const Value& f : v.fields()) FlattenTensors(f, out);
-}
-
 // A segment variant run by the tier-0 interpreter: correct at once, while
 // native code is compiled.
 class InterpretedSegment final : public Executable {
@@ -40,10 +32,7 @@ class InterpretedSegment final : public Executable {
 
   std::vector<Tensor> Run(std::span<const Tensor> inputs) const override {
     std::vector<Value> args(inputs.begin(), inputs.end());
-    Value v = interpreter_.Apply(empty_, program_, args, "segment");
-    std::vector<Tensor> out;
-    FlattenTensors(v, out);
-    return out;
+    return TensorLeaves(interpreter_.Apply(empty_, program_, args, "segment"));
   }
   const Type& result_type() const override { return result_type_; }
   size_t code_bytes() const override { return 0; }
