@@ -178,9 +178,14 @@ Func CombineSums(const Func& program) {
     // The sum's terms, by kind.
     std::vector<Expr> others;
     std::vector<std::pair<Expr, const OpCallNode*>> scatters, products;  // (term, its call)
-    std::function<void(const Expr&)> collect = [&](const Expr& term) {
+    // Depth first, left to right, with an explicit stack: a sum chains as
+    // many adds as the data has elements (a list of 100,000).
+    std::vector<Expr> pending(add->args.rbegin(), add->args.rend());
+    while (!pending.empty()) {
+      Expr term = std::move(pending.back());
+      pending.pop_back();
       if (const OpCallNode* a = call_of(term, "add"); is_sum(a, type)) {
-        for (const Expr& t : a->args) collect(t);
+        pending.insert(pending.end(), a->args.rbegin(), a->args.rend());
       } else if (const OpCallNode* sc = call_of(term, "scatter_add");
                  sc && sc->args[1]->kind == ExprKind::kConstant) {
         scatters.emplace_back(term, sc);
@@ -191,8 +196,7 @@ Func CombineSums(const Func& program) {
       } else {
         others.push_back(term);
       }
-    };
-    for (const Expr& a : add->args) collect(a);
+    }
     if (scatters.size() < 2 && products.size() < 2) {
       out.push_back(b);
       continue;

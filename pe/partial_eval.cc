@@ -22,8 +22,12 @@
 //    becomes a call to a residual function specialized on the generalized
 //    arguments (every tensor a parameter, structure kept). Those functions
 //    are memoized by skeleton, so a loop becomes a recursive residual function.
-// 5. Bounds: the residual's operator count and the native stack the
-//    evaluator uses are bounded; past either, PeFailure says which.
+// 5. Bounds: the residual's operator count and the stack the evaluator uses
+//    are bounded; past either, PeFailure says which. The evaluator recurses
+//    with the program and its data (a recursion over a 100,000-element list
+//    nests 100,000 calls deep); past the calling thread's share of stack it
+//    continues on stack segments of its own (support/stack_segments.h), so
+//    the bound is a budget over all segments, not a thread's stack.
 // 6. Cost: one run is linear in the size of the residual. Nothing is looked
 //    up by scanning: PVals live in an arena of the run (no reference counts,
 //    freed at once), variables are bound in one table with an undo log
@@ -52,7 +56,7 @@
 //      - a recording that calls a residual function (a loop, no fuel) or
 //        whose memo was answered from before the call is not kept;
 //      - a replay is refused (the call unfolds) where the fuel, the size
-//        budget or the native stack would run out, where an unfolding inside
+//        budget or the stack budget would run out, where an unfolding inside
 //        would meet one in progress (a loop), or where a call inside on the
 //        arguments alone (a "probe") would be answered by the caller's memo;
 //      - tensors the helper folded are copied per replay, so that two
@@ -86,11 +90,23 @@
 #include "ir/visitor.h"
 #include "ops/eager.h"
 #include "pe/template_builder.h"
+#include "support/stack_segments.h"
 
 namespace pejit {
 namespace {
 
 using namespace pe_detail;
+
+// The evaluator's stack segments: the first, on the calling thread (an engine
+// worker, a tool's main thread), as much as any such thread has to spare;
+// the red zone, the most one level of the evaluation uses between two
+// checks (sanitizers' frames are several times larger).
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+constexpr size_t kFirstSegmentBytes = size_t{3} << 20, kRedZoneBytes = size_t{1536} << 10;
+#else
+constexpr size_t kFirstSegmentBytes = size_t{1} << 20, kRedZoneBytes = size_t{512} << 10;
+#endif
+constexpr size_t kSegmentBytes = size_t{64} << 20;
 
 class PartialEvaluator {
  public:
@@ -101,8 +117,7 @@ class PartialEvaluator {
 
   Residual Run(const std::string& entry, const std::vector<Value>& args, const std::vector<bool>& static_args) {
     auto start = std::chrono::steady_clock::now();
-    char base;
-    stack_base_ = &base;
+    stack_.Start();
     const Definition& def = module_.Get(entry);
     entry_ = entry;
     if (def.func->params.size() != args.size()) {
@@ -149,7 +164,9 @@ class PartialEvaluator {
   const PeOptions& options_;
   PeCache* cache_;
   std::string entry_;
-  const char* stack_base_ = nullptr;
+  // The evaluator recurses with the program and its data; deep recursion
+  // continues on stack segments of its own (support/stack_segments.h).
+  StackSegments stack_{kFirstSegmentBytes, kSegmentBytes, kRedZoneBytes};
   PeStats stats_;
   PValArena arena_;
   std::vector<Scope> scopes_;
@@ -528,6 +545,7 @@ class PartialEvaluator {
   }
 
   Expr Reify(const PVal* p, const SourceLoc& loc) {
+    if (stack_.NearEnd()) return stack_.OnNewSegment([&] { return Reify(p, loc); });
     CheckStack(&loc);
     switch (p->kind) {
       case PVal::Kind::kDynamic: return p->atom;
@@ -568,6 +586,7 @@ class PartialEvaluator {
   // ---- Values in, and generalization -------------------------------------------
 
   const PVal* FromValue(const Value& v, bool whole_static, std::vector<Var>& params) {
+    if (stack_.NearEnd()) return stack_.OnNewSegment([&] { return FromValue(v, whole_static, params); });
     CheckStack(nullptr);
     switch (v.kind()) {
       case Value::Kind::kTensor: {
@@ -594,6 +613,7 @@ class PartialEvaluator {
 
   // `p` with every tensor (static or dynamic) replaced by a new parameter.
   const PVal* Generalize(const PVal* p, std::vector<Var>& params, std::vector<Expr>& actuals, const SourceLoc& loc) {
+    if (stack_.NearEnd()) return stack_.OnNewSegment([&] { return Generalize(p, params, actuals, loc); });
     CheckStack(&loc);
     switch (p->kind) {
       case PVal::Kind::kDynamic:
@@ -625,9 +645,9 @@ class PartialEvaluator {
   // `at`: the expression being evaluated or built, for the message; none while
   // reading the arguments.
   void CheckStack(const SourceLoc* at) {
-    char here;
-    if (recording_ && &here < recording_->stack_low) recording_->stack_low = &here;
-    if (stack_base_ - &here > options_.max_stack_bytes) {
+    const int64_t depth = stack_.Depth();
+    if (recording_ && depth > recording_->stack_deepest) recording_->stack_deepest = depth;
+    if (depth > options_.max_stack_bytes) {
       const std::string where = at && at->known() ? at->ToString() + ": " : std::string("the arguments: ");
       throw PeFailure(where + "partial evaluation nests deeper than " + std::to_string(options_.max_stack_bytes) +
                       " bytes of native stack allow (PeOptions::max_stack_bytes)");
@@ -635,6 +655,7 @@ class PartialEvaluator {
   }
 
   const PVal* Eval(const Expr& root) {
+    if (stack_.NearEnd()) return stack_.OnNewSegment([&] { return Eval(root); });
     CheckStack(&root->loc);
     const Expr* e = &root;
     while ((*e)->kind == ExprKind::kLet) {  // let-chains iteratively
@@ -964,7 +985,6 @@ class PartialEvaluator {
   }
 
   void StartRecording(std::unique_ptr<Recording> rec, int64_t unfoldings_before) {
-    char here;
     rec->scope = static_cast<int>(scopes_.size()) - 1;
     rec->lets_mark = scopes_.back().lets.size();
     rec->calls_mark = calls_.size();
@@ -972,7 +992,7 @@ class PartialEvaluator {
     rec->residual_ops = stats_.residual_ops;
     rec->folded_ops = stats_.folded_ops;
     rec->shared_calls = stats_.shared_calls;
-    rec->stack_start = rec->stack_low = &here;
+    rec->stack_start = rec->stack_deepest = stack_.Depth();
     recording_ = std::move(rec);
   }
 
@@ -1022,10 +1042,9 @@ class PartialEvaluator {
   const PVal* Replay(std::shared_ptr<const PeTemplate> shared, const Recording& at) {
     const PeTemplate& t = *shared;
     // The budgets a fresh unfolding would run into.
-    char here;
     if (stats_.unfoldings + t.unfoldings > options_.fuel ||
         stats_.residual_ops + t.residual_ops > options_.max_residual_ops ||
-        (stack_base_ - &here) + t.stack_bytes > options_.max_stack_bytes) {
+        stack_.Depth() + t.stack_bytes > options_.max_stack_bytes) {
       return nullptr;
     }
     // Unfoldings in progress here that one inside would take for a loop.

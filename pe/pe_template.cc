@@ -76,7 +76,7 @@ class TemplateBuilder {
     t_.residual_ops = now.residual_ops - rec_.residual_ops;
     t_.folded_ops = now.folded_ops - rec_.folded_ops;
     t_.shared_calls = now.shared_calls - rec_.shared_calls;
-    t_.stack_bytes = rec_.stack_start - rec_.stack_low;
+    t_.stack_bytes = rec_.stack_deepest - rec_.stack_start;
     return true;
   }
 

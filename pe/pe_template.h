@@ -93,7 +93,7 @@ struct PeTemplate {
   std::vector<std::pair<const VarNode*, int32_t>> free;
   std::vector<uint64_t> unfold_keys;  // skeleton keys of the unfoldings inside, sorted
   int64_t unfoldings = 0, residual_ops = 0, folded_ops = 0, shared_calls = 0;
-  int64_t stack_bytes = 0;  // native stack the unfolding took
+  int64_t stack_bytes = 0;  // stack depth the unfolding took
 };
 
 }  // namespace pejit

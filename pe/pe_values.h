@@ -310,8 +310,8 @@ struct Recording {
   int scope = -1;
   size_t lets_mark = 0, calls_mark = 0;
   int64_t unfoldings = 0, residual_ops = 0, folded_ops = 0, shared_calls = 0;  // before
-  const char* stack_start = nullptr;
-  const char* stack_low = nullptr;
+  int64_t stack_start = 0;    // the evaluator's stack depth at the call
+  int64_t stack_deepest = 0;  // and the deepest it reached inside
   std::vector<std::pair<Tensor, Var>> consts;  // tensors materialized, by first use
   IndexTable const_index;                      // a buffer → its index in `consts`
   IndexTable fresh;                            // buffers the helper computed

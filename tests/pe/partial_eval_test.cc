@@ -206,12 +206,41 @@ TEST_F(PartialEvalTest, ResidualSizeBudgetIsEnforced) {
   }
 }
 
-TEST_F(PartialEvalTest, AVeryDeepTreeFailsCleanlyInsteadOfCrashing) {
+// Depths past the evaluator's first stack segment (the calling thread's
+// share). ThreadSanitizer's cost grows with the depth of the stack at each
+// access, so its build goes less deep (still past its larger first segment).
+#if defined(__SANITIZE_THREAD__)
+constexpr int kDeepTree = 1000, kDeepRecursion = 4000;
+#else
+constexpr int kDeepTree = 2000, kDeepRecursion = 20000;
+#endif
+
+// The evaluator recurses with the tree; past the calling thread's share of
+// stack it continues on stack segments of its own (support/stack_segments.h):
+// a tree far deeper than one thread's stack specializes, and agrees with the
+// interpreter.
+TEST_F(PartialEvalTest, ATreeDeeperThanAThreadsStackSpecializesAndAgreesWithTheInterpreter) {
+  Value t = Leaf(0);
+  for (int i = 0; i < kDeepTree; ++i) t = Node(Leaf(i % 2), t);
+  Rng rng(7);
+  Residual r = CheckResidual("forward", {t, Value(RandomUniform(rng, {2, 4}, -1, 1)), Params(rng)});
+  EXPECT_EQ(Count(r, "dense"), 2 * kDeepTree + 1);  // one cell per node
+}
+
+TEST_F(PartialEvalTest, ARecursionOfTheProgramDeeperThanAThreadsStackFoldsToItsValue) {
+  Residual r = CheckResidual("static_sum", {Value(Tensor::FromVector<int64_t>({}, {kDeepRecursion}))}, {true});
+  EXPECT_EQ(Count(r, "add"), 0);  // all static: folded
+}
+
+// The stack budget (over all segments) still stops a recursion, cleanly.
+TEST_F(PartialEvalTest, AVeryDeepTreeStopsAtTheStackBudgetInsteadOfCrashing) {
   Value t = Leaf(0);
   for (int i = 0; i < 100000; ++i) t = Node(Leaf(0), t);
   Rng rng(7);
+  PeOptions budget;
+  budget.max_stack_bytes = int64_t{8} << 20;  // past the first segment: the depth is summed across segments
   try {
-    PartialEvaluate(*snap(), "forward", {t, Value(RandomUniform(rng, {1, 4}, -1, 1)), Params(rng)});
+    PartialEvaluate(*snap(), "forward", {t, Value(RandomUniform(rng, {1, 4}, -1, 1)), Params(rng)}, {}, budget);
     FAIL() << "expected PeFailure";
   } catch (const PeFailure& e) {
     EXPECT_NE(std::string(e.what()).find("PeOptions::max_stack_bytes"), std::string::npos) << e.what();
@@ -220,9 +249,11 @@ TEST_F(PartialEvalTest, AVeryDeepTreeFailsCleanlyInsteadOfCrashing) {
 
 // Issue 24: where the recursion of the program (not of the argument) runs out
 // of stack, the message names the expression it was evaluating.
-TEST_F(PartialEvalTest, ARecursionTooDeepForTheStackNamesWhereItWas) {
+TEST_F(PartialEvalTest, ARecursionTooDeepForTheStackBudgetNamesWhereItWas) {
+  PeOptions budget;
+  budget.max_stack_bytes = int64_t{4} << 20;
   try {
-    PartialEvaluate(*snap(), "static_sum", {Value(Tensor::FromVector<int64_t>({}, {200000}))}, {true});
+    PartialEvaluate(*snap(), "static_sum", {Value(Tensor::FromVector<int64_t>({}, {200000}))}, {true}, budget);
     FAIL() << "expected PeFailure";
   } catch (const PeFailure& e) {
     EXPECT_EQ(std::string(e.what()).rfind("pe.pj:", 0), 0u) << e.what();
