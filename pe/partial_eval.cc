@@ -880,7 +880,32 @@ class PartialEvaluator {
       }
       return Eval(c.body);
     }
-    throw PeFailure(n.loc.ToString() + ": no clause of match fits the value");
+    throw PeFailure(n.loc.ToString() + ": no clause of match fits " + Describe(v));
+  }
+
+  // `v` as the interpreter's messages show a value (Value::Describe): the
+  // structure, tensors by type, deeper levels elided; a dynamic value by its
+  // residual type.
+  static std::string Describe(const PVal* v, int depth = 0) {
+    switch (v->kind) {
+      case PVal::Kind::kDynamic: return TypeToString(v->type->type);
+      case PVal::Kind::kStatic: return v->value->type().ToString();
+      case PVal::Kind::kTuple:
+      case PVal::Kind::kAdt: {
+        std::string inner;
+        if (depth >= 4 && v->size > 0) {
+          inner = "...";
+        } else {
+          for (uint32_t i = 0; i < v->size; ++i) inner += (i ? ", " : "") + Describe(v->fields[i], depth + 1);
+        }
+        if (v->kind == PVal::Kind::kTuple) return "(" + inner + (v->size == 1 ? ",)" : ")");
+        const std::string& ctor = v->adt->ctors[v->tag].name;
+        return v->size == 0 ? ctor : ctor + "(" + inner + ")";
+      }
+      case PVal::Kind::kClosure: return "<closure>";
+      case PVal::Kind::kGlobal: return "@" + *v->global->name;
+    }
+    return "?";
   }
 
   // ---- (7) Templates ---------------------------------------------------------------

@@ -14,6 +14,7 @@
 #include <sstream>
 
 #include "interp/interpreter.h"
+#include "ir/exhaustive.h"
 #include "ir/json.h"
 #include "ir/module.h"
 #include "ir/printer.h"
@@ -29,7 +30,12 @@ namespace {
 
 int Check(const std::string& file) {
   Snapshot s = LoadProgram(file);
-  std::printf("%s: ok, %zu definitions, %zu types\n", file.c_str(), s->definitions().size(), s->types().size());
+  // Warnings, not errors: the interpreter reports the value no clause fits
+  // if one ever reaches the match.
+  std::vector<MatchGap> gaps = NonExhaustiveMatches(*s);
+  for (const MatchGap& gap : gaps) std::fprintf(stderr, "warning: %s\n", gap.ToString().c_str());
+  std::printf("%s: ok, %zu definitions, %zu types%s\n", file.c_str(), s->definitions().size(), s->types().size(),
+              gaps.empty() ? "" : (", " + std::to_string(gaps.size()) + " non-exhaustive match" + (gaps.size() == 1 ? "" : "es")).c_str());
   return 0;
 }
 

@@ -261,6 +261,29 @@ TEST_F(PartialEvalTest, ARecursionTooDeepForTheStackBudgetNamesWhereItWas) {
   }
 }
 
+// Issue 23: a match no clause fits is reported with the value, in the
+// interpreter's words.
+TEST(PartialEvalErrors, AMatchNoClauseFitsShowsTheValueAsTheInterpreterDoes) {
+  Module m;
+  m.AddSource("type T { A, B(Tensor[(), f32]) }\n"
+              "def @f(%t: T) -> Tensor[(), f32] { match (%t) { A => 0f32 } }\n",
+              "m.pj");
+  Value b = Value::Adt(m.snapshot()->FindType("T"), 1, {Value(Tensor::Scalar(1.0f))});
+  std::string interpreted, specialized;
+  try {
+    Interpreter().Call(*m.snapshot(), "f", {b});
+  } catch (const EvalError& e) {
+    interpreted = e.what();
+  }
+  try {
+    PartialEvaluate(*m.snapshot(), "f", {b});
+  } catch (const PeFailure& e) {
+    specialized = e.what();
+  }
+  EXPECT_EQ(specialized, "m.pj:2:36: no clause of match fits B(Tensor[(), f32])");
+  EXPECT_EQ(interpreted, "@f: " + specialized);
+}
+
 // The interpreter stops a program whose values break their declared types
 // where static checking cannot tell (a `?` dimension); PE refuses it, so that
 // no compiled code answers where the interpreter gives an error.
