@@ -282,10 +282,14 @@ Value ArgumentGradient(const std::vector<Value>& args, const std::vector<Tensor>
   for (int a = 0; a < arg; ++a) root += CountRoots(args.at(a));
   const Value& like = args.at(arg);
   bool structure = false;
-  ForEachNode(like, [&](const Value& v) { structure |= v.kind() == Value::Kind::kAdt; });
+  std::vector<Tensor> tensors;
+  ForEachNode(like, [&](const Value& v) {
+    structure |= v.kind() == Value::Kind::kAdt;
+    if (v.is_tensor()) tensors.push_back(v.tensor());
+  });
   if (structure) throw Refusal("generic: a gradient with respect to a structure argument");
   std::vector<Value> grads;
-  for (const Tensor& t : TensorLeaves(like)) {
+  for (const Tensor& t : tensors) {
     const Tensor& g = root_grads.at(root++);
     // As the interpreter: a leaf no gradient can flow to (integers) holds
     // itself; a float one nothing reached gets zeros.

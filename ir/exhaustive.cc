@@ -12,17 +12,14 @@ bool Irrefutable(const Pattern& p) {
   switch (p->kind) {
     case PatternKind::kWildcard:
     case PatternKind::kVar: return true;
+    case PatternKind::kCtor:
+      if (!p->adt || p->adt->ctors.size() != 1) return false;
+      [[fallthrough]];  // the only constructor: irrefutable as a tuple of its fields
     case PatternKind::kTuple:
       for (const Pattern& f : p->fields) {
         if (!Irrefutable(f)) return false;
       }
       return true;
-    case PatternKind::kCtor: return p->adt && p->adt->ctors.size() == 1 && [&] {
-      for (const Pattern& f : p->fields) {
-        if (!Irrefutable(f)) return false;
-      }
-      return true;
-    }();
   }
   return false;
 }

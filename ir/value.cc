@@ -216,56 +216,44 @@ std::vector<Tensor> TensorLeaves(const Value& v) {
 
 Value ReplaceTensorLeaves(const Value& like, std::span<const Value> leaves) {
   struct Frame {
-    const Value* value;
+    const Value* value;         // a tuple or ADT value
     std::vector<Value> fields;  // rebuilt so far
   };
-  std::vector<Frame> stack;
+  // `like` is the one field of a frame of its own: every node is some
+  // frame's field, and the root needs no case of its own.
+  const Value holder = Value::Tuple({like});
+  std::vector<Frame> stack = {{&holder, {}}};
   size_t next = 0;
-  Value leaf;
-  auto missing = [&] {
-    return std::invalid_argument("a value with more tensor leaves than the " + std::to_string(leaves.size()) +
-                                 " given to replace them");
-  };
-  // A tensor or other leaf goes to `leaf` (true); a tuple or ADT value opens a frame.
-  auto visit = [&](const Value& v) {
-    if (v.is_tensor()) {
-      if (next == leaves.size()) throw missing();
-      leaf = leaves[next++];
-    } else if (v.kind() == Value::Kind::kTuple || v.kind() == Value::Kind::kAdt) {
-      stack.push_back({&v, {}});
-      stack.back().fields.reserve(v.fields().size());
-      return false;
-    } else {
-      leaf = v;
-    }
-    return true;
-  };
-  Value built;
-  if (visit(like)) {
-    built = std::move(leaf);
-  } else {
-    for (;;) {
-      Frame& f = stack.back();
-      if (f.fields.size() < f.value->fields().size()) {
-        if (visit(f.value->fields()[f.fields.size()])) stack.back().fields.push_back(std::move(leaf));
-        continue;  // else a frame was opened: `f` is not used after
+  for (;;) {
+    Frame& f = stack.back();
+    const std::vector<Value>& fields = f.value->fields();
+    if (f.fields.size() < fields.size()) {
+      const Value& v = fields[f.fields.size()];
+      if (v.kind() == Value::Kind::kTuple || v.kind() == Value::Kind::kAdt) {
+        stack.push_back({&v, {}});  // `f` is not used after
+        stack.back().fields.reserve(v.fields().size());
+      } else if (v.is_tensor()) {
+        if (next == leaves.size()) {
+          throw std::invalid_argument("a value with more tensor leaves than the " + std::to_string(leaves.size()) +
+                                      " given to replace them");
+        }
+        f.fields.push_back(leaves[next++]);
+      } else {
+        f.fields.push_back(v);  // a closure stays
       }
-      Value done = f.value->kind() == Value::Kind::kTuple
-                       ? Value::Tuple(std::move(f.fields))
-                       : Value::Adt(f.value->adt(), f.value->tag(), std::move(f.fields));
-      stack.pop_back();
-      if (stack.empty()) {
-        built = std::move(done);
-        break;
-      }
-      stack.back().fields.push_back(std::move(done));
+      continue;
     }
+    if (stack.size() == 1) break;
+    Value done = f.value->kind() == Value::Kind::kTuple ? Value::Tuple(std::move(f.fields))
+                                                         : Value::Adt(f.value->adt(), f.value->tag(), std::move(f.fields));
+    stack.pop_back();
+    stack.back().fields.push_back(std::move(done));
   }
   if (next != leaves.size()) {
     throw std::invalid_argument(std::to_string(leaves.size()) + " values to replace the " + std::to_string(next) +
                                 " tensor leaves of a value");
   }
-  return built;
+  return std::move(stack[0].fields[0]);
 }
 
 }  // namespace pejit

@@ -27,10 +27,10 @@ std::string ResultProblem(const Expr& e) {
   return where + "the result must be tensors in tuples, not a computation";
 }
 
-// Decomposes `f` into `s`; returns why it is not straight-line tensor code,
-// or empty when it is.
-std::string TryDecompose(const Func& f, Straight& s) {
-  s.params = f->params;
+// Decomposes `f` into `*s` (only checks it, when null); returns why it is
+// not straight-line tensor code, or empty when it is.
+std::string TryDecompose(const Func& f, Straight* s) {
+  if (s) s->params = f->params;
   for (const Var& p : f->params) {
     if (!AsTensor(p->annotation) || !AsTensor(p->annotation)->type.IsFullyKnown()) {
       return "parameter %" + p->name + " is not a tensor of known shape";
@@ -64,11 +64,11 @@ std::string TryDecompose(const Func& f, Straight& s) {
              let->var->name + "); only straight-line tensor code is compiled" + hint;
     }
     if (!let->var->annotation) return "%" + let->var->name + " has no type";
-    s.bindings.push_back({let->var, v});
+    if (s) s->bindings.push_back({let->var, v});
     e = let->body;
   }
   if (std::string why = ResultProblem(e); !why.empty()) return why;
-  s.result = e;
+  if (s) s->result = e;
   return "";
 }
 
@@ -76,14 +76,11 @@ std::string TryDecompose(const Func& f, Straight& s) {
 
 Straight Decompose(const Func& f) {
   Straight s;
-  if (std::string why = TryDecompose(f, s); !why.empty()) throw JitFailure(why);
+  if (std::string why = TryDecompose(f, &s); !why.empty()) throw JitFailure(why);
   return s;
 }
 
-std::string WhyNotStraightLine(const Func& f) {
-  Straight s;
-  return TryDecompose(f, s);
-}
+std::string WhyNotStraightLine(const Func& f) { return TryDecompose(f, nullptr); }
 
 Func Recompose(const Straight& s) {
   Expr body = s.result;

@@ -56,7 +56,6 @@ void StackSegments::RunSegment(const std::function<void()>& body) {
   const size_t limit = limit_;
   const int64_t below = below_;
   const int64_t depth = Depth();
-  Segment segment{nullptr, nullptr};
   const std::function<void()> run = [&] {
     char here;
     base_ = &here;
@@ -71,7 +70,7 @@ void StackSegments::RunSegment(const std::function<void()>& body) {
     }
     body();
   };
-  segment.body = &run;
+  Segment segment{&run, nullptr};
   pthread_attr_t attr;
   pthread_attr_init(&attr);
   pthread_attr_setstacksize(&attr, segment_bytes_);
