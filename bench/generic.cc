@@ -62,6 +62,27 @@ void BM_GenericInspect(benchmark::State& state) {
 }
 BENCHMARK(BM_GenericInspect)->Unit(benchmark::kMicrosecond);
 
+// The inspector as a training loop meets it: the minibatch's values were
+// made long before and a step's tensors have pushed them out of the cache
+// since. Between iterations (untimed) 64 MiB are written; every minibatch
+// is walked once (its schedule was not kept ahead).
+void BM_GenericInspectCold(benchmark::State& state) {
+  Workload w(32, 64);
+  generic::GenericProgram program(w.snapshot, "loss");
+  for (const auto& args : w.calls) program.Inspect(args);  // cells built
+  std::vector<int64_t> evict(size_t{64} << 17);
+  size_t i = 0;
+  for (auto _ : state) {
+    state.PauseTiming();
+    for (size_t k = 0; k < evict.size(); k += 8) evict[k] += static_cast<int64_t>(k);
+    benchmark::ClobberMemory();
+    state.ResumeTiming();
+    benchmark::DoNotOptimize(program.Inspect(w.calls[i++ % w.calls.size()]));
+  }
+  state.counters["nodes"] = w.nodes / static_cast<double>(w.calls.size());
+}
+BENCHMARK(BM_GenericInspectCold)->Unit(benchmark::kMicrosecond);
+
 // Compiles the segment variants the first `warm` minibatches run in grad
 // mode (their code outlives the session: executables hold it).
 void CompileSegments(generic::GenericProgram& program, const Workload& w, int warm) {

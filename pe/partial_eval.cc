@@ -22,6 +22,14 @@
 //    becomes a call to a residual function specialized on the generalized
 //    arguments (every tensor a parameter, structure kept). Those functions
 //    are memoized by skeleton, so a loop becomes a recursive residual function.
+//    So does a recursive call of a global inside a dynamic `if` branch opened
+//    since the function's latest unfolding began, when its arguments differ
+//    from that unfolding's only in the values of static tensors: a loop whose
+//    exit the data decides, counting with a literal counter ("until the norm
+//    is below 0.1, at most 1000 times"). Unfolding it would nest one residual
+//    `if` per step until a budget ran out; generalizing the counter leaves
+//    one residual loop. A recursion over static structure under a dynamic
+//    `if` (a tree's children) changes the structure it passes and unfolds.
 // 5. Bounds: the residual's operator count and the stack the evaluator uses
 //    are bounded; past either, PeFailure says which. The evaluator recurses
 //    with the program and its data (a recursion over a 100,000-element list
@@ -188,8 +196,10 @@ class PartialEvaluator {
   // Unfoldings in progress (4); those below active_floor_ belong to the
   // function a residual function is being specialized inside of.
   IndexTable active_heads_;
+  IndexTable active_func_heads_;  // the latest unfolding of each function, by HashPtr(func)
   std::vector<ActiveEntry> active_;
   size_t active_floor_ = 0;
+  int32_t dynamic_branches_ = 0;  // dynamic `if` branches being specialized, nested
 
   // Interned tensor types, and other types by identity.
   IndexTable type_heads_;
@@ -830,7 +840,9 @@ class PartialEvaluator {
     if (cond->kind == PVal::Kind::kStatic) return Eval(cond->value->data<bool>()[0] ? n.then_branch : n.else_branch);
     auto branch = [&](const Expr& e) {
       OpenScope(false);
+      ++dynamic_branches_;
       const PVal* r = Eval(e);
+      --dynamic_branches_;
       return CloseScope(Reify(r, e->loc));
     };
     Expr then_branch = branch(n.then_branch);
@@ -1018,6 +1030,7 @@ class PartialEvaluator {
     rec->folded_ops = stats_.folded_ops;
     rec->shared_calls = stats_.shared_calls;
     rec->stack_start = rec->stack_deepest = stack_.Depth();
+    rec->active_base = active_.size() - 1;  // the helper's own unfolding is pushed just before
     recording_ = std::move(rec);
   }
 
@@ -1077,12 +1090,17 @@ class PartialEvaluator {
       int32_t i = active_heads_.Get(key);
       if (i >= 0 && static_cast<size_t>(i) >= active_floor_) return nullptr;
     }
-    // Calls inside on the arguments alone that the memo here would answer.
     std::vector<const FuncNode*> functions(t.names.size(), nullptr);
     auto function = [&](int32_t name) {
       if (!functions[name]) functions[name] = FunctionNamed(t.names[name]);
       return functions[name];
     };
+    // A function unfolded inside that is in progress here too: a call of it
+    // under a dynamic branch inside might be a loop here (4), not there.
+    for (int32_t name : t.unfolded) {
+      if (LatestActive(function(name)) >= 0) return nullptr;
+    }
+    // Calls inside on the arguments alone that the memo here would answer.
     for (const PeTemplate::Probe& probe : t.probes) {
       const FuncNode* f = function(probe.callee);
       SmallVec<const PVal*> ids;
@@ -1210,13 +1228,76 @@ class PartialEvaluator {
   void PushActive(uint64_t key, const FuncNode* f, const PVal* closure, std::span<const PVal* const> args) {
     if (recording_) recording_->unfold_keys.push_back(key);
     int32_t& head = active_heads_.At(key);
-    active_.push_back({key, f, closure, args, head});
-    head = static_cast<int32_t>(active_.size()) - 1;
+    int32_t& of_func = active_func_heads_.At(HashPtr(f));
+    active_.push_back({key, f, closure, args, head, of_func, dynamic_branches_});
+    head = of_func = static_cast<int32_t>(active_.size()) - 1;
   }
 
   void PopActive() {
     active_heads_.At(active_.back().key) = active_.back().next;
+    active_func_heads_.At(HashPtr(active_.back().func)) = active_.back().next_of_func;
     active_.pop_back();
+  }
+
+  // The latest unfolding in progress of f, above the floor, or -1.
+  int32_t LatestActive(const FuncNode* f) const {
+    int32_t i = active_func_heads_.Get(HashPtr(f));
+    while (i >= 0 && active_[i].func != f) i = active_[i].next_of_func;
+    return i >= 0 && static_cast<size_t>(i) >= active_floor_ ? i : -1;
+  }
+
+  // (4) A recursive call of global f inside a dynamic branch opened since
+  // f's latest unfolding began, on arguments that differ from that
+  // unfolding's only in the values of static tensors: a loop the data ends.
+  bool LoopUnderDynamicBranch(const FuncNode* f, std::span<const PVal* const> args) {
+    if (dynamic_branches_ == 0) return false;
+    int32_t i = LatestActive(f);
+    if (i < 0 || active_[i].closure || active_[i].dynamic_branches >= dynamic_branches_) return false;
+    // The decision reads an unfolding from before a recorded helper's: the
+    // helper's code depends on where it is called.
+    if (recording_ && static_cast<size_t>(i) < recording_->active_base) recording_->valid = false;
+    const ActiveEntry& a = active_[i];
+    if (a.args.size() != args.size()) return false;
+    for (size_t k = 0; k < args.size(); ++k) {
+      if (!SameShape(a.args[k], args[k])) return false;
+    }
+    return true;
+  }
+
+  // Same skeleton but for the values of static tensors, which may also be
+  // dynamic on either side: what generalizing the tensors makes equal.
+  // Iterative: an argument may hold a long static list.
+  bool SameShape(const PVal* a, const PVal* b) {
+    std::vector<std::pair<const PVal*, const PVal*>> todo = {{a, b}};
+    while (!todo.empty()) {
+      auto [x, y] = todo.back();
+      todo.pop_back();
+      if (x == y) continue;
+      bool x_tensor = x->kind == PVal::Kind::kStatic || x->kind == PVal::Kind::kDynamic;
+      bool y_tensor = y->kind == PVal::Kind::kStatic || y->kind == PVal::Kind::kDynamic;
+      if (x_tensor || y_tensor) {
+        if (!x_tensor || !y_tensor) return false;
+        const TypeInfo* tx = x->kind == PVal::Kind::kStatic ? Intern(x->value->type()) : x->type;
+        const TypeInfo* ty = y->kind == PVal::Kind::kStatic ? Intern(y->value->type()) : y->type;
+        if (tx != ty && !TypeEqual(tx->type, ty->type)) return false;
+        continue;
+      }
+      if (x->kind != y->kind || x->size != y->size) return false;
+      switch (x->kind) {
+        case PVal::Kind::kAdt:
+          if (x->tag != y->tag || (x->adt != y->adt && x->adt->name != y->adt->name)) return false;
+          break;
+        case PVal::Kind::kClosure:
+          if (x->closure->func != y->closure->func) return false;
+          break;
+        case PVal::Kind::kGlobal:
+          if (*x->global->name != *y->global->name) return false;
+          break;
+        default: break;
+      }
+      for (size_t k = 0; k < x->size; ++k) todo.emplace_back(x->fields[k], y->fields[k]);
+    }
+    return true;
   }
 
   const PVal* Apply(const CallNode* call, const PVal* callee, std::span<const PVal* const> args) {
@@ -1255,7 +1336,10 @@ class PartialEvaluator {
     for (const PVal* a : args) skeleton = Mix(skeleton, a->skeleton);
     if (closure) skeleton = Mix(skeleton, closure->skeleton);
     const PVal* result;
-    if (IsActive(skeleton, f, closure, args) || stats_.unfoldings >= options_.fuel) {
+    bool loop = IsActive(skeleton, f, closure, args) || stats_.unfoldings >= options_.fuel;
+    bool generalize = !loop && global && !closure && LoopUnderDynamicBranch(f, args);
+    if (loop || generalize) {
+      if (generalize) ++stats_.generalized_calls;
       hint_ = hint;
       result = CallSpecialization(*f, callee, args, loc);
     } else {
@@ -1281,6 +1365,7 @@ class PartialEvaluator {
           for (size_t i = 0; i < closure->size; ++i) Bind(closure->closure->vars[i], closure->fields[i]);
         }
         for (size_t i = 0; i < args.size(); ++i) Bind(f->params[i].get(), args[i]);
+        if (recording_ && global) recording_->unfolded.push_back(global);
         PushActive(skeleton, f, closure, args);
         bool recorded = record != nullptr;  // nested unfoldings leave the recording to this one
         if (recorded) StartRecording(std::move(record), unfoldings_before);

@@ -56,6 +56,9 @@ struct PeStats {
   int64_t folded_ops = 0;       // operators computed at specialization time
   int64_t shared_calls = 0;     // calls answered by an identical earlier call
   int64_t residual_functions = 0;  // specialized functions kept as calls (loops)
+  // Recursive calls under a dynamic `if` whose static tensors (a counter)
+  // were generalized, leaving a residual loop (partial_eval.cc, step 4).
+  int64_t generalized_calls = 0;
   // With a PeCache: helper calls whose residual code came from the cache
   // (another entry's, or an earlier run's), and helper specializations this
   // run added to it. Counts above include the reused code as if unfolded.

@@ -71,6 +71,9 @@ class TemplateBuilder {
     t_.unfold_keys = rec_.unfold_keys;
     std::sort(t_.unfold_keys.begin(), t_.unfold_keys.end());
     t_.unfold_keys.erase(std::unique(t_.unfold_keys.begin(), t_.unfold_keys.end()), t_.unfold_keys.end());
+    for (const std::string* g : rec_.unfolded) t_.unfolded.push_back(Name(*g));
+    std::sort(t_.unfolded.begin(), t_.unfolded.end());
+    t_.unfolded.erase(std::unique(t_.unfolded.begin(), t_.unfolded.end()), t_.unfolded.end());
     const PeStats& now = context_.stats;
     t_.unfoldings = now.unfoldings - rec_.unfoldings;
     t_.residual_ops = now.residual_ops - rec_.residual_ops;

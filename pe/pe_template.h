@@ -92,6 +92,7 @@ struct PeTemplate {
   std::vector<int32_t> operands, fields, ids;
   std::vector<std::pair<const VarNode*, int32_t>> free;
   std::vector<uint64_t> unfold_keys;  // skeleton keys of the unfoldings inside, sorted
+  std::vector<int32_t> unfolded;      // the globals unfolded inside (in `names`), distinct
   int64_t unfoldings = 0, residual_ops = 0, folded_ops = 0, shared_calls = 0;
   int64_t stack_bytes = 0;  // stack depth the unfolding took
 };

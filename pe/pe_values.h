@@ -287,6 +287,8 @@ struct ActiveEntry {
   const PVal* closure;  // null for a global
   std::span<const PVal* const> args;
   int32_t next;
+  int32_t next_of_func;      // the unfolding of the same function before it, by HashPtr(func)
+  int32_t dynamic_branches;  // dynamic `if` branches open when it began
 };
 
 // Result types of one operator node for some input types.
@@ -319,6 +321,8 @@ struct Recording {
   std::vector<std::pair<const std::string*, uint32_t>> probes;  // callee, first
   std::vector<int32_t> probe_args;
   std::vector<uint64_t> unfold_keys;
+  std::vector<const std::string*> unfolded;  // globals unfolded inside
+  size_t active_base = 0;                    // the helper's own entry in the unfoldings in progress
 };
 
 }  // namespace pejit::pe_detail

@@ -125,10 +125,11 @@ int PartialEval(const std::string& file, const std::string& entry, const std::st
   std::printf("%s", r.ToText().c_str());
   const PeStats& st = r.stats;
   std::printf(
-      "# signature %s: %lld residual ops, %lld params, %lld residual functions, %lld unfoldings, "
-      "%lld folded ops, %lld shared calls, PE %.3f ms\n",
+      "# signature %s: %lld residual ops, %lld params, %lld residual functions (%lld generalized calls), "
+      "%lld unfoldings, %lld folded ops, %lld shared calls, PE %.3f ms\n",
       ComputeSignature(args, static_args).ShortHash().c_str(), static_cast<long long>(st.residual_ops),
       static_cast<long long>(st.params), static_cast<long long>(st.residual_functions),
+      static_cast<long long>(st.generalized_calls),
       static_cast<long long>(st.unfoldings), static_cast<long long>(st.folded_ops),
       static_cast<long long>(st.shared_calls), st.seconds * 1e3);
   if (options.record_instances) PrintInstances(r);

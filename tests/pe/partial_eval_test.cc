@@ -69,6 +69,21 @@ def @scaled(%xs: List[Tensor[(2,), f32]], %k: Tensor[(2,), f32]) -> List[Tensor[
 def @static_sum(%n: Tensor[(), i64]) -> Tensor[(), i64] {
   if (greater(%n, 0)) { add(%n, @static_sum(sub(%n, 1))) } else { 0 }
 }
+
+# Halves %x until its norm is below 0.1, at most %max times: the data decides
+# when the loop ends, a literal counts the steps.
+def @shrink(%x: Tensor[(2,), f32], %i: Tensor[(), i64], %max: Tensor[(), i64]) -> Tensor[(2,), f32] {
+  if (logical_or(less(norm(%x), 0.1f32), greater_equal(%i, %max))) { %x } else { @shrink(mul(%x, 0.5f32), add(%i, 1), %max) }
+}
+def @shrink_from_zero(%x: Tensor[(2,), f32]) -> Tensor[(2,), f32] { @shrink(%x, 0, 1000) }
+
+# A recursion over a static list inside a dynamic branch: the list bounds it.
+def @gated_sum(%xs: List[Tensor[(2,), f32]], %gate: Tensor[(), f32]) -> Tensor[(2,), f32] {
+  match (%xs) {
+    Nil => broadcast_to(0f32, shape=[2]),
+    Cons(%x, %rest) => if (greater(%gate, 0f32)) { add(%x, @gated_sum(%rest, %gate)) } else { %x },
+  }
+}
 )";
 
 class PartialEvalTest : public testing::Test {
@@ -154,6 +169,38 @@ TEST_F(PartialEvalTest, ALoopOnADynamicCounterBecomesAResidualFunction) {
   Snapshot m = r.ToModule();
   Value out = interp_.Call(*m, "main", {Value(Tensor::FromVector<int64_t>({}, {3})), Value(Tensor::Scalar(1.0f))});
   EXPECT_EQ(out.tensor().item(), 8.0);
+}
+
+// Unfolding would nest one residual `if` per step, 1000 deep, until a budget
+// ran out; the counter is generalized instead and one residual loop remains.
+TEST_F(PartialEvalTest, ALoopTheDataEndsCountedByALiteralBecomesOneResidualLoop) {
+  auto vec = [](float a, float b) { return Value(Tensor::FromVector<float>({2}, {a, b})); };
+  Residual r = CheckResidual("shrink_from_zero", {vec(3, 4)});
+  EXPECT_EQ(r.functions.size(), 1u);
+  EXPECT_EQ(r.stats.generalized_calls, 1);
+  EXPECT_LT(r.stats.residual_ops, 20);
+  Snapshot m = r.ToModule();
+  for (Value x : {vec(300, 400), vec(0.01f, 0), vec(-1e30f, 1e30f)}) {  // 13 steps, none, the counter's 1000
+    EXPECT_TRUE(ValueEqual(interp_.Call(*m, "main", {x}), interp_.Call(*snap(), "shrink_from_zero", {x})));
+  }
+  // With the bound static too: it becomes a parameter of the loop, and the
+  // counter still ends it.
+  Value five(Tensor::FromVector<int64_t>({}, {5})), zero(Tensor::FromVector<int64_t>({}, {0}));
+  Residual bounded = CheckResidual("shrink", {vec(300, 400), zero, five}, {false, true, true});
+  EXPECT_EQ(bounded.functions.size(), 1u);
+  Value got = interp_.Call(*bounded.ToModule(), "main", {vec(64, 0)});
+  EXPECT_EQ(got.tensor().data<float>()[0], 2.0f);  // 64 / 2^5
+}
+
+TEST_F(PartialEvalTest, ARecursionOverStaticStructureUnderADynamicIfStillUnfolds) {
+  TypeDefPtr list = snap()->FindType("List");
+  Value xs = Value::Adt(list, 0, {});
+  for (float v : {1.0f, 2.0f, 3.0f, 4.0f}) xs = Value::Adt(list, 1, {Value(Tensor::FromVector<float>({2}, {v, -v})), xs});
+  for (float gate : {1.0f, -1.0f}) {
+    Residual r = CheckResidual("gated_sum", {xs, Value(Tensor::Scalar(gate))});
+    EXPECT_TRUE(r.functions.empty()) << r.ToText();
+    EXPECT_EQ(r.stats.generalized_calls, 0);
+  }
 }
 
 TEST_F(PartialEvalTest, AllStaticInputsFoldToAConstant) {
