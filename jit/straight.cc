@@ -9,17 +9,20 @@ bool IsAtom(const Expr& e) { return e->kind == ExprKind::kVar || e->kind == Expr
 
 namespace {
 
-// Why result `e` is not atoms nested in tuples, or empty.
-std::string ResultProblem(const Expr& e) {
+// Why result `e` of a function defined at `def` is not atoms nested in
+// tuples, or empty.
+std::string ResultProblem(const Expr& e, const SourceLoc& def) {
   if (IsAtom(e)) return "";
   if (auto* t = As<TupleNode>(e)) {
     for (const Expr& f : t->fields) {
-      if (std::string why = ResultProblem(f); !why.empty()) return why;
+      if (std::string why = ResultProblem(f, def); !why.empty()) return why;
     }
     return "";
   }
-  // A residual program is built, not parsed: its nodes rarely have a position.
-  std::string where = e->loc.known() ? e->loc.ToString() + ": " : std::string();
+  // A residual program is built, not parsed: its nodes rarely have a
+  // position, its entry has the definition's.
+  const SourceLoc& loc = e->loc.known() ? e->loc : def;
+  std::string where = loc.known() ? loc.ToString() + ": " : std::string();
   if (auto* ctor = As<CtorNode>(e)) {
     return where + "the result must be tensors in tuples, not a " + ctor->adt->name + " value (" +
            ctor->ctor_name() + "): an entry returning a structure runs in the interpreter";
@@ -67,7 +70,7 @@ std::string TryDecompose(const Func& f, Straight* s) {
     if (s) s->bindings.push_back({let->var, v});
     e = let->body;
   }
-  if (std::string why = ResultProblem(e); !why.empty()) return why;
+  if (std::string why = ResultProblem(e, f->loc); !why.empty()) return why;
   if (s) s->result = e;
   return "";
 }

@@ -1,7 +1,8 @@
 // Elementwise and broadcast operators: unary math, binary arithmetic with
-// numpy broadcasting, comparisons, logical operators on bool, where, cast,
-// copy.
+// numpy broadcasting (floor_div and mod as Python's), comparisons, logical
+// operators on bool, where, cast, copy.
 #include <cmath>
+#include <limits>
 
 #include "ops/defs/loops.h"
 #include "ops/defs/defs.h"
@@ -168,6 +169,50 @@ void ClipKernel(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& 
       for (int64_t i = 0, n = in[0].numel(); i < n; ++i) y[i] = x[i] < lo ? lo : x[i] > hi ? hi : x[i];
     }
   });
+}
+
+// Floor division and its remainder, as Python's // and %: the quotient
+// rounds toward -inf and the remainder takes the divisor's sign, so that
+// x == y * floor_div(x, y) + mod(x, y). An integer division by zero is an
+// error (a float one gives inf or nan).
+template <bool kMod>
+void FloorDivKernel(std::span<const Tensor> in, std::span<Tensor> out, const Attrs&) {
+  const char* name = kMod ? "mod" : "floor_div";
+  std::array<Shape, 2> strides = {BroadcastStrides(in[0].shape(), out[0].shape()),
+                                  BroadcastStrides(in[1].shape(), out[0].shape())};
+  auto loop = [&]<typename T>(T) {
+    const T* a = in[0].data<T>();
+    const T* b = in[1].data<T>();
+    T* o = out[0].data<T>();
+    ForEachBroadcastRow<2>(out[0].shape(), strides, [&](int64_t at, auto off, int64_t n, auto inner) {
+      for (int64_t i = 0; i < n; ++i) {
+        T x = a[off[0] + i * inner[0]], y = b[off[1] + i * inner[1]];
+        if constexpr (std::is_integral_v<T>) {
+          if (y == 0) throw OpError(name, "integer division by zero");
+          if (x == std::numeric_limits<T>::min() && y == -1) {
+            if (!kMod) throw OpError(name, "the quotient of the smallest i64 by -1 overflows");
+            o[at + i] = 0;
+            continue;
+          }
+          T q = x / y, r = x % y;
+          if (r != 0 && ((r < 0) != (y < 0))) {
+            --q;
+            r += y;
+          }
+          o[at + i] = kMod ? r : q;
+        } else {
+          T q = std::floor(x / y);
+          o[at + i] = kMod ? x - y * q : q;
+        }
+      }
+    });
+  };
+  switch (in[0].dtype()) {
+    case DType::kF32: loop(float{}); break;
+    case DType::kF64: loop(double{}); break;
+    case DType::kI64: loop(int64_t{}); break;
+    default: throw OpError(name, "does not take " + in[0].type().ToString());
+  }
 }
 
 void CopyKernel(std::span<const Tensor> in, std::span<Tensor> out, const Attrs&) {
@@ -388,6 +433,23 @@ void RegisterElementwiseOps(Registry& r) {
   AddUnary(r, "copy", S::kCopy, CopyKernel, {DType::kF32, DType::kF64, DType::kI64, DType::kBool},
            PEJIT_GRAD(return {g};))
       .moves = MoveKind::kCopy;
+  // Run as kernels (no scalar function of their own in fused code).
+  for (bool is_mod : {false, true}) {
+    OpDef op;
+    op.name = is_mod ? "mod" : "floor_div";
+    op.input_names = {"lhs", "rhs"};
+    op.fusion = FusionKind::kOpaque;
+    op.infer = BinaryType(op.name, kNumeric, false);
+    op.kernel = is_mod ? Kernel(FloorDivKernel<true>) : Kernel(FloorDivKernel<false>);
+    if (is_mod) {  // x - y * floor(x / y): slope 1 in x, -floor(x / y) in y, where it is continuous
+      op.grad = [](GradBuilder& b, const GradContext& c) -> std::vector<GradValue> {
+        GradValue x = c.inputs[0], y = c.inputs[1], g = c.output_grads[0];
+        GradValue q = b.Emit("floor_div", {x, y});
+        return {b.SumTo(g, b.TypeOf(x).shape), b.SumTo(b.Neg(b.Mul(g, q)), b.TypeOf(y).shape)};
+      };
+    }
+    AddOp(r, std::move(op));
+  }
 }
 
 }  // namespace pejit

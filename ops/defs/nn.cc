@@ -1,5 +1,6 @@
 // Operators of neural-network models: take (embedding lookup) and its
-// gradient scatter_add, one_hot, cross_entropy and nll over i64 labels.
+// gradient scatter_add, one_hot, cross_entropy and nll over i64 labels,
+// layer_norm, and dropout with its random generator an argument.
 #include <cmath>
 #include <limits>
 
@@ -153,6 +154,110 @@ std::vector<GradValue> LossGrad(GradBuilder& b, const GradContext& c) {
   return {b.Mul(diff, scale), kNoGrad};
 }
 
+// ---- dropout: the mask a function of (key, element index) ----------------------
+//
+// Every tier computes the same mask because it is not drawn from a generator
+// with state: element i of the mask for key k keeps its value when
+// splitmix64(k, i), as a uniform number in [0, 1), is at least the rate. A
+// training loop passes a new key per step (an i64 scalar argument).
+
+uint64_t SplitMix64(uint64_t x) {
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+
+std::vector<TensorType> DropoutType(std::string_view op, std::span<const TensorType> in, const Attrs& attrs) {
+  RequireDType(op, "x", in[0], {DType::kF32, DType::kF64});
+  RequireDType(op, "key", in[1], {DType::kI64});
+  if (in[1].rank() != 0) throw OpError(op, "key must be an i64 scalar, got " + in[1].ToString());
+  const double rate = attrs.GetFloat("rate");
+  if (!(rate >= 0 && rate < 1)) throw OpError(op, "rate must be in [0, 1), got " + std::to_string(rate));
+  return {in[0]};
+}
+
+// out = x * mask / (1 - rate), or the scaled mask alone (x read for its shape).
+template <bool kMaskOnly>
+void DropoutKernel(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& attrs) {
+  const double rate = attrs.GetFloat("rate"), scale = 1.0 / (1.0 - rate);
+  const uint64_t key = SplitMix64(static_cast<uint64_t>(in[1].data<int64_t>()[0]));
+  auto loop = [&]<typename T>(T) {
+    const T* x = in[0].data<T>();
+    T* o = out[0].data<T>();
+    for (int64_t i = 0; i < in[0].numel(); ++i) {
+      double u = static_cast<double>(SplitMix64(key ^ static_cast<uint64_t>(i)) >> 11) * 0x1.0p-53;
+      T m = u >= rate ? static_cast<T>(scale) : T(0);
+      o[i] = kMaskOnly ? m : x[i] * m;
+    }
+  };
+  if (in[0].dtype() == DType::kF32) {
+    loop(float{});
+  } else {
+    loop(double{});
+  }
+}
+
+// ---- layer_norm over the last axis ---------------------------------------------
+
+std::vector<TensorType> LayerNormType(std::span<const TensorType> in, const Attrs& attrs) {
+  const TensorType &x = in[0], &gamma = in[1], &beta = in[2];
+  RequireDType("layer_norm", "x", x, {DType::kF32, DType::kF64});
+  if (x.rank() == 0) throw OpError("layer_norm", "x must have rank >= 1, got " + x.ToString());
+  const Shape features = {x.shape.back()};
+  for (const auto& [name, t] : {std::pair{"gamma", gamma}, std::pair{"beta", beta}}) {
+    bool fits = t.dtype == x.dtype && t.rank() == 1 &&
+                (t.shape[0] == features[0] || t.shape[0] == kUnknownDim || features[0] == kUnknownDim);
+    if (!fits) {
+      throw OpError("layer_norm", std::string(name) + " must be " + TensorType{x.dtype, features}.ToString() +
+                                      " (x's last axis), got " + t.ToString());
+    }
+  }
+  if (!(attrs.GetFloat("eps") > 0)) throw OpError("layer_norm", "eps must be > 0");
+  return {x};
+}
+
+void LayerNormKernel(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& attrs) {
+  const double eps = attrs.GetFloat("eps");
+  const int64_t d = in[0].shape().back(), rows = d ? in[0].numel() / d : 0;
+  auto loop = [&]<typename T>(T) {
+    const T *x = in[0].data<T>(), *gamma = in[1].data<T>(), *beta = in[2].data<T>();
+    T* o = out[0].data<T>();
+    for (int64_t r = 0; r < rows; ++r) {
+      const T* row = x + r * d;
+      double mean = 0, var = 0;
+      for (int64_t i = 0; i < d; ++i) mean += row[i];
+      mean /= static_cast<double>(d);
+      for (int64_t i = 0; i < d; ++i) var += (row[i] - mean) * (row[i] - mean);
+      var /= static_cast<double>(d);
+      const double inv = 1.0 / std::sqrt(var + eps);
+      for (int64_t i = 0; i < d; ++i) o[r * d + i] = static_cast<T>((row[i] - mean) * inv) * gamma[i] + beta[i];
+    }
+  };
+  if (in[0].dtype() == DType::kF32) {
+    loop(float{});
+  } else {
+    loop(double{});
+  }
+}
+
+// With x̂ = (x - mean) * inv and gγ = g * gamma, all along the last axis:
+// dx = inv * (gγ - mean(gγ) - x̂ * mean(gγ * x̂)), dgamma = Σ g * x̂, dbeta = Σ g.
+std::vector<GradValue> LayerNormGrad(GradBuilder& b, const GradContext& c) {
+  GradValue x = c.inputs[0], gamma = c.inputs[1], g = c.output_grads[0];
+  const TensorType t = b.TypeOf(x);
+  const Attrs last = {{"axes", std::vector<int64_t>{t.rank() - 1}}, {"keepdims", true}};
+  auto mean = [&](GradValue v) { return b.Emit("mean", {v}, last); };
+  GradValue centered = b.Sub(x, mean(x));
+  GradValue var = mean(b.Mul(centered, centered));
+  GradValue inv = b.Emit("pow", {b.Add(var, b.ScalarConstant(c.attrs.GetFloat("eps"), t.dtype))}, {{"exponent", -0.5}});
+  GradValue xhat = b.Mul(centered, inv);
+  GradValue gg = b.Mul(g, gamma);
+  GradValue dx = b.Mul(inv, b.Sub(b.Sub(gg, mean(gg)), b.Mul(xhat, mean(b.Mul(gg, xhat)))));
+  const Shape features = {t.shape.back()};
+  return {dx, b.SumTo(b.Mul(g, xhat), features), b.SumTo(g, features)};
+}
+
 }  // namespace
 
 void RegisterNnOps(Registry& r) {
@@ -193,6 +298,18 @@ void RegisterNnOps(Registry& r) {
       LossKernel<true>, LossGrad<true>);
   add("nll", {"scores", "labels"}, {}, [](std::span<const TensorType> in, const Attrs&) { return LossType("nll", in); },
       LossKernel<false>, LossGrad<false>);
+  const std::vector<AttrSpec> rate = {{"rate", AttrKind::kFloat, 0.5}};
+  add("dropout_mask", {"x", "key"}, rate,
+      [](std::span<const TensorType> in, const Attrs& attrs) { return DropoutType("dropout_mask", in, attrs); },
+      DropoutKernel<true>, nullptr);
+  add("dropout", {"x", "key"}, rate,
+      [](std::span<const TensorType> in, const Attrs& attrs) { return DropoutType("dropout", in, attrs); },
+      DropoutKernel<false>, [](GradBuilder& b, const GradContext& c) -> std::vector<GradValue> {
+        GradValue mask = b.Emit("dropout_mask", {c.inputs[0], c.inputs[1]}, {{"rate", c.attrs.GetFloat("rate")}});
+        return {b.Mul(c.output_grads[0], mask), kNoGrad};
+      });
+  add("layer_norm", {"x", "gamma", "beta"}, {{"eps", AttrKind::kFloat, 1e-5}}, LayerNormType, LayerNormKernel,
+      LayerNormGrad);
 }
 
 }  // namespace pejit

@@ -1,6 +1,7 @@
 // Injective operators that move elements without computing on them:
 // transpose, reshape, expand_dims, squeeze, concat, stack, split, chunk, slice, pad,
 // broadcast_to, and sum_to (broadcast_to's gradient, a reduction).
+#include <algorithm>
 #include <cstring>
 #include <numeric>
 
@@ -432,6 +433,16 @@ void SumToKernel(std::span<const Tensor> in, std::span<Tensor> out, const Attrs&
   });
 }
 
+// zeros and ones: a tensor of the `shape` and `dtype` attributes.
+std::vector<TensorType> FilledType(std::string_view op, const Attrs& attrs) {
+  TensorType t{attrs.GetDType("dtype"), attrs.GetInts("shape")};
+  for (int64_t d : t.shape) {
+    if (d < 0) throw OpError(op, "shape " + ShapeToString(t.shape) + " has a negative dimension");
+  }
+  NumBytes(t);  // throws for a tensor too large to hold
+  return {t};
+}
+
 void RegisterShapeOps(Registry& r) {
   auto add = [&r](std::string name, std::vector<std::string> inputs, std::vector<AttrSpec> attrs, TypeRule infer,
                   Kernel kernel, GradRule grad, FusionKind fusion = FusionKind::kInjective) -> OpDef& {
@@ -451,6 +462,30 @@ void RegisterShapeOps(Registry& r) {
         for (size_t i = 0; i < perm.size(); ++i) inverse[perm[i]] = static_cast<int64_t>(i);
         return {b.Emit("transpose", {c.output_grads[0]}, {{"perm", inverse}})};
       });
+  for (bool one : {false, true}) {
+    std::string name = one ? "ones" : "zeros";
+    add(name, {}, {{"shape", AttrKind::kInts, std::nullopt}, {"dtype", AttrKind::kDType, DType::kF32}},
+        [name](std::span<const TensorType>, const Attrs& attrs) { return FilledType(name, attrs); },
+        [one](std::span<const Tensor>, std::span<Tensor> out, const Attrs&) {  // in place: out may be an arena's
+          char* dst = static_cast<char*>(out[0].raw_data());
+          if (!one) {
+            std::fill_n(dst, out[0].nbytes(), char{0});
+            return;
+          }
+          Tensor unit = Tensor::Ones(out[0].dtype(), {});
+          for (size_t at = 0; at < out[0].nbytes(); at += unit.nbytes()) std::copy_n(static_cast<const char*>(unit.raw_data()), unit.nbytes(), dst + at);
+        },
+        nullptr, FusionKind::kOpaque);
+  }
+  // The dimensions of x as an i64 vector (rank,): what `?` stood for.
+  add("shape_of", {"x"}, {},
+      [](std::span<const TensorType> in, const Attrs&) -> std::vector<TensorType> {
+        return {{DType::kI64, {static_cast<int64_t>(in[0].rank())}}};
+      },
+      [](std::span<const Tensor> in, std::span<Tensor> out, const Attrs&) {
+        std::copy(in[0].shape().begin(), in[0].shape().end(), out[0].data<int64_t>());
+      },
+      nullptr, FusionKind::kOpaque);
   OpDef& reshape = add("reshape", {"x"}, {{"shape", AttrKind::kInts, std::nullopt}}, ReshapeType, CopyBytes, ReshapeGrad);
   reshape.batch = BatchRule::kReshape;
   reshape.moves = MoveKind::kView;

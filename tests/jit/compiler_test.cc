@@ -84,6 +84,22 @@ def @f(%x: Tensor[(4, 5), f32], %b: Tensor[(5,), f32], %k: Tensor[(), f32]) {
   EXPECT_GE(r.fused_kernels, 2);
 }
 
+// Operators run by their kernels in compiled code, with a dynamic key for
+// dropout: the compiled mask is the interpreter's.
+TEST_F(CompilerTest, LayerNormDropoutFloorDivisionAndCreationMatchTheInterpreter) {
+  Snapshot s = Load(R"(
+def @f(%x: Tensor[(3, 6), f32], %g: Tensor[(6,), f32], %b: Tensor[(6,), f32], %key: Tensor[(), i64],
+       %n: Tensor[(4,), i64]) {
+  let %h = dropout(layer_norm(%x, %g, %b), %key, rate=0.4);
+  let %m = mod(%n, 3);
+  (add(%h, ones(shape=[3, 6])), floor_div(%n, -3), %m, add(zeros(shape=[4], dtype=i64), sum(shape_of(%h))), mod(%x, 0.75f32))
+})");
+  Rng rng(3);
+  CheckCompiled(s, "f", {Value(RandomUniform(rng, {3, 6}, -2, 2)), Value(RandomUniform(rng, {6}, 0.5, 1.5)),
+                         Value(RandomUniform(rng, {6}, -1, 1)), Value(Tensor::FromVector<int64_t>({}, {42})),
+                         Value(Tensor::FromVector<int64_t>({4}, {-7, -1, 5, 9}))});
+}
+
 TEST_F(CompilerTest, TreeLstmLossOnListOpsMinibatches) {
   Snapshot s = Load(std::string(treelstm::ModelSource()));
   constexpr int kTrees = 8;

@@ -178,6 +178,11 @@ std::vector<GradCase> AllCases() {
   Tensor labels = Tensor::FromVector<int64_t>({3}, {1, 0, 3});
   add("cross_entropy", "cross_entropy", {U(rng, {3, 4}), labels}, {}, {0});
   add("nll", "nll", {U(rng, {3, 4}), labels}, {}, {0});
+  add("dropout", "dropout", {U(rng, {4, 6}), Tensor::FromVector<int64_t>({}, {11})}, {{"rate", 0.3}}, {0});
+  add("layer_norm", "layer_norm", {U(rng, {3, 5}), U(rng, {5}), U(rng, {5})}, {}, {0, 1, 2});
+  add("layer_norm_3d", "layer_norm", {U(rng, {2, 2, 4}), U(rng, {4}), U(rng, {4})}, {{"eps", 0.1}}, {0, 1, 2});
+  // x / y within (2.2, 2.8): away from the jumps of floor(x / y).
+  add("mod", "mod", {U(rng, {3, 4}, 2.4, 2.8), U(rng, {4}, 1.0, 1.1)}, {}, {0, 1});
   return cases;
 }
 
@@ -203,11 +208,13 @@ TEST(OpGradient, NonDifferentiableOpsAreExactlyTheDiscreteOnes) {
   for (const OpDef* op : AllOps()) {
     if (!op->differentiable()) none.insert(op->name);
   }
-  // The discrete ones, and the packed products jit/ lowers to after differentiating.
+  // The discrete ones (a mask, a shape, a constant are piecewise constant),
+  // and the packed products jit/ lowers to after differentiating.
   EXPECT_EQ(none, (std::set<std::string>{"argmax", "argmin", "equal", "gemm_pack", "greater", "greater_equal", "less",
                                          "less_equal", "logical_and", "logical_not", "logical_or", "not_equal",
                                          "one_hot", "ones_like", "packed_dense", "packed_matmul",
-                                         "zeros_like"}));
+                                         "zeros_like", "floor_div", "dropout_mask", "zeros", "ones",
+                                         "shape_of"}));
 }
 
 TEST(OpGradient, IntegerInputsGetNoGradient) {

@@ -1534,6 +1534,145 @@ std::string SuiteFor(std::string_view op) {
   return suite + "Kernel";
 }
 
+// ---- Integer arithmetic, creation, shapes ----------------------------------------------------------------
+
+// Python's // and %: the quotient rounds toward -inf, the remainder has the
+// divisor's sign.
+TEST(FloorDivKernel, RoundsTowardMinusInfinityAsPythonDoes) {
+  Tensor x = Tensor::FromVector<int64_t>({6}, {7, -7, 7, -7, 0, 6});
+  Tensor y = Tensor::FromVector<int64_t>({6}, {2, 2, -2, -2, 3, 3});
+  Expected want(DType::kI64, {6});
+  want.values = {3, -4, -4, 3, 0, 2};
+  Check("floor_div", {x, y}, {}, want, Tol::kExact);
+  Tensor xf = Tensor::FromVector<float>({4}, {7.5f, -7.5f, 1.0f, -0.5f});
+  Tensor two = Tensor::FromVector<float>({}, {2.0f});  // broadcast
+  Expected wantf(DType::kF32, {4});
+  wantf.values = {3, -4, 0, -1};
+  Check("floor_div", {xf, two}, {}, wantf, Tol::kExact);
+}
+
+TEST(FloorDivKernel, AnIntegerDivisionByZeroIsAnError) {
+  Tensor x = Tensor::FromVector<int64_t>({2}, {1, 2}), y = Tensor::FromVector<int64_t>({2}, {1, 0});
+  EXPECT_THROW(RunKernel("floor_div", {x, y}, {}), OpError);
+  EXPECT_THROW(RunKernel("mod", {x, y}, {}), OpError);
+  Tensor lowest = Tensor::FromVector<int64_t>({}, {std::numeric_limits<int64_t>::min()});
+  EXPECT_THROW(RunKernel("floor_div", {lowest, Tensor::FromVector<int64_t>({}, {-1})}, {}), OpError);
+  EXPECT_THROW(RunKernel("floor_div", {x, Tensor::FromVector<float>({2}, {1, 2})}, {}), OpError);  // dtypes differ
+}
+
+TEST(ModKernel, TakesTheDivisorsSignAndRebuildsTheDividend) {
+  Tensor x = Tensor::FromVector<int64_t>({6}, {7, -7, 7, -7, 0, 6});
+  Tensor y = Tensor::FromVector<int64_t>({6}, {2, 2, -2, -2, 3, 3});
+  Expected want(DType::kI64, {6});
+  want.values = {1, 1, -1, -1, 0, 0};
+  Check("mod", {x, y}, {}, want, Tol::kExact);
+  Rng rng(kSeed);
+  Tensor a = RandomInt(rng, {4, 5}, -50, 50), b = RandomInt(rng, {5}, 1, 9);
+  Tensor q = RunKernel("floor_div", {a, b}, {})[0], r = RunKernel("mod", {a, b}, {})[0];
+  for (int64_t i = 0; i < a.numel(); ++i) {
+    int64_t bi = b.data<int64_t>()[i % 5];
+    EXPECT_EQ(a.data<int64_t>()[i], bi * q.data<int64_t>()[i] + r.data<int64_t>()[i]);
+    EXPECT_TRUE(r.data<int64_t>()[i] >= 0 && r.data<int64_t>()[i] < bi);
+  }
+  Tensor xf = Tensor::FromVector<double>({3}, {5.5, -5.5, 5.5});
+  Tensor yf = Tensor::FromVector<double>({3}, {2, 2, -2});
+  Expected wantf(DType::kF64, {3});
+  wantf.values = {1.5, 0.5, -0.5};
+  Check("mod", {xf, yf}, {}, wantf, Tol::kExact);
+}
+
+TEST(ZerosKernel, FillsTheShapeAndDtypeOfItsAttributes) {
+  for (DType dtype : kAllTypes) {
+    for (const Shape& shape : std::vector<Shape>{{}, {0}, {3}, {2, 5}}) {
+      Check("zeros", {}, {{"shape", shape}, {"dtype", dtype}}, Expected(dtype, shape), Tol::kExact);
+    }
+  }
+  EXPECT_THROW(RunKernel("zeros", {}, {{"shape", Shape{2, -1}}}), OpError);
+  EXPECT_EQ(RunKernel("zeros", {}, {{"shape", Shape{2}}})[0].dtype(), DType::kF32);
+}
+
+TEST(OnesKernel, FillsTheShapeAndDtypeOfItsAttributes) {
+  for (DType dtype : kAllTypes) {
+    for (const Shape& shape : std::vector<Shape>{{}, {0}, {3}, {2, 5}}) {
+      Expected want(dtype, shape);
+      std::fill(want.values.begin(), want.values.end(), 1.0);
+      Check("ones", {}, {{"shape", shape}, {"dtype", dtype}}, want, Tol::kExact);
+    }
+  }
+}
+
+TEST(ShapeOfKernel, GivesTheDimensionsAsAnI64Vector) {
+  Rng rng(kSeed);
+  for (const Shape& shape : std::vector<Shape>{{}, {0}, {4}, {2, 0, 3}, {1, 7}}) {
+    Expected want(DType::kI64, {static_cast<int64_t>(shape.size())});
+    for (size_t i = 0; i < shape.size(); ++i) want.values[i] = static_cast<double>(shape[i]);
+    Check("shape_of", {RandomValues(rng, DType::kF32, shape)}, {}, want, Tol::kExact);
+  }
+}
+
+// ---- dropout and layer_norm ---------------------------------------------------------------------------------
+
+TEST(DropoutMaskKernel, KeepsAboutOneMinusTheRateScaledAndIsAFunctionOfTheKey) {
+  Tensor x = Tensor::Zeros(DType::kF32, {100, 100});
+  auto key = [](int64_t k) { return Tensor::FromVector<int64_t>({}, {k}); };
+  Tensor m = RunKernel("dropout_mask", {x, key(7)}, {{"rate", 0.25}})[0];
+  int64_t kept = 0;
+  for (int64_t i = 0; i < m.numel(); ++i) {
+    float v = m.data<float>()[i];
+    ASSERT_TRUE(v == 0.0f || v == static_cast<float>(1.0 / 0.75)) << v;
+    kept += v != 0.0f;
+  }
+  EXPECT_NEAR(static_cast<double>(kept) / m.numel(), 0.75, 0.02);
+  EXPECT_TRUE(Equal(m, RunKernel("dropout_mask", {x, key(7)}, {{"rate", 0.25}})[0]));  // the same key, the same mask
+  EXPECT_FALSE(Equal(m, RunKernel("dropout_mask", {x, key(8)}, {{"rate", 0.25}})[0]));
+  Expected all(DType::kF32, {100, 100});
+  std::fill(all.values.begin(), all.values.end(), 1.0);
+  Check("dropout_mask", {x, key(7)}, {{"rate", 0.0}}, all, Tol::kExact);
+  EXPECT_THROW(RunKernel("dropout_mask", {x, key(7)}, {{"rate", 1.0}}), OpError);
+  EXPECT_THROW(RunKernel("dropout_mask", {x, Tensor::FromVector<int64_t>({1}, {7})}, {}), OpError);
+  EXPECT_THROW(RunKernel("dropout_mask", {x, Tensor::FromVector<float>({}, {7})}, {}), OpError);
+}
+
+TEST(DropoutKernel, IsTheInputTimesItsMask) {
+  Rng rng(kSeed);
+  for (DType dtype : {DType::kF32, DType::kF64}) {
+    Tensor x = RandomValues(rng, dtype, {6, 9}), k = Tensor::FromVector<int64_t>({}, {-3});
+    Tensor mask = RunKernel("dropout_mask", {x, k}, {{"rate", 0.5}})[0];
+    Expected want(dtype, {6, 9});
+    for (int64_t i = 0; i < x.numel(); ++i) want.values[i] = Get(x, i) * Get(mask, i);
+    Check("dropout", {x, k}, {{"rate", 0.5}}, want, Tol::kRounding);
+  }
+}
+
+TEST(LayerNormKernel, NormalizesTheLastAxisThenScalesAndShifts) {
+  Rng rng(kSeed);
+  for (DType dtype : {DType::kF32, DType::kF64}) {
+    for (const Shape& shape : std::vector<Shape>{{5}, {3, 4}, {2, 3, 8}, {0, 4}}) {
+      const int64_t d = shape.back();
+      Tensor x = RandomValues(rng, dtype, shape, -3, 3), gamma = RandomValues(rng, dtype, {d}),
+             beta = RandomValues(rng, dtype, {d});
+      Expected want(dtype, shape);
+      want.scales.resize(want.values.size());  // x̂ * gamma + beta may cancel to near zero
+      for (int64_t r = 0; r * d < x.numel(); ++r) {
+        double mean = 0, var = 0;
+        for (int64_t i = 0; i < d; ++i) mean += Get(x, r * d + i) / d;
+        for (int64_t i = 0; i < d; ++i) var += (Get(x, r * d + i) - mean) * (Get(x, r * d + i) - mean) / d;
+        for (int64_t i = 0; i < d; ++i) {
+          double scaled = (Get(x, r * d + i) - mean) / std::sqrt(var + 1e-5) * Get(gamma, i);
+          want.values[r * d + i] = scaled + Get(beta, i);
+          want.scales[r * d + i] = std::abs(scaled) + std::abs(Get(beta, i));
+        }
+      }
+      Check("layer_norm", {x, gamma, beta}, {}, want, Tol::kRounding);
+    }
+  }
+  Tensor x = Tensor::Zeros(DType::kF32, {2, 4});
+  EXPECT_THROW(RunKernel("layer_norm", {x, Tensor::Ones(DType::kF32, {3}), Tensor::Zeros(DType::kF32, {4})}, {}), OpError);
+  EXPECT_THROW(RunKernel("layer_norm", {x, Tensor::Ones(DType::kF64, {4}), Tensor::Zeros(DType::kF32, {4})}, {}), OpError);
+  EXPECT_THROW(RunKernel("layer_norm", {x, Tensor::Ones(DType::kF32, {4}), Tensor::Zeros(DType::kF32, {4})},
+                         {{"eps", 0.0}}), OpError);
+}
+
 // A newly registered op must come with a kernel test; a suite for an op that
 // no longer exists is stale.
 TEST(KernelCoverage, EveryRegisteredOpHasAKernelTestSuite) {

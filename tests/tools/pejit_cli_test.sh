@@ -111,7 +111,7 @@ def @double(%l: List[Tensor[(2,), f32]]) -> List[Tensor[(2,), f32]] {
 PJ
 echo '[{"ctor":"Cons","fields":[{"dtype":"f32","shape":[2],"data":[1,2]},{"ctor":"Nil","fields":[]}]}]' > "$tmp/list.json"
 if err=$("$pejit" compile "$tmp/list.pj" --entry double --args "$tmp/list.json" 2>&1); then fail "compiled a List result"; fi
-[[ "$err" == "pejit: the result must be tensors in tuples, not a List value (Cons): an entry returning a structure runs in the interpreter" ]] \
+[[ "$err" == "pejit: $tmp/list.pj:2:1: the result must be tensors in tuples, not a List value (Cons): an entry returning a structure runs in the interpreter" ]] \
   || fail "compile of a List result: $err"
 "$pejit" run --help | grep -q -- "--wrt" || fail "run --help"
 "$pejit" pe --help | grep -q -- "--static" || fail "pe --help"
