@@ -86,4 +86,14 @@ class Interpreter {
   std::unique_ptr<Impl> impl_;
 };
 
+// A grad call's loss and gradients from compiled code's results, exactly as
+// CallWithGrad returns them: one per index of `wrt`, shaped like that
+// argument. `leaves` are the call's dynamic leaves (argument i's from
+// first[i]); leaf j's gradient is results[result_of[j]], the loss
+// results[0]; a leaf without one (result_of -1: an integer) stands for
+// itself. Throws std::logic_error when the layout does not fit the call.
+Interpreter::ValueAndGrad GradientsFromResults(const std::vector<Value>& args, const std::vector<int>& wrt,
+                                               const std::vector<Tensor>& leaves, const std::vector<size_t>& first,
+                                               const std::vector<int>& result_of, const std::vector<Tensor>& results);
+
 }  // namespace pejit

@@ -256,4 +256,11 @@ Value ReplaceTensorLeaves(const Value& like, std::span<const Value> leaves) {
   return std::move(stack[0].fields[0]);
 }
 
+Value ValueFromTensors(const Type& t, const std::vector<Tensor>& tensors, size_t& pos) {
+  if (AsTensor(t)) return Value(tensors.at(pos++));
+  std::vector<Value> fields;
+  for (const Type& f : AsTuple(t)->fields) fields.push_back(ValueFromTensors(f, tensors, pos));
+  return Value::Tuple(std::move(fields));
+}
+
 }  // namespace pejit

@@ -125,6 +125,10 @@ std::vector<Tensor> TensorLeaves(const Value& v);
 // std::invalid_argument unless `leaves` has exactly one value per tensor leaf.
 Value ReplaceTensorLeaves(const Value& like, std::span<const Value> leaves);
 
+// A value of type `t`, tensors nested in tuples (what compiled code
+// returns), from `tensors` read depth first from `pos`, which it advances.
+Value ValueFromTensors(const Type& t, const std::vector<Tensor>& tensors, size_t& pos);
+
 // Exact equality: same structure, bitwise-equal tensors. Closures compare by identity.
 bool ValueEqual(const Value& a, const Value& b);
 // Same structure, tensors AllClose.

@@ -92,36 +92,6 @@ bool CompilableWrt(const std::vector<int>& wrt, size_t nargs, const std::vector<
   return true;
 }
 
-// A value of tensor-tree type `t` from the result tensors, depth first.
-Value FromTensors(const Type& t, const std::vector<Tensor>& out, size_t& pos) {
-  if (AsTensor(t)) return Value(out.at(pos++));
-  std::vector<Value> fields;
-  for (const Type& f : AsTuple(t)->fields) fields.push_back(FromTensors(f, out, pos));
-  return Value::Tuple(std::move(fields));
-}
-
-// A grad call's loss and gradients, one per index of `wrt` shaped like that
-// argument, from compiled code's results: dynamic leaf j's gradient is
-// results[result_of[j]] (Slot::gradient_result); a leaf without one (an
-// integer) stands for itself, as in Interpreter::CallWithGrad.
-ValueAndGrad GradientsFromResults(const std::vector<Value>& args, const std::vector<int>& wrt,
-                                  const std::vector<Tensor>& leaves, const std::vector<size_t>& first,
-                                  const std::vector<int>& result_of, const std::vector<Tensor>& results) {
-  if (result_of.size() != leaves.size()) {
-    throw std::logic_error("the code's gradient layout has " + std::to_string(result_of.size()) + " leaves, the call " +
-                           std::to_string(leaves.size()));
-  }
-  ValueAndGrad out;
-  out.value = Value(results.at(0));
-  for (int i : wrt) {
-    size_t end = static_cast<size_t>(i) + 1 < first.size() ? first[i + 1] : leaves.size();
-    std::vector<Value> replaced;
-    for (size_t j = first[i]; j < end; ++j) replaced.emplace_back(result_of[j] >= 0 ? results.at(result_of[j]) : leaves[j]);
-    out.grads.push_back(ReplaceTensorLeaves(args[i], replaced));
-  }
-  return out;
-}
-
 CodeStatus::State ToCodeState(SlotState s) {
   switch (s) {
     case SlotState::kCold: return CodeStatus::State::kCold;
@@ -567,7 +537,7 @@ std::optional<ValueAndGrad> EngineImpl::RunCompiled(Request& r, Slot& slot) {
       out = GradientsFromResults(r.args, *r.wrt, leaves, first, slot.gradient_result, results);
     } else {
       size_t pos = 0;
-      out.value = FromTensors(exec->result_type(), results, pos);
+      out.value = ValueFromTensors(exec->result_type(), results, pos);
       if (pos != results.size()) throw std::logic_error("more result tensors than the result type has");
     }
   } catch (const std::exception& e) {

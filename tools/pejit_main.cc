@@ -60,24 +60,31 @@ std::vector<Value> LoadArgs(const ModuleSnapshot& s, const std::string& entry, c
   return ArgumentsFromJson(s, entry, args_json, where);
 }
 
+// What `run` prints, and `compile --run` in the same form. As text: values of
+// any depth (ValueToJsonText).
+void PrintResult(const Value& value) { std::printf("{\"value\":%s}\n", ValueToJsonText(value).c_str()); }
+void PrintResult(const Interpreter::ValueAndGrad& r, const std::vector<int>& wrt) {
+  std::string out = "{\"value\":" + ValueToJsonText(r.value) + ",\"grads\":[";
+  for (size_t g = 0; g < r.grads.size(); ++g) out += (g ? "," : "") + ValueToJsonText(r.grads[g]);
+  std::printf("%s],\"wrt\":%s}\n", out.c_str(), nlohmann::json(wrt).dump().c_str());
+}
+
+std::vector<int> WrtOf(const ModuleSnapshot& s, const std::string& entry, const std::string& wrt_list) {
+  std::vector<int> wrt = wrt_list.empty() ? std::vector<int>{} : ParseIndices(wrt_list, "--wrt");
+  return wrt.empty() ? FloatArguments(s, entry) : wrt;
+}
+
 int Run(const std::string& file, const std::string& entry, const std::string& args_file, bool grad,
         const std::string& wrt_list) {
   Snapshot s = LoadProgram(file);
   std::vector<Value> args = LoadArgs(*s, entry, args_file);
   Interpreter interp;
-  // Printed as text: values of any depth (ValueToJsonText).
-  std::string out = "{\"value\":";
   if (grad) {
-    std::vector<int> wrt = wrt_list.empty() ? std::vector<int>{} : ParseIndices(wrt_list, "--wrt");
-    if (wrt.empty()) wrt = FloatArguments(*s, entry);
-    Interpreter::ValueAndGrad r = interp.CallWithGrad(*s, entry, args, wrt);
-    out += ValueToJsonText(r.value) + ",\"grads\":[";
-    for (size_t g = 0; g < r.grads.size(); ++g) out += (g ? "," : "") + ValueToJsonText(r.grads[g]);
-    out += "],\"wrt\":" + nlohmann::json(wrt).dump();
+    std::vector<int> wrt = WrtOf(*s, entry, wrt_list);
+    PrintResult(interp.CallWithGrad(*s, entry, args, wrt), wrt);
   } else {
-    out += ValueToJsonText(interp.Call(*s, entry, args));
+    PrintResult(interp.Call(*s, entry, args));
   }
-  std::printf("%s}\n", out.c_str());
   return 0;
 }
 
@@ -138,7 +145,7 @@ int PartialEval(const std::string& file, const std::string& entry, const std::st
 
 int Compile(const std::string& file, const std::string& entry, const std::string& args_file, bool grad,
             const std::string& wrt_list, bool batch, const std::string& emit, int opt_level,
-            const std::vector<std::string>& print_after, const PeOptions& pe_options) {
+            const std::vector<std::string>& print_after, const PeOptions& pe_options, bool run_compiled) {
   Snapshot s = LoadProgram(file);
   std::vector<Value> args = LoadArgs(*s, entry, args_file);
   auto t0 = std::chrono::steady_clock::now();
@@ -146,9 +153,9 @@ int Compile(const std::string& file, const std::string& entry, const std::string
   double pe_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   PipelineOptions options;
   options.batch = batch;
+  std::vector<int> wrt;
   if (grad) {
-    std::vector<int> wrt = wrt_list.empty() ? std::vector<int>{} : ParseIndices(wrt_list, "--wrt");
-    if (wrt.empty()) wrt = FloatArguments(*s, entry);
+    wrt = WrtOf(*s, entry, wrt_list);
     // What `run` refuses, compile refuses too, in the same words (it would
     // compile without the gradient). ParseIndices refused a repeated index.
     std::string why = WhyNoGradient(*s, *s->Get(entry).func, wrt);
@@ -181,6 +188,24 @@ int Compile(const std::string& file, const std::string& entry, const std::string
       report.machine_code_ms);
   if (pipeline.batched) std::printf("# batching: %s\n", pipeline.batch.ToString().c_str());
   if (!pipeline.batch_skipped.empty()) std::printf("# not batched: %s\n", pipeline.batch_skipped.c_str());
+  if (!run_compiled) return 0;
+  // The compiled code on the arguments' dynamic leaves, its results rebuilt
+  // as `run` prints them.
+  std::vector<Tensor> leaves;
+  std::vector<size_t> first;
+  for (const Value& a : args) {
+    first.push_back(leaves.size());
+    AppendTensorLeaves(a, leaves);
+  }
+  std::vector<Tensor> results = exe->Run(leaves);
+  if (grad) {
+    std::vector<int> result_of(leaves.size(), -1);  // as the engine's Slot::gradient_result
+    for (size_t g = 0; g < options.wrt_leaves->size(); ++g) result_of[(*options.wrt_leaves)[g]] = static_cast<int>(g) + 1;
+    PrintResult(GradientsFromResults(args, wrt, leaves, first, result_of, results), wrt);
+  } else {
+    size_t pos = 0;
+    PrintResult(ValueFromTensors(exe->result_type(), results, pos));
+  }
   return 0;
 }
 
@@ -240,6 +265,8 @@ int main(int argc, char** argv) {
   compile->add_option("--fuel", pe_options.fuel, "function bodies partial evaluation unfolds before residualizing calls")
       ->capture_default_str()->check(pejit::NonNegativeInteger());
   compile->add_option("--max-ops", pe_options.max_residual_ops, "operators the residual may hold")->capture_default_str()->check(pejit::NonNegativeInteger());
+  bool run_compiled = false;
+  compile->add_flag("--run", run_compiled, "also run the compiled code on the arguments and print its result as `run` does");
   std::vector<std::string> print_after;
   compile->add_option("--print-after", print_after,
                       "also print the program after these stages (comma-separated): residual, batch, autodiff")
@@ -258,7 +285,7 @@ int main(int argc, char** argv) {
     if (run->parsed()) return pejit::Run(file, entry, args_file, grad, wrt);
     if (pe->parsed()) return pejit::PartialEval(file, entry, args_file, static_list, pe_options);
     if (compile->parsed()) {
-      return pejit::Compile(file, entry, args_file, grad, wrt, !no_batch, emit, opt_level, print_after, pe_options);
+      return pejit::Compile(file, entry, args_file, grad, wrt, !no_batch, emit, opt_level, print_after, pe_options, run_compiled);
     }
     if (replay.parsed()) return replay.Run();
     if (trace.parsed()) return trace.Run();

@@ -34,6 +34,11 @@ if err=$("$pejit" compile "$dir/trees.pj" --entry loss --args "$dir/trees_args.j
   fail "compile --wrt 1,1 accepted"
 fi
 [[ "$err" == "pejit: --wrt: argument 1 is given twice" ]] || fail "compile --wrt 1,1: $err"
+# compile --run runs the compiled code and prints what run prints.
+out=$("$pejit" compile "$dir/trees.pj" --entry loss --args "$dir/trees_args.json" --grad --run | tail -n 1)
+[[ "$out" == "$want" ]] || fail "compile --grad --run: $out"
+out=$("$pejit" compile "$dir/trees.pj" --entry encode --args "$dir/trees_args.json" --run | tail -n 1)
+[[ "$out" == '{"value":{"dtype":"f32","shape":[1,2],"data":[2.5,3.5]}}' ]] || fail "compile --run: $out"
 for command in run replay; do
   calls=(--args "$dir/trees_args.json")
   [[ $command == replay ]] && calls=(--calls "$dir/trees_calls.jsonl")
