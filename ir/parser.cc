@@ -259,6 +259,10 @@ class Parser {
       program.types.push_back(ParseTypeDef());
       typedef_end[start] = pos_;
     }
+    for (auto& [name, alias] : aliases_) {  // those no type used are checked too
+      AliasType(name, Loc(tokens_[alias.start + 1]));
+      typedef_end[alias.start] = alias.end;
+    }
     pos_ = 0;
     std::map<std::string, SourceLoc> def_locs;
     while (!Is(Tok::kEof)) {
@@ -302,6 +306,16 @@ class Parser {
 
   // Declared in this file: name -> number of type parameters.
   std::map<std::string, size_t> file_types_;
+  // Type aliases of this file (`type Name[T] = type;`): sugar the parser
+  // expands where it is used, so that a module holds no aliases and prints
+  // its types whole. Parsed on first use, in any order; a cycle is an error.
+  struct Alias {
+    size_t start = 0, body = 0, end = 0;  // token indices: its `type`, its type, past its `;` (once parsed)
+    std::vector<std::string> params;
+    Type type;  // null until parsed
+    bool parsing = false;
+  };
+  std::map<std::string, Alias, std::less<>> aliases_;
   std::vector<size_t> typedef_starts_;
   std::map<std::string, SourceLoc> parsed_type_locs_;
   struct CtorRef {
@@ -397,15 +411,68 @@ class Parser {
       if (t.kind == Tok::kRBrace && depth > 0) --depth;
       bool starts_typedef = t.kind == Tok::kLower && t.text == "type" && tokens_[i + 1].kind == Tok::kUpper;
       if (depth != 0 || !starts_typedef) continue;
-      typedef_starts_.push_back(i);
-      size_t params = 0;
+      size_t params = 0, after = i + 2;  // the token after the name and its parameters
       if (i + 2 < tokens_.size() && tokens_[i + 2].kind == Tok::kLBracket) {
-        for (size_t j = i + 3; j < tokens_.size() && tokens_[j].kind != Tok::kRBracket; ++j) {
-          if (tokens_[j].kind == Tok::kUpper) ++params;
+        for (after = i + 3; after < tokens_.size() && tokens_[after].kind != Tok::kRBracket; ++after) {
+          if (tokens_[after].kind == Tok::kUpper) ++params;
         }
+        ++after;
       }
+      if (after < tokens_.size() && tokens_[after].kind == Tok::kEq) {
+        DeclareAlias(i);
+        continue;
+      }
+      typedef_starts_.push_back(i);
       file_types_.emplace(std::string(tokens_[i + 1].text), params);
     }
+  }
+
+  // `type Name[T, ...] = type;` at token `start`: its name and parameters
+  // now, its type on first use (AliasType).
+  void DeclareAlias(size_t start) {
+    pos_ = start + 1;
+    Token name = Next();
+    std::string n(name.text);
+    if (n == "Tensor") Fail(name, "'Tensor' is reserved");
+    if (auto it = parsed_type_locs_.find(n); it != parsed_type_locs_.end()) {
+      Fail(name, "duplicate type '" + n + "'; first defined at " + it->second.ToString());
+    }
+    parsed_type_locs_[n] = Loc(name);
+    Alias alias;
+    alias.start = start;
+    if (Accept(Tok::kLBracket)) {
+      std::set<std::string> seen;
+      do {
+        Token p = Expect(Tok::kUpper, "a type parameter (starting with a capital)");
+        if (!seen.insert(std::string(p.text)).second) Fail(p, "duplicate type parameter '" + std::string(p.text) + "'");
+        alias.params.emplace_back(p.text);
+      } while (Accept(Tok::kComma));
+      Expect(Tok::kRBracket, "']' after type parameters");
+    }
+    Expect(Tok::kEq, "'='");
+    alias.body = pos_;
+    aliases_.emplace(n, std::move(alias));
+  }
+
+  // The type alias `name` stands for (with type variables for its
+  // parameters), parsed on first use; `use` is where it was needed.
+  const Type& AliasType(const std::string& name, const SourceLoc& use) {
+    Alias& alias = aliases_.find(name)->second;
+    if (alias.type) return alias.type;
+    if (alias.parsing) throw IrError(use, "type alias '" + name + "' refers to itself");
+    alias.parsing = true;
+    size_t saved_pos = pos_;
+    std::set<std::string, std::less<>> saved_params = std::move(type_params_);
+    type_params_ = {alias.params.begin(), alias.params.end()};
+    pos_ = alias.body;
+    Type t = ParseType();
+    Expect(Tok::kSemi, "';' after the type of alias " + name);
+    alias.end = pos_;
+    type_params_ = std::move(saved_params);
+    pos_ = saved_pos;
+    alias.parsing = false;
+    alias.type = t;
+    return alias.type;
   }
 
   TypeDefPtr ParseTypeDef() {
@@ -598,6 +665,18 @@ class Parser {
       if (!args.empty()) Fail(name, "type parameter '" + n + "' takes no type arguments");
       return TypeVarTy(n);
     }
+    if (auto it = aliases_.find(n); it != aliases_.end()) {
+      const std::vector<std::string>& params = it->second.params;
+      if (params.size() != args.size()) {
+        Fail(name, "type alias '" + n + "' takes " + Plural(params.size(), "type argument") + ", got " +
+                       std::to_string(args.size()));
+      }
+      const Type& t = AliasType(n, Loc(name));
+      if (params.empty()) return t;
+      std::map<std::string, Type> bindings;
+      for (size_t i = 0; i < params.size(); ++i) bindings[params[i]] = args[i];
+      return SubstituteTypeVars(t, bindings);
+    }
     std::optional<size_t> arity;
     if (auto it = file_types_.find(n); it != file_types_.end()) {
       arity = it->second;
@@ -607,6 +686,7 @@ class Parser {
     if (!arity) {
       std::vector<std::string> candidates(type_params_.begin(), type_params_.end());
       for (const auto& [k, _] : file_types_) candidates.push_back(k);
+      for (const auto& [k, _] : aliases_) candidates.push_back(k);
       for (const auto& [k, _] : external_types_) candidates.push_back(k);
       Fail(name, "unknown type '" + n + "'" + DidYouMean(n, candidates));
     }

@@ -326,6 +326,55 @@ type Box {
   ExpectProgramRoundTrip(p);
 }
 
+// An alias is the type it names wherever it is used (with its parameters
+// substituted); a module holds no aliases, so it prints its types whole.
+TEST(RoundTrip, TypeAliasesAreTheTypesTheyName) {
+  ParsedProgram aliased = ParseProgram(R"(
+type Cell = (Weights, Vec);  # used before it is declared
+type Pair[T] = (T, T);
+type Vec = Tensor[(?,), f32];
+type Weights = Pair[Tensor[(2, 2), f32]];
+type Maybe[T] = Option[T];
+type Option[T] { None, Some(T) }
+def @f(%c: Cell, %x: Maybe[Vec]) -> Pair[Vec] { (%c.1, %c.1) }
+)", "t.pj");
+  ParsedProgram plain = ParseProgram(R"(
+type Option[T] { None, Some(T) }
+def @f(%c: ((Tensor[(2, 2), f32], Tensor[(2, 2), f32]), Tensor[(?,), f32]), %x: Option[Tensor[(?,), f32]])
+    -> (Tensor[(?,), f32], Tensor[(?,), f32]) { (%c.1, %c.1) }
+)", "t.pj");
+  ASSERT_EQ(aliased.types.size(), 1u);  // the ADT only
+  ASSERT_EQ(aliased.defs.size(), 1u);
+  EXPECT_TRUE(StructuralEqual(aliased.defs[0].second, plain.defs[0].second)) << PrintProgram(aliased);
+  EXPECT_EQ(PrintProgram(aliased), PrintProgram(plain));
+  ExpectProgramRoundTrip(aliased);
+}
+
+TEST(Errors, TypeAliases) {
+  EXPECT_EQ(ErrorOf("type A = (B, B);\ntype B = A;\n"), "err.pj:2:10: type alias 'A' refers to itself");
+  EXPECT_EQ(ErrorOf("type V = Tensor[(2,), f32];\ndef @f(%x: V[V]) { %x }"),
+            "err.pj:2:12: type alias 'V' takes 0 type arguments, got 1");
+  EXPECT_EQ(ErrorOf("type P[T] = (T, T);\ndef @f(%x: P) { %x }"), "err.pj:2:12: type alias 'P' takes 1 type argument, got 0");
+  EXPECT_EQ(ErrorOf("type V = Tensor[(2,), f32]\ndef @f(%x: V) { %x }"),
+            "err.pj:2:1: expected ';' after the type of alias V, got 'def'");
+  EXPECT_EQ(ErrorOf("type V = Tensor[(2,), f32];\ntype V { A }"), "err.pj:2:6: duplicate type 'V'; first defined at err.pj:1:6");
+  EXPECT_EQ(ErrorOf("type Tensor = (Tensor[(), f32],);"), "err.pj:1:6: 'Tensor' is reserved");
+  EXPECT_EQ(ErrorOf("type V = Vex;"), "err.pj:1:10: unknown type 'Vex'");
+}
+
+// Every example model parses, checks and prints back to an equal program.
+TEST(RoundTrip, TheExamples) {
+  for (const char* path : {"examples/treelstm/treelstm.pj", "examples/mlp/mlp.pj", "examples/growing/growing.pj"}) {
+    SCOPED_TRACE(path);
+    std::ifstream in(path);
+    ASSERT_TRUE(in) << path << " is not in the test's runfiles";
+    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    ParsedProgram p = ParseProgram(text, path);
+    EXPECT_FALSE(p.defs.empty());
+    ExpectProgramRoundTrip(p);
+  }
+}
+
 TEST(RoundTrip, ShadowedVariablesGetSuffixes) {
   // The inner %x is another variable: printing it as %x would make the use
   // of the outer %x in the last line refer to it.
