@@ -31,6 +31,9 @@ Var MakeVar(std::string name, Type annotation, SourceLoc loc) {
   return std::make_shared<VarNode>(std::move(name), std::move(annotation), std::move(loc));
 }
 Expr MakeConstant(Tensor value, SourceLoc loc) { return std::make_shared<ConstantNode>(std::move(value), std::move(loc)); }
+Expr MakeLiteral(Tensor value, std::vector<Tensor> retypes, SourceLoc loc) {
+  return std::make_shared<ConstantNode>(std::move(value), std::move(loc), std::move(retypes));
+}
 Expr MakeOpCall(std::string_view op, std::vector<Expr> args, const Attrs& attrs, SourceLoc loc) {
   const OpDef& def = LookupOp(op);
   return std::make_shared<OpCallNode>(&def, std::move(args), NormalizeAttrs(def, attrs), std::move(loc));

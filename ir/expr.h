@@ -2,8 +2,10 @@
 //
 // Nodes are immutable and shared through `Expr` handles; a variable is known
 // by its node's identity, its name is only a hint for printing. The type
-// checker records each node's type in `checked_type` once, before the
-// definition holding it is published in a Module; nothing else writes a node.
+// checker records each node's type in `checked_type` once, and gives an
+// unsuffixed number the dtype its context needs (ConstantNode::retypes),
+// before the definition holding it is published in a Module; nothing else
+// writes a node.
 #pragma once
 
 #include <memory>
@@ -43,8 +45,15 @@ using Var = std::shared_ptr<const VarNode>;
 
 struct ConstantNode final : ExprNode {
   static constexpr ExprKind kKind = ExprKind::kConstant;
-  ConstantNode(Tensor v, SourceLoc l) : ExprNode(ExprKind::kConstant, std::move(l)), value(std::move(v)) {}
-  Tensor value;
+  ConstantNode(Tensor v, SourceLoc l, std::vector<Tensor> r = {})
+      : ExprNode(ExprKind::kConstant, std::move(l)), value(std::move(v)), retypes(std::move(r)) {}
+  // Mutable for the checker alone, which may replace it by one of `retypes`.
+  mutable Tensor value;
+  // An unsuffixed number as written (`2`, `0.5`): the same number in the
+  // other dtypes that hold it exactly (`2` as f32 and f64, `0.5` as f64),
+  // for the checker to take where the context needs one (`mul(%x, 2)` on
+  // f32). Empty for any other constant.
+  std::vector<Tensor> retypes;
 };
 
 struct OpCallNode final : ExprNode {
@@ -167,6 +176,9 @@ const Node* As(const Expr& e) {
 
 Var MakeVar(std::string name, Type annotation = nullptr, SourceLoc loc = {});
 Expr MakeConstant(Tensor value, SourceLoc loc = {});
+// An unsuffixed number literal: `value` in its default dtype, `retypes` the
+// same number in the other dtypes that hold it exactly.
+Expr MakeLiteral(Tensor value, std::vector<Tensor> retypes, SourceLoc loc = {});
 Expr MakeOpCall(std::string_view op, std::vector<Expr> args, const Attrs& attrs = {}, SourceLoc loc = {});
 Expr MakeCall(Expr callee, std::vector<Expr> args, SourceLoc loc = {});
 Expr MakeLet(Var var, Expr value, Expr body, SourceLoc loc = {});

@@ -952,7 +952,7 @@ class Parser {
         return MakeGlobal(std::string(t.text.substr(1)), Loc(t));
       case Tok::kNumber:
         Next();
-        return MakeConstant(ScalarLiteral(t), Loc(t));
+        return Suffix(t).empty() ? MakeLiteral(ScalarLiteral(t), Retypes(t), Loc(t)) : MakeConstant(ScalarLiteral(t), Loc(t));
       case Tok::kUpper:
         if (t.text == "Tensor") Fail(t, "expected an expression, got 'Tensor' (a type)");
         return ParseCtor();
@@ -1137,6 +1137,23 @@ class Parser {
     DType dtype = !suffix.empty() ? *ParseDType(suffix) : IsIntegerText(t) ? DType::kI64 : DType::kF32;
     Tensor out = Tensor::Empty(dtype, {});
     StoreNumber(t, out, 0);
+    return out;
+  }
+
+  // An unsuffixed number in the other dtypes that hold it exactly: an
+  // integer as f32 (when it is within 2^24 of 0) and f64 (within 2^53), a
+  // fraction as f64 (read from its text, not widened from the f32).
+  std::vector<Tensor> Retypes(const Token& t) const {
+    std::vector<Tensor> out;
+    if (IsIntegerText(t)) {
+      int64_t v = IntegerValue(t);
+      if (std::abs(static_cast<double>(v)) <= 16777216.0) out.push_back(Tensor::ScalarOf(DType::kF32, static_cast<double>(v)));
+      if (std::abs(static_cast<double>(v)) <= 9007199254740992.0) out.push_back(Tensor::ScalarOf(DType::kF64, static_cast<double>(v)));
+    } else {
+      Tensor d = Tensor::Empty(DType::kF64, {});
+      d.data<double>()[0] = FloatValue<double>(t);
+      out.push_back(d);
+    }
     return out;
   }
 

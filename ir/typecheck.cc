@@ -106,7 +106,11 @@ class Checker {
         if (it == vars_.end()) throw IrError(e->loc, "variable %" + As<VarNode>(e)->name + " is not bound here");
         return it->second;
       }
-      case ExprKind::kConstant: return TensorTy(As<ConstantNode>(e)->value.type());
+      case ExprKind::kConstant: {
+        const ConstantNode* c = As<ConstantNode>(e);
+        if (const TensorTypeNode* want = AsTensor(expected)) Retype(c, want->type.dtype);
+        return TensorTy(c->value.type());
+      }
       case ExprKind::kOpCall: return InferOpCall(As<OpCallNode>(e));
       case ExprKind::kCall: return InferCall(As<CallNode>(e));
       case ExprKind::kLet: return Infer(e, expected);
@@ -160,6 +164,17 @@ class Checker {
     return t;
   }
 
+  // An unsuffixed number takes `dtype` when it holds the number exactly.
+  static void Retype(const ConstantNode* c, DType dtype) {
+    if (c->value.dtype() == dtype) return;
+    for (const Tensor& r : c->retypes) {
+      if (r.dtype() == dtype) {
+        c->value = r;
+        return;
+      }
+    }
+  }
+
   Type InferOpCall(const OpCallNode* n) {
     std::vector<TensorType> inputs;
     for (size_t i = 0; i < n->args.size(); ++i) {
@@ -170,6 +185,25 @@ class Checker {
                                            " must be a tensor, got " + TypeToString(t));
       }
       inputs.push_back(tensor->type);
+    }
+    // Inputs that share a dtype (OpDef::same_dtype_from): an unsuffixed
+    // number among them takes the others' (`mul(%x, 2)` on f32).
+    if (n->op->same_dtype_from >= 0) {
+      auto literal = [&](size_t i) {
+        const auto* c = As<ConstantNode>(n->args[i]);
+        return c && !c->retypes.empty() ? c : nullptr;
+      };
+      std::optional<DType> dtype;
+      for (size_t i = n->op->same_dtype_from; i < inputs.size() && !dtype; ++i) {
+        if (!literal(i)) dtype = inputs[i].dtype;
+      }
+      for (size_t i = n->op->same_dtype_from; dtype && i < inputs.size(); ++i) {
+        if (const ConstantNode* c = literal(i)) {
+          Retype(c, *dtype);
+          n->args[i]->checked_type = TensorTy(c->value.type());
+          inputs[i] = c->value.type();
+        }
+      }
     }
     std::vector<TensorType> out;
     try {

@@ -253,7 +253,10 @@ class Cloner : public ExprMutator {
     memo_[v.get()] = f;
     return f;
   }
-  Expr VisitConstant(const Expr& e) override { return MakeConstant(As<ConstantNode>(e)->value, e->loc); }
+  Expr VisitConstant(const Expr& e) override {
+    const auto* c = As<ConstantNode>(e);
+    return MakeLiteral(c->value, c->retypes, e->loc);  // an unsuffixed number stays one
+  }
   Expr VisitGlobal(const Expr& e) override { return MakeGlobal(As<GlobalNode>(e)->name, e->loc); }
   Expr VisitOpCall(const OpCallNode* n, const Expr&) override {
     return std::make_shared<OpCallNode>(n->op, Args(n->args), n->attrs, n->loc);

@@ -138,6 +138,10 @@ struct OpDef {
   ScalarOp scalar = ScalarOp::kNone;
   BatchRule batch = BatchRule::kNone;
   MoveKind moves = MoveKind::kNone;
+  // Inputs from this one on must share a dtype (binary arithmetic,
+  // comparisons, where's values): an unsuffixed number among them takes the
+  // others' when the program is checked. -1: none.
+  int same_dtype_from = -1;
   TypeRule infer;
   Kernel kernel;
   GradRule grad;  // null: not differentiable (comparisons, argmax, ...)

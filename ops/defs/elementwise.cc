@@ -266,6 +266,7 @@ void AddBinary(Registry& r, const std::string& name, ScalarOp scalar, Kernel ker
   op.input_names = {"lhs", "rhs"};
   op.fusion = FusionKind::kBroadcast;
   op.scalar = scalar;
+  op.same_dtype_from = 0;
   op.infer = BinaryType(name, std::move(allowed), compare);
   op.kernel = std::move(kernel);
   op.grad = std::move(grad);
@@ -362,6 +363,7 @@ void RegisterElementwiseOps(Registry& r) {
     op.input_names = {"cond", "lhs", "rhs"};
     op.fusion = FusionKind::kBroadcast;
     op.scalar = S::kWhere;
+    op.same_dtype_from = 1;
     op.infer = [](std::span<const TensorType> in, const Attrs&) -> std::vector<TensorType> {
       RequireDType("where", "cond", in[0], {DType::kBool});
       if (in[1].dtype != in[2].dtype) {
@@ -439,6 +441,7 @@ void RegisterElementwiseOps(Registry& r) {
     op.name = is_mod ? "mod" : "floor_div";
     op.input_names = {"lhs", "rhs"};
     op.fusion = FusionKind::kOpaque;
+    op.same_dtype_from = 0;
     op.infer = BinaryType(op.name, kNumeric, false);
     op.kernel = is_mod ? Kernel(FloorDivKernel<true>) : Kernel(FloorDivKernel<false>);
     if (is_mod) {  // x - y * floor(x / y): slope 1 in x, -floor(x / y) in y, where it is continuous

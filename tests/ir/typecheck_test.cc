@@ -133,6 +133,35 @@ TEST(TypeCheckErrors, ConstructorsAndPatternsCheckTheirFields) {
             "t.pj:2:61: clauses of match differ: Tensor[(), i64] vs Tensor[(), f32]");
 }
 
+TEST(TypeCheck, UnsuffixedNumbersTakeTheDtypeTheirContextNeeds) {
+  EXPECT_EQ(TypeOf("def @f(%x: Tensor[(3,), f32]) { mul(add(%x, 1), 0.5) }", "f"),
+            "fn(Tensor[(3,), f32]) -> Tensor[(3,), f32]");
+  EXPECT_EQ(TypeOf("def @f(%x: Tensor[(3,), f32]) { where(greater(%x, 0), %x, 2) }", "f"),
+            "fn(Tensor[(3,), f32]) -> Tensor[(3,), f32]");
+  EXPECT_EQ(TypeOf("def @f() { let %k: Tensor[(), f64] = 3; %k }", "f"), "fn() -> Tensor[(), f64]");
+  EXPECT_EQ(TypeOf("def @g(%x: Tensor[(), f32]) { %x }\ndef @f() { @g(2) }", "f"), "fn() -> Tensor[(), f32]");
+  // A fraction becomes an f64 from its text, not from the f32 it reads as.
+  Module m;
+  m.AddSource("def @f(%d: Tensor[(), f64]) { mul(%d, 0.1) }", "t.pj");
+  const auto* call = As<OpCallNode>(m.snapshot()->Get("f").func->body);
+  ASSERT_TRUE(call);
+  EXPECT_EQ(As<ConstantNode>(call->args[1])->value.data<double>()[0], 0.1);
+  // Alone, or beside another number, a number keeps its own dtype.
+  EXPECT_EQ(TypeOf("def @f() { add(1, 2) }", "f"), "fn() -> Tensor[(), i64]");
+  EXPECT_EQ(TypeOf("def @f() { 0.5 }", "f"), "fn() -> Tensor[(), f32]");
+}
+
+TEST(TypeCheckErrors, ANumberTakesOnlyADtypeThatHoldsItExactly) {
+  EXPECT_EQ(ErrorOf("def @f(%n: Tensor[(), i64]) { mul(%n, 0.5) }"),
+            "t.pj:1:31: mul: dtypes differ: lhs Tensor[(), i64] vs rhs Tensor[(), f32]");
+  EXPECT_EQ(ErrorOf("def @f(%x: Tensor[(), f32]) { mul(%x, 16777217) }"),
+            "t.pj:1:31: mul: dtypes differ: lhs Tensor[(), f32] vs rhs Tensor[(), i64]");
+  EXPECT_EQ(ErrorOf("def @f(%x: Tensor[(), f32]) { mul(%x, 2i64) }"),  // a suffix is what it says
+            "t.pj:1:31: mul: dtypes differ: lhs Tensor[(), f32] vs rhs Tensor[(), i64]");
+  EXPECT_EQ(ErrorOf("def @f(%t: Tensor[(4, 2), f32]) { take(%t, 1.0) }"),  // take's inputs do not share a dtype
+            "t.pj:1:35: take: indices must be i64, got Tensor[(), f32]");
+}
+
 TEST(TypeCheckErrors, DeclaredTypesAreEnforced) {
   EXPECT_EQ(ErrorOf("def @f(%x: Tensor[(2,), f32]) -> Tensor[(3,), f32] { %x }"),
             "t.pj:1:1: result of @f is Tensor[(2,), f32], but its declared type is Tensor[(3,), f32]");
