@@ -517,6 +517,12 @@ Interpreter::ValueAndGrad Interpreter::CallWithGrad(const ModuleSnapshot& module
   return out;
 }
 
+std::vector<int> GradientResultOf(size_t leaves, const std::vector<int>& wrt_leaves) {
+  std::vector<int> result_of(leaves, -1);
+  for (size_t g = 0; g < wrt_leaves.size(); ++g) result_of.at(wrt_leaves[g]) = static_cast<int>(g) + 1;
+  return result_of;
+}
+
 Interpreter::ValueAndGrad GradientsFromResults(const std::vector<Value>& args, const std::vector<int>& wrt,
                                                const std::vector<Tensor>& leaves, const std::vector<size_t>& first,
                                                const std::vector<int>& result_of, const std::vector<Tensor>& results) {

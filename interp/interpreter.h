@@ -92,6 +92,10 @@ class Interpreter {
 // first[i]); leaf j's gradient is results[result_of[j]], the loss
 // results[0]; a leaf without one (result_of -1: an integer) stands for
 // itself. Throws std::logic_error when the layout does not fit the call.
+// The layout compiled code for the gradients of leaves `wrt_leaves` (of
+// `leaves` dynamic leaves) returns them in: the loss first, then one per
+// wrt leaf in order; -1 for the others. GradientsFromResults's `result_of`.
+std::vector<int> GradientResultOf(size_t leaves, const std::vector<int>& wrt_leaves);
 Interpreter::ValueAndGrad GradientsFromResults(const std::vector<Value>& args, const std::vector<int>& wrt,
                                                const std::vector<Tensor>& leaves, const std::vector<size_t>& first,
                                                const std::vector<int>& result_of, const std::vector<Tensor>& results);

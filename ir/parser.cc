@@ -427,6 +427,21 @@ class Parser {
     }
   }
 
+  // `[T, U]` after a declared type's name (or nothing), into type_params_ too.
+  std::vector<std::string> ParseTypeParams() {
+    type_params_.clear();
+    std::vector<std::string> params;
+    if (!Accept(Tok::kLBracket)) return params;
+    do {
+      Token p = Expect(Tok::kUpper, "a type parameter (starting with a capital)");
+      std::string pn(p.text);
+      if (!type_params_.insert(pn).second) Fail(p, "duplicate type parameter '" + pn + "'");
+      params.push_back(pn);
+    } while (Accept(Tok::kComma));
+    Expect(Tok::kRBracket, "']' after type parameters");
+    return params;
+  }
+
   // `type Name[T, ...] = type;` at token `start`: its name and parameters
   // now, its type on first use (AliasType).
   void DeclareAlias(size_t start) {
@@ -440,15 +455,8 @@ class Parser {
     parsed_type_locs_[n] = Loc(name);
     Alias alias;
     alias.start = start;
-    if (Accept(Tok::kLBracket)) {
-      std::set<std::string> seen;
-      do {
-        Token p = Expect(Tok::kUpper, "a type parameter (starting with a capital)");
-        if (!seen.insert(std::string(p.text)).second) Fail(p, "duplicate type parameter '" + std::string(p.text) + "'");
-        alias.params.emplace_back(p.text);
-      } while (Accept(Tok::kComma));
-      Expect(Tok::kRBracket, "']' after type parameters");
-    }
+    alias.params = ParseTypeParams();
+    type_params_.clear();
     Expect(Tok::kEq, "'='");
     alias.body = pos_;
     aliases_.emplace(n, std::move(alias));
@@ -487,17 +495,7 @@ class Parser {
     auto def = std::make_shared<TypeDef>();
     def->name = n;
     def->loc = Loc(name);
-    type_params_.clear();
-    if (Is(Tok::kLBracket)) {
-      Next();
-      do {
-        Token p = Expect(Tok::kUpper, "a type parameter (starting with a capital)");
-        std::string pn(p.text);
-        if (!type_params_.insert(pn).second) Fail(p, "duplicate type parameter '" + pn + "'");
-        def->params.push_back(pn);
-      } while (Accept(Tok::kComma));
-      Expect(Tok::kRBracket, "']' after type parameters");
-    }
+    def->params = ParseTypeParams();
     Expect(Tok::kLBrace, "'{' before the constructors of " + n);
     do {  // at least one constructor; a trailing comma is allowed
       Token c = Expect(Tok::kUpper, "a constructor name (starting with a capital)");

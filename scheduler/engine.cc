@@ -770,8 +770,7 @@ void EngineImpl::RunJob(Job& job) {
       std::vector<Tensor> leaves = Flatten(job.args, job.static_args, &first);
       pipeline.wrt_leaves = FloatWrtLeaves(leaves, first, job.wrt);
       expected_results = 1 + pipeline.wrt_leaves->size();
-      gradient_result.assign(leaves.size(), -1);
-      for (size_t g = 0; g < pipeline.wrt_leaves->size(); ++g) gradient_result[(*pipeline.wrt_leaves)[g]] = static_cast<int>(g) + 1;
+      gradient_result = GradientResultOf(leaves.size(), *pipeline.wrt_leaves);
     }
     // A program that is not straight-line code stays unbatched; what
     // throws here is batching or autodiff, which `prepared.stage` names.

@@ -199,9 +199,8 @@ int Compile(const std::string& file, const std::string& entry, const std::string
   }
   std::vector<Tensor> results = exe->Run(leaves);
   if (grad) {
-    std::vector<int> result_of(leaves.size(), -1);  // as the engine's Slot::gradient_result
-    for (size_t g = 0; g < options.wrt_leaves->size(); ++g) result_of[(*options.wrt_leaves)[g]] = static_cast<int>(g) + 1;
-    PrintResult(GradientsFromResults(args, wrt, leaves, first, result_of, results), wrt);
+    PrintResult(GradientsFromResults(args, wrt, leaves, first, GradientResultOf(leaves.size(), *options.wrt_leaves),
+                                     results), wrt);
   } else {
     size_t pos = 0;
     PrintResult(ValueFromTensors(exe->result_type(), results, pos));
