@@ -55,6 +55,7 @@ struct GradPrograms {
   std::vector<int> grad_inputs, grad_outputs;
   int residuals = 0;
   std::vector<SegmentCode::Factor> factors;
+  std::vector<SegmentCode::Output> backward_outputs;
 };
 
 // The terms of a shared input's gradient when it is a sum over the run's
@@ -188,7 +189,9 @@ GradPrograms MakeGradPrograms(const Func& vectorized, const std::vector<bool>& s
   std::unordered_map<const ExprNode*, const Expr*> value_of;
   for (const Binding& b : bwd.bindings) value_of[b.var.get()] = &b.value;
   const auto* grads = As<TupleNode>(bwd.result);
-  std::vector<Expr> kept = {grads->fields[0]}, factor_results;
+  // The VJP's own value (fields[0], the sum) is not needed: dropped, its
+  // reductions die with it.
+  std::vector<Expr> kept, factor_results;
   std::vector<int> kept_inputs;
   for (size_t k = 0; k < g.grad_inputs.size(); ++k) {
     int p = g.grad_inputs[k];
@@ -204,7 +207,35 @@ GradPrograms MakeGradPrograms(const Func& vectorized, const std::vector<bool>& s
   }
   g.grad_inputs = std::move(kept_inputs);
   kept.insert(kept.end(), factor_results.begin(), factor_results.end());
-  bwd.result = MakeTuple(std::move(kept));
+  // A result that is an input, a repeat or a reshape of either would be
+  // copied into a fresh tensor: the executor takes it from where it is.
+  std::unordered_map<const ExprNode*, int> param_index, result_index;
+  for (size_t p = 0; p < bwd.params.size(); ++p) param_index[bwd.params[p].get()] = static_cast<int>(p);
+  std::vector<Expr> results_kept;
+  for (const Expr& e : kept) {
+    Expr root = e;
+    for (auto it = value_of.find(root.get()); it != value_of.end(); it = value_of.find(root.get())) {
+      const auto* call = As<OpCallNode>(*it->second);
+      if (!call || call->op->name != "reshape") break;
+      root = call->args[0];
+    }
+    SegmentCode::Output out;
+    out.shape = TensorTypeOf(e).shape;
+    if (auto p = param_index.find(root.get()); p != param_index.end()) {
+      out.from_input = true;
+      out.index = p->second;
+    } else {
+      auto [r, fresh] = result_index.emplace(root.get(), static_cast<int>(results_kept.size()));
+      if (fresh) results_kept.push_back(root);
+      out.index = r->second;
+    }
+    g.backward_outputs.push_back(std::move(out));
+  }
+  if (results_kept.empty()) {  // a program returns something: the first output, copied
+    results_kept.push_back(kept[0]);
+    g.backward_outputs[0] = {false, 0, TensorTypeOf(kept[0]).shape};
+  }
+  bwd.result = MakeTuple(std::move(results_kept));
   g.forward = Recompose(fwd);
   g.backward = EliminateDeadCode(Recompose(bwd));
   return g;
@@ -331,6 +362,7 @@ struct Programs {
   std::vector<int> grad_inputs, grad_outputs;
   int residuals = 0;
   std::vector<SegmentCode::Factor> factors;
+  std::vector<SegmentCode::Output> backward_outputs;
 };
 
 Programs MakePrograms(const SegmentCode& code, int64_t rows, bool grad) {
@@ -346,6 +378,7 @@ Programs MakePrograms(const SegmentCode& code, int64_t rows, bool grad) {
     p.grad_outputs = std::move(g.grad_outputs);
     p.residuals = g.residuals;
     p.factors = std::move(g.factors);
+    p.backward_outputs = std::move(g.backward_outputs);
   } else {
     p.forward = PackSharedWeights(vectorized, code.shared, p.forward_packs);
   }
@@ -372,6 +405,7 @@ void Make(SegmentCode& code, SegmentCode::Variant& v) {
   v.grad_outputs = std::move(p.grad_outputs);
   v.residuals = p.residuals;
   v.factors = std::move(p.factors);
+  v.backward_outputs = std::move(p.backward_outputs);
   v.forward_code.store(std::move(forward_code));
   if (backward_code) v.backward_code.store(std::move(backward_code));
   v.made = true;
@@ -633,11 +667,16 @@ Execution Execute(const Schedule& schedule, const ExecuteOptions& options) {
     const size_t first_residual = code.outputs.size();
     for (int k = 0; k < variant.residuals; ++k) in.push_back(std::move(outputs[r][first_residual + k]));
     append_packs(run, variant.backward_packs, in);
-    std::vector<Tensor> grads = backward->Run(in);  // (sum, d/d grad_inputs..., factor pairs...)
+    std::vector<Tensor> results = backward->Run(in), grads;
+    grads.reserve(variant.backward_outputs.size());
+    for (const SegmentCode::Output& o : variant.backward_outputs) {
+      const Tensor& t = o.from_input ? in.at(o.index) : results.at(o.index);
+      grads.push_back(t.shape() == o.shape ? t : t.Reshaped(o.shape));
+    }  // (d/d grad_inputs..., factor pairs...)
     const int members = static_cast<int>(run.members.size());
     for (size_t g = 0; g < variant.grad_inputs.size(); ++g) {
       int p = variant.grad_inputs[g];
-      const Tensor& grad = grads.at(1 + g);
+      const Tensor& grad = grads.at(g);
       const TensorType& member = code.inputs[p];
       if (code.shared[p]) {
         add_to_slot(schedule.si_inputs[schedule.si_input_begin[run.members[0]] + p], member, grad.data<float>());
@@ -651,7 +690,7 @@ Execution Execute(const Schedule& schedule, const ExecuteOptions& options) {
     }
     // Padding rows add exact zeros: their cotangents are zero, their
     // forward values copies of a real row's.
-    size_t next = 1 + variant.grad_inputs.size();
+    size_t next = variant.grad_inputs.size();
     for (const SegmentCode::Factor& factor : variant.factors) {
       const Slot& slot = schedule.si_inputs[schedule.si_input_begin[run.members[0]] + factor.param];
       if (factor.kind == SegmentCode::Factor::Kind::kProduct) {

@@ -355,6 +355,126 @@ std::deque<GenericProgram::Kept>::iterator GenericProgram::FindKept(const std::s
   });
 }
 
+// Groups segment instances into runs in an order the dependencies allow.
+// No schedule runs a program fewer times than the longest chain of its
+// instances in which each depends, through any others, on the one before:
+// an instance's *rank* is its place in such a chain (a Tree-LSTM's cell: the
+// node's height, whatever the child counts that spread its ASAP level). An
+// agenda (on-the-fly batching, Neubig et al. 2017) runs next a program all
+// of whose instances of its lowest rank left are ready, with every ready one
+// of its instances, so that programs reach that bound where the dependencies
+// allow it; when none is complete (ranks of two programs can wait on each
+// other), the program of fewest operators runs what is ready of it: a
+// split run of a cheap program (a sum) costs less than one of a program
+// with matrix products.
+static void AgendaRuns(const std::vector<int>& si_level, const std::vector<int>& si_code,
+                       const std::vector<SegmentCode*>& codes, Schedule& schedule) {
+  const int n = static_cast<int>(si_level.size());
+  int programs = 0;
+  for (int c : si_code) programs = std::max(programs, c + 1);
+  // Ranks for programs of more than one instance (at most kRanked of them:
+  // the others rank by ASAP level), computed in evaluation order, which
+  // the dependencies follow.
+  constexpr int kRanked = 64;
+  std::vector<int> instances(programs, 0), column(programs, -1);
+  for (int c : si_code) ++instances[c];
+  int columns = 0;
+  for (int p = 0; p < programs && columns < kRanked; ++p) {
+    if (instances[p] > 1) column[p] = columns++;
+  }
+  std::vector<int> chain(static_cast<size_t>(n) * columns, 0), rank(n);
+  std::vector<int> pending(n, 0), succ_begin(n + 1, 0);
+  for (int i = 0; i < n; ++i) {
+    int* mine = chain.data() + static_cast<size_t>(i) * columns;
+    for (int k = schedule.si_input_begin[i]; k < schedule.si_input_begin[i + 1]; ++k) {
+      const Slot& slot = schedule.si_inputs[k];
+      if (slot.kind != Slot::Kind::kRow) continue;
+      ++pending[i];
+      ++succ_begin[slot.index + 1];
+      const int* before = chain.data() + static_cast<size_t>(slot.index) * columns;
+      for (int c = 0; c < columns; ++c) mine[c] = std::max(mine[c], before[c]);
+    }
+    const int c = column[si_code[i]];
+    rank[i] = c < 0 ? si_level[i] : mine[c]++;
+  }
+  for (int i = 0; i < n; ++i) succ_begin[i + 1] += succ_begin[i];
+  std::vector<int> succ(succ_begin[n]), fill(succ_begin.begin(), succ_begin.end() - 1);
+  for (int i = 0; i < n; ++i) {
+    for (int k = schedule.si_input_begin[i]; k < schedule.si_input_begin[i + 1]; ++k) {
+      const Slot& slot = schedule.si_inputs[k];
+      if (slot.kind == Slot::Kind::kRow) succ[fill[slot.index]++] = i;
+    }
+  }
+  // Per program and rank, instances not run yet and those of them ready.
+  std::vector<int> rank_begin(programs + 1, 0);
+  for (int i = 0; i < n; ++i) rank_begin[si_code[i] + 1] = std::max(rank_begin[si_code[i] + 1], rank[i] + 1);
+  for (int p = 0; p < programs; ++p) rank_begin[p + 1] += rank_begin[p];
+  std::vector<int> left(rank_begin[programs], 0), ready_n(rank_begin[programs], 0), lowest(programs, 0);
+  for (int i = 0; i < n; ++i) ++left[rank_begin[si_code[i]] + rank[i]];
+
+  std::vector<std::vector<int>> ready(programs);
+  std::vector<int64_t> depth(programs, 0);
+  std::vector<int> active;  // programs with ready instances
+  auto make_ready = [&](int i) {
+    int p = si_code[i];
+    if (ready[p].empty()) active.push_back(p);
+    ready[p].push_back(i);
+    depth[p] += si_level[i];
+    ++ready_n[rank_begin[p] + rank[i]];
+  };
+  for (int i = 0; i < n; ++i) {
+    if (pending[i] == 0) make_ready(i);
+  }
+  schedule.si_run.assign(n, -1);
+  schedule.si_row.assign(n, -1);
+  while (!active.empty()) {
+    // depth[p] / |ready[p]| < depth[q] / |ready[q]|, ties to the lower program
+    auto shallower = [&](int p, int q) {
+      int64_t lhs = depth[p] * static_cast<int64_t>(ready[q].size()), rhs = depth[q] * static_cast<int64_t>(ready[p].size());
+      return lhs < rhs || (lhs == rhs && p < q);
+    };
+    auto complete = [&](int p) {
+      int at = rank_begin[p] + lowest[p];
+      return ready_n[at] == left[at];
+    };
+    size_t best = active.size();
+    for (size_t a = 0; a < active.size(); ++a) {
+      if (complete(active[a]) && (best == active.size() || shallower(active[a], active[best]))) best = a;
+    }
+    if (best == active.size()) {  // the cheapest program runs what is ready of it
+      best = 0;
+      for (size_t a = 1; a < active.size(); ++a) {
+        const int ops = codes[active[a]]->ops, best_ops = codes[active[best]]->ops;
+        if (ops < best_ops || (ops == best_ops && shallower(active[a], active[best]))) best = a;
+      }
+    }
+    const int p = active[best];
+    active[best] = active.back();
+    active.pop_back();
+    Run run;
+    run.code = codes[p];
+    run.members = std::move(ready[p]);
+    ready[p].clear();
+    depth[p] = 0;
+    std::sort(run.members.begin(), run.members.end());  // rows in evaluation order
+    const int r = static_cast<int>(schedule.runs.size());
+    for (size_t row = 0; row < run.members.size(); ++row) {
+      const int i = run.members[row];
+      schedule.si_run[i] = r;
+      schedule.si_row[i] = static_cast<int>(row);
+      --left[rank_begin[p] + rank[i]];
+      --ready_n[rank_begin[p] + rank[i]];
+    }
+    while (rank_begin[p] + lowest[p] < rank_begin[p + 1] - 1 && left[rank_begin[p] + lowest[p]] == 0) ++lowest[p];
+    for (int i : run.members) {
+      for (int k = succ_begin[i]; k < succ_begin[i + 1]; ++k) {
+        if (--pending[succ[k]] == 0) make_ready(succ[k]);
+      }
+    }
+    schedule.runs.push_back(std::move(run));
+  }
+}
+
 Schedule GenericProgram::Walked(const std::string& encoded, std::vector<const Value*> structures) {
   Schedule schedule;
   Walker w;
@@ -434,32 +554,9 @@ Schedule GenericProgram::Walked(const std::string& encoded, std::vector<const Va
   last_ = {w.instances.size(), w.leaves.size(), si_level.size(), results.size(), schedule.si_inputs.size()};
   schedule.new_cells = static_cast<int>(cells_.size() - cells_before);
 
-  // Runs: the segment instances of one (level, program), by level.
-  // A counting sort by (level, program), stable: rows keep evaluation order.
-  const int n = static_cast<int>(si_level.size());
-  const int levels = n ? *std::max_element(si_level.begin(), si_level.end()) + 1 : 0;
-  const int programs = static_cast<int>(codes_.size());
-  std::vector<int> start_of(static_cast<size_t>(levels) * programs + 1, 0), order(n);
-  for (int i = 0; i < n; ++i) ++start_of[si_level[i] * programs + si_code[i] + 1];
-  for (size_t k = 1; k < start_of.size(); ++k) start_of[k] += start_of[k - 1];
-  for (int i = 0; i < n; ++i) order[start_of[si_level[i] * programs + si_code[i]]++] = i;
-  schedule.si_run.assign(n, -1);
-  schedule.si_row.assign(n, -1);
-  for (int i = 0; i < n; ++i) {
-    int si = order[i];
-    if (i == 0 || si_level[si] != si_level[order[i - 1]] || si_code[si] != si_code[order[i - 1]]) {
-      Run run;
-      run.code = codes_[si_code[si]];
-      run.level = si_level[si];
-      schedule.runs.push_back(std::move(run));
-    }
-    Run& run = schedule.runs.back();
-    schedule.si_run[si] = static_cast<int>(schedule.runs.size()) - 1;
-    schedule.si_row[si] = static_cast<int>(run.members.size());
-    run.members.push_back(si);
-  }
+  schedule.levels = si_level.empty() ? 0 : *std::max_element(si_level.begin(), si_level.end()) + 1;
+  AgendaRuns(si_level, si_code, codes_, schedule);
   for (Run& run : schedule.runs) run.rows = RowBucket(static_cast<int64_t>(run.members.size()));
-  schedule.levels = levels;
   return schedule;
 }
 

@@ -7,10 +7,12 @@
 // (abstract interpretation of one body, microseconds to a millisecond). The
 // result is a Schedule, the structure as data:
 //   - one *segment instance* per straight-line segment of every cell
-//     instance, with a *level* one more than the levels of the instances
-//     whose results it reads, so that instances of one level are independent;
-//   - *runs*: the segment instances of one level running one segment
-//     program, each run one batched call of that program over its rows;
+//     instance;
+//   - *runs*: segment instances of one segment program whose inputs earlier
+//     runs computed, each run one batched call of that program over its
+//     rows. Which ready instances run together is an agenda's choice
+//     (AgendaRuns in program.cc): the program whose ready instances lie
+//     shallowest goes next, so that deep ones gather into fewer, larger runs;
 //   - for every input of every segment instance, the *slot* it reads: an
 //     entry argument's tensor, a row of an earlier run's output, a tensor in
 //     the structure (a token), or a constant of the cell.
@@ -66,6 +68,15 @@ struct SegmentCode {
     Kind kind = Kind::kProduct;
     Shape shape;  // kRowSum
   };
+  // Where an output of a variant's backward comes from: one of the
+  // program's results, or one of its inputs (a residual or an input returned
+  // as it is), seen as `shape`. A program that returns no input and nothing
+  // twice, reshapes included, copies nothing into its results.
+  struct Output {
+    bool from_input = false;
+    int index = 0;
+    Shape shape;
+  };
   int id = -1;
   Func program;                    // over one instance
   std::vector<bool> shared;        // per input
@@ -83,13 +94,15 @@ struct SegmentCode {
     // forward also returns what the backward reads of its intermediates.
     Func forward;
     // (inputs..., cotangents of the f32 outputs..., residuals..., packed weights...)
-    //   -> (sum, d/d grad_inputs..., the row factors (P, Q) of each of `factors`...)
+    //   -> its results, read through `backward_outputs` as
+    //      (d/d grad_inputs..., the row factors (P, Q) of each of `factors`...)
     Func backward;
     std::vector<int> grad_inputs;    // the inputs `backward` differentiates for
     std::vector<int> grad_outputs;   // the outputs it takes cotangents of
     int residuals = 0;
     std::vector<Pack> forward_packs, backward_packs;  // in the order of the appended parameters
     std::vector<Factor> factors;  // after the gradients of grad_inputs: two outputs a product, one a row sum
+    std::vector<Output> backward_outputs;  // (d/d grad_inputs..., factors' outputs...) from the backward's results
     // The code each program runs now: the interpreter's, then native code.
     // (A lock, not std::atomic<std::shared_ptr>: libstdc++'s is invisible to TSan.)
     class CodeSlot {
@@ -138,7 +151,6 @@ class SegmentTable {
 
 struct Run {
   SegmentCode* code = nullptr;
-  int level = 0;
   std::vector<int> members;  // segment instances, one per row
   int64_t rows = 0;          // the bucket: members padded with copies of the first row
 };
@@ -148,12 +160,12 @@ struct Schedule {
   std::vector<int> si_run, si_row;    // per segment instance
   std::vector<int> si_input_begin;    // per segment instance, into si_inputs (one past the end at the back)
   std::vector<Slot> si_inputs;
-  std::vector<Run> runs;              // in execution order: by level
+  std::vector<Run> runs;              // in execution order: a run reads only earlier runs' rows
   std::vector<Slot> result;           // the entry result's tensor leaves, depth first
   Type result_type;
   int64_t instances = 0;              // cell instances
   int new_cells = 0;                  // cells this call's structure built first
-  int levels = 0;
+  int levels = 0;                     // the longest chain of segment instances, each reading the one before
   double inspect_ms = 0;              // this Inspect's time: the walk's, or taking a kept schedule
   bool kept = false;                  // walked ahead by InspectAhead, taken by the call
 };

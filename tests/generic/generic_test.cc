@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
@@ -16,6 +17,7 @@
 #include "interp/interpreter.h"
 #include "ir/json.h"
 #include "ir/module.h"
+#include "ir/printer.h"
 #include "jit/compiler.h"
 
 namespace pejit::generic {
@@ -198,6 +200,71 @@ TEST(GenericTier, ValueModeRunsRowCountsWithoutCodeOfTheirOwnOnOtherCounts) {
     for (const SegmentCode::Variant* v : got.missing_native) EXPECT_FALSE(v->grad) << "value mode asks for its own variants";
   }
   EXPECT_GT(native, 0);
+}
+
+// For each segment program, the longest chain of its instances in which
+// each depends (through any others) on the one before: no schedule can run
+// the program fewer times.
+std::map<const SegmentCode*, int> FewestRuns(const Schedule& s) {
+  const size_t n = s.si_run.size();
+  std::map<const SegmentCode*, int> fewest;
+  for (const Run& run : s.runs) fewest[run.code] = 0;
+  for (auto& [code, best] : fewest) {
+    std::vector<int> chain(n, 0);  // segment instances are numbered in evaluation order
+    for (size_t i = 0; i < n; ++i) {
+      int longest = 0;
+      for (int k = s.si_input_begin[i]; k < s.si_input_begin[i + 1]; ++k) {
+        if (s.si_inputs[k].kind == Slot::Kind::kRow) longest = std::max(longest, chain[s.si_inputs[k].index]);
+      }
+      chain[i] = longest + (s.runs[s.si_run[i]].code == code ? 1 : 0);
+      best = std::max(best, chain[i]);
+    }
+  }
+  return fewest;
+}
+
+// The Child-Sum Tree-LSTM sums a node's children with a fold over their
+// list, so a node's place in the dependency graph depends on how many
+// children it and its ancestors have. Nodes of one height still run each
+// program with matrix products together: it runs no more often than its
+// longest chain of instances requires (here the tree heights), where the
+// sums split when both cannot; values and gradients are the interpreter's.
+TEST(GenericTier, RunsBatchNodesOfOneHeightWhateverTheirChildCounts) {
+  Snapshot module = Load("examples/treelstm/treelstm.pj");
+  TypeDefPtr tree = module->FindType("Tree"), list = module->FindType("List");
+  auto token = [](int64_t t) { return Value(Tensor::FromVector<int64_t>({}, {t})); };
+  auto leaf = [&](int64_t t) { return Value::Adt(tree, 0, {token(t)}); };
+  auto cons_list = [&](std::vector<Value> items) {
+    Value out = Value::Adt(list, 0, {});
+    for (size_t i = items.size(); i-- > 0;) out = Value::Adt(list, 1, {items[i], out});
+    return out;
+  };
+  auto node = [&](int64_t t, std::vector<Value> children) { return Value::Adt(tree, 1, {token(t), cons_list(children)}); };
+  Value trees = cons_list({node(10, {node(11, {leaf(1), leaf(2)}), leaf(3)}),
+                           node(12, {leaf(4), node(13, {leaf(5), leaf(6), leaf(7)})}),
+                           node(11, {leaf(8), leaf(9), leaf(0), node(10, {leaf(1)})})});
+  auto calls = Calls(*module, "loss", "tests/generic/treelstm_calls.jsonl");
+  std::vector<Value> args = {trees, Value(Tensor::FromVector<int64_t>({3}, {1, 2, 3})), calls[0][2]};
+
+  GenericProgram program(module, "loss");
+  Schedule schedule = program.Inspect(args);
+  std::map<const SegmentCode*, int> runs;
+  for (const generic::Run& run : schedule.runs) ++runs[run.code];
+  int products = 0;
+  for (const auto& [code, fewest] : FewestRuns(schedule)) {
+    const std::string text = PrintFunction("segment", code->program);
+    if (text.find("matmul(") == std::string::npos && text.find("dense(") == std::string::npos) continue;
+    EXPECT_EQ(runs[code], fewest) << text;
+    ++products;
+  }
+  EXPECT_EQ(products, 5);  // a leaf's, an inner node's input, its cell, a child's forget gate, the classifier
+
+  Interpreter::ValueAndGrad want = Interpreter().CallWithGrad(*module, "loss", args, {2});
+  ExecuteOptions options;
+  options.grad = true;
+  Execution got = Execute(schedule, options);
+  EXPECT_TRUE(ValueAllClose(got.value, want.value, 1e-4, 1e-5));
+  EXPECT_TRUE(ValueAllClose(ArgumentGradient(args, got.root_grads, 2), want.grads[0], 1e-4, 1e-5));
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, GenericTest,
