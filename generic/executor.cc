@@ -55,7 +55,7 @@ struct GradPrograms {
   std::vector<int> grad_inputs, grad_outputs;
   int residuals = 0;
   std::vector<SegmentCode::Factor> factors;
-  std::vector<SegmentCode::Output> backward_outputs;
+  std::vector<SegmentCode::Output> forward_outputs, backward_outputs;
 };
 
 // The terms of a shared input's gradient when it is a sum over the run's
@@ -99,9 +99,59 @@ bool RowTerms(const Expr& grad, const std::unordered_map<const ExprNode*, const 
   return true;
 }
 
+// Makes `s` return the values `logical` names, each once and none that is
+// a parameter, looking through reshapes: a result that is an input, a
+// repeat or a reshape of either would be copied into a fresh tensor, where
+// the executor can take it from where it is. Returns where each of
+// `logical` is then found.
+std::vector<SegmentCode::Output> ReturnByReference(Straight& s, const std::vector<Expr>& logical) {
+  std::unordered_map<const ExprNode*, const Expr*> value_of;
+  for (const Binding& b : s.bindings) value_of[b.var.get()] = &b.value;
+  std::unordered_map<const ExprNode*, int> param_index, result_index;
+  for (size_t p = 0; p < s.params.size(); ++p) param_index[s.params[p].get()] = static_cast<int>(p);
+  std::vector<Expr> results;
+  std::vector<SegmentCode::Output> outputs;
+  for (const Expr& e : logical) {
+    Expr root = e;
+    for (auto it = value_of.find(root.get()); it != value_of.end(); it = value_of.find(root.get())) {
+      const auto* call = As<OpCallNode>(*it->second);
+      if (!call || call->op->name != "reshape") break;
+      root = call->args[0];
+    }
+    SegmentCode::Output out;
+    out.shape = TensorTypeOf(e).shape;
+    if (auto p = param_index.find(root.get()); p != param_index.end()) {
+      out.from_input = true;
+      out.index = p->second;
+    } else {
+      auto [r, fresh] = result_index.emplace(root.get(), static_cast<int>(results.size()));
+      if (fresh) results.push_back(root);
+      out.index = r->second;
+    }
+    outputs.push_back(std::move(out));
+  }
+  if (results.empty() && !logical.empty()) {  // a program returns something: the first value, copied
+    results.push_back(logical[0]);
+    outputs[0] = {false, 0, TensorTypeOf(logical[0]).shape};
+  }
+  s.result = MakeTuple(std::move(results));
+  return outputs;
+}
+
+// The logical outputs of a program run on `inputs` that returned `results`.
+std::vector<Tensor> LogicalOutputs(const std::vector<SegmentCode::Output>& outputs, std::span<const Tensor> inputs,
+                                   std::vector<Tensor> results) {
+  std::vector<Tensor> out;
+  out.reserve(outputs.size());
+  for (const SegmentCode::Output& o : outputs) {
+    const Tensor& t = o.from_input ? inputs[o.index] : results.at(o.index);
+    out.push_back(t.shape() == o.shape ? t : t.Reshaped(o.shape));
+  }
+  return out;
+}
+
 GradPrograms MakeGradPrograms(const Func& vectorized, const std::vector<bool>& shared) {
   GradPrograms g;
-  g.forward = vectorized;
   Straight f = Decompose(vectorized);
   for (size_t p = 0; p < f.params.size(); ++p) {
     DType d = TensorTypeOf(f.params[p]).dtype;
@@ -122,9 +172,12 @@ GradPrograms MakeGradPrograms(const Func& vectorized, const std::vector<bool>& s
     Expr term = out.Op("sum", {out.Op("mul", {outputs->fields[o], cotangent}, {}, {})}, {}, {});
     total = total ? Expr(out.Op("add", {total, term}, {}, {})) : term;
   }
-  if (!total || g.grad_inputs.empty()) {
+  if (!total || g.grad_inputs.empty()) {  // nothing to differentiate: the forward alone
     g.grad_inputs.clear();
     g.grad_outputs.clear();
+    Straight plain = f;
+    g.forward_outputs = ReturnByReference(plain, outputs->fields);
+    g.forward = Recompose(plain);
     return g;
   }
   for (Binding& b : out.bindings()) s.bindings.push_back(std::move(b));
@@ -178,7 +231,7 @@ GradPrograms MakeGradPrograms(const Func& vectorized, const std::vector<bool>& s
     }
   }
   for (Binding& b : fields.bindings()) fwd.bindings.push_back(std::move(b));
-  fwd.result = MakeTuple(std::move(results));
+  g.forward_outputs = ReturnByReference(fwd, results);
   for (const Binding& b : back) bwd.bindings.push_back({b.var, Substitute(b.value, subst)});
   bwd.result = Substitute(d.result, subst);
 
@@ -207,35 +260,7 @@ GradPrograms MakeGradPrograms(const Func& vectorized, const std::vector<bool>& s
   }
   g.grad_inputs = std::move(kept_inputs);
   kept.insert(kept.end(), factor_results.begin(), factor_results.end());
-  // A result that is an input, a repeat or a reshape of either would be
-  // copied into a fresh tensor: the executor takes it from where it is.
-  std::unordered_map<const ExprNode*, int> param_index, result_index;
-  for (size_t p = 0; p < bwd.params.size(); ++p) param_index[bwd.params[p].get()] = static_cast<int>(p);
-  std::vector<Expr> results_kept;
-  for (const Expr& e : kept) {
-    Expr root = e;
-    for (auto it = value_of.find(root.get()); it != value_of.end(); it = value_of.find(root.get())) {
-      const auto* call = As<OpCallNode>(*it->second);
-      if (!call || call->op->name != "reshape") break;
-      root = call->args[0];
-    }
-    SegmentCode::Output out;
-    out.shape = TensorTypeOf(e).shape;
-    if (auto p = param_index.find(root.get()); p != param_index.end()) {
-      out.from_input = true;
-      out.index = p->second;
-    } else {
-      auto [r, fresh] = result_index.emplace(root.get(), static_cast<int>(results_kept.size()));
-      if (fresh) results_kept.push_back(root);
-      out.index = r->second;
-    }
-    g.backward_outputs.push_back(std::move(out));
-  }
-  if (results_kept.empty()) {  // a program returns something: the first output, copied
-    results_kept.push_back(kept[0]);
-    g.backward_outputs[0] = {false, 0, TensorTypeOf(kept[0]).shape};
-  }
-  bwd.result = MakeTuple(std::move(results_kept));
+  g.backward_outputs = ReturnByReference(bwd, kept);
   g.forward = Recompose(fwd);
   g.backward = EliminateDeadCode(Recompose(bwd));
   return g;
@@ -362,7 +387,7 @@ struct Programs {
   std::vector<int> grad_inputs, grad_outputs;
   int residuals = 0;
   std::vector<SegmentCode::Factor> factors;
-  std::vector<SegmentCode::Output> backward_outputs;
+  std::vector<SegmentCode::Output> forward_outputs, backward_outputs;
 };
 
 Programs MakePrograms(const SegmentCode& code, int64_t rows, bool grad) {
@@ -378,9 +403,12 @@ Programs MakePrograms(const SegmentCode& code, int64_t rows, bool grad) {
     p.grad_outputs = std::move(g.grad_outputs);
     p.residuals = g.residuals;
     p.factors = std::move(g.factors);
+    p.forward_outputs = std::move(g.forward_outputs);
     p.backward_outputs = std::move(g.backward_outputs);
   } else {
-    p.forward = PackSharedWeights(vectorized, code.shared, p.forward_packs);
+    Straight f = Decompose(vectorized);
+    p.forward_outputs = ReturnByReference(f, As<TupleNode>(f.result)->fields);
+    p.forward = PackSharedWeights(Recompose(f), code.shared, p.forward_packs);
   }
   return p;
 }
@@ -405,6 +433,7 @@ void Make(SegmentCode& code, SegmentCode::Variant& v) {
   v.grad_outputs = std::move(p.grad_outputs);
   v.residuals = p.residuals;
   v.factors = std::move(p.factors);
+  v.forward_outputs = std::move(p.forward_outputs);
   v.backward_outputs = std::move(p.backward_outputs);
   v.forward_code.store(std::move(forward_code));
   if (backward_code) v.backward_code.store(std::move(backward_code));
@@ -521,10 +550,10 @@ Execution Execute(const Schedule& schedule, const ExecuteOptions& options) {
   };
   // The forward code of a variant on gathered inputs (packed weights appended).
   auto run_forward = [&](const Run& run, const SegmentCode::Variant& v, const std::vector<Tensor>& in) {
-    if (v.forward_packs.empty()) return v.forward_code.load()->Run(in);
+    if (v.forward_packs.empty()) return LogicalOutputs(v.forward_outputs, in, v.forward_code.load()->Run(in));
     std::vector<Tensor> packed_in = in;
     append_packs(run, v.forward_packs, packed_in);
-    return v.forward_code.load()->Run(packed_in);
+    return LogicalOutputs(v.forward_outputs, in, v.forward_code.load()->Run(packed_in));
   };
 
   for (size_t r = 0; r < n_runs; ++r) {
@@ -667,12 +696,7 @@ Execution Execute(const Schedule& schedule, const ExecuteOptions& options) {
     const size_t first_residual = code.outputs.size();
     for (int k = 0; k < variant.residuals; ++k) in.push_back(std::move(outputs[r][first_residual + k]));
     append_packs(run, variant.backward_packs, in);
-    std::vector<Tensor> results = backward->Run(in), grads;
-    grads.reserve(variant.backward_outputs.size());
-    for (const SegmentCode::Output& o : variant.backward_outputs) {
-      const Tensor& t = o.from_input ? in.at(o.index) : results.at(o.index);
-      grads.push_back(t.shape() == o.shape ? t : t.Reshaped(o.shape));
-    }  // (d/d grad_inputs..., factor pairs...)
+    std::vector<Tensor> grads = LogicalOutputs(variant.backward_outputs, in, backward->Run(in));  // (d/d grad_inputs..., factor pairs...)
     const int members = static_cast<int>(run.members.size());
     for (size_t g = 0; g < variant.grad_inputs.size(); ++g) {
       int p = variant.grad_inputs[g];

@@ -90,8 +90,9 @@ struct SegmentCode {
     // need, guarded by the SegmentCode's mutex: a variant can be asked for
     // (queued for a worker to make and compile) before anything runs it.
     bool made = false;
-    // (inputs...) -> (outputs stacked..., residuals...): in grad mode the
-    // forward also returns what the backward reads of its intermediates.
+    // (inputs...) -> its results, read through `forward_outputs` as
+    // (outputs stacked..., residuals...): in grad mode the forward also
+    // returns what the backward reads of its intermediates.
     Func forward;
     // (inputs..., cotangents of the f32 outputs..., residuals..., packed weights...)
     //   -> its results, read through `backward_outputs` as
@@ -102,7 +103,8 @@ struct SegmentCode {
     int residuals = 0;
     std::vector<Pack> forward_packs, backward_packs;  // in the order of the appended parameters
     std::vector<Factor> factors;  // after the gradients of grad_inputs: two outputs a product, one a row sum
-    std::vector<Output> backward_outputs;  // (d/d grad_inputs..., factors' outputs...) from the backward's results
+    // Where the programs' logical outputs are (above) among their results and inputs.
+    std::vector<Output> forward_outputs, backward_outputs;
     // The code each program runs now: the interpreter's, then native code.
     // (A lock, not std::atomic<std::shared_ptr>: libstdc++'s is invisible to TSan.)
     class CodeSlot {
