@@ -732,27 +732,31 @@ Execution Execute(const Schedule& schedule, const ExecuteOptions& options) {
     int64_t rows = 0;
     for (const RowFactor& f : factors) rows += f.rows;
     const int64_t m = factors[0].lhs.shape()[1], n = factors[0].rhs.shape()[1];
-    // The right factors stacked (rows, n); the left ones stacked and
-    // transposed (m, rows) where the micro-kernel multiplies, which takes its
-    // left operand as it lies.
-    const bool packed_gemm = PackedGemmFast();
-    Tensor lhs = Tensor::Empty(DType::kF32, packed_gemm ? Shape{m, rows} : Shape{rows, m});
-    Tensor rhs = Tensor::Empty(DType::kF32, {rows, n});
+    Tensor& grad = result.root_grads[root];
+    if (!PackedGemmFast()) {  // the right factors stacked (rows, n), the left ones (rows, m)
+      Tensor lhs = Tensor::Empty(DType::kF32, {rows, m}), rhs = Tensor::Empty(DType::kF32, {rows, n});
+      int64_t at = 0;
+      for (const RowFactor& f : factors) {
+        std::memcpy(lhs.data<float>() + at * m, f.lhs.data<float>(), f.rows * m * sizeof(float));
+        std::memcpy(rhs.data<float>() + at * n, f.rhs.data<float>(), f.rows * n * sizeof(float));
+        at += f.rows;
+      }
+      add_into(grad, schedule.roots[root].type(), CallOp("matmul", {lhs, rhs}, {{"transpose_a", true}}).data<float>());
+      continue;
+    }
+    // The micro-kernel takes its left operand as it lies: the left factors
+    // stacked and transposed (m, rows); the right ones packed where they
+    // go along k; the product added into the gradient.
+    Tensor lhs = Tensor::Empty(DType::kF32, {m, rows}), packed_rhs = Tensor::Empty(DType::kF32, PackedShape(rows, n));
     int64_t at = 0;
     for (const RowFactor& f : factors) {
-      const float* src = f.lhs.data<float>();
-      if (packed_gemm) {
-        Transpose(src, f.rows, m, lhs.data<float>() + at, rows);
-      } else {
-        std::memcpy(lhs.data<float>() + at * m, src, f.rows * m * sizeof(float));
-      }
-      std::memcpy(rhs.data<float>() + at * n, f.rhs.data<float>(), f.rows * n * sizeof(float));
+      Transpose(f.lhs.data<float>(), f.rows, m, lhs.data<float>() + at, rows);
+      PackGemmRhsRows(rows, at, f.rows, n, f.rhs.data<float>(), n, packed_rhs.data<float>());
       at += f.rows;
     }
-    Tensor grad = packed_gemm ? CallOp("packed_matmul", {lhs, CallOp("gemm_pack", {rhs}, {{"transpose_b", false}})},
-                                       {{"n", n}})
-                              : CallOp("matmul", {lhs, rhs}, {{"transpose_a", true}});
-    add_into(result.root_grads[root], schedule.roots[root].type(), grad.data<float>());
+    const bool accumulate = grad.defined();
+    if (!accumulate) grad = Tensor::Empty(DType::kF32, schedule.roots[root].shape());
+    GemmPacked(m, n, rows, lhs.data<float>(), rows, packed_rhs.data<float>(), grad.data<float>(), n, accumulate);
   }
   for (auto& [key, terms] : row_sums) {  // all runs' rows stacked, reduced once
     int64_t rows = 0;

@@ -188,11 +188,21 @@ void PackGemmRhs(bool transpose, int64_t k, int64_t n, const float* b, int64_t l
         for (int64_t l = 0; l < k; ++l) panel[l * kPackedPanel + j] = src ? src[l] : 0.0f;
       }
     } else {
-      for (int64_t l = 0; l < k; ++l) {
-        float* dst = panel + l * kPackedPanel;
-        std::copy_n(b + l * ldb + first, cols, dst);
-        std::fill(dst + cols, dst + kPackedPanel, 0.0f);
-      }
+      PackGemmRhsRows(k, 0, k, n, b, ldb, packed);
+      return;
+    }
+  }
+}
+
+void PackGemmRhsRows(int64_t k, int64_t first, int64_t rows, int64_t n, const float* b, int64_t ldb, float* packed) {
+  const int64_t panels = (n + kPackedPanel - 1) / kPackedPanel;
+  for (int64_t p = 0; p < panels; ++p) {
+    float* panel = packed + (p * k + first) * kPackedPanel;
+    const int64_t col = p * kPackedPanel, cols = std::min(kPackedPanel, n - col);
+    for (int64_t l = 0; l < rows; ++l) {
+      float* dst = panel + l * kPackedPanel;
+      std::copy_n(b + l * ldb + col, cols, dst);
+      std::fill(dst + cols, dst + kPackedPanel, 0.0f);
     }
   }
 }

@@ -37,6 +37,10 @@ Shape PackedShape(int64_t k, int64_t n);
 // Packs op(B), k×n: B is stored k×n (transpose false) or n×k (transpose
 // true), rows ldb apart.
 void PackGemmRhs(bool transpose, int64_t k, int64_t n, const float* b, int64_t ldb, float* packed);
+// Packs rows [first, first + rows) of a k×n operand B stored k×n (`b` at row
+// `first`, rows ldb apart) where they go in the packed form of all k rows:
+// operands stacked along k pack piece by piece, never stacked first.
+void PackGemmRhsRows(int64_t k, int64_t first, int64_t rows, int64_t n, const float* b, int64_t ldb, float* packed);
 
 // Row-major C[m×n] = A[m×k]·op(B) (+ C when accumulate), op(B) packed by
 // PackGemmRhs; A's and C's rows lda and ldc apart.
