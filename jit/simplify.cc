@@ -13,9 +13,32 @@
 
 namespace pejit {
 
+namespace {
+
+bool AllOnes(const Tensor& t) {
+  if (!IsFloat(t.dtype())) return false;
+  for (int64_t i = 0; i < t.numel(); ++i) {
+    if (t.ElementAsDouble(i) != 1.0) return false;
+  }
+  return true;
+}
+
+// An expanding operator's constant result (a broadcast_to of a scalar, a
+// zeros of the rows' shape) is left to compute: folded, it would be a
+// tensor of code-owned bytes as large as the rows, read by every run,
+// where a fused kernel reads the scalar.
+constexpr int64_t kMaxFoldedExpansion = 64;  // elements
+
+}  // namespace
+
 Func FoldConstants(const Func& program) {
   Straight s = Decompose(program);
   std::unordered_map<const ExprNode*, Expr> subst;
+  std::unordered_set<const ExprNode*> ones;  // variables holding 1 in every element
+  auto is_ones = [&](const Expr& e) {
+    if (auto* c = As<ConstantNode>(e)) return AllOnes(c->value);
+    return ones.count(e.get()) > 0;
+  };
   std::vector<Binding> kept;
   for (Binding b : s.bindings) {
     b.value = Substitute(b.value, subst);
@@ -26,6 +49,22 @@ Func FoldConstants(const Func& program) {
     auto* call = As<OpCallNode>(b.value);
     bool constant = call && std::all_of(call->args.begin(), call->args.end(),
                                         [](const Expr& a) { return a->kind == ExprKind::kConstant; });
+    if (call && !constant) {
+      const std::string& op = call->op->name;
+      // x * 1 is x, exactly (NaN, infinities and signed zeros included), where
+      // the product has x's type: the seed of a vector-Jacobian product.
+      if (op == "mul" && call->args.size() == 2) {
+        for (int k = 0; k < 2; ++k) {
+          const Expr& x = call->args[k];
+          if (is_ones(call->args[1 - k]) && AsTensor(b.var->annotation) && TensorTypeOf(x) == TensorTypeOf(b.var)) {
+            subst[b.var.get()] = x;
+            break;
+          }
+        }
+        if (subst.count(b.var.get())) continue;
+      }
+      if ((op == "broadcast_to" || op == "reshape") && is_ones(call->args[0])) ones.insert(b.var.get());
+    }
     if (!constant) {
       if (auto* p = As<ProjNode>(b.value); p && p->tuple->kind == ExprKind::kTuple) {
         subst[b.var.get()] = As<TupleNode>(p->tuple)->fields[p->index];
@@ -35,8 +74,19 @@ Func FoldConstants(const Func& program) {
       continue;
     }
     std::vector<Tensor> inputs;
-    for (const Expr& a : call->args) inputs.push_back(As<ConstantNode>(a)->value);
+    int64_t input_elements = 0;
+    for (const Expr& a : call->args) {
+      inputs.push_back(As<ConstantNode>(a)->value);
+      input_elements += inputs.back().numel();
+    }
     std::vector<Tensor> out = RunOp(*call->op, inputs, call->attrs);
+    int64_t out_elements = 0;
+    for (const Tensor& t : out) out_elements += t.numel();
+    if (out_elements > std::max(input_elements, kMaxFoldedExpansion)) {
+      if (out.size() == 1 && AllOnes(out[0])) ones.insert(b.var.get());
+      kept.push_back(b);
+      continue;
+    }
     if (out.size() == 1) {
       subst[b.var.get()] = MakeConstant(out[0], call->loc);
     } else {

@@ -131,6 +131,40 @@ def @cell(%iou: Tensor[(1, 12), f32], %fc: Tensor[(1, 4), f32]) {
   EXPECT_EQ(r.kernels, 3) << r.plan;  // chunk, then the two fused kernels
 }
 
+// A vector-Jacobian product's seed is ones broadcast to the rows' shape:
+// folding leaves such an expanding constant to the kernels that read it (a
+// scalar, not a tensor of code-owned bytes as large as the rows), and a
+// product with ones is the other factor itself.
+TEST_F(CompilerTest, FoldingExpandsNoConstantAndMultipliesByNoOnes) {
+  Snapshot s = Load(R"(
+def @f(%x: Tensor[(64, 128), f32]) -> (Tensor[(64, 128), f32], Tensor[(64, 128), f32]) {
+  let %one: Tensor[(1, 1), f32] = reshape(1f32, shape=[1, 1]);
+  let %ones: Tensor[(64, 128), f32] = broadcast_to(%one, shape=[64, 128]);
+  let %twos: Tensor[(64, 128), f32] = broadcast_to(2f32, shape=[64, 128]);
+  let %a: Tensor[(64, 128), f32] = mul(%ones, %x);
+  let %b: Tensor[(64, 128), f32] = add(%x, %twos);
+  (%a, %b)
+}
+)");
+  Func folded = FoldConstants(s->Get("f").func);
+  EXPECT_EQ(CountCalls(folded, "mul"), 0) << PrintFunction("f", folded);
+  PostOrderVisit(folded->body, [&](const Expr& e) {
+    if (auto* c = As<ConstantNode>(e)) EXPECT_LE(c->value.numel(), 64) << PrintFunction("f", folded);
+  });
+  std::vector<float> x(64 * 128);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(i % 17) - 8.0f;
+  x[5] = -0.0f;
+  Tensor input = Tensor::FromVector<float>({64, 128}, x);
+  CompileReport report;
+  ExecutablePtr exe = session_->Compile(s->Get("f").func, {}, &report);
+  EXPECT_LT(report.code_bytes, 64 * 128 * 4) << "a constant as large as the rows";
+  std::vector<Tensor> got = exe->Run(std::vector<Tensor>{input});
+  std::vector<Tensor> want = Flatten({interp_.Call(*s, "f", {Value(input)})});
+  ASSERT_EQ(got.size(), 2u);
+  EXPECT_TRUE(Equal(got[0], want[0]));  // x itself, -0 included
+  EXPECT_TRUE(Equal(got[1], want[1]));
+}
+
 TEST_F(CompilerTest, PoisoningDeadBuffersChangesNothing) {
   Snapshot s = Load(std::string(treelstm::ModelSource()));
   treelstm::Batch b = treelstm::GeneratedListOpsBatch(9, 5, *s);
