@@ -1,6 +1,6 @@
 // \file Runs a Schedule: every run one batched call of its segment's code.
 //
-// Forward, runs go by level: a run's stacked inputs are gathered row by row
+// Forward, runs go in the schedule's order: a run's stacked inputs are gathered row by row
 // from the slots its instances read (earlier runs' outputs, the entry's
 // tensors, the structure's tokens), padded to the run's row bucket with
 // copies of its first row, and its segment's code runs once over all rows.
