@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstring>
 #include <map>
+#include <span>
 
 #include "interp/interpreter.h"
 #include "jit/autodiff.h"
@@ -753,6 +754,10 @@ Execution Execute(const Schedule& schedule, const ExecuteOptions& options) {
       Transpose(f.lhs.data<float>(), f.rows, m, lhs.data<float>() + at, rows);
       PackGemmRhsRows(rows, at, f.rows, n, f.rhs.data<float>(), n, packed_rhs.data<float>());
       at += f.rows;
+    }
+    if (schedule.roots[root].numel() != m * n) {
+      throw Refusal("generic: a weight gradient of " + std::to_string(m) + "x" + std::to_string(n) +
+                    " for a tensor of " + schedule.roots[root].type().ToString());
     }
     const bool accumulate = grad.defined();
     if (!accumulate) grad = Tensor::Empty(DType::kF32, schedule.roots[root].shape());

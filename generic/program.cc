@@ -372,10 +372,10 @@ static void AgendaRuns(const std::vector<int>& si_level, const std::vector<int>&
   const int n = static_cast<int>(si_level.size());
   int programs = 0;
   for (int c : si_code) programs = std::max(programs, c + 1);
-  // Ranks for programs of more than one instance (at most kRanked of them:
-  // the others rank by ASAP level), computed in evaluation order, which
-  // the dependencies follow.
-  constexpr int kRanked = 64;
+  // Ranks for programs of more than one instance (at most 64 of them, and
+  // at most 2^24 chain entries in all: the others rank by ASAP level),
+  // computed in evaluation order, which the dependencies follow.
+  const int kRanked = static_cast<int>(std::clamp<int64_t>((int64_t{1} << 24) / std::max(n, 1), 1, 64));
   std::vector<int> instances(programs, 0), column(programs, -1);
   for (int c : si_code) ++instances[c];
   int columns = 0;
