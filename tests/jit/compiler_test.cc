@@ -149,7 +149,9 @@ def @f(%x: Tensor[(64, 128), f32]) -> (Tensor[(64, 128), f32], Tensor[(64, 128),
   Func folded = FoldConstants(s->Get("f").func);
   EXPECT_EQ(CountCalls(folded, "mul"), 0) << PrintFunction("f", folded);
   PostOrderVisit(folded->body, [&](const Expr& e) {
-    if (auto* c = As<ConstantNode>(e)) EXPECT_LE(c->value.numel(), 64) << PrintFunction("f", folded);
+    if (auto* c = As<ConstantNode>(e)) {
+      EXPECT_LE(c->value.numel(), 64) << PrintFunction("f", folded);
+    }
   });
   std::vector<float> x(64 * 128);
   for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(i % 17) - 8.0f;
