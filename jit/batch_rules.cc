@@ -14,12 +14,15 @@ BatchRule BatchRuleOf(const OpCallNode& call) {
   return plain ? BatchRule::kGemm : BatchRule::kNone;
 }
 
-bool IsHeavy(BatchRule rule) { return rule == BatchRule::kGemm || rule == BatchRule::kGather || rule == BatchRule::kReduce; }
+bool IsHeavy(BatchRule rule) {
+  return rule == BatchRule::kGemm || rule == BatchRule::kGather || rule == BatchRule::kReduce || rule == BatchRule::kLastAxis;
+}
 
 bool MustShare(BatchRule rule, size_t position) {
   switch (rule) {
     case BatchRule::kGemm: return position > 0;   // weights and bias
     case BatchRule::kGather: return position == 0;  // the table
+    case BatchRule::kLastAxis: return position > 0;  // per-feature parameters
     default: return false;
   }
 }
@@ -93,7 +96,8 @@ std::vector<Var> EmitStackedOp(StraightEmitter& out, const OpCallNode& call, Bat
       Shape y = TensorTypeOf(flat).shape;
       return {out.Op("reshape", {flat}, {{"shape", Shape{k, x[0], y[1]}}}, loc)};
     }
-    case BatchRule::kGather: break;
+    case BatchRule::kGather:
+    case BatchRule::kLastAxis: break;  // the stacked axis is not the last
     case BatchRule::kReshape: attrs.Set("shape", Prepend(k, attrs.GetInts("shape"))); break;
     case BatchRule::kAxis:
       // Every operand of a concat takes part per instance: shared ones are

@@ -24,7 +24,7 @@ namespace pejit {
 // GEMM batches only over the rows of a 2-D first operand that is not
 // transposed.
 BatchRule BatchRuleOf(const OpCallNode& call);
-// GEMMs, gathers and reductions: what batching is for.
+// GEMMs, gathers and reductions (layer_norm among them): what batching is for.
 bool IsHeavy(BatchRule rule);
 // Operands every instance must share under the rule (a GEMM's weights).
 bool MustShare(BatchRule rule, size_t position);

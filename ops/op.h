@@ -55,6 +55,8 @@ enum class BatchRule : uint8_t {
   kReshape,      // the target `shape` gains the leading axis
   kAxis,         // the `axis` attribute moves by one (chunk, split, concat, softmax, argmax)
   kReduce,       // the `axes` attribute moves by one (sum, mean, max)
+  kLastAxis,     // the first operand stacked, the operator working along its
+                 // last axis; the others (layer_norm's gamma and beta) shared
 };
 
 // How an operator that only moves bytes of its operands moves them; the

@@ -309,7 +309,8 @@ void RegisterNnOps(Registry& r) {
         return {b.Mul(c.output_grads[0], mask), kNoGrad};
       });
   add("layer_norm", {"x", "gamma", "beta"}, {{"eps", AttrKind::kFloat, 1e-5}}, LayerNormType, LayerNormKernel,
-      LayerNormGrad);
+      LayerNormGrad)
+      .batch = BatchRule::kLastAxis;
 }
 
 }  // namespace pejit

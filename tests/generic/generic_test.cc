@@ -18,6 +18,7 @@
 #include "ir/json.h"
 #include "ir/module.h"
 #include "ir/printer.h"
+#include "ir/visitor.h"
 #include "jit/compiler.h"
 
 namespace pejit::generic {
@@ -200,6 +201,60 @@ TEST(GenericTier, ValueModeRunsRowCountsWithoutCodeOfTheirOwnOnOtherCounts) {
     for (const SegmentCode::Variant* v : got.missing_native) EXPECT_FALSE(v->grad) << "value mode asks for its own variants";
   }
   EXPECT_GT(native, 0);
+}
+
+// A layer norm over a node's features stacks across the nodes of a run
+// (one layer_norm in the vectorized program, gamma and beta shared), with
+// the interpreter's values and gradients for every parameter.
+TEST(GenericTier, LayerNormRunsBatchedWithTheInterpretersGradients) {
+  Module m;
+  m.AddSource(R"(
+type Tree { Leaf(Tensor[(), i64]), Node(Tree, Tree) }
+def @enc(%t: Tree, %emb: Tensor[(?, ?), f32], %w: Tensor[(?, ?), f32], %g: Tensor[(?,), f32],
+         %b: Tensor[(?,), f32]) -> Tensor[(1, ?), f32] {
+  match (%t) {
+    Leaf(%x) => take(%emb, reshape(%x, shape=[1])),
+    Node(%l, %r) => tanh(layer_norm(matmul(add(@enc(%l, %emb, %w, %g, %b), @enc(%r, %emb, %w, %g, %b)), %w),
+                                    %g, %b, eps=0.001)),
+  }
+}
+def @loss(%t: Tree, %emb: Tensor[(?, ?), f32], %w: Tensor[(?, ?), f32], %g: Tensor[(?,), f32],
+          %b: Tensor[(?,), f32]) -> Tensor[(), f32] {
+  sum(mul(@enc(%t, %emb, %w, %g, %b), @enc(%t, %emb, %w, %g, %b)))
+}
+)", "ln.pj");
+  Snapshot module = m.snapshot();
+  TypeDefPtr tree = module->FindType("Tree");
+  auto leaf = [&](int64_t i) { return Value::Adt(tree, 0, {Value(Tensor::FromVector<int64_t>({}, {i}))}); };
+  auto node = [&](Value l, Value r) { return Value::Adt(tree, 1, {std::move(l), std::move(r)}); };
+  Value t = node(node(node(leaf(0), leaf(1)), node(leaf(2), leaf(3))), node(node(leaf(1), leaf(0)), node(leaf(3), leaf(2))));
+  std::vector<Value> args = {t, TwoEncoders::Matrix(4, 3, 1.0f), TwoEncoders::Matrix(3, 3, 0.8f),
+                             Value(Tensor::FromVector<float>({3}, {1.0f, 0.5f, -0.7f})),
+                             Value(Tensor::FromVector<float>({3}, {0.1f, -0.2f, 0.3f}))};
+  GenericProgram program(module, "loss");
+  Schedule schedule = program.Inspect(args);
+  int batched = 0;
+  for (const generic::Run& run : schedule.runs) {
+    if (run.members.size() < 2) continue;
+    const SegmentCode::Variant& v = VariantFor(*run.code, run.rows, true);
+    int norms = 0;
+    PostOrderVisit(v.forward->body, [&](const Expr& e) {
+      if (auto* call = As<OpCallNode>(e); call && call->op->name == "layer_norm") ++norms;
+    });
+    if (norms > 0) {
+      EXPECT_EQ(norms, 1) << PrintFunction("forward", v.forward);
+      ++batched;
+    }
+  }
+  EXPECT_GT(batched, 0);
+  Interpreter::ValueAndGrad want = Interpreter().CallWithGrad(*module, "loss", args, {1, 2, 3, 4});
+  ExecuteOptions options;
+  options.grad = true;
+  Execution got = Execute(schedule, options);
+  EXPECT_TRUE(ValueAllClose(got.value, want.value, 1e-4, 1e-5)) << got.value.ToString() << " vs " << want.value.ToString();
+  for (int a = 1; a <= 4; ++a) {
+    EXPECT_TRUE(ValueAllClose(ArgumentGradient(args, got.root_grads, a), want.grads[a - 1], 1e-4, 1e-5)) << "argument " << a;
+  }
 }
 
 // For each segment program, the longest chain of its instances in which

@@ -140,6 +140,29 @@ def @f(%a1: Tensor[(2, 3), f32], %a2: Tensor[(2, 3), f32], %v1: Tensor[(3,), f32
   }
 }
 
+// layer_norm works along the last axis: instances stack along a new first
+// one, their gamma and beta shared; one with another gamma runs alone.
+TEST_F(BatchTest, LayerNormsOfOneGammaAndBetaMerge) {
+  Snapshot s = Load(R"(
+def @norm(%x: Tensor[(2, 5), f32], %g: Tensor[(5,), f32], %b: Tensor[(5,), f32]) -> Tensor[(2, 5), f32] {
+  layer_norm(%x, %g, %b, eps=0.001)
+}
+def @f(%x1: Tensor[(2, 5), f32], %x2: Tensor[(2, 5), f32], %x3: Tensor[(2, 5), f32],
+       %g: Tensor[(5,), f32], %b: Tensor[(5,), f32], %g2: Tensor[(5,), f32]) {
+  let %y1 = @norm(%x1, %g, %b);
+  let %y2 = @norm(%x2, %g, %b);
+  let %y3 = @norm(%x3, %g2, %b);
+  (add(%y1, %y2), %y3)
+})");
+  Rng rng(3);
+  std::vector<Value> args;
+  for (Shape shape : {Shape{2, 5}, {2, 5}, {2, 5}, {5}, {5}, {5}}) args.emplace_back(RandomUniform(rng, shape, -1, 1));
+  Residual r = PartialEvaluate(*s, "f", args);
+  Func batched = CheckBatched(r.main, Flatten(args));
+  EXPECT_EQ(Count(r.main, "layer_norm"), 3);
+  EXPECT_EQ(Count(batched, "layer_norm"), 2) << PrintFunction("batched", batched);
+}
+
 TEST_F(BatchTest, ABatchIsLaidOutInTheOrderItsOperandsRowsLie) {
   // The GEMMs' instances come in the order 3, 1, 2; their operands are the
   // rows of the tanh batch, which lie in the order 1, 2, 3. The GEMM batch
