@@ -733,6 +733,10 @@ Execution Execute(const Schedule& schedule, const ExecuteOptions& options) {
     int64_t rows = 0;
     for (const RowFactor& f : factors) rows += f.rows;
     const int64_t m = factors[0].lhs.shape()[1], n = factors[0].rhs.shape()[1];
+    if (schedule.roots[root].numel() != m * n) {
+      throw Refusal("generic: a weight gradient of " + std::to_string(m) + "x" + std::to_string(n) +
+                    " for a tensor of " + schedule.roots[root].type().ToString());
+    }
     Tensor& grad = result.root_grads[root];
     if (!PackedGemmFast()) {  // the right factors stacked (rows, n), the left ones (rows, m)
       Tensor lhs = Tensor::Empty(DType::kF32, {rows, m}), rhs = Tensor::Empty(DType::kF32, {rows, n});
@@ -754,10 +758,6 @@ Execution Execute(const Schedule& schedule, const ExecuteOptions& options) {
       Transpose(f.lhs.data<float>(), f.rows, m, lhs.data<float>() + at, rows);
       PackGemmRhsRows(rows, at, f.rows, n, f.rhs.data<float>(), n, packed_rhs.data<float>());
       at += f.rows;
-    }
-    if (schedule.roots[root].numel() != m * n) {
-      throw Refusal("generic: a weight gradient of " + std::to_string(m) + "x" + std::to_string(n) +
-                    " for a tensor of " + schedule.roots[root].type().ToString());
     }
     const bool accumulate = grad.defined();
     if (!accumulate) grad = Tensor::Empty(DType::kF32, schedule.roots[root].shape());

@@ -370,8 +370,7 @@ std::deque<GenericProgram::Kept>::iterator GenericProgram::FindKept(const std::s
 static void AgendaRuns(const std::vector<int>& si_level, const std::vector<int>& si_code,
                        const std::vector<SegmentCode*>& codes, Schedule& schedule) {
   const int n = static_cast<int>(si_level.size());
-  int programs = 0;
-  for (int c : si_code) programs = std::max(programs, c + 1);
+  const int programs = static_cast<int>(codes.size());  // si_code numbers them
   // Ranks for programs of more than one instance (at most 64 of them, and
   // at most 2^24 chain entries in all: the others rank by ASAP level),
   // computed in evaluation order, which the dependencies follow.

@@ -11,8 +11,9 @@
 //   - *runs*: segment instances of one segment program whose inputs earlier
 //     runs computed, each run one batched call of that program over its
 //     rows. Which ready instances run together is an agenda's choice
-//     (AgendaRuns in program.cc): the program whose ready instances lie
-//     shallowest goes next, so that deep ones gather into fewer, larger runs;
+//     (AgendaRuns in program.cc): a program runs once all its instances of
+//     the lowest rank left (place in the longest chain of its instances)
+//     are ready, so that a Tree-LSTM's nodes of one height run together;
 //   - for every input of every segment instance, the *slot* it reads: an
 //     entry argument's tensor, a row of an earlier run's output, a tensor in
 //     the structure (a token), or a constant of the cell.
