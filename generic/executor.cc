@@ -468,8 +468,10 @@ void CompileVariant(JitSession& jit, SegmentCode& code, SegmentCode::Variant& va
     if (!variant.forward_native) forward = variant.forward;
     if (variant.backward && !variant.backward_native) backward = variant.backward;
   }
-  ExecutablePtr forward_exe = forward ? jit.Compile(forward) : nullptr;
-  ExecutablePtr backward_exe = backward ? jit.Compile(backward) : nullptr;
+  CompileOptions shared;  // one variant's code serves every minibatch of its row bucket
+  shared.optimize_machine_code = true;
+  ExecutablePtr forward_exe = forward ? jit.Compile(forward, shared) : nullptr;
+  ExecutablePtr backward_exe = backward ? jit.Compile(backward, shared) : nullptr;
   std::lock_guard lock(code.mu);
   if (forward_exe) {
     variant.code_bytes.fetch_add(forward_exe->code_bytes());

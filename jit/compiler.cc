@@ -30,6 +30,7 @@
 // functions as the reference kernels and agrees exactly.
 #include "jit/compiler.h"
 
+#include <llvm/ExecutionEngine/Orc/CompileUtils.h>
 #include <llvm/ExecutionEngine/Orc/ExecutionUtils.h>
 #include <llvm/ExecutionEngine/Orc/LLJIT.h>
 #include <llvm/ExecutionEngine/Orc/ObjectTransformLayer.h>
@@ -499,6 +500,12 @@ class Codegen {
 
   llvm::Value* F32(float v) { return llvm::ConstantFP::get(b_.getFloatTy(), v); }
 
+  // a * b + c, fused where the host has FMA: the polynomials below are ours,
+  // not the interpreter's, and one rounding instead of two only helps them.
+  llvm::Value* MulAdd(llvm::Value* a, llvm::Value* b, llvm::Value* c) {
+    return b_.CreateIntrinsic(llvm::Intrinsic::fmuladd, {a->getType()}, {a, b, c});
+  }
+
   // exp of an f32 in straight-line arithmetic the loop vectorizer widens (a
   // libm call it cannot: each lane became a call of its own), as Cephes'
   // expf: x = k ln2 + r with |r| <= ln2/2, e^r by a polynomial, 2^k through
@@ -511,14 +518,14 @@ class Codegen {
     llvm::Value* c = b_.CreateSelect(b_.CreateFCmpOGT(x, F32(kHigh)), F32(kHigh), x);
     c = b_.CreateSelect(b_.CreateFCmpOLT(c, F32(kLow)), F32(kLow), c);
     llvm::Value* k = b_.CreateUnaryIntrinsic(llvm::Intrinsic::floor,
-                                             b_.CreateFAdd(b_.CreateFMul(c, F32(1.44269504088896341f)), F32(0.5f)));
+                                             MulAdd(c, F32(1.44269504088896341f), F32(0.5f)));
     llvm::Value* r = b_.CreateFSub(c, b_.CreateFMul(k, F32(0.693359375f)));
     r = b_.CreateFSub(r, b_.CreateFMul(k, F32(-2.12194440e-4f)));
     llvm::Value* p = F32(1.9875691500e-4f);
     for (float coefficient : {1.3981999507e-3f, 8.3334519073e-3f, 4.1665795894e-2f, 1.6666665459e-1f, 5.0000001201e-1f}) {
-      p = b_.CreateFAdd(b_.CreateFMul(p, r), F32(coefficient));
+      p = MulAdd(p, r, F32(coefficient));
     }
-    p = b_.CreateFAdd(b_.CreateFAdd(b_.CreateFMul(b_.CreateFMul(p, r), r), r), F32(1.0f));
+    p = b_.CreateFAdd(MulAdd(b_.CreateFMul(p, r), r, r), F32(1.0f));
     llvm::Value* ki = b_.CreateFPToSI(k, b_.getInt32Ty());
     llvm::Value* half = b_.CreateAShr(ki, 1);
     auto pow2 = [&](llvm::Value* e) {  // 2^e for e in [-126, 127]
@@ -537,9 +544,9 @@ class Codegen {
     llvm::Value* z = b_.CreateFMul(a, a);
     llvm::Value* p = F32(-5.70498872745e-3f);
     for (float coefficient : {2.06390887954e-2f, -5.37397155531e-2f, 1.33314422036e-1f, -3.33332819422e-1f}) {
-      p = b_.CreateFAdd(b_.CreateFMul(p, z), F32(coefficient));
+      p = MulAdd(p, z, F32(coefficient));
     }
-    llvm::Value* small = b_.CreateFAdd(b_.CreateFMul(b_.CreateFMul(p, z), a), a);
+    llvm::Value* small = MulAdd(b_.CreateFMul(p, z), a, a);
     llvm::Value* e = ExpF32(b_.CreateFAdd(a, a));
     llvm::Value* large = b_.CreateFSub(F32(1.0f), b_.CreateFDiv(F32(2.0f), b_.CreateFAdd(e, F32(1.0f))));
     llvm::Value* t = b_.CreateSelect(b_.CreateFCmpOLT(a, F32(0.625f)), small, large);
@@ -711,6 +718,29 @@ class Codegen {
   }
 };
 
+// Machine code for a module, at the code generator level its flag
+// kCodegenLevelFlag asks for, with a TargetMachine of its own per module.
+constexpr const char* kCodegenLevelFlag = "pejit.codegen-level";
+
+class MachineCodeCompiler : public llvm::orc::IRCompileLayer::IRCompiler {
+ public:
+  explicit MachineCodeCompiler(llvm::orc::JITTargetMachineBuilder host)
+      : IRCompiler(llvm::orc::irManglingOptionsFromTargetOptions(host.getOptions())), host_(std::move(host)) {}
+
+  llvm::Expected<std::unique_ptr<llvm::MemoryBuffer>> operator()(llvm::Module& m) override {
+    llvm::orc::JITTargetMachineBuilder builder = host_;
+    auto* level = llvm::mdconst::extract_or_null<llvm::ConstantInt>(m.getModuleFlag(kCodegenLevelFlag));
+    builder.setCodeGenOptLevel(level && level->getZExtValue() > 0 ? llvm::CodeGenOptLevel::Default
+                                                                  : llvm::CodeGenOptLevel::None);
+    auto tm = builder.createTargetMachine();
+    if (!tm) return tm.takeError();
+    return llvm::orc::SimpleCompiler(**tm)(m);
+  }
+
+ private:
+  llvm::orc::JITTargetMachineBuilder host_;
+};
+
 void Optimize(llvm::Module& m, llvm::TargetMachine& tm, int level) {
   llvm::LoopAnalysisManager lam;
   llvm::FunctionAnalysisManager fam;
@@ -758,17 +788,19 @@ std::unique_ptr<JitSession> JitSession::Create() {
   });
   auto state = std::make_shared<State>();
   auto jtmb = Unwrap(llvm::orc::JITTargetMachineBuilder::detectHost(), "detecting the host CPU");
-  // The IR arrives optimized and vectorized (Optimize, -O3): instruction
-  // selection without optimization (fast-isel) made machine code 4-5x faster
-  // to produce (a cold 25-tree training compile 163-189 -> 94-114 ms) with
-  // no measurable change in the step (bench/jit, alternated).
-  jtmb.setCodeGenOptLevel(llvm::CodeGenOptLevel::None);
   state->cpu = jtmb.getCPU();
   // Workers compile at once: each compile needs a TargetMachine of its own
   // (LLJIT's default shares one, which corrupts objects built concurrently).
-  state->jit = Unwrap(
-      llvm::orc::LLJITBuilder().setJITTargetMachineBuilder(jtmb).setSupportConcurrentCompilation(true).create(),
-      "creating LLJIT");
+  state->jit = Unwrap(llvm::orc::LLJITBuilder()
+                          .setJITTargetMachineBuilder(jtmb)
+                          .setSupportConcurrentCompilation(true)
+                          .setCompileFunctionCreator([](llvm::orc::JITTargetMachineBuilder host)
+                                                         -> llvm::Expected<std::unique_ptr<
+                                                             llvm::orc::IRCompileLayer::IRCompiler>> {
+                            return std::make_unique<MachineCodeCompiler>(std::move(host));
+                          })
+                          .create(),
+                      "creating LLJIT");
   llvm::orc::LLJIT& jit = *state->jit;
   // libm (tanhf, expf, ...) from the process.
   jit.getMainJITDylib().addGenerator(Unwrap(
@@ -816,7 +848,7 @@ ExecutablePtr JitSession::Compile(const Func& program, const CompileOptions& opt
   for (size_t i = 0; i < steps; ++i) {
     if (plan.steps[i].kind != PlanStep::Kind::kFused) continue;
     nests[i] = NestOf(plan, plan.steps[i]);
-    keys[i] = Codegen::KeyOf(plan, plan.steps[i], nests[i]);
+    keys[i] = Codegen::KeyOf(plan, plan.steps[i], nests[i]) + (options.optimize_machine_code ? "O2" : "");
     outer[i] = nests[i].dims[0];
   }
   std::map<std::string, KernelFn> functions;  // by key
@@ -844,6 +876,7 @@ ExecutablePtr JitSession::Compile(const Func& program, const CompileOptions& opt
   llvm::orc::LLJIT& jit = *state_->jit;
   module->setDataLayout(jit.getDataLayout());
   module->setTargetTriple(jit.getTargetTriple().str());
+  module->addModuleFlag(llvm::Module::Warning, kCodegenLevelFlag, options.optimize_machine_code ? 2 : 0);
   Codegen codegen(plan, *module);
   std::map<std::string, std::string> emitted;  // key → function name
   for (size_t i = 0; i < steps; ++i) {

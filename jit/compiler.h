@@ -22,6 +22,14 @@ namespace pejit {
 struct CompileOptions {
   LowerOptions lower;
   int opt_level = 3;  // 0-3, the new pass manager's default pipelines
+  // The IR arrives optimized and vectorized (opt_level); machine code is made
+  // by fast instruction selection and register allocation unless this asks
+  // for LLVM's optimizing code generator (-O2). That takes 4-5x as long (a
+  // cold 25-tree training specialization's machine code 22 -> 100 ms) and
+  // made the generic tier's fused kernels faster (spills and scheduling: its
+  // 32-tree inference step 5-10% faster on Zen 1, bench/generic): worth it
+  // for code every minibatch runs, not for one minibatch's.
+  bool optimize_machine_code = false;
   // Debug: overwrite each arena buffer with NaN right after its last use, so
   // that a memory plan sharing bytes between live buffers shows up as wrong
   // answers.
