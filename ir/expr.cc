@@ -49,6 +49,9 @@ Expr MakeIf(Expr cond, Expr then_branch, Expr else_branch, SourceLoc loc) {
 }
 Expr MakeTuple(std::vector<Expr> fields, SourceLoc loc) { return std::make_shared<TupleNode>(std::move(fields), std::move(loc)); }
 Expr MakeProj(Expr tuple, int index, SourceLoc loc) { return std::make_shared<ProjNode>(std::move(tuple), index, std::move(loc)); }
+Expr MakeField(Expr record, std::string field, SourceLoc loc) {
+  return std::make_shared<ProjNode>(std::move(record), -1, std::move(loc), std::move(field));
+}
 Func MakeFunc(std::vector<Var> params, Expr body, Type ret_type, SourceLoc loc) {
   return std::make_shared<FuncNode>(std::move(params), std::move(ret_type), std::move(body), std::move(loc));
 }

@@ -99,11 +99,15 @@ struct TupleNode final : ExprNode {
   std::vector<Expr> fields;
 };
 
+// `%t.1`, or `%t.name` of a record: the type checker finds the name's index
+// (once, when the module is checked, before anything evaluates it).
 struct ProjNode final : ExprNode {
   static constexpr ExprKind kKind = ExprKind::kProj;
-  ProjNode(Expr t, int i, SourceLoc l) : ExprNode(ExprKind::kProj, std::move(l)), tuple(std::move(t)), index(i) {}
+  ProjNode(Expr t, int i, SourceLoc l, std::string f = {})
+      : ExprNode(ExprKind::kProj, std::move(l)), tuple(std::move(t)), index(i), field(std::move(f)) {}
   Expr tuple;
-  int index;
+  mutable int index;  // -1 until a field name is resolved
+  std::string field;  // as written; empty for `.1`
 };
 
 // A function literal; free variables of the body are captured (a closure).
@@ -185,6 +189,7 @@ Expr MakeLet(Var var, Expr value, Expr body, SourceLoc loc = {});
 Expr MakeIf(Expr cond, Expr then_branch, Expr else_branch, SourceLoc loc = {});
 Expr MakeTuple(std::vector<Expr> fields, SourceLoc loc = {});
 Expr MakeProj(Expr tuple, int index, SourceLoc loc = {});
+Expr MakeField(Expr record, std::string field, SourceLoc loc = {});  // index resolved by the type checker
 Func MakeFunc(std::vector<Var> params, Expr body, Type ret_type = nullptr, SourceLoc loc = {});
 Expr MakeGlobal(std::string name, SourceLoc loc = {});
 // Throws IrError when `adt` has no constructor named `ctor`.

@@ -581,6 +581,7 @@ class Parser {
       if (fields.size() == 1 && !trailing_comma) return fields[0];
       return TupleTy(std::move(fields));
     }
+    if (t.kind == Tok::kLBrace) return ParseRecordType();
     if (t.kind == Tok::kLower && t.text == "fn") {
       Next();
       Expect(Tok::kLParen, "'(' after 'fn'");
@@ -598,6 +599,28 @@ class Parser {
     bool is_dtype = t.kind == Tok::kLower && ParseDType(t.text);
     std::string hint = is_dtype ? " (tensor types are written Tensor[(dims), dtype])" : "";
     Fail(t, "expected a type, got " + Describe(t) + hint);
+  }
+
+  // `{name: type, ...}`: at least one field, names distinct.
+  Type ParseRecordType() {
+    Next();
+    std::vector<std::string> names;
+    std::vector<Type> fields;
+    do {
+      if (Is(Tok::kRBrace) && !names.empty()) break;  // a trailing comma
+      const Token& name = Peek();
+      if (name.kind != Tok::kLower || name.text == "_") {
+        Fail(name, "expected a field name in a record type, got " + Describe(name));
+      }
+      std::string n(name.text);
+      if (std::find(names.begin(), names.end(), n) != names.end()) Fail(name, "record field '" + n + "' twice");
+      Next();
+      Expect(Tok::kColon, "':' and the type of field " + n);
+      names.push_back(std::move(n));
+      fields.push_back(ParseType());
+    } while (Accept(Tok::kComma));
+    Expect(Tok::kRBrace, "',' or '}' in a record type");
+    return RecordTy(std::move(names), std::move(fields));
   }
 
   Type ParseTensorType() {
@@ -919,8 +942,13 @@ class Parser {
       } else if (Is(Tok::kDot)) {
         Token dot = Next();
         const Token& index = Peek();
+        if (index.kind == Tok::kLower && index.text != "_") {
+          e = MakeField(std::move(e), std::string(index.text), Loc(dot));
+          Next();
+          continue;
+        }
         if (index.kind != Tok::kNumber) {
-          Fail(index, "expected a field index after '.', got " + Describe(index));
+          Fail(index, "expected a field index or name after '.', got " + Describe(index));
         }
         int64_t i = IntegerValue(index);
         if (i < 0 || i > INT32_MAX) Fail(index, "bad field index " + Describe(index));

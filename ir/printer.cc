@@ -250,7 +250,7 @@ class Printer {
       }
       case ExprKind::kProj: {
         const ProjNode* n = As<ProjNode>(e);
-        return Operand(n->tuple, indent) + "." + std::to_string(n->index);
+        return Operand(n->tuple, indent) + "." + (n->field.empty() ? std::to_string(n->index) : n->field);
       }
       case ExprKind::kFunc: {
         const FuncNode* f = As<FuncNode>(e);

@@ -44,7 +44,7 @@ class EqualChecker {
       case ExprKind::kTuple: return All(As<TupleNode>(a)->fields, As<TupleNode>(b)->fields);
       case ExprKind::kProj: {
         auto *x = As<ProjNode>(a), *y = As<ProjNode>(b);
-        return x->index == y->index && Equal(x->tuple, y->tuple);
+        return x->index == y->index && x->field == y->field && Equal(x->tuple, y->tuple);
       }
       case ExprKind::kFunc: {
         auto *x = As<FuncNode>(a), *y = As<FuncNode>(b);
@@ -157,6 +157,7 @@ class Hasher {
         break;
       case ExprKind::kProj:
         Mix(static_cast<size_t>(As<ProjNode>(e)->index));
+        Mix(std::hash<std::string>{}(As<ProjNode>(e)->field));
         Hash(As<ProjNode>(e)->tuple);
         break;
       case ExprKind::kFunc: {

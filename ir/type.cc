@@ -6,6 +6,16 @@ Type TensorTy(DType dtype, Shape shape) { return TensorTy(TensorType{dtype, std:
 Type TensorTy(const TensorType& type) { return std::make_shared<TensorTypeNode>(type); }
 Type ScalarTy(DType dtype) { return TensorTy(dtype, {}); }
 Type TupleTy(std::vector<Type> fields) { return std::make_shared<TupleTypeNode>(std::move(fields)); }
+Type RecordTy(std::vector<std::string> names, std::vector<Type> fields) {
+  return std::make_shared<TupleTypeNode>(std::move(fields), std::move(names));
+}
+
+int TupleTypeNode::FieldIndex(std::string_view name) const {
+  for (size_t i = 0; i < names.size(); ++i) {
+    if (names[i] == name) return static_cast<int>(i);
+  }
+  return -1;
+}
 Type FuncTy(std::vector<Type> params, Type ret) {
   return std::make_shared<FuncTypeNode>(std::move(params), std::move(ret));
 }
@@ -101,7 +111,13 @@ std::string TypeToString(const Type& t) {
   switch (t->kind) {
     case TypeKind::kTensor: return AsTensor(t)->type.ToString();
     case TypeKind::kTuple: {
-      const auto& f = AsTuple(t)->fields;
+      const TupleTypeNode* tuple = AsTuple(t);
+      const auto& f = tuple->fields;
+      if (!tuple->names.empty()) {
+        std::string s = "{";
+        for (size_t i = 0; i < f.size(); ++i) s += (i ? ", " : "") + tuple->names[i] + ": " + TypeToString(f[i]);
+        return s + "}";
+      }
       return "(" + List(f) + (f.size() == 1 ? ",)" : ")");
     }
     case TypeKind::kFunc: return "fn(" + List(AsFunc(t)->params) + ") -> " + TypeToString(AsFunc(t)->ret);
@@ -126,7 +142,7 @@ Type SubstituteTypeVars(const Type& t, const std::map<std::string, Type>& bindin
   };
   switch (t->kind) {
     case TypeKind::kTensor: return t;
-    case TypeKind::kTuple: return TupleTy(all(AsTuple(t)->fields));
+    case TypeKind::kTuple: return RecordTy(AsTuple(t)->names, all(AsTuple(t)->fields));
     case TypeKind::kFunc: return FuncTy(all(AsFunc(t)->params), SubstituteTypeVars(AsFunc(t)->ret, bindings));
     case TypeKind::kAdt: return AdtTy(AsAdt(t)->name, all(AsAdt(t)->args));
     case TypeKind::kVar: {

@@ -1,5 +1,10 @@
 // \file Types of the IR: tensors, tuples, functions, algebraic data types.
 //
+// A record (`{emb: Matrix, w: Matrix}`) is a tuple whose fields have names:
+// its values are tuples, the names only let a program write `%p.w` for
+// `%p.1`. Types match structurally, names aside, so a record parameter takes
+// a tuple and a tuple literal is a record where one is expected.
+//
 // Types are immutable and shared. Tensor types may have dimensions known only
 // at call time (`?`, kUnknownDim). ADT types refer to a TypeDef by name and
 // may carry type arguments (`List[Tensor[(), i64]]`); a TypeVar is a type
@@ -33,8 +38,11 @@ struct TensorTypeNode final : TypeNode {
 };
 
 struct TupleTypeNode final : TypeNode {
-  explicit TupleTypeNode(std::vector<Type> f) : TypeNode(TypeKind::kTuple), fields(std::move(f)) {}
+  explicit TupleTypeNode(std::vector<Type> f, std::vector<std::string> n = {})
+      : TypeNode(TypeKind::kTuple), fields(std::move(f)), names(std::move(n)) {}
   std::vector<Type> fields;
+  std::vector<std::string> names;  // a record's, one per field; empty for a tuple
+  int FieldIndex(std::string_view name) const;  // -1 if none is called so
 };
 
 struct FuncTypeNode final : TypeNode {
@@ -58,6 +66,7 @@ Type TensorTy(DType dtype, Shape shape);
 Type TensorTy(const TensorType& type);
 Type ScalarTy(DType dtype);  // Tensor[(), dtype]
 Type TupleTy(std::vector<Type> fields);
+Type RecordTy(std::vector<std::string> names, std::vector<Type> fields);
 Type FuncTy(std::vector<Type> params, Type ret);
 Type AdtTy(std::string name, std::vector<Type> args = {});
 Type TypeVarTy(std::string name);

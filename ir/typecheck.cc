@@ -28,7 +28,7 @@ Type Join(const Type& a, const Type& b) {
   if (auto *x = AsTuple(a), *y = AsTuple(b); x && y) {
     std::vector<Type> fields;
     for (size_t i = 0; i < x->fields.size(); ++i) fields.push_back(Join(x->fields[i], y->fields[i]));
-    return TupleTy(std::move(fields));
+    return RecordTy(x->names.empty() ? y->names : x->names, std::move(fields));
   }
   return a;  // compatible function/ADT types: keep the first
 }
@@ -134,13 +134,25 @@ class Checker {
         for (size_t i = 0; i < n->fields.size(); ++i) {
           fields.push_back(Infer(n->fields[i], want && want->fields.size() == n->fields.size() ? want->fields[i] : nullptr));
         }
+        // A literal where a record is expected is that record (its names).
+        if (want && want->fields.size() == fields.size()) return RecordTy(want->names, std::move(fields));
         return TupleTy(std::move(fields));
       }
       case ExprKind::kProj: {
         const ProjNode* n = As<ProjNode>(e);
         Type t = Infer(n->tuple, nullptr);
         const TupleTypeNode* tuple = AsTuple(t);
-        if (!tuple) throw IrError(e->loc, "." + std::to_string(n->index) + " of a non-tuple " + TypeToString(t));
+        const std::string what = "." + (n->field.empty() ? std::to_string(n->index) : n->field);
+        if (!tuple) throw IrError(e->loc, what + " of a non-tuple " + TypeToString(t));
+        if (!n->field.empty()) {
+          if (tuple->names.empty()) {
+            throw IrError(e->loc, what + " of a tuple without field names, " + TypeToString(t) +
+                                      " (declare it as a record, {" + n->field + ": ...}, or write its index)");
+          }
+          int i = tuple->FieldIndex(n->field);
+          if (i < 0) throw IrError(e->loc, "record " + TypeToString(t) + " has no field '" + n->field + "'");
+          if (n->index != i) n->index = i;  // once: a definition checked again (a module edit) reads it only
+        }
         if (n->index < 0 || n->index >= static_cast<int>(tuple->fields.size())) {
           throw IrError(e->loc, "tuple " + TypeToString(t) + " has no field " + std::to_string(n->index));
         }

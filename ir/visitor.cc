@@ -154,7 +154,7 @@ Expr ExprMutator::VisitTuple(const TupleNode* n, const Expr& self) {
 
 Expr ExprMutator::VisitProj(const ProjNode* n, const Expr& self) {
   Expr t = Mutate(n->tuple);
-  return t != n->tuple ? MakeProj(t, n->index, n->loc) : self;
+  return t != n->tuple ? std::make_shared<ProjNode>(t, n->index, n->loc, n->field) : self;
 }
 
 Expr ExprMutator::VisitFunc(const FuncNode* n, const Expr& self) {
@@ -266,7 +266,9 @@ class Cloner : public ExprMutator {
     return MakeIf(Mutate(n->cond), Mutate(n->then_branch), Mutate(n->else_branch), n->loc);
   }
   Expr VisitTuple(const TupleNode* n, const Expr&) override { return MakeTuple(Args(n->fields), n->loc); }
-  Expr VisitProj(const ProjNode* n, const Expr&) override { return MakeProj(Mutate(n->tuple), n->index, n->loc); }
+  Expr VisitProj(const ProjNode* n, const Expr&) override {
+    return std::make_shared<ProjNode>(Mutate(n->tuple), n->index, n->loc, n->field);
+  }
   Expr VisitFunc(const FuncNode* n, const Expr&) override {
     std::vector<Var> params;
     for (const Var& p : n->params) params.push_back(Fresh(p));

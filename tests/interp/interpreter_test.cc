@@ -95,6 +95,24 @@ TEST_F(InterpreterTest, TensorsAndEmbeddings) {
   EXPECT_TRUE(Equal(out.tensor(), Tensor::FromVector<float>({1, 3}, {2 + 16 + 28, 4 + 20 + 32, 6 + 24 + 36})));
 }
 
+// `.name` reads the same field as its index, whatever the order of the names.
+TEST(InterpreterRecords, AFieldByNameIsTheFieldAtItsIndex) {
+  Module m;
+  m.AddSource(R"(
+type Params = {w: Tensor[(2,), f32], b: Tensor[(2,), f32], scale: Tensor[(), f32]};
+def @by_name(%p: Params, %x: Tensor[(2,), f32]) { mul(add(mul(%x, %p.w), %p.b), %p.scale) }
+def @by_index(%p: Params, %x: Tensor[(2,), f32]) { mul(add(mul(%x, %p.0), %p.1), %p.2) }
+)",
+              "records.pj");
+  Value params = Value::Tuple({Value(Tensor::FromVector<float>({2}, {2, 3})), Value(Tensor::FromVector<float>({2}, {1, -1})),
+                               Value(Tensor::FromVector<float>({}, {10}))});
+  Value x(Tensor::FromVector<float>({2}, {5, 7}));
+  Interpreter interp;
+  Value got = interp.Call(*m.snapshot(), "by_name", {params, x});
+  EXPECT_TRUE(Equal(got.tensor(), Tensor::FromVector<float>({2}, {110, 200})));
+  EXPECT_TRUE(Equal(got.tensor(), interp.Call(*m.snapshot(), "by_index", {params, x}).tensor()));
+}
+
 TEST_F(InterpreterTest, TailRecursionRunsInConstantSpace) {
   InterpreterOptions small;
   small.max_frames = 64;

@@ -350,6 +350,28 @@ def @f(%c: ((Tensor[(2, 2), f32], Tensor[(2, 2), f32]), Tensor[(?,), f32]), %x: 
   ExpectProgramRoundTrip(aliased);
 }
 
+// A record type prints with its names, and a field is printed as written:
+// by name or by index.
+TEST(RoundTrip, RecordsKeepTheirFieldNames) {
+  ExpectCanonical(R"(def @f(%s: {h: Tensor[(1, 4), f32], c: Tensor[(1, 4), f32]}, %t: (Tensor[(), i64], {x: Tensor[(), f32]})) {
+  (%s.c, %s.1, %t.1.x)
+}
+)");
+  std::string printed = RoundTrip("type State = {h: Tensor[(1, ?), f32], c: Tensor[(1, ?), f32],};\n"
+                                  "def @c(%s: State) { %s.c }");
+  EXPECT_NE(printed.find("%s: {h: Tensor[(1, ?), f32], c: Tensor[(1, ?), f32]}"), std::string::npos) << printed;
+  EXPECT_NE(printed.find("%s.c"), std::string::npos) << printed;
+}
+
+TEST(Errors, Records) {
+  EXPECT_EQ(ErrorOf("def @f(%s: {h: Tensor[(), f32], h: Tensor[(), f32]}) { %s }"), "err.pj:1:33: record field 'h' twice");
+  EXPECT_EQ(ErrorOf("def @f(%s: {}) { %s }"), "err.pj:1:13: expected a field name in a record type, got '}'");
+  EXPECT_EQ(ErrorOf("def @f(%s: {_: Tensor[(), f32]}) { %s }"),
+            "err.pj:1:13: expected a field name in a record type, got '_'");
+  EXPECT_EQ(ErrorOf("def @f(%s: {h Tensor[(), f32]}) { %s }"), "err.pj:1:15: expected ':' and the type of field h, got 'Tensor'");
+  EXPECT_EQ(ErrorOf("def @f(%s: (Tensor[(), f32],)) { %s._ }"), "err.pj:1:37: expected a field index or name after '.', got '_'");
+}
+
 TEST(Errors, TypeAliases) {
   EXPECT_EQ(ErrorOf("type A = (B, B);\ntype B = A;\n"), "err.pj:2:10: type alias 'A' refers to itself");
   EXPECT_EQ(ErrorOf("type V = Tensor[(2,), f32];\ndef @f(%x: V[V]) { %x }"),
@@ -859,7 +881,7 @@ TEST(Errors, UnexpectedToken) {
   EXPECT_EQ(ErrorOf(InFunction("match (%t) { Leaf(%w) %w }")),
             "err.pj:2:25: expected '=>' after the pattern, got '%w'");
   EXPECT_EQ(ErrorOf(InFunction("(%x, %x")), "err.pj:3:1: expected ',' or ')' in a tuple, got '}'");
-  EXPECT_EQ(ErrorOf(InFunction("%x.a")), "err.pj:2:6: expected a field index after '.', got 'a'");
+  EXPECT_EQ(ErrorOf(InFunction("%x.(")), "err.pj:2:6: expected a field index or name after '.', got '('");
   EXPECT_EQ(ErrorOf(InFunction("else")), "err.pj:2:3: expected an expression, got 'else'");
   EXPECT_EQ(ErrorOf(InFunction("match (%t) { }")), "err.pj:2:16: expected a pattern, got '}'");
   EXPECT_EQ(ErrorOf("type Void { }"),

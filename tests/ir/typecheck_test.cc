@@ -58,6 +58,37 @@ TEST(TypeCheck, TuplesProjectionsAndClosures) {
             "fn(Tensor[(2,), f32]) -> Tensor[(), i64]");
 }
 
+// A record field is the tuple field of that name, found in the type the
+// checker knows: a parameter's, a let's, a call's result, a literal's where a
+// record is expected.
+TEST(TypeCheck, RecordFieldsAreTheirTuplesFieldsByName) {
+  const std::string types =
+      "type Pair = {small: Tensor[(2,), f32], big: Tensor[(3,), f32]};\n"
+      "def @make(%a: Tensor[(2,), f32], %b: Tensor[(3,), f32]) -> Pair { (%a, %b) }\n";
+  EXPECT_EQ(TypeOf(types + "def @f(%p: Pair) { %p.big }", "f"),
+            "fn({small: Tensor[(2,), f32], big: Tensor[(3,), f32]}) -> Tensor[(3,), f32]");
+  EXPECT_EQ(TypeOf(types + "def @f(%a: Tensor[(2,), f32], %b: Tensor[(3,), f32]) { let %p = @make(%a, %b); %p.small }",
+                   "f"),
+            "fn(Tensor[(2,), f32], Tensor[(3,), f32]) -> Tensor[(2,), f32]");
+  EXPECT_EQ(TypeOf(types + "def @f(%a: Tensor[(2,), f32], %b: Tensor[(3,), f32]) { let %p: Pair = (%a, %b); %p.big }",
+                   "f"),
+            "fn(Tensor[(2,), f32], Tensor[(3,), f32]) -> Tensor[(3,), f32]");
+  // A record takes any tuple of its field types: names do not change a match.
+  EXPECT_EQ(TypeOf(types + "def @f(%a: Tensor[(2,), f32], %b: Tensor[(3,), f32]) { let %t = (%a, %b); @make(%t.0, %t.1).big }",
+                   "f"),
+            "fn(Tensor[(2,), f32], Tensor[(3,), f32]) -> Tensor[(3,), f32]");
+}
+
+TEST(TypeCheck, RecordFieldErrorsNameTheFieldAndTheType) {
+  const std::string types = "type Pair = {small: Tensor[(2,), f32], big: Tensor[(3,), f32]};\n";
+  EXPECT_EQ(ErrorOf(types + "def @f(%p: Pair) {\n  %p.large\n}"),
+            "t.pj:3:5: record {small: Tensor[(2,), f32], big: Tensor[(3,), f32]} has no field 'large'");
+  EXPECT_EQ(ErrorOf("def @f(%t: (Tensor[(2,), f32], Tensor[(3,), f32])) { %t.big }"),
+            "t.pj:1:56: .big of a tuple without field names, (Tensor[(2,), f32], Tensor[(3,), f32]) (declare it as a "
+            "record, {big: ...}, or write its index)");
+  EXPECT_EQ(ErrorOf("def @f(%x: Tensor[(2,), f32]) { %x.big }"), "t.pj:1:35: .big of a non-tuple Tensor[(2,), f32]");
+}
+
 TEST(TypeCheck, MatchOverATreeBindsFieldTypes) {
   EXPECT_EQ(TypeOf("type Tree { Leaf(Tensor[(), i64]), Node(Tree, Tree) }\n"
                    "def @size(%t: Tree) -> Tensor[(), i64] {\n"

@@ -244,7 +244,7 @@ TEST_F(TreeLstmBatchTest, LossAndGradientsOfRandomMinibatchesAreUnchanged) {
 TEST_F(TreeLstmBatchTest, TreesOfEqualHeightGiveOneBatchedCellPerLevel) {
   const std::string_view source = treelstm::ModelSource();
   const int cell_gemm = LineOf(source, "matmul(%h_sum");
-  const int leaf_gemm = LineOf(source, "let %iou = chunk(dense(%x, %p.1, %p.3)");
+  const int leaf_gemm = LineOf(source, "let %iou = chunk(dense(%x, %p.w_iou, %p.b_iou)");
   for (int height : {1, 3, 5}) {
     SCOPED_TRACE("height " + std::to_string(height));
     Rng rng(height);
