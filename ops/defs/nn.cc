@@ -1,5 +1,5 @@
 // Operators of neural-network models: take (embedding lookup) and its
-// gradient scatter_add, one_hot, cross_entropy and nll over i64 labels,
+// gradient scatter_add, gather (take along any axis), one_hot, cross_entropy and nll over i64 labels,
 // layer_norm, and dropout with its random generator an argument.
 #include <cmath>
 #include <limits>
@@ -42,6 +42,67 @@ void TakeKernel(std::span<const Tensor> in, std::span<Tensor> out, const Attrs&)
     CheckIndex("take", idx[i], rows, "table rows");
     std::copy_n(src + idx[i] * row_bytes, row_bytes, dst + i * row_bytes);
   }
+}
+
+// gather(x, indices, axis=k) is numpy's take along an axis: out =
+// x.shape[:k] + indices.shape + x.shape[k+1:], each index picking a slice of
+// x along axis k. `take` is its axis-0 case, which batching, the JIT's moves
+// and scatter_add know; this one runs by its kernel in every tier.
+std::vector<TensorType> GatherType(std::span<const TensorType> in, const Attrs& attrs) {
+  const TensorType &x = in[0], &indices = in[1];
+  RequireDType("gather", "indices", indices, {DType::kI64});
+  if (x.rank() == 0) throw OpError("gather", "x must have rank >= 1, got " + x.ToString());
+  const int axis = NormalizeAxis("gather", attrs.GetInt("axis"), x.rank());
+  Shape out(x.shape.begin(), x.shape.begin() + axis);
+  out.insert(out.end(), indices.shape.begin(), indices.shape.end());
+  out.insert(out.end(), x.shape.begin() + axis + 1, x.shape.end());
+  return {{x.dtype, out}};
+}
+
+void GatherKernel(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& attrs) {
+  const Tensor &x = in[0], &indices = in[1];
+  const Shape& shape = x.shape();
+  const int axis = NormalizeAxis("gather", attrs.GetInt("axis"), x.rank());
+  int64_t outer = 1, inner = 1;
+  for (int i = 0; i < axis; ++i) outer *= shape[i];
+  for (size_t i = axis + 1; i < shape.size(); ++i) inner *= shape[i];
+  const int64_t size = shape[axis], n = indices.numel();
+  const size_t slice = static_cast<size_t>(inner) * SizeOf(x.dtype());
+  const int64_t* idx = indices.data<int64_t>();
+  for (int64_t i = 0; i < n; ++i) {
+    if (idx[i] < 0 || idx[i] >= size) CheckIndex("gather", idx[i], size, ("axis " + std::to_string(axis) + " of x").c_str());
+  }
+  const char* src = static_cast<const char*>(x.raw_data());
+  char* dst = static_cast<char*>(out[0].raw_data());
+  for (int64_t o = 0; o < outer; ++o) {
+    for (int64_t i = 0; i < n; ++i, dst += slice) std::copy_n(src + (o * size + idx[i]) * slice, slice, dst);
+  }
+}
+
+// The gradient adds each slice of the output's gradient back where it was
+// read: the index axes moved to the front, scatter_add's rows, then that
+// axis moved back to `axis` (no transposes along axis 0).
+std::vector<GradValue> GatherGrad(GradBuilder& b, const GradContext& c) {
+  const TensorType x = b.TypeOf(c.inputs[0]), indices = b.TypeOf(c.inputs[1]);
+  const int axis = NormalizeAxis("gather", c.attrs.GetInt("axis"), x.rank());
+  const int q = indices.rank(), rank = x.rank();
+  GradValue g = c.output_grads[0];
+  if (axis > 0) {
+    std::vector<int64_t> to_front;
+    for (int i = 0; i < q; ++i) to_front.push_back(axis + i);
+    for (int i = 0; i < axis; ++i) to_front.push_back(i);
+    for (int i = axis + q; i < rank - 1 + q; ++i) to_front.push_back(i);
+    g = b.Emit("transpose", {g}, {{"perm", to_front}});
+  }
+  g = b.Emit("scatter_add", {g, c.inputs[1]}, {{"rows", x.shape[axis]}});
+  if (axis > 0) {
+    std::vector<int64_t> back;
+    for (int i = 1; i <= axis; ++i) back.push_back(i);
+    back.push_back(0);
+    for (int i = axis + 1; i < rank; ++i) back.push_back(i);
+    g = b.Emit("transpose", {g}, {{"perm", back}});
+  }
+  return {g, kNoGrad};
 }
 
 std::vector<TensorType> ScatterAddType(std::span<const TensorType> in, const Attrs& attrs) {
@@ -280,6 +341,7 @@ void RegisterNnOps(Registry& r) {
                     });
   take.batch = BatchRule::kGather;
   take.moves = MoveKind::kGather;
+  add("gather", {"x", "indices"}, {{"axis", AttrKind::kInt, int64_t{0}}}, GatherType, GatherKernel, GatherGrad);
   add("scatter_add", {"values", "indices"}, {{"rows", AttrKind::kInt, std::nullopt}}, ScatterAddType,
       ScatterAddKernel, [](GradBuilder& b, const GradContext& c) -> std::vector<GradValue> {
         return {b.Emit("take", {c.output_grads[0], c.inputs[1]}), kNoGrad};

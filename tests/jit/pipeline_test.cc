@@ -72,6 +72,41 @@ TEST(PipelineTest, GradModeRunsBatchThenAutodiffAndMatchesTheInterpreterTape) {
   }
 }
 
+// gather along a middle and the last axis (issue 23), twice alike so that
+// batching meets two calls it has no rule to merge: compiled values and
+// gradients are the interpreter's.
+TEST(PipelineTest, GatherAlongAnyAxisCompilesWithItsGradient) {
+  Module module;
+  module.AddSource(R"(
+def @f(%x: Tensor[(2, 5, 3), f32], %y: Tensor[(2, 5, 3), f32], %i: Tensor[(4,), i64], %j: Tensor[(2, 2), i64])
+    -> Tensor[(), f32] {
+  let %a = gather(%x, %i, axis=1);
+  let %b = gather(%y, %i, axis=1);
+  let %c = gather(mul(%a, %b), %j, axis=-1);
+  sum(tanh(%c))
+})",
+                   "gather.pj");
+  Snapshot snapshot = module.snapshot();
+  Rng rng(11);
+  std::vector<Value> args = {Value(RandomUniform(rng, {2, 5, 3}, -1, 1)), Value(RandomUniform(rng, {2, 5, 3}, -1, 1)),
+                             Value(Tensor::FromVector<int64_t>({4}, {4, 0, 2, 0})),
+                             Value(Tensor::FromVector<int64_t>({2, 2}, {2, 0, 2, 1}))};
+  Residual residual = PartialEvaluate(*snapshot, "f", args);
+  PipelineOptions options;
+  options.wrt_leaves = FloatWrtLeaves(args, std::vector<int>{0, 1});
+  auto session = JitSession::Create();
+  ExecutablePtr exe = CompileResidual(*session, residual.main, options);
+  std::vector<Tensor> got = exe->Run(Flatten(args));
+  Interpreter::ValueAndGrad want = Interpreter().CallWithGrad(*snapshot, "f", args, {0, 1});
+  std::vector<Tensor> want_leaves = Flatten({want.value});
+  for (const Value& g : want.grads) want_leaves.push_back(g.tensor());
+  ASSERT_EQ(got.size(), want_leaves.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    EXPECT_TRUE(AllClose(got[i], want_leaves[i], 1e-5, 1e-6))
+        << "result " << i << ": " << got[i].ToString() << " vs " << want_leaves[i].ToString();
+  }
+}
+
 TEST(PipelineTest, ValueModeWithoutBatchingHasOneStage) {
   TreeLstmCall call(2);
   std::vector<Value> args = {call.args[0], call.args[2]};

@@ -175,6 +175,10 @@ std::vector<GradCase> AllCases() {
   add("take", "take", {U(rng, {4, 3}), indices}, {}, {0});
   add("take_2d_indices", "take", {U(rng, {4, 3}), indices.Reshaped({5, 1})}, {}, {0});
   add("scatter_add", "scatter_add", {U(rng, {5, 3}), indices}, {{"rows", int64_t{4}}}, {0});
+  add("gather_axis0", "gather", {U(rng, {4, 3}), indices}, {}, {0});
+  add("gather_axis1", "gather", {U(rng, {2, 4, 3}), indices}, {{"axis", int64_t{1}}}, {0});
+  add("gather_last_2d_indices", "gather", {U(rng, {3, 4}), indices.Reshaped({5, 1})}, {{"axis", int64_t{-1}}}, {0});
+  add("gather_scalar_index", "gather", {U(rng, {2, 4, 3}), Tensor::FromVector<int64_t>({}, {3})}, {{"axis", int64_t{1}}}, {0});
   Tensor labels = Tensor::FromVector<int64_t>({3}, {1, 0, 3});
   add("cross_entropy", "cross_entropy", {U(rng, {3, 4}), labels}, {}, {0});
   add("nll", "nll", {U(rng, {3, 4}), labels}, {}, {0});

@@ -1417,6 +1417,52 @@ TEST(TakeKernel, GathersRowsOfTheTableAtEachIndex) {
   }
 }
 
+// gather along axis k: out[a, i, b] = x[a, indices[i], b], with a the axes
+// before k and b those after, for every axis (negative ones too).
+TEST(GatherKernel, PicksSlicesAlongAnyAxisAtEachIndex) {
+  Rng rng(kSeed);
+  std::vector<Shape> shapes = {{5}, {4, 3}, {2, 3, 4}, {3, 0}, {2, 0, 3}};
+  std::vector<Shape> index_shapes = {{}, {0}, {1}, {6}, {2, 3}};
+  for (DType dtype : kAllTypes) {
+    for (const Shape& x_shape : shapes) {
+      Tensor x = RandomValues(rng, dtype, x_shape);
+      const int rank = static_cast<int>(x_shape.size());
+      for (int axis = -rank; axis < rank; ++axis) {
+        const int k = axis < 0 ? axis + rank : axis;
+        if (x_shape[k] == 0) continue;  // no index fits an empty axis
+        for (const Shape& index_shape : index_shapes) {
+          Tensor indices = RandomInt(rng, index_shape, 0, x_shape[k]);
+          const int q = static_cast<int>(index_shape.size());
+          Shape out(x_shape.begin(), x_shape.begin() + k);
+          out.insert(out.end(), index_shape.begin(), index_shape.end());
+          out.insert(out.end(), x_shape.begin() + k + 1, x_shape.end());
+          Expected want = Gather(x, out, [&](const Shape& i) {
+            Shape where(i.begin() + k, i.begin() + k + q), source(i.begin(), i.begin() + k);
+            source.push_back(static_cast<int64_t>(Get(indices, Flat(where, index_shape))));
+            source.insert(source.end(), i.begin() + k + q, i.end());
+            return Flat(source, x_shape);
+          });
+          SCOPED_TRACE(ShapeToString(x_shape) + " axis " + std::to_string(axis) + " indices " + ShapeToString(index_shape));
+          Check("gather", {x, indices}, {{"axis", int64_t{axis}}}, want, Tol::kExact);
+        }
+      }
+    }
+  }
+}
+
+TEST(GatherKernel, RefusesAnIndexOutsideTheAxisAndAnAxisOutsideTheRank) {
+  Tensor x = Tensor::Zeros(DType::kF32, {2, 3});
+  try {
+    RunKernel("gather", {x, Tensor::FromVector<int64_t>({2}, {0, 3})}, {{"axis", int64_t{1}}});
+    FAIL() << "expected OpError";
+  } catch (const OpError& e) {
+    EXPECT_NE(std::string(e.what()).find("index 3 is out of range for axis 1 of x of size 3"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(RunKernel("gather", {x, Tensor::FromVector<int64_t>({1}, {-1})}, {{"axis", int64_t{0}}}), OpError);
+  EXPECT_THROW(RunKernel("gather", {x, Tensor::FromVector<int64_t>({1}, {0})}, {{"axis", int64_t{2}}}), OpError);
+  EXPECT_THROW(RunKernel("gather", {x, Tensor::Zeros(DType::kF32, {1})}, {{"axis", int64_t{0}}}), OpError);
+}
+
 TEST(ScatterAddKernel, AccumulatesRowsAtRepeatedIndicesIntoZeros) {
   Rng rng(kSeed);
   struct Case {
