@@ -101,7 +101,8 @@ const char* const kOps[] = {
     "maximum", "minimum", "less", "greater", "equal", "less_equal", "greater_equal", "not_equal", "logical_and",
     "logical_or", "logical_not", "where", "cast", "matmul", "dense", "sum", "mean", "max", "min", "logsumexp", "norm", "zeros_like", "ones_like", "clip", "argmax", "argmin",
     "softmax", "log_softmax", "reshape", "expand_dims", "squeeze", "transpose", "concat", "stack", "split", "chunk",
-    "slice", "pad", "broadcast_to", "take", "scatter_add", "one_hot", "cross_entropy", "nll"};
+    "slice", "pad", "broadcast_to", "take", "scatter_add", "one_hot", "cross_entropy", "nll", "gather", "layer_norm",
+    "dropout", "floor_div", "mod", "zeros", "ones"};
 
 // A function the generator can call.
 struct FuncSig {
@@ -671,7 +672,8 @@ std::string Generator::Tensor(const Shape& s, const Scope& scope, int depth, con
   enum P {
     kLeaf, kUnary, kGuarded, kBinary, kWhere, kMatmul, kDense, kReduce, kSoftmax, kReshape, kTranspose, kConcat,
     kSlice, kChunk, kSplit, kStack, kPad, kExpand, kSqueeze, kBroadcast, kTake, kScatter, kOneHot, kCrossEntropy,
-    kArgmax, kCast64, kLet, kTuple, kStaticIf, kDynamicIf, kMatchLocal, kMatchAdt, kHelper, kFold, kClosure, kCount
+    kArgmax, kCast64, kLet, kTuple, kStaticIf, kDynamicIf, kMatchLocal, kMatchAdt, kHelper, kFold, kClosure,
+    kGather, kLayerNorm, kDropout, kIntegerDivision, kCreate, kCount
   };
   std::vector<int> w(kCount, 0);
   w[kLeaf] = 6;
@@ -709,6 +711,11 @@ std::string Generator::Tensor(const Shape& s, const Scope& scope, int depth, con
   w[kHelper] = ctx.helpers_callable > 0 ? 3 : 0;
   w[kFold] = ctx.folds_callable && !adt_vars.empty() ? 3 : 0;
   w[kClosure] = 1;
+  w[kGather] = r >= 1 ? 1 : 0;
+  w[kLayerNorm] = r >= 1 && s.back() >= 2 ? 1 : 0;
+  w[kDropout] = NumElements(s) > 1 ? 1 : 0;
+  w[kIntegerDivision] = 1;
+  w[kCreate] = 1;
 
   switch (static_cast<P>(PickWeighted(w))) {
     case kLeaf: return Leaf(s, scope);
@@ -767,7 +774,12 @@ std::string Generator::Tensor(const Shape& s, const Scope& scope, int depth, con
       Shape c1 = Partner(s);
       Shape c2 = Partner(s);
       Shape p = Partner(s);
-      std::string cond = Fn(cmp, {X(c1), X(c2)});
+      // The two sides a margin apart: a program can make them equal by
+      // construction (a broadcast value beside its mean), and a tie is
+      // decided by rounding, which tiers do not share (random program 6879
+      // of 10,000 once the generator wrote gather, layer_norm and dropout).
+      auto apart = [](std::string b) { return Fn("add", {std::move(b), "0.01"}); };
+      std::string cond = Fn(cmp, {X(c1), apart(X(c2))});
       if (Coin(0.3)) {  // conditions combined (one draw after another: argument order is unspecified)
         if (Coin(0.3)) {
           cond = Fn("logical_not", {cond});
@@ -775,7 +787,7 @@ std::string Generator::Tensor(const Shape& s, const Scope& scope, int depth, con
           std::string logical = PickOp({"logical_and", "logical_or"}), other_cmp = PickOp({"greater", "less"});
           std::string a = X(Partner(s));
           std::string b = X(Partner(s));
-          cond = Fn(logical, {cond, Fn(other_cmp, {a, b})});
+          cond = Fn(logical, {cond, Fn(other_cmp, {a, apart(b)})});
         }
       }
       if (Coin(0.5)) return Fn("where", {cond, X(s), X(p)});
@@ -988,6 +1000,39 @@ std::string Generator::Tensor(const Shape& s, const Scope& scope, int depth, con
       std::string separated = Fn("add", {X(in), "tensor(f32, " + ShapeText(ramp_shape) + ", [" + Join(ramp) + "])"});
       return Fn("mul", {Fn("cast", {Fn(arg, {separated, "axis=" + std::to_string(at)}), "dtype=f32"}), "0.25"});
     }
+    case kGather: {
+      // Along any axis, counted from either end: x's rows of that axis at
+      // constant indices (repeats included: gradients add up).
+      const int axis = static_cast<int>(Int(0, r - 1));
+      const int64_t size = Int(2, 5);
+      Shape x = s;
+      x[axis] = size;
+      const int64_t written = Coin(0.5) ? axis : axis - r;
+      return Fn("gather", {X(x), ConstIndices({s[axis]}, size), "axis=" + std::to_string(written)});
+    }
+    case kLayerNorm: {
+      // eps 0.1: a row the program made constant has a variance of 0.
+      Shape last = {s.back()};
+      return Fn("layer_norm", {X(s), X(last), X(last), "eps=0.1"});
+    }
+    case kDropout:
+      // The key a constant, as a training step's would be an argument: every
+      // tier draws the mask from the key and the element's index.
+      return Fn("dropout", {X(s), std::to_string(Int(0, 1000)), "rate=" + std::string(Coin(0.5) ? "0.25" : "0.5")});
+    case kIntegerDivision: {
+      // Python's // and % on integers (exact in every tier), negative ones
+      // and divisors included, scaling an f32 value by at most 1 (larger
+      // values make cancellations whose rounding the tiers do not share).
+      std::vector<std::string> data;
+      for (int64_t i = 0; i < NumElements(s); ++i) data.push_back(std::to_string(Int(-7, 7)));
+      std::string n = "tensor(i64, " + ShapeText(s) + ", [" + Join(data) + "])";
+      std::string divisor = std::to_string(Coin(0.5) ? Int(2, 4) : -Int(2, 4));
+      std::string q = Fn(PickOp({"floor_div", "mod"}), {n, divisor});
+      return Fn("mul", {X(s), Fn("mul", {Fn("cast", {q, "dtype=f32"}), "0.25"})});
+    }
+    case kCreate:  // x + 0 or x * 1: values keep their size
+      if (Coin(0.5)) return Fn("add", {X(s), Fn("zeros", {"shape=" + IntsText(s)})});
+      return Fn("mul", {X(s), Fn("ones", {"shape=" + IntsText(s)})});
     case kCast64: {
       Note("f64");
       std::string x = Fn("cast", {X(s), "dtype=f64"});

@@ -16,7 +16,9 @@
 // from 0, pow sees tanh or sigmoid. What they contain, each at random:
 //   - elementwise and broadcasting operators, matmul/dense, reductions,
 //     softmax, reshape, transpose, concat, stack, slice, chunk, split, pad,
-//     take/scatter_add, one_hot, cross_entropy/nll, argmax, f64 casts;
+//     take/scatter_add, gather along any axis, one_hot, cross_entropy/nll,
+//     argmax, layer_norm, dropout (a constant key), floor_div and mod on
+//     integers, zeros/ones, f64 casts;
 //   - let sharing (a value used at least twice), tuples and projections;
 //   - `if` on static conditions (constants, depth counters, the static
 //     argument) and, in a fraction of programs, on dynamic data (also

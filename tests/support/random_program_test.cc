@@ -103,7 +103,7 @@ TEST(RandomProgramTest, ProgramsTypeCheckAndRunToFiniteValuesAndGradients) {
                          "take", "scatter_add", "one_hot", "cross_entropy", "nll", "argmax", "where", "exp", "log",
                          "sqrt", "pow", "div", "maximum", "minimum", "relu", "abs", "less_equal", "greater_equal",
                          "not_equal", "logical_and", "logical_or", "logical_not", "min", "logsumexp", "argmin", "norm", "zeros_like",
-                         "ones_like", "clip"}) {
+                         "ones_like", "clip", "gather", "layer_norm", "dropout", "floor_div", "mod", "zeros", "ones"}) {
     EXPECT_GE(programs_with[std::string("op:") + op], 8) << op << "\n" << report;
   }
 }
