@@ -52,8 +52,9 @@ Expr MakeProj(Expr tuple, int index, SourceLoc loc) { return std::make_shared<Pr
 Expr MakeField(Expr record, std::string field, SourceLoc loc) {
   return std::make_shared<ProjNode>(std::move(record), -1, std::move(loc), std::move(field));
 }
-Func MakeFunc(std::vector<Var> params, Expr body, Type ret_type, SourceLoc loc) {
-  return std::make_shared<FuncNode>(std::move(params), std::move(ret_type), std::move(body), std::move(loc));
+Func MakeFunc(std::vector<Var> params, Expr body, Type ret_type, SourceLoc loc, std::vector<std::string> type_params) {
+  return std::make_shared<FuncNode>(std::move(params), std::move(ret_type), std::move(body), std::move(loc),
+                                    std::move(type_params));
 }
 Expr MakeGlobal(std::string name, SourceLoc loc) { return std::make_shared<GlobalNode>(std::move(name), std::move(loc)); }
 

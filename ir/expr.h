@@ -113,11 +113,19 @@ struct ProjNode final : ExprNode {
 // A function literal; free variables of the body are captured (a closure).
 struct FuncNode final : ExprNode {
   static constexpr ExprKind kKind = ExprKind::kFunc;
-  FuncNode(std::vector<Var> p, Type r, Expr b, SourceLoc l)
-      : ExprNode(ExprKind::kFunc, std::move(l)), params(std::move(p)), ret_type(std::move(r)), body(std::move(b)) {}
+  FuncNode(std::vector<Var> p, Type r, Expr b, SourceLoc l, std::vector<std::string> t = {})
+      : ExprNode(ExprKind::kFunc, std::move(l)),
+        params(std::move(p)),
+        ret_type(std::move(r)),
+        body(std::move(b)),
+        type_params(std::move(t)) {}
   std::vector<Var> params;  // annotated
   Type ret_type;            // may be null: inferred
   Expr body;
+  // A generic definition's type parameters (`def @map[A, B](...)`): the
+  // annotations name them, and each call instantiates them. Function
+  // literals have none.
+  std::vector<std::string> type_params;
 };
 using Func = std::shared_ptr<const FuncNode>;
 
@@ -190,7 +198,8 @@ Expr MakeIf(Expr cond, Expr then_branch, Expr else_branch, SourceLoc loc = {});
 Expr MakeTuple(std::vector<Expr> fields, SourceLoc loc = {});
 Expr MakeProj(Expr tuple, int index, SourceLoc loc = {});
 Expr MakeField(Expr record, std::string field, SourceLoc loc = {});  // index resolved by the type checker
-Func MakeFunc(std::vector<Var> params, Expr body, Type ret_type = nullptr, SourceLoc loc = {});
+Func MakeFunc(std::vector<Var> params, Expr body, Type ret_type = nullptr, SourceLoc loc = {},
+              std::vector<std::string> type_params = {});
 Expr MakeGlobal(std::string name, SourceLoc loc = {});
 // Throws IrError when `adt` has no constructor named `ctor`.
 Expr MakeCtor(TypeDefPtr adt, const std::string& ctor, std::vector<Expr> args, SourceLoc loc = {});

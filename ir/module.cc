@@ -254,7 +254,7 @@ std::vector<std::string> Module::Commit(const ModuleSnapshot& base, std::vector<
     }
     std::vector<Type> params;
     for (const Var& p : w.func->params) params.push_back(p->annotation);
-    return FuncTy(std::move(params), w.func->ret_type);
+    return GenericFuncTy(w.func->type_params, std::move(params), w.func->ret_type);
   };
   check = [&](const std::string& n) {
     Work& w = work.at(n);

@@ -523,15 +523,19 @@ class Parser {
     Token def = ExpectWord("def", "'def'");
     Token name = Expect(Tok::kGlobal, "a name like '@f' after 'def'");
     UnbindTo(0);
-    std::vector<Var> params = ParseParams("'(' after the function name");
+    std::vector<std::string> type_params = ParseTypeParams();  // `[A, B]` or nothing: named by the types below
+    std::vector<Var> params = ParseParams(type_params.empty() ? "'(' or '[' after the function name"
+                                                              : "'(' after the type parameters");
     Type ret;
     if (Is(Tok::kArrow)) {
       Next();
       ret = ParseType();
     }
     Expr body = ParseBlock("'{' to start the function body");
+    type_params_.clear();
     UnbindTo(0);
-    return {std::string(name.text.substr(1)), MakeFunc(std::move(params), std::move(body), ret, Loc(def))};
+    return {std::string(name.text.substr(1)),
+            MakeFunc(std::move(params), std::move(body), ret, Loc(def), std::move(type_params))};
   }
 
   // "(%x: T, ...)"; leaves the parameters in scope.

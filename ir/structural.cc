@@ -48,7 +48,10 @@ class EqualChecker {
       }
       case ExprKind::kFunc: {
         auto *x = As<FuncNode>(a), *y = As<FuncNode>(b);
-        if (x->params.size() != y->params.size() || !TypeEqual(x->ret_type, y->ret_type)) return false;
+        if (x->params.size() != y->params.size() || x->type_params != y->type_params ||
+            !TypeEqual(x->ret_type, y->ret_type)) {
+          return false;
+        }
         for (size_t i = 0; i < x->params.size(); ++i) {
           if (!Bind(x->params[i], y->params[i])) return false;
         }

@@ -1,5 +1,7 @@
 #include "ir/type.h"
 
+#include <algorithm>
+
 namespace pejit {
 
 Type TensorTy(DType dtype, Shape shape) { return TensorTy(TensorType{dtype, std::move(shape)}); }
@@ -18,6 +20,9 @@ int TupleTypeNode::FieldIndex(std::string_view name) const {
 }
 Type FuncTy(std::vector<Type> params, Type ret) {
   return std::make_shared<FuncTypeNode>(std::move(params), std::move(ret));
+}
+Type GenericFuncTy(std::vector<std::string> type_params, std::vector<Type> params, Type ret) {
+  return std::make_shared<FuncTypeNode>(std::move(params), std::move(ret), std::move(type_params));
 }
 Type AdtTy(std::string name, std::vector<Type> args) {
   return std::make_shared<AdtTypeNode>(std::move(name), std::move(args));
@@ -84,7 +89,9 @@ bool Match(const Type& a, const Type& b, bool exact) {
     }
     case TypeKind::kFunc: {
       const FuncTypeNode *x = AsFunc(a), *y = AsFunc(b);
-      if (x->params.size() != y->params.size() || !Match(x->ret, y->ret, exact)) return false;
+      if (x->params.size() != y->params.size() || x->type_params != y->type_params || !Match(x->ret, y->ret, exact)) {
+        return false;
+      }
       for (size_t i = 0; i < x->params.size(); ++i) {
         if (!Match(x->params[i], y->params[i], exact)) return false;
       }
@@ -120,7 +127,13 @@ std::string TypeToString(const Type& t) {
       }
       return "(" + List(f) + (f.size() == 1 ? ",)" : ")");
     }
-    case TypeKind::kFunc: return "fn(" + List(AsFunc(t)->params) + ") -> " + TypeToString(AsFunc(t)->ret);
+    case TypeKind::kFunc: {
+      const FuncTypeNode* f = AsFunc(t);
+      std::string generic;
+      for (size_t i = 0; i < f->type_params.size(); ++i) generic += (i ? ", " : "[") + f->type_params[i];
+      if (!generic.empty()) generic += "]";
+      return "fn" + generic + "(" + List(f->params) + ") -> " + TypeToString(f->ret);
+    }
     case TypeKind::kAdt: {
       const AdtTypeNode* a = AsAdt(t);
       return a->args.empty() ? a->name : a->name + "[" + List(a->args) + "]";
@@ -132,6 +145,19 @@ std::string TypeToString(const Type& t) {
 
 bool TypeEqual(const Type& a, const Type& b) { return Match(a, b, true); }
 bool TypeCompatible(const Type& expected, const Type& actual) { return Match(expected, actual, false); }
+
+bool HasTypeVars(const Type& t) {
+  if (!t) return false;
+  auto any = [](const std::vector<Type>& ts) { return std::any_of(ts.begin(), ts.end(), HasTypeVars); };
+  switch (t->kind) {
+    case TypeKind::kTensor: return false;
+    case TypeKind::kTuple: return any(AsTuple(t)->fields);
+    case TypeKind::kFunc: return any(AsFunc(t)->params) || HasTypeVars(AsFunc(t)->ret);
+    case TypeKind::kAdt: return any(AsAdt(t)->args);
+    case TypeKind::kVar: return true;
+  }
+  return false;
+}
 
 Type SubstituteTypeVars(const Type& t, const std::map<std::string, Type>& bindings) {
   if (!t || bindings.empty()) return t;

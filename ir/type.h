@@ -46,9 +46,13 @@ struct TupleTypeNode final : TypeNode {
 };
 
 struct FuncTypeNode final : TypeNode {
-  FuncTypeNode(std::vector<Type> p, Type r) : TypeNode(TypeKind::kFunc), params(std::move(p)), ret(std::move(r)) {}
+  FuncTypeNode(std::vector<Type> p, Type r, std::vector<std::string> t = {})
+      : TypeNode(TypeKind::kFunc), params(std::move(p)), ret(std::move(r)), type_params(std::move(t)) {}
   std::vector<Type> params;
   Type ret;
+  // A generic definition's type parameters (`def @map[A, B]`), which each
+  // use instantiates; empty for every other function type.
+  std::vector<std::string> type_params;
 };
 
 struct AdtTypeNode final : TypeNode {
@@ -68,6 +72,7 @@ Type ScalarTy(DType dtype);  // Tensor[(), dtype]
 Type TupleTy(std::vector<Type> fields);
 Type RecordTy(std::vector<std::string> names, std::vector<Type> fields);
 Type FuncTy(std::vector<Type> params, Type ret);
+Type GenericFuncTy(std::vector<std::string> type_params, std::vector<Type> params, Type ret);
 Type AdtTy(std::string name, std::vector<Type> args = {});
 Type TypeVarTy(std::string name);
 
@@ -79,7 +84,7 @@ const AdtTypeNode* AsAdt(const Type& t);
 const TypeVarNode* AsTypeVar(const Type& t);
 
 // Printed as in the text format: "Tensor[(?, 128), f32]", "(A, B)",
-// "fn(A) -> B", "List[T]".
+// "fn(A) -> B", "List[T]"; a generic definition's type "fn[A, B](A) -> B".
 std::string TypeToString(const Type& t);
 
 // Exactly the same type (`?` equals only `?`).
@@ -91,6 +96,9 @@ bool TypeCompatible(const Type& expected, const Type& actual);
 // and rank, and each dimension known on both sides equal. (Run-time checks of
 // declared types: the interpreter's, partial evaluation's, the generic tier's.)
 bool TensorTypeFits(const TensorType& want, const TensorType& got);
+// Whether `t` names a type variable anywhere (a generic definition's
+// annotations do; the types of values never).
+bool HasTypeVars(const Type& t);
 // Replaces type variables by their bindings.
 Type SubstituteTypeVars(const Type& t, const std::map<std::string, Type>& bindings);
 

@@ -4,6 +4,7 @@
 // parameters that the arguments cannot determine, such as `Nil` of List[T].
 #include "ir/typecheck.h"
 
+#include <algorithm>
 #include <map>
 #include <unordered_map>
 
@@ -61,7 +62,7 @@ class Checker {
       throw IrError(UseLoc(f->body, f), "result of " + Where() + " is " + TypeToString(body) + ", but its declared type is " +
                                       TypeToString(f->ret_type));
     }
-    return FuncTy(std::move(params), f->ret_type ? f->ret_type : body);
+    return GenericFuncTy(f->type_params, std::move(params), f->ret_type ? f->ret_type : body);
   }
 
   Type Infer(const Expr& e, const Type& expected) {
@@ -112,7 +113,7 @@ class Checker {
         return TensorTy(c->value.type());
       }
       case ExprKind::kOpCall: return InferOpCall(As<OpCallNode>(e));
-      case ExprKind::kCall: return InferCall(As<CallNode>(e));
+      case ExprKind::kCall: return InferCall(As<CallNode>(e), expected);
       case ExprKind::kLet: return Infer(e, expected);
       case ExprKind::kIf: {
         const IfNode* n = As<IfNode>(e);
@@ -159,7 +160,21 @@ class Checker {
         return tuple->fields[n->index];
       }
       case ExprKind::kFunc: return CheckFunc(As<FuncNode>(e), expected);
-      case ExprKind::kGlobal: return GlobalType(As<GlobalNode>(e)->name, e->loc);
+      case ExprKind::kGlobal: {
+        // A generic definition as a value: an instance, of the type the
+        // context wants.
+        const GlobalNode* g = As<GlobalNode>(e);
+        Type t = GlobalType(g->name, e->loc);
+        const FuncTypeNode* f = AsFunc(t);
+        if (!f || f->type_params.empty()) return t;
+        Bindings b;
+        if (!AsFunc(expected) || !Unify(FuncTy(f->params, f->ret), expected, b) || !AllBound(f->type_params, b)) {
+          throw IrError(e->loc, "@" + g->name + " is generic (" + TypeToString(t) +
+                                    "): pass it where its instance's type is known, as an argument of a declared "
+                                    "function type");
+        }
+        return SubstituteTypeVars(FuncTy(f->params, f->ret), b);
+      }
       case ExprKind::kCtor: return InferCtor(As<CtorNode>(e), expected);
       case ExprKind::kMatch: return InferMatch(As<MatchNode>(e), expected);
     }
@@ -229,15 +244,23 @@ class Checker {
     return TupleTy(std::move(fields));
   }
 
-  Type InferCall(const CallNode* n) {
-    Type callee = Infer(n->callee, nullptr);
+  Type InferCall(const CallNode* n, const Type& expected) {
+    const bool global = n->callee->kind == ExprKind::kGlobal;
+    // A generic definition is instantiated by this call (below), not as a value.
+    Type callee = global ? GlobalType(As<GlobalNode>(n->callee)->name, n->callee->loc) : Infer(n->callee, nullptr);
     const FuncTypeNode* f = AsFunc(callee);
-    std::string what = n->callee->kind == ExprKind::kGlobal ? "@" + As<GlobalNode>(n->callee)->name : "function";
+    std::string what = global ? "@" + As<GlobalNode>(n->callee)->name : "function";
     if (!f) throw IrError(n->loc, "cannot call a value of type " + TypeToString(callee));
     if (f->params.size() != n->args.size()) {
       throw IrError(n->loc, what + " takes " + std::to_string(f->params.size()) + " argument" +
                                 (f->params.size() == 1 ? "" : "s") + ", got " + std::to_string(n->args.size()));
     }
+    if (!f->type_params.empty()) {
+      Type instance = Instantiate(n, f, what, expected);
+      n->callee->checked_type = instance;
+      return AsFunc(instance)->ret;
+    }
+    if (global) n->callee->checked_type = callee;
     for (size_t i = 0; i < n->args.size(); ++i) {
       Type arg = Infer(n->args[i], f->params[i]);
       if (!TypeCompatible(f->params[i], arg)) {
@@ -246,6 +269,51 @@ class Checker {
       }
     }
     return f->ret;
+  }
+
+  static bool AllBound(const std::vector<std::string>& params, const Bindings& b) {
+    return std::all_of(params.begin(), params.end(), [&](const std::string& p) { return b.count(p) > 0; });
+  }
+
+  static bool Mentions(const Type& t, const std::vector<std::string>& params) {
+    if (!t) return false;
+    switch (t->kind) {
+      case TypeKind::kVar: return std::find(params.begin(), params.end(), AsTypeVar(t)->name) != params.end();
+      case TypeKind::kTuple:
+        return std::any_of(AsTuple(t)->fields.begin(), AsTuple(t)->fields.end(), [&](const Type& x) { return Mentions(x, params); });
+      case TypeKind::kAdt:
+        return std::any_of(AsAdt(t)->args.begin(), AsAdt(t)->args.end(), [&](const Type& x) { return Mentions(x, params); });
+      case TypeKind::kFunc:
+        return Mentions(AsFunc(t)->ret, params) ||
+               std::any_of(AsFunc(t)->params.begin(), AsFunc(t)->params.end(), [&](const Type& x) { return Mentions(x, params); });
+      case TypeKind::kTensor: return false;
+    }
+    return false;
+  }
+
+  // The instance of generic function type `f` this call makes: the
+  // arguments' types bind the type parameters they mention, left to right,
+  // and the type the context expects of the result binds those only the
+  // result mentions. Returns the instance's (non-generic) function type.
+  Type Instantiate(const CallNode* n, const FuncTypeNode* f, const std::string& what, const Type& expected) {
+    Bindings b;
+    for (size_t i = 0; i < n->args.size(); ++i) {
+      Type want = SubstituteTypeVars(f->params[i], b);
+      Type arg = Infer(n->args[i], Mentions(want, f->type_params) ? nullptr : want);
+      if (!Unify(f->params[i], arg, b)) {
+        throw IrError(UseLoc(n->args[i], n), "argument " + std::to_string(i) + " of " + what + " must be " +
+                                           TypeToString(SubstituteTypeVars(f->params[i], b)) + ", got " +
+                                           TypeToString(arg));
+      }
+    }
+    if (expected && !AllBound(f->type_params, b)) Unify(f->ret, expected, b);
+    for (const std::string& p : f->type_params) {
+      if (!b.count(p)) {
+        throw IrError(n->loc, "cannot tell type parameter " + p + " of " + what + " (" + TypeToString(FuncTy(f->params, f->ret)) +
+                                  ") from its arguments; declare the type of its result where it is bound");
+      }
+    }
+    return SubstituteTypeVars(FuncTy(f->params, f->ret), b);
   }
 
   // Binds type parameters in `pattern` (a ctor field type) to match `actual`.

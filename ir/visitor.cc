@@ -166,7 +166,7 @@ Expr ExprMutator::VisitFunc(const FuncNode* n, const Expr& self) {
     if (m != p) changed = true;
   }
   Expr body = Mutate(n->body);
-  return changed || body != n->body ? MakeFunc(std::move(params), body, n->ret_type, n->loc) : self;
+  return changed || body != n->body ? MakeFunc(std::move(params), body, n->ret_type, n->loc, n->type_params) : self;
 }
 
 Expr ExprMutator::VisitCtor(const CtorNode* n, const Expr& self) {
@@ -272,7 +272,7 @@ class Cloner : public ExprMutator {
   Expr VisitFunc(const FuncNode* n, const Expr&) override {
     std::vector<Var> params;
     for (const Var& p : n->params) params.push_back(Fresh(p));
-    return MakeFunc(std::move(params), Mutate(n->body), n->ret_type, n->loc);
+    return MakeFunc(std::move(params), Mutate(n->body), n->ret_type, n->loc, n->type_params);
   }
   Expr VisitCtor(const CtorNode* n, const Expr&) override {
     return std::make_shared<CtorNode>(n->adt, n->tag, Args(n->args), n->loc);

@@ -848,6 +848,10 @@ class PartialEvaluator {
     Expr then_branch = branch(n.then_branch);
     Expr else_branch = branch(n.else_branch);
     if (!n.checked_type) throw PeFailure(n.loc.ToString() + ": the type of a dynamic `if` is unknown");
+    if (HasTypeVars(n.checked_type)) {
+      throw PeFailure(n.loc.ToString() + ": a dynamic `if` of type " + TypeToString(n.checked_type) +
+                      " in a generic definition is not specialized yet (its instance's type is not tracked)");
+    }
     const TypeInfo* type = Intern(n.checked_type);
     hint_ = hint;
     return NewDynamic(Emit(MakeIf(cond->atom, then_branch, else_branch, n.loc), type->type), type);
@@ -1424,6 +1428,10 @@ class PartialEvaluator {
     std::string name = entry_ + "_spec" + std::to_string(specializations_.size());
     Type ret = AsFunc(f.checked_type) ? AsFunc(f.checked_type)->ret : f.body->checked_type;
     if (!ret) throw PeFailure(loc.ToString() + ": the type of a residual function is unknown");
+    if (HasTypeVars(ret)) {
+      throw PeFailure(loc.ToString() + ": a residual function of the generic definition at " + f.loc.ToString() +
+                      ", of result type " + TypeToString(ret) + ", is not specialized yet (its instance's type is not tracked)");
+    }
     specializations_.push_back({&f, general, name, ret});
     size_t index = specializations_.size() - 1;
 

@@ -289,6 +289,45 @@ def @pairs(%x: Tensor[(), f32]) -> List[(Tensor[(), f32], List[Tensor[(), i64]])
 )");
 }
 
+// Issue 23: a definition generic over element types, its parameters named
+// after the definition's name and used by its annotations, a literal's and
+// a let's included.
+TEST(RoundTrip, GenericDefinitions) {
+  ExpectCanonical(std::string(kList) + R"(
+def @map[A, B](%f: fn(A) -> B, %xs: List[A]) -> List[B] {
+  match (%xs) {
+    Nil => Nil,
+    Cons(%x, %rest) => {
+      let %y: B = %f(%x);
+      Cons(%y, @map(%f, %rest))
+    },
+  }
+}
+
+def @twice[T](%x: T) -> (T, T) {
+  let %pair = fn (%y: T) {
+    (%y, %y)
+  };
+  %pair(%x)
+}
+)");
+}
+
+TEST(Errors, GenericDefinitionsNameEachTypeParameterOnce) {
+  try {
+    ParseProgram("def @f[A, A](%x: A) -> A { %x }", "t.pj");
+    FAIL() << "expected IrError";
+  } catch (const IrError& e) {
+    EXPECT_STREQ(e.what(), "t.pj:1:11: duplicate type parameter 'A'");
+  }
+  try {
+    ParseProgram("def @f[A](%x: A) -> A { %x }\ndef @g(%x: A) -> A { %x }", "t.pj");
+    FAIL() << "expected IrError";
+  } catch (const IrError& e) {
+    EXPECT_NE(std::string(e.what()).find("t.pj:2:12"), std::string::npos) << e.what();  // A is @f's alone
+  }
+}
+
 TEST(RoundTrip, TypeParametersAreTypeVariablesInsideTheirType) {
   ParsedProgram p = ParseProgram(std::string(kList) + "type Pair[A, B] { MkPair(A, B, List[B]) }", "t.pj");
   ASSERT_EQ(p.types.size(), 2u);

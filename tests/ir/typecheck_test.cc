@@ -48,6 +48,67 @@ TEST(TypeCheck, AKnownShapeMayBePassedForAnUnknownOne) {
             "fn(Tensor[(2, 4), f32]) -> Tensor[(?, 4), f32]");
 }
 
+// Issue 23: generic definitions. Each call instantiates the type
+// parameters from its arguments' types (and, for one only the result
+// mentions, from the type its context declares); the body is checked once,
+// with the parameters as types it knows nothing of.
+constexpr char kGenericList[] = R"(
+type List[T] { Nil, Cons(T, List[T]) }
+def @map[A, B](%f: fn(A) -> B, %xs: List[A]) -> List[B] {
+  match (%xs) {
+    Nil => Nil,
+    Cons(%x, %rest) => Cons(%f(%x), @map(%f, %rest)),
+  }
+}
+def @fold[A, S](%f: fn(S, A) -> S, %init: S, %xs: List[A]) -> S {
+  match (%xs) {
+    Nil => %init,
+    Cons(%x, %rest) => @fold(%f, %f(%init, %x), %rest),
+  }
+}
+def @empty[T]() -> List[T] { Nil }
+)";
+
+TEST(TypeCheck, GenericDefinitionsAreInstantiatedByEachCall) {
+  std::string text = std::string(kGenericList) + R"(
+def @norms(%rows: List[Tensor[(3,), f32]]) {
+  @map(fn (%r: Tensor[(3,), f32]) { norm(%r) }, %rows)
+}
+def @total(%rows: List[Tensor[(3,), f32]]) {
+  @fold(fn (%s: Tensor[(), f32], %r: Tensor[(3,), f32]) { add(%s, sum(%r)) }, 0f32, %rows)
+}
+def @count(%ids: List[Tensor[(), i64]]) {
+  @fold(fn (%n: Tensor[(), i64], %i: Tensor[(), i64]) { add(%n, 1) }, 0, %ids)
+}
+def @none() {
+  let %e: List[Tensor[(2,), f32]] = @empty();
+  %e
+}
+)";
+  EXPECT_EQ(TypeOf(text, "map"), "fn[A, B](fn(A) -> B, List[A]) -> List[B]");
+  EXPECT_EQ(TypeOf(text, "norms"), "fn(List[Tensor[(3,), f32]]) -> List[Tensor[(), f32]]");
+  EXPECT_EQ(TypeOf(text, "total"), "fn(List[Tensor[(3,), f32]]) -> Tensor[(), f32]");
+  EXPECT_EQ(TypeOf(text, "count"), "fn(List[Tensor[(), i64]]) -> Tensor[(), i64]");
+  EXPECT_EQ(TypeOf(text, "none"), "fn() -> List[Tensor[(2,), f32]]");
+}
+
+TEST(TypeCheckErrors, GenericDefinitionsSayWhichInstanceAnArgumentMisses) {
+  // The first argument binds A to f32 rows; the list then has the wrong element type.
+  EXPECT_EQ(ErrorOf(std::string(kGenericList) +
+                    "def @f(%xs: List[Tensor[(), i64]]) { @map(fn (%r: Tensor[(3,), f32]) { sum(%r) }, %xs) }"),
+            "t.pj:16:38: argument 1 of @map must be List[Tensor[(3,), f32]], got List[Tensor[(), i64]]");
+  // Inside the body a type parameter is opaque: no operator takes it.
+  EXPECT_EQ(ErrorOf("def @g[A](%x: A) { add(%x, %x) }"), "t.pj:1:20: input 0 of add must be a tensor, got A");
+  // A parameter only the result mentions needs the type the caller declares.
+  EXPECT_EQ(ErrorOf(std::string(kGenericList) + "def @f() { @empty() }"),
+            "t.pj:16:12: cannot tell type parameter T of @empty (fn() -> List[T]) from its arguments; declare the type "
+            "of its result where it is bound");
+  // Passed as a value, a generic definition needs the type of the instance.
+  EXPECT_EQ(ErrorOf(std::string(kGenericList) + "def @f() { let %g = @map; 0 }"),
+            "t.pj:16:21: @map is generic (fn[A, B](fn(A) -> B, List[A]) -> List[B]): pass it where its instance's "
+            "type is known, as an argument of a declared function type");
+}
+
 TEST(TypeCheck, TuplesProjectionsAndClosures) {
   EXPECT_EQ(TypeOf("def @f(%x: Tensor[(2,), f32]) {\n"
                    "  let %double = fn (%y: Tensor[(2,), f32]) { add(%y, %y) };\n"

@@ -107,6 +107,54 @@ def @f(%x: Tensor[(2, 5, 3), f32], %y: Tensor[(2, 5, 3), f32], %i: Tensor[(4,), 
   }
 }
 
+// Generic definitions (issue 23): @map and @fold are written once for any
+// element type; partial evaluation unfolds the instances this call makes,
+// and the compiled values and gradients are the interpreter's.
+TEST(PipelineTest, GenericMapAndFoldSpecializeAndCompile) {
+  Module module;
+  module.AddSource(R"(
+type List[T] { Nil, Cons(T, List[T]) }
+def @map[A, B](%f: fn(A) -> B, %xs: List[A]) -> List[B] {
+  match (%xs) {
+    Nil => Nil,
+    Cons(%x, %rest) => Cons(%f(%x), @map(%f, %rest)),
+  }
+}
+def @fold[A, S](%f: fn(S, A) -> S, %init: S, %xs: List[A]) -> S {
+  match (%xs) {
+    Nil => %init,
+    Cons(%x, %rest) => @fold(%f, %f(%init, %x), %rest),
+  }
+}
+def @loss(%xs: List[Tensor[(4,), f32]], %w: Tensor[(3, 4), f32]) -> Tensor[(), f32] {
+  let %hs: List[Tensor[(3,), f32]] = @map(fn (%x: Tensor[(4,), f32]) { tanh(sum(mul(%w, %x), axes=[1])) }, %xs);
+  let %n: Tensor[(), i64] = @fold(fn (%k: Tensor[(), i64], %h: Tensor[(3,), f32]) { add(%k, 1) }, 0, %hs);
+  div(@fold(fn (%s: Tensor[(), f32], %h: Tensor[(3,), f32]) { add(%s, sum(mul(%h, %h))) }, 0f32, %hs), cast(%n, dtype=f32))
+})",
+                   "generic.pj");
+  Snapshot snapshot = module.snapshot();
+  Rng rng(13);
+  TypeDefPtr list = snapshot->FindType("List");
+  Value xs = Value::Adt(list, 0, {});
+  for (int i = 0; i < 5; ++i) xs = Value::Adt(list, 1, {Value(RandomUniform(rng, {4}, -1, 1)), xs});
+  std::vector<Value> args = {xs, Value(RandomUniform(rng, {3, 4}, -1, 1))};
+  Residual residual = PartialEvaluate(*snapshot, "loss", args);
+  PipelineOptions options;
+  options.wrt_leaves = FloatWrtLeaves(args, std::vector<int>{0, 1});
+  auto session = JitSession::Create();
+  ExecutablePtr exe = CompileResidual(*session, residual.main, options);
+  std::vector<Tensor> got = exe->Run(Flatten(args));
+  Interpreter::ValueAndGrad want = Interpreter().CallWithGrad(*snapshot, "loss", args, {0, 1});
+  std::vector<Tensor> want_leaves = Flatten({want.value});
+  for (const Value& g : want.grads) AppendTensorLeaves(g, want_leaves);
+  ASSERT_EQ(got.size(), want_leaves.size());
+  EXPECT_EQ(got.size(), 1u + 5 + 1);  // the loss, a gradient per list element, the weight's
+  for (size_t i = 0; i < got.size(); ++i) {
+    EXPECT_TRUE(AllClose(got[i], want_leaves[i], 1e-5, 1e-6))
+        << "result " << i << ": " << got[i].ToString() << " vs " << want_leaves[i].ToString();
+  }
+}
+
 TEST(PipelineTest, ValueModeWithoutBatchingHasOneStage) {
   TreeLstmCall call(2);
   std::vector<Value> args = {call.args[0], call.args[2]};

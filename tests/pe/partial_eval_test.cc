@@ -308,6 +308,31 @@ TEST_F(PartialEvalTest, ARecursionTooDeepForTheStackBudgetNamesWhereItWas) {
   }
 }
 
+// Issue 23: a generic definition unfolds like any other (tests/jit's
+// pipeline_test compiles @map and @fold), but a residual it leaves of a type
+// its parameters name (a loop the data ends, in a generic @until) is refused
+// with where it is: the call stays in the interpreter, which computes it.
+TEST(PartialEvalErrors, AGenericDefinitionsResidualLoopIsRefusedWithItsLocation) {
+  Module m;
+  m.AddSource(R"(def @until[S](%step: fn(S) -> S, %done: fn(S) -> Tensor[(), bool], %s: S, %n: Tensor[(), i64]) -> S {
+  if (%done(%s)) { %s } else { if (greater(%n, 0)) { @until(%step, %done, %step(%s), sub(%n, 1)) } else { %s } }
+}
+def @main(%x: Tensor[(3,), f32]) -> Tensor[(3,), f32] {
+  @until(fn (%v: Tensor[(3,), f32]) { mul(%v, 0.5) }, fn (%v: Tensor[(3,), f32]) { less(norm(%v), 0.1) }, %x, 100)
+})",
+              "until.pj");
+  Value x(Tensor::FromVector<float>({3}, {1, 2, 3}));
+  try {
+    PartialEvaluate(*m.snapshot(), "main", {x});
+    FAIL() << "expected PeFailure";
+  } catch (const PeFailure& e) {
+    EXPECT_STREQ(e.what(), "until.pj:2:54: a residual function of the generic definition at until.pj:1:1, of result "
+                           "type S, is not specialized yet (its instance's type is not tracked)");
+  }
+  Value halved = Interpreter().Call(*m.snapshot(), "main", {x});  // 3.74 / 2^6 < 0.1
+  EXPECT_TRUE(AllClose(halved.tensor(), Tensor::FromVector<float>({3}, {1 / 64.0f, 2 / 64.0f, 3 / 64.0f}), 1e-6, 0));
+}
+
 // Issue 23: a match no clause fits is reported with the value, in the
 // interpreter's words.
 TEST(PartialEvalErrors, AMatchNoClauseFitsShowsTheValueAsTheInterpreterDoes) {
