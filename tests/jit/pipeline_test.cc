@@ -72,6 +72,28 @@ TEST(PipelineTest, GradModeRunsBatchThenAutodiffAndMatchesTheInterpreterTape) {
   }
 }
 
+// Compiles `entry` in grad mode for the float leaves of arguments 0 and 1
+// and expects the interpreter's value and gradients; returns how many
+// tensors the compiled code gave.
+size_t ExpectCompiledGradientsOfTheFirstTwoArguments(const Snapshot& snapshot, const std::string& entry,
+                                                     const std::vector<Value>& args) {
+  Residual residual = PartialEvaluate(*snapshot, entry, args);
+  PipelineOptions options;
+  options.wrt_leaves = FloatWrtLeaves(args, std::vector<int>{0, 1});
+  auto session = JitSession::Create();
+  ExecutablePtr exe = CompileResidual(*session, residual.main, options);
+  std::vector<Tensor> got = exe->Run(Flatten(args));
+  Interpreter::ValueAndGrad want = Interpreter().CallWithGrad(*snapshot, entry, args, {0, 1});
+  std::vector<Tensor> want_leaves = Flatten({want.value});
+  for (const Value& g : want.grads) AppendTensorLeaves(g, want_leaves);
+  EXPECT_EQ(got.size(), want_leaves.size());
+  for (size_t i = 0; i < got.size() && i < want_leaves.size(); ++i) {
+    EXPECT_TRUE(AllClose(got[i], want_leaves[i], 1e-5, 1e-6))
+        << "result " << i << ": " << got[i].ToString() << " vs " << want_leaves[i].ToString();
+  }
+  return got.size();
+}
+
 // gather along a middle and the last axis (issue 23), twice alike so that
 // batching meets two calls it has no rule to merge: compiled values and
 // gradients are the interpreter's.
@@ -91,20 +113,7 @@ def @f(%x: Tensor[(2, 5, 3), f32], %y: Tensor[(2, 5, 3), f32], %i: Tensor[(4,), 
   std::vector<Value> args = {Value(RandomUniform(rng, {2, 5, 3}, -1, 1)), Value(RandomUniform(rng, {2, 5, 3}, -1, 1)),
                              Value(Tensor::FromVector<int64_t>({4}, {4, 0, 2, 0})),
                              Value(Tensor::FromVector<int64_t>({2, 2}, {2, 0, 2, 1}))};
-  Residual residual = PartialEvaluate(*snapshot, "f", args);
-  PipelineOptions options;
-  options.wrt_leaves = FloatWrtLeaves(args, std::vector<int>{0, 1});
-  auto session = JitSession::Create();
-  ExecutablePtr exe = CompileResidual(*session, residual.main, options);
-  std::vector<Tensor> got = exe->Run(Flatten(args));
-  Interpreter::ValueAndGrad want = Interpreter().CallWithGrad(*snapshot, "f", args, {0, 1});
-  std::vector<Tensor> want_leaves = Flatten({want.value});
-  for (const Value& g : want.grads) want_leaves.push_back(g.tensor());
-  ASSERT_EQ(got.size(), want_leaves.size());
-  for (size_t i = 0; i < got.size(); ++i) {
-    EXPECT_TRUE(AllClose(got[i], want_leaves[i], 1e-5, 1e-6))
-        << "result " << i << ": " << got[i].ToString() << " vs " << want_leaves[i].ToString();
-  }
+  EXPECT_EQ(ExpectCompiledGradientsOfTheFirstTwoArguments(snapshot, "f", args), 3u);
 }
 
 // Generic definitions (issue 23): @map and @fold are written once for any
@@ -138,21 +147,8 @@ def @loss(%xs: List[Tensor[(4,), f32]], %w: Tensor[(3, 4), f32]) -> Tensor[(), f
   Value xs = Value::Adt(list, 0, {});
   for (int i = 0; i < 5; ++i) xs = Value::Adt(list, 1, {Value(RandomUniform(rng, {4}, -1, 1)), xs});
   std::vector<Value> args = {xs, Value(RandomUniform(rng, {3, 4}, -1, 1))};
-  Residual residual = PartialEvaluate(*snapshot, "loss", args);
-  PipelineOptions options;
-  options.wrt_leaves = FloatWrtLeaves(args, std::vector<int>{0, 1});
-  auto session = JitSession::Create();
-  ExecutablePtr exe = CompileResidual(*session, residual.main, options);
-  std::vector<Tensor> got = exe->Run(Flatten(args));
-  Interpreter::ValueAndGrad want = Interpreter().CallWithGrad(*snapshot, "loss", args, {0, 1});
-  std::vector<Tensor> want_leaves = Flatten({want.value});
-  for (const Value& g : want.grads) AppendTensorLeaves(g, want_leaves);
-  ASSERT_EQ(got.size(), want_leaves.size());
-  EXPECT_EQ(got.size(), 1u + 5 + 1);  // the loss, a gradient per list element, the weight's
-  for (size_t i = 0; i < got.size(); ++i) {
-    EXPECT_TRUE(AllClose(got[i], want_leaves[i], 1e-5, 1e-6))
-        << "result " << i << ": " << got[i].ToString() << " vs " << want_leaves[i].ToString();
-  }
+  // The loss, a gradient per list element, the weight's.
+  EXPECT_EQ(ExpectCompiledGradientsOfTheFirstTwoArguments(snapshot, "loss", args), 1u + 5 + 1);
 }
 
 TEST(PipelineTest, ValueModeWithoutBatchingHasOneStage) {
