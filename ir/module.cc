@@ -1,5 +1,7 @@
 #include "ir/module.h"
 
+#include "ir/prelude.h"
+
 #include <set>
 #include <string_view>
 #include <unordered_map>
@@ -7,6 +9,7 @@
 #include <functional>
 
 #include "ir/parser.h"
+#include "ir/prelude.h"
 #include "ir/printer.h"
 #include "ir/typecheck.h"
 #include "ir/visitor.h"
@@ -193,7 +196,27 @@ void Module::Remove(const std::string& name) {
 std::vector<std::string> Module::AddSource(std::string_view text, const std::string& filename, bool replace_existing) {
   std::lock_guard<std::mutex> lock(edit_mu_);
   Snapshot base = snapshot();
-  ParsedProgram program = ParseProgram(text, filename, [&](const std::string& n) { return base->FindType(n); });
+  // Names the module does not have come from the prelude (ir/prelude.h).
+  Prelude prelude;
+  std::set<std::string> prelude_types;
+  ParsedProgram program = ParseProgram(text, filename, [&](const std::string& n) {
+    if (TypeDefPtr own = base->FindType(n)) return own;
+    TypeDefPtr t = prelude.FindType(n);
+    if (t) prelude_types.insert(t->name);
+    return t;
+  });
+  std::set<std::string> defined;
+  for (const std::string& n : base->Names()) defined.insert(n);
+  for (const auto& [name, f] : program.defs) defined.insert(name);
+  auto own_type = [&](const std::string& n) -> TypeDefPtr {
+    for (const TypeDefPtr& t : program.types) {
+      if (t->name == n) return t;
+    }
+    return base->FindType(n);
+  };
+  Prelude::Pull pull = prelude.For(program.defs, defined, own_type, prelude_types);
+  program.types.insert(program.types.end(), pull.types.begin(), pull.types.end());
+  program.defs.insert(program.defs.end(), pull.defs.begin(), pull.defs.end());
   bool replaces = false;
   for (const auto& [name, f] : program.defs) {
     if (base->Find(name)) {

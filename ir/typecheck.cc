@@ -293,13 +293,28 @@ class Checker {
 
   // The instance of generic function type `f` this call makes: the
   // arguments' types bind the type parameters they mention, left to right,
-  // and the type the context expects of the result binds those only the
-  // result mentions. Returns the instance's (non-generic) function type.
+  // those that are constructors or numbers last (`Nil` and `0` take the type
+  // the others bound: @reverse_onto(%xs, Nil)); the type the context expects
+  // of the result binds those only the result mentions. Returns the
+  // instance's (non-generic) function type.
   Type Instantiate(const CallNode* n, const FuncTypeNode* f, const std::string& what, const Type& expected) {
     Bindings b;
-    for (size_t i = 0; i < n->args.size(); ++i) {
+    std::vector<size_t> order;
+    for (int pass = 0; pass < 2; ++pass) {
+      for (size_t i = 0; i < n->args.size(); ++i) {
+        const bool waits = n->args[i]->kind == ExprKind::kCtor || n->args[i]->kind == ExprKind::kConstant;
+        if (waits == (pass == 1)) order.push_back(i);
+      }
+    }
+    for (size_t i : order) {
       Type want = SubstituteTypeVars(f->params[i], b);
-      Type arg = Infer(n->args[i], Mentions(want, f->type_params) ? nullptr : want);
+      // Checked against the parameter's type only once it names no type
+      // parameter left unbound (the caller's own may have the same names).
+      std::vector<std::string> unbound;
+      for (const std::string& p : f->type_params) {
+        if (!b.count(p)) unbound.push_back(p);
+      }
+      Type arg = Infer(n->args[i], Mentions(f->params[i], unbound) ? nullptr : want);
       if (!Unify(f->params[i], arg, b)) {
         throw IrError(UseLoc(n->args[i], n), "argument " + std::to_string(i) + " of " + what + " must be " +
                                            TypeToString(SubstituteTypeVars(f->params[i], b)) + ", got " +

@@ -3,6 +3,7 @@
 // x; programs made with the builder API print to text that parses back to
 // them; mistakes are reported as "file:line:col: message".
 #include "ir/parser.h"
+#include "ir/prelude.h"
 
 #include <gtest/gtest.h>
 
@@ -50,11 +51,11 @@ bool SameTypeDef(const TypeDef& a, const TypeDef& b) {
 }
 
 // parse(print(p)) is structurally equal to p, and printing it again gives the
-// same text.
-void ExpectProgramRoundTrip(const ParsedProgram& p) {
+// same text (`lookup`: the types p was parsed with from outside its text).
+void ExpectProgramRoundTrip(const ParsedProgram& p, const TypeLookup& lookup = nullptr) {
   std::string printed = PrintProgram(p);
   SCOPED_TRACE("printed:\n" + printed);
-  ParsedProgram q = ParseProgram(printed, "printed.pj");
+  ParsedProgram q = ParseProgram(printed, "printed.pj", lookup);
   ASSERT_EQ(p.types.size(), q.types.size());
   for (size_t i = 0; i < p.types.size(); ++i) EXPECT_TRUE(SameTypeDef(*p.types[i], *q.types[i])) << i;
   ASSERT_EQ(p.defs.size(), q.defs.size());
@@ -423,16 +424,19 @@ TEST(Errors, TypeAliases) {
   EXPECT_EQ(ErrorOf("type V = Vex;"), "err.pj:1:10: unknown type 'Vex'");
 }
 
-// Every example model parses, checks and prints back to an equal program.
+// Every example model parses (with the prelude's types: the Tree-LSTM's
+// List is the prelude's) and prints back to an equal program.
 TEST(RoundTrip, TheExamples) {
+  Prelude prelude;
+  TypeLookup lookup = [&](const std::string& name) { return prelude.FindType(name); };
   for (const char* path : {"examples/treelstm/treelstm.pj", "examples/mlp/mlp.pj", "examples/growing/growing.pj"}) {
     SCOPED_TRACE(path);
     std::ifstream in(path);
     ASSERT_TRUE(in) << path << " is not in the test's runfiles";
     std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    ParsedProgram p = ParseProgram(text, path);
+    ParsedProgram p = ParseProgram(text, path, lookup);
     EXPECT_FALSE(p.defs.empty());
-    ExpectProgramRoundTrip(p);
+    ExpectProgramRoundTrip(p, lookup);
   }
 }
 
