@@ -89,6 +89,7 @@
 #include <cstring>
 #include <deque>
 #include <functional>
+#include <map>
 #include <memory>
 #include <span>
 #include <unordered_map>
@@ -833,26 +834,66 @@ class PartialEvaluator {
     return NewTuple(parts);
   }
 
+  // The type of a value the residual program can hold (tensors in tuples),
+  // or null for one it cannot (structures, functions).
+  static Type ResidualTypeOf(const PVal* v) {
+    switch (v->kind) {
+      case PVal::Kind::kDynamic: return v->type->type;
+      case PVal::Kind::kStatic: return TensorTy(v->value->type());
+      case PVal::Kind::kTuple: {
+        std::vector<Type> fields;
+        for (const PVal* f : v->Fields()) {
+          fields.push_back(ResidualTypeOf(f));
+          if (!fields.back()) return nullptr;
+        }
+        return TupleTy(std::move(fields));
+      }
+      default: return nullptr;
+    }
+  }
+
+  // Binds the type variables of `pattern` (a generic definition's
+  // annotation) that `actual` (a value's type, or null) determines.
+  static void BindTypeVars(const Type& pattern, const Type& actual, std::map<std::string, Type>& bindings) {
+    if (!pattern || !actual) return;
+    if (const TypeVarNode* v = AsTypeVar(pattern)) {
+      bindings.emplace(v->name, actual);
+      return;
+    }
+    const TupleTypeNode *p = AsTuple(pattern), *a = AsTuple(actual);
+    if (p && a && p->fields.size() == a->fields.size()) {
+      for (size_t i = 0; i < p->fields.size(); ++i) BindTypeVars(p->fields[i], a->fields[i], bindings);
+    }
+  }
+
   const PVal* EvalIf(const IfNode& n) {
     const std::string* hint = hint_;
     hint_ = nullptr;
     const PVal* cond = Eval(n.cond);
     if (cond->kind == PVal::Kind::kStatic) return Eval(cond->value->data<bool>()[0] ? n.then_branch : n.else_branch);
-    auto branch = [&](const Expr& e) {
+    Type then_type, else_type;  // what the branches give, for an `if` of a generic definition
+    auto branch = [&](const Expr& e, Type& type) {
       OpenScope(false);
       ++dynamic_branches_;
       const PVal* r = Eval(e);
       --dynamic_branches_;
+      type = ResidualTypeOf(r);
       return CloseScope(Reify(r, e->loc));
     };
-    Expr then_branch = branch(n.then_branch);
-    Expr else_branch = branch(n.else_branch);
+    Expr then_branch = branch(n.then_branch, then_type);
+    Expr else_branch = branch(n.else_branch, else_type);
     if (!n.checked_type) throw PeFailure(n.loc.ToString() + ": the type of a dynamic `if` is unknown");
-    if (HasTypeVars(n.checked_type)) {
-      throw PeFailure(n.loc.ToString() + ": a dynamic `if` of type " + TypeToString(n.checked_type) +
-                      " in a generic definition is not specialized yet (its instance's type is not tracked)");
+    Type if_type = n.checked_type;
+    if (HasTypeVars(if_type)) {  // its instance's: the type both branches give
+      if (!then_type || !else_type || !TypeEqual(then_type, else_type)) {
+        throw PeFailure(n.loc.ToString() + ": a dynamic `if` of type " + TypeToString(if_type) +
+                        " in a generic definition whose branches give " +
+                        (then_type ? TypeToString(then_type) : "a value of no tensor type") + " and " +
+                        (else_type ? TypeToString(else_type) : "a value of no tensor type"));
+      }
+      if_type = then_type;
     }
-    const TypeInfo* type = Intern(n.checked_type);
+    const TypeInfo* type = Intern(if_type);
     hint_ = hint;
     return NewDynamic(Emit(MakeIf(cond->atom, then_branch, else_branch, n.loc), type->type), type);
   }
@@ -1428,9 +1469,16 @@ class PartialEvaluator {
     std::string name = entry_ + "_spec" + std::to_string(specializations_.size());
     Type ret = AsFunc(f.checked_type) ? AsFunc(f.checked_type)->ret : f.body->checked_type;
     if (!ret) throw PeFailure(loc.ToString() + ": the type of a residual function is unknown");
-    if (HasTypeVars(ret)) {
-      throw PeFailure(loc.ToString() + ": a residual function of the generic definition at " + f.loc.ToString() +
-                      ", of result type " + TypeToString(ret) + ", is not specialized yet (its instance's type is not tracked)");
+    if (HasTypeVars(ret)) {  // a generic definition's: the instance's, from its arguments
+      std::map<std::string, Type> bindings;
+      for (size_t i = 0; i < f.params.size() && i < general.size(); ++i) {
+        BindTypeVars(f.params[i]->annotation, ResidualTypeOf(general[i]), bindings);
+      }
+      ret = SubstituteTypeVars(ret, bindings);
+      if (HasTypeVars(ret)) {
+        throw PeFailure(loc.ToString() + ": a residual function of the generic definition at " + f.loc.ToString() +
+                        " whose result type " + TypeToString(ret) + " its tensor arguments do not determine");
+      }
     }
     specializations_.push_back({&f, general, name, ret});
     size_t index = specializations_.size() - 1;
