@@ -215,6 +215,21 @@ std::vector<std::string> Module::AddSource(std::string_view text, const std::str
     return base->FindType(n);
   };
   Prelude::Pull pull = prelude.For(program.defs, defined, own_type, prelude_types);
+  // A constructor is named by itself: a prelude type taken beside a type of
+  // the program's with a constructor of the same name would make it mean two.
+  for (const TypeDefPtr& t : pull.types) {
+    for (const CtorDef& c : t->ctors) {
+      std::vector<TypeDefPtr> others = program.types;
+      for (const auto& [name, other] : base->types()) others.push_back(other);
+      for (const TypeDefPtr& other : others) {
+        if (other->FindCtor(c.name) >= 0) {
+          throw IrError(other->loc, "constructor " + c.name + " of type " + other->name + " is also one of the prelude's " +
+                                        t->name + ", which " + filename + " names: rename one, or define " + t->name +
+                                        " in the program");
+        }
+      }
+    }
+  }
   program.types.insert(program.types.end(), pull.types.begin(), pull.types.end());
   program.defs.insert(program.defs.end(), pull.defs.begin(), pull.defs.end());
   bool replaces = false;

@@ -78,6 +78,20 @@ TEST(Prelude, ANameTheProgramDefinesStaysItsOwn) {
   }
 }
 
+// A constructor means one thing: a prelude type whose constructor a type of
+// the program's already has is refused, at that type.
+TEST(Prelude, APreludeTypeIsNotTakenBesideAConstructorOfTheSameName) {
+  Module m;
+  try {
+    m.AddSource("type Maybe { None, Just(Tensor[(), f32]) }\ndef @f(%x: Tensor[(), f32]) { Some(%x) }", "clash.pj");
+    FAIL() << "expected IrError";
+  } catch (const IrError& e) {
+    EXPECT_STREQ(e.what(), "clash.pj:1:6: constructor None of type Maybe is also one of the prelude's Option, which "
+                           "clash.pj names: rename one, or define Option in the program");
+  }
+  EXPECT_TRUE(m.snapshot()->Names().empty());  // nothing was added
+}
+
 // A later source finds the prelude's List in the module, where an earlier
 // one put it, and takes more of the prelude over it.
 TEST(Prelude, LaterSourcesShareWhatEarlierOnesTook) {
