@@ -116,25 +116,12 @@ def @f(%x: Tensor[(2, 5, 3), f32], %y: Tensor[(2, 5, 3), f32], %i: Tensor[(4,), 
   EXPECT_EQ(ExpectCompiledGradientsOfTheFirstTwoArguments(snapshot, "f", args), 3u);
 }
 
-// Generic definitions (issue 23): @map and @fold are written once for any
-// element type; partial evaluation unfolds the instances this call makes,
-// and the compiled values and gradients are the interpreter's.
+// Generic definitions (issue 23): the prelude's @map and @fold are written
+// once for any element type; partial evaluation unfolds the instances this
+// call makes, and the compiled values and gradients are the interpreter's.
 TEST(PipelineTest, GenericMapAndFoldSpecializeAndCompile) {
   Module module;
   module.AddSource(R"(
-type List[T] { Nil, Cons(T, List[T]) }
-def @map[A, B](%f: fn(A) -> B, %xs: List[A]) -> List[B] {
-  match (%xs) {
-    Nil => Nil,
-    Cons(%x, %rest) => Cons(%f(%x), @map(%f, %rest)),
-  }
-}
-def @fold[A, S](%f: fn(S, A) -> S, %init: S, %xs: List[A]) -> S {
-  match (%xs) {
-    Nil => %init,
-    Cons(%x, %rest) => @fold(%f, %f(%init, %x), %rest),
-  }
-}
 def @loss(%xs: List[Tensor[(4,), f32]], %w: Tensor[(3, 4), f32]) -> Tensor[(), f32] {
   let %hs: List[Tensor[(3,), f32]] = @map(fn (%x: Tensor[(4,), f32]) { tanh(sum(mul(%w, %x), axes=[1])) }, %xs);
   let %n: Tensor[(), i64] = @fold(fn (%k: Tensor[(), i64], %h: Tensor[(3,), f32]) { add(%k, 1) }, 0, %hs);
