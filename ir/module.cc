@@ -1,7 +1,5 @@
 #include "ir/module.h"
 
-#include "ir/prelude.h"
-
 #include <set>
 #include <string_view>
 #include <unordered_map>
@@ -197,7 +195,7 @@ std::vector<std::string> Module::AddSource(std::string_view text, const std::str
   std::lock_guard<std::mutex> lock(edit_mu_);
   Snapshot base = snapshot();
   // Names the module does not have come from the prelude (ir/prelude.h).
-  Prelude prelude;
+  const Prelude& prelude = Prelude::Shared();
   std::set<std::string> prelude_types;
   ParsedProgram program = ParseProgram(text, filename, [&](const std::string& n) {
     if (TypeDefPtr own = base->FindType(n)) return own;
@@ -217,10 +215,10 @@ std::vector<std::string> Module::AddSource(std::string_view text, const std::str
   Prelude::Pull pull = prelude.For(program.defs, defined, own_type, prelude_types);
   // A constructor is named by itself: a prelude type taken beside a type of
   // the program's with a constructor of the same name would make it mean two.
+  std::vector<TypeDefPtr> others = program.types;
+  for (const auto& [name, other] : base->types()) others.push_back(other);
   for (const TypeDefPtr& t : pull.types) {
     for (const CtorDef& c : t->ctors) {
-      std::vector<TypeDefPtr> others = program.types;
-      for (const auto& [name, other] : base->types()) others.push_back(other);
       for (const TypeDefPtr& other : others) {
         if (other->FindCtor(c.name) >= 0) {
           throw IrError(other->loc, "constructor " + c.name + " of type " + other->name + " is also one of the prelude's " +

@@ -128,6 +128,11 @@ Prelude::Prelude() {
   defs_ = std::move(p.defs);
 }
 
+const Prelude& Prelude::Shared() {
+  static const Prelude prelude;
+  return prelude;
+}
+
 TypeDefPtr Prelude::FindType(const std::string& name) const {
   for (const TypeDefPtr& t : types_) {
     if (t->name == name || t->FindCtor(name) >= 0) return t;

@@ -580,14 +580,18 @@ class PartialEvaluator {
     return nullptr;
   }
 
-  // The type of a value that can be residualized as a tensor or a tuple.
+  // The type of a value that can be residualized as a tensor or a tuple of
+  // them; null for any other (a structure, a function, a tuple holding one).
   Type TypeOf(const PVal* p) {
     switch (p->kind) {
       case PVal::Kind::kDynamic: return p->type->type;
       case PVal::Kind::kStatic: return Intern(p->value->type())->type;
       case PVal::Kind::kTuple: {
         std::vector<Type> fields;
-        for (const PVal* f : p->Fields()) fields.push_back(TypeOf(f));
+        for (const PVal* f : p->Fields()) {
+          fields.push_back(TypeOf(f));
+          if (!fields.back()) return nullptr;
+        }
         return TupleTy(std::move(fields));
       }
       default: return nullptr;
@@ -834,24 +838,6 @@ class PartialEvaluator {
     return NewTuple(parts);
   }
 
-  // The type of a value the residual program can hold (tensors in tuples),
-  // or null for one it cannot (structures, functions).
-  static Type ResidualTypeOf(const PVal* v) {
-    switch (v->kind) {
-      case PVal::Kind::kDynamic: return v->type->type;
-      case PVal::Kind::kStatic: return TensorTy(v->value->type());
-      case PVal::Kind::kTuple: {
-        std::vector<Type> fields;
-        for (const PVal* f : v->Fields()) {
-          fields.push_back(ResidualTypeOf(f));
-          if (!fields.back()) return nullptr;
-        }
-        return TupleTy(std::move(fields));
-      }
-      default: return nullptr;
-    }
-  }
-
   // Binds the type variables of `pattern` (a generic definition's
   // annotation) that `actual` (a value's type, or null) determines.
   static void BindTypeVars(const Type& pattern, const Type& actual, std::map<std::string, Type>& bindings) {
@@ -871,20 +857,21 @@ class PartialEvaluator {
     hint_ = nullptr;
     const PVal* cond = Eval(n.cond);
     if (cond->kind == PVal::Kind::kStatic) return Eval(cond->value->data<bool>()[0] ? n.then_branch : n.else_branch);
-    Type then_type, else_type;  // what the branches give, for an `if` of a generic definition
+    if (!n.checked_type) throw PeFailure(n.loc.ToString() + ": the type of a dynamic `if` is unknown");
+    const bool generic = HasTypeVars(n.checked_type);  // an `if` of a generic definition
+    Type then_type, else_type;                         // then: what its branches give
     auto branch = [&](const Expr& e, Type& type) {
       OpenScope(false);
       ++dynamic_branches_;
       const PVal* r = Eval(e);
       --dynamic_branches_;
-      type = ResidualTypeOf(r);
+      if (generic) type = TypeOf(r);
       return CloseScope(Reify(r, e->loc));
     };
     Expr then_branch = branch(n.then_branch, then_type);
     Expr else_branch = branch(n.else_branch, else_type);
-    if (!n.checked_type) throw PeFailure(n.loc.ToString() + ": the type of a dynamic `if` is unknown");
     Type if_type = n.checked_type;
-    if (HasTypeVars(if_type)) {  // its instance's: the type both branches give
+    if (generic) {  // its instance's: the type both branches give
       if (!then_type || !else_type || !TypeEqual(then_type, else_type)) {
         throw PeFailure(n.loc.ToString() + ": a dynamic `if` of type " + TypeToString(if_type) +
                         " in a generic definition whose branches give " +
@@ -1472,7 +1459,7 @@ class PartialEvaluator {
     if (HasTypeVars(ret)) {  // a generic definition's: the instance's, from its arguments
       std::map<std::string, Type> bindings;
       for (size_t i = 0; i < f.params.size() && i < general.size(); ++i) {
-        BindTypeVars(f.params[i]->annotation, ResidualTypeOf(general[i]), bindings);
+        BindTypeVars(f.params[i]->annotation, TypeOf(general[i]), bindings);
       }
       ret = SubstituteTypeVars(ret, bindings);
       if (HasTypeVars(ret)) {
