@@ -146,13 +146,12 @@ Prelude::Pull Prelude::For(const std::vector<std::pair<std::string, Func>>& defs
                            const std::set<std::string>& used_types) const {
   std::map<std::string, const Func*> prelude_defs;
   for (const auto& [name, f] : defs_) prelude_defs[name] = &f;
-  // A prelude type the module has already taken is its own now; one the
-  // module defines itself under the same name is another type.
-  auto taken = [&](const std::string& type) {
+  // A prelude type the module has already taken is this very type; one the
+  // module defines itself under the same name is another.
+  auto clashes = [&](const std::string& type) {
     TypeDefPtr own = own_type(type);
-    return own && own->loc.file && *own->loc.file == kPreludeFile;
+    return own && own != FindType(type);
   };
-  auto clashes = [&](const std::string& type) { return own_type(type) && !taken(type); };
 
   Pull pull;
   std::set<std::string> pulled, types = used_types;

@@ -29,8 +29,10 @@ inline constexpr char kPreludeFile[] = "prelude.pj";
 class Prelude {
  public:
   Prelude();  // parses PreludeSource(): its own types and definitions
-  // One for the process, parsed on first use. Sharing it is safe: types are
-  // immutable, and a module checks private copies of the definitions it takes.
+  // One for the process, parsed on first use; modules take its types
+  // themselves, so a type taken before is recognized by identity. Sharing it
+  // is safe: types are immutable, and a module checks private copies of the
+  // definitions it takes.
   static const Prelude& Shared();
 
   // The prelude type `name`, or the one declaring constructor `name`; null

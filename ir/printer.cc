@@ -177,9 +177,7 @@ class Printer {
   std::string Function(const std::string& name, const Func& f) {
     constexpr size_t kWidth = 110;  // the project's line length
     size_t mark = undo_.size();
-    std::string head = "def @" + name;
-    for (size_t i = 0; i < f->type_params.size(); ++i) head += (i ? ", " : "[") + f->type_params[i];
-    head += f->type_params.empty() ? "(" : "](";
+    std::string head = "def @" + name + TypeParamsText(f->type_params) + "(";
     std::vector<std::string> params;
     for (const Var& p : f->params) params.push_back(Param(p));
     std::string ret = f->ret_type ? " -> " + TypeToString(f->ret_type) : "";

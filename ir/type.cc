@@ -129,10 +129,7 @@ std::string TypeToString(const Type& t) {
     }
     case TypeKind::kFunc: {
       const FuncTypeNode* f = AsFunc(t);
-      std::string generic;
-      for (size_t i = 0; i < f->type_params.size(); ++i) generic += (i ? ", " : "[") + f->type_params[i];
-      if (!generic.empty()) generic += "]";
-      return "fn" + generic + "(" + List(f->params) + ") -> " + TypeToString(f->ret);
+      return "fn" + TypeParamsText(f->type_params) + "(" + List(f->params) + ") -> " + TypeToString(f->ret);
     }
     case TypeKind::kAdt: {
       const AdtTypeNode* a = AsAdt(t);
@@ -146,17 +143,25 @@ std::string TypeToString(const Type& t) {
 bool TypeEqual(const Type& a, const Type& b) { return Match(a, b, true); }
 bool TypeCompatible(const Type& expected, const Type& actual) { return Match(expected, actual, false); }
 
-bool HasTypeVars(const Type& t) {
+bool HasTypeVars(const Type& t, const std::vector<std::string>* only) {
   if (!t) return false;
-  auto any = [](const std::vector<Type>& ts) { return std::any_of(ts.begin(), ts.end(), HasTypeVars); };
+  auto any = [&](const std::vector<Type>& ts) {
+    return std::any_of(ts.begin(), ts.end(), [&](const Type& x) { return HasTypeVars(x, only); });
+  };
   switch (t->kind) {
     case TypeKind::kTensor: return false;
     case TypeKind::kTuple: return any(AsTuple(t)->fields);
-    case TypeKind::kFunc: return any(AsFunc(t)->params) || HasTypeVars(AsFunc(t)->ret);
+    case TypeKind::kFunc: return any(AsFunc(t)->params) || HasTypeVars(AsFunc(t)->ret, only);
     case TypeKind::kAdt: return any(AsAdt(t)->args);
-    case TypeKind::kVar: return true;
+    case TypeKind::kVar: return !only || std::find(only->begin(), only->end(), AsTypeVar(t)->name) != only->end();
   }
   return false;
+}
+
+std::string TypeParamsText(const std::vector<std::string>& params) {
+  std::string text;
+  for (size_t i = 0; i < params.size(); ++i) text += (i ? ", " : "[") + params[i];
+  return params.empty() ? text : text + "]";
 }
 
 Type SubstituteTypeVars(const Type& t, const std::map<std::string, Type>& bindings) {

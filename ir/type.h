@@ -97,8 +97,10 @@ bool TypeCompatible(const Type& expected, const Type& actual);
 // declared types: the interpreter's, partial evaluation's, the generic tier's.)
 bool TensorTypeFits(const TensorType& want, const TensorType& got);
 // Whether `t` names a type variable anywhere (a generic definition's
-// annotations do; the types of values never).
-bool HasTypeVars(const Type& t);
+// annotations do; the types of values never), or, with `only`, one of those.
+bool HasTypeVars(const Type& t, const std::vector<std::string>* only = nullptr);
+// "[A, B]" for a generic definition's type parameters, "" for none.
+std::string TypeParamsText(const std::vector<std::string>& params);
 // Replaces type variables by their bindings.
 Type SubstituteTypeVars(const Type& t, const std::map<std::string, Type>& bindings);
 

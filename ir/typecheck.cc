@@ -275,22 +275,6 @@ class Checker {
     return std::all_of(params.begin(), params.end(), [&](const std::string& p) { return b.count(p) > 0; });
   }
 
-  static bool Mentions(const Type& t, const std::vector<std::string>& params) {
-    if (!t) return false;
-    switch (t->kind) {
-      case TypeKind::kVar: return std::find(params.begin(), params.end(), AsTypeVar(t)->name) != params.end();
-      case TypeKind::kTuple:
-        return std::any_of(AsTuple(t)->fields.begin(), AsTuple(t)->fields.end(), [&](const Type& x) { return Mentions(x, params); });
-      case TypeKind::kAdt:
-        return std::any_of(AsAdt(t)->args.begin(), AsAdt(t)->args.end(), [&](const Type& x) { return Mentions(x, params); });
-      case TypeKind::kFunc:
-        return Mentions(AsFunc(t)->ret, params) ||
-               std::any_of(AsFunc(t)->params.begin(), AsFunc(t)->params.end(), [&](const Type& x) { return Mentions(x, params); });
-      case TypeKind::kTensor: return false;
-    }
-    return false;
-  }
-
   // The instance of generic function type `f` this call makes: the
   // arguments' types bind the type parameters they mention, left to right,
   // those that are constructors or numbers last (`Nil` and `0` take the type
@@ -314,7 +298,7 @@ class Checker {
       for (const std::string& p : f->type_params) {
         if (!b.count(p)) unbound.push_back(p);
       }
-      Type arg = Infer(n->args[i], Mentions(f->params[i], unbound) ? nullptr : want);
+      Type arg = Infer(n->args[i], HasTypeVars(f->params[i], &unbound) ? nullptr : want);
       if (!Unify(f->params[i], arg, b)) {
         throw IrError(UseLoc(n->args[i], n), "argument " + std::to_string(i) + " of " + what + " must be " +
                                            TypeToString(SubstituteTypeVars(f->params[i], b)) + ", got " +
