@@ -71,6 +71,7 @@ struct Segment {
   std::vector<int> inputs;    // value ids
   std::vector<bool> shared;   // per input: the same entry-argument tensor for every instance
   std::vector<int> share_roots;  // for those, which: the entry's tensor leaf index
+  std::vector<int> row_inputs;   // the others (filled by GenericProgram): what an instance's slots hold
   std::vector<int> outputs;   // value ids
   int code = -1;              // its run id: program and shared tensors (GenericProgram's numbering)
 };

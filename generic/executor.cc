@@ -487,6 +487,13 @@ void CompileVariant(JitSession& jit, SegmentCode& code, SegmentCode::Variant& va
   variant.queued.store(false);  // a backward program made later can be compiled again
 }
 
+namespace {
+
+// The entry tensor shared input `p` of `run`'s program reads.
+int SharedRoot(const Run& run, int p) { return (*run.shared_roots)[run.code->input_slot[p]]; }
+
+}  // namespace
+
 Execution Execute(const Schedule& schedule, const ExecuteOptions& options) {
   Execution result;
   const size_t n_runs = schedule.runs.size();
@@ -497,9 +504,9 @@ Execution Execute(const Schedule& schedule, const ExecuteOptions& options) {
   std::map<std::pair<int, bool>, Tensor> packed;
   auto append_packs = [&](const Run& run, const std::vector<SegmentCode::Pack>& packs, std::vector<Tensor>& in) {
     for (const SegmentCode::Pack& pack : packs) {
-      const Slot& slot = schedule.si_inputs[schedule.si_input_begin[run.members[0]] + pack.param];
-      Tensor& t = packed[{slot.index, pack.transpose_b}];
-      if (!t.defined()) t = CallOp("gemm_pack", {schedule.roots.at(slot.index)}, {{"transpose_b", pack.transpose_b}});
+      const int root = SharedRoot(run, pack.param);
+      Tensor& t = packed[{root, pack.transpose_b}];
+      if (!t.defined()) t = CallOp("gemm_pack", {schedule.roots.at(root)}, {{"transpose_b", pack.transpose_b}});
       in.push_back(t);
     }
   };
@@ -537,15 +544,14 @@ Execution Execute(const Schedule& schedule, const ExecuteOptions& options) {
       const TensorType& member = code.inputs[p];
       const int64_t bytes = RowBytes(member);
       if (code.shared[p]) {
-        const Slot& slot = schedule.si_inputs[schedule.si_input_begin[run.members[0]] + p];
-        in[p] = schedule.roots.at(slot.index);
+        in[p] = schedule.roots.at(SharedRoot(run, p));
         continue;
       }
       Tensor stacked = Tensor::Empty(member.dtype, Prepend(rows, member.shape));
       char* dst = static_cast<char*>(stacked.raw_data());
       for (int64_t i = 0; i < rows; ++i) {
         int si = run.members[first + (i < count ? i : 0)];
-        std::memcpy(dst + i * bytes, row_of(schedule.si_inputs[schedule.si_input_begin[si] + p], bytes), bytes);
+        std::memcpy(dst + i * bytes, row_of(schedule.si_inputs[schedule.si_input_begin[si] + code.input_slot[p]], bytes), bytes);
       }
       in[p] = std::move(stacked);
     }
@@ -706,12 +712,13 @@ Execution Execute(const Schedule& schedule, const ExecuteOptions& options) {
       const Tensor& grad = grads.at(g);
       const TensorType& member = code.inputs[p];
       if (code.shared[p]) {
-        add_to_slot(schedule.si_inputs[schedule.si_input_begin[run.members[0]] + p], member, grad.data<float>());
+        const int root = SharedRoot(run, p);
+        add_into(result.root_grads[root], schedule.roots[root].type(), grad.data<float>());
         continue;
       }
       const int64_t elems = NumElements(member.shape);
       for (int i = 0; i < members; ++i) {
-        const Slot& slot = schedule.si_inputs[schedule.si_input_begin[run.members[i]] + p];
+        const Slot& slot = schedule.si_inputs[schedule.si_input_begin[run.members[i]] + code.input_slot[p]];
         add_to_slot(slot, member, grad.data<float>() + i * elems);
       }
     }
@@ -719,14 +726,14 @@ Execution Execute(const Schedule& schedule, const ExecuteOptions& options) {
     // forward values copies of a real row's.
     size_t next = variant.grad_inputs.size();
     for (const SegmentCode::Factor& factor : variant.factors) {
-      const Slot& slot = schedule.si_inputs[schedule.si_input_begin[run.members[0]] + factor.param];
+      const int root = SharedRoot(run, factor.param);
       if (factor.kind == SegmentCode::Factor::Kind::kProduct) {
         Tensor& lhs = grads.at(next++);
         Tensor& rhs = grads.at(next++);
         int64_t rows = lhs.shape()[0];
-        row_factors[slot.index].push_back({std::move(lhs), std::move(rhs), rows});
+        row_factors[root].push_back({std::move(lhs), std::move(rhs), rows});
       } else {
-        row_sums[{slot.index, factor.shape}].push_back(std::move(grads.at(next++)));
+        row_sums[{root, factor.shape}].push_back(std::move(grads.at(next++)));
       }
     }
     cotangents[r].clear();

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <optional>
 
 #include "ir/printer.h"
 #include "ir/visitor.h"
@@ -37,20 +38,21 @@ struct GenericProgram::Walker {
 
 namespace {
 
+// A pattern that binds or ignores whatever it meets: its value is not read
+// (the walk is bound by memory latency: each value read may be a miss).
+bool Irrefutable(const Pattern& p) { return p->kind == PatternKind::kWildcard || p->kind == PatternKind::kVar; }
+
 bool Matches(const Pattern& p, const Value& v) {
   switch (p->kind) {
     case PatternKind::kWildcard:
     case PatternKind::kVar: return true;
-    case PatternKind::kTuple:
-      for (size_t i = 0; i < p->fields.size(); ++i) {
-        if (!Matches(p->fields[i], v.fields()[i])) return false;
-      }
-      return true;
     case PatternKind::kCtor:
       if (v.kind() != Value::Kind::kAdt || v.tag() != p->tag) return false;
       if (v.adt() != p->adt && v.adt()->name != p->adt->name) return false;  // one definition, or its copy
+      [[fallthrough]];
+    case PatternKind::kTuple:
       for (size_t i = 0; i < p->fields.size(); ++i) {
-        if (!Matches(p->fields[i], v.fields()[i])) return false;
+        if (!Irrefutable(p->fields[i]) && !Matches(p->fields[i], v.fields()[i])) return false;
       }
       return true;
   }
@@ -155,6 +157,8 @@ SegmentCode* SegmentTable::Intern(const Func& program, const std::vector<bool>& 
   code.id = static_cast<int>(codes_.size()) - 1;
   code.program = program;
   code.shared = shared;
+  int per_row = 0, once = 0;
+  for (bool s : shared) code.input_slot.push_back(s ? once++ : per_row++);
   for (const Var& p : program->params) code.inputs.push_back(AsTensor(p->annotation)->type);
   const Expr* tail = &program->body;
   while (auto* let = As<LetNode>(*tail)) {
@@ -183,8 +187,14 @@ int GenericProgram::AddCell(Cell cell) {
     // weights): the run's id is the program and those tensors.
     SegmentCode* code = segments_->Intern(seg.program, seg.shared);
     auto [it, fresh] = run_id_.emplace(std::make_pair(code, seg.share_roots), static_cast<int>(codes_.size()));
-    if (fresh) codes_.push_back(code);
+    if (fresh) {
+      codes_.push_back(code);
+      run_roots_.push_back(&it->first.second);  // a map's keys stay where they are
+    }
     seg.code = it->second;
+    for (size_t k = 0; k < seg.inputs.size(); ++k) {
+      if (!seg.shared[k]) seg.row_inputs.push_back(seg.inputs[k]);
+    }
   }
   for (const CallSite& call : cell.calls) {
     std::vector<int> leaves;
@@ -292,21 +302,20 @@ Schedule GenericProgram::Inspect(const std::vector<Value>& args) {
   std::vector<const Value*> structures;
   std::string encoded;
   for (const Value& a : args) EncodeRoot(a, roots, structures, encoded);
-  std::lock_guard lock(mu_);
-  auto kept = FindKept(encoded, structures);
-  if (kept != kept_.end()) {
-    Schedule schedule = std::move(kept->schedule);
-    kept_.erase(kept);
+  auto finish = [&](Schedule schedule, bool kept) {
     schedule.roots = std::move(roots);
-    schedule.new_cells = 0;
-    schedule.kept = true;
+    if (kept) schedule.new_cells = 0;
+    schedule.kept = kept;
     schedule.inspect_ms = MillisSince(start);
     return schedule;
-  }
-  Schedule schedule = Walked(encoded, std::move(structures));
-  schedule.roots = std::move(roots);
-  schedule.inspect_ms = MillisSince(start);
-  return schedule;
+  };
+  // A kept schedule is taken without waiting for a walk of another call in
+  // progress (a worker walking a later minibatch ahead).
+  if (std::optional<Schedule> kept = TakeKept(encoded, structures)) return finish(std::move(*kept), true);
+  std::lock_guard lock(mu_);
+  // The walk in progress may have been this call's own.
+  if (std::optional<Schedule> kept = TakeKept(encoded, structures)) return finish(std::move(*kept), true);
+  return finish(Walked(encoded, std::move(structures)), false);
 }
 
 Ahead GenericProgram::InspectAhead(const std::vector<Value>& args) {
@@ -315,7 +324,6 @@ Ahead GenericProgram::InspectAhead(const std::vector<Value>& args) {
   std::vector<Tensor> roots;
   std::vector<const Value*> structures;
   for (const Value& a : args) EncodeRoot(a, roots, structures, kept.encoded);
-  std::lock_guard lock(mu_);
   auto variants_of = [](const Schedule& s) {
     Ahead ahead;
     for (const Run& run : s.runs) ahead.variants.emplace_back(run.code, run.rows);
@@ -323,20 +331,34 @@ Ahead GenericProgram::InspectAhead(const std::vector<Value>& args) {
     ahead.variants.erase(std::unique(ahead.variants.begin(), ahead.variants.end()), ahead.variants.end());
     return ahead;
   };
-  auto already = FindKept(kept.encoded, structures);  // prefetched twice: walked once
-  if (already != kept_.end()) {
-    Ahead ahead = variants_of(already->schedule);
-    ahead.inspect_ms = MillisSince(start);
-    return ahead;
+  std::lock_guard lock(mu_);
+  {
+    std::lock_guard kept_lock(kept_mu_);
+    auto already = FindKept(kept.encoded, structures);  // prefetched twice: walked once
+    if (already != kept_.end()) {
+      Ahead ahead = variants_of(already->schedule);
+      ahead.inspect_ms = MillisSince(start);
+      return ahead;
+    }
   }
   for (const Value* v : structures) kept.structures.push_back(v->fields_identity());
   kept.schedule = Walked(kept.encoded, std::move(structures));  // no roots: the call brings its own
   Ahead ahead = variants_of(kept.schedule);
   ahead.new_cells = kept.schedule.new_cells;
+  std::lock_guard kept_lock(kept_mu_);
   kept_.push_back(std::move(kept));
   if (kept_.size() > kMaxKept) kept_.pop_front();
   ahead.inspect_ms = MillisSince(start);
   return ahead;
+}
+
+std::optional<Schedule> GenericProgram::TakeKept(const std::string& encoded, const std::vector<const Value*>& structures) {
+  std::lock_guard lock(kept_mu_);
+  auto kept = FindKept(encoded, structures);
+  if (kept == kept_.end()) return std::nullopt;
+  Schedule schedule = std::move(kept->schedule);
+  kept_.erase(kept);
+  return schedule;
 }
 
 std::deque<GenericProgram::Kept>::iterator GenericProgram::FindKept(const std::string& encoded,
@@ -368,7 +390,8 @@ std::deque<GenericProgram::Kept>::iterator GenericProgram::FindKept(const std::s
 // split run of a cheap program (a sum) costs less than one of a program
 // with matrix products.
 static void AgendaRuns(const std::vector<int>& si_level, const std::vector<int>& si_code,
-                       const std::vector<SegmentCode*>& codes, Schedule& schedule) {
+                       const std::vector<SegmentCode*>& codes, const std::vector<const std::vector<int>*>& run_roots,
+                       Schedule& schedule) {
   const int n = static_cast<int>(si_level.size());
   const int programs = static_cast<int>(codes.size());  // si_code numbers them
   // Ranks for programs of more than one instance (at most 64 of them, and
@@ -452,6 +475,7 @@ static void AgendaRuns(const std::vector<int>& si_level, const std::vector<int>&
     active.pop_back();
     Run run;
     run.code = codes[p];
+    run.shared_roots = run_roots[p];
     run.members = std::move(ready[p]);
     ready[p].clear();
     depth[p] = 0;
@@ -525,7 +549,7 @@ Schedule GenericProgram::Walked(const std::string& encoded, std::vector<const Va
         int si = static_cast<int>(si_level.size());
         int level = 0;
         schedule.si_input_begin.push_back(static_cast<int>(schedule.si_inputs.size()));
-        for (int v : seg.inputs) {
+        for (int v : seg.row_inputs) {
           resolve(v, schedule.si_inputs);
           const Slot& slot = schedule.si_inputs.back();
           if (slot.kind == Slot::Kind::kRow) level = std::max(level, si_level[slot.index] + 1);
@@ -554,7 +578,7 @@ Schedule GenericProgram::Walked(const std::string& encoded, std::vector<const Va
   schedule.new_cells = static_cast<int>(cells_.size() - cells_before);
 
   schedule.levels = si_level.empty() ? 0 : *std::max_element(si_level.begin(), si_level.end()) + 1;
-  AgendaRuns(si_level, si_code, codes_, schedule);
+  AgendaRuns(si_level, si_code, codes_, run_roots_, schedule);
   for (Run& run : schedule.runs) run.rows = RowBucket(static_cast<int64_t>(run.members.size()));
   return schedule;
 }

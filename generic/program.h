@@ -28,6 +28,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <string>
 #include <unordered_map>
@@ -81,6 +82,11 @@ struct SegmentCode {
   int id = -1;
   Func program;                    // over one instance
   std::vector<bool> shared;        // per input
+  // Per input, where a run finds it: a per-row input's place among an
+  // instance's slots (Schedule::si_inputs), a shared input's among the run's
+  // entry tensors (Run::shared_roots). Shared inputs are stored once per
+  // run, not once per instance: they are a third of a Tree-LSTM's inputs.
+  std::vector<int> input_slot;
   std::vector<TensorType> inputs, outputs;
   int ops = 0;
 
@@ -154,6 +160,7 @@ class SegmentTable {
 
 struct Run {
   SegmentCode* code = nullptr;
+  const std::vector<int>* shared_roots = nullptr;  // per shared input, the entry tensor (Schedule::roots) it is
   std::vector<int> members;  // segment instances, one per row
   int64_t rows = 0;          // the bucket: members padded with copies of the first row
 };
@@ -162,7 +169,7 @@ struct Schedule {
   std::vector<Tensor> roots;          // the entry arguments' tensors (not those in structures)
   std::vector<int> si_run, si_row;    // per segment instance
   std::vector<int> si_input_begin;    // per segment instance, into si_inputs (one past the end at the back)
-  std::vector<Slot> si_inputs;
+  std::vector<Slot> si_inputs;        // per segment instance, its per-row inputs (SegmentCode::input_slot)
   std::vector<Run> runs;              // in execution order: a run reads only earlier runs' rows
   std::vector<Slot> result;           // the entry result's tensor leaves, depth first
   Type result_type;
@@ -202,7 +209,8 @@ class GenericProgram {
   Schedule Inspect(const std::vector<Value>& args);
   // Walks the arguments of a call to come (a prefetch) and keeps the
   // schedule, so that the call's Inspect takes it instead of walking the
-  // same structure again. A kept schedule is found by the identity of the
+  // same structure again. Thread-safe: a worker may walk ahead while the
+  // caller's thread runs other calls. A kept schedule is found by the identity of the
   // argument structures (values are immutable) and the types of the other
   // arguments; their tensors are the call's own. At most kMaxKept are kept,
   // the oldest dropped first. Throws Refusal as Inspect does.
@@ -249,6 +257,7 @@ class GenericProgram {
   std::deque<Cell> cells_;
   std::shared_ptr<SegmentTable> segments_;
   std::vector<SegmentCode*> codes_;  // by the run ids the schedule groups by (Segment::code)
+  std::vector<const std::vector<int>*> run_roots_;  // by run id: the shared inputs' entry tensors
   std::map<std::pair<const SegmentCode*, std::vector<int>>, int> run_id_;
   // Schedules InspectAhead walked, oldest first: the structures' identities
   // (weak: a kept schedule never keeps a minibatch alive) and the encoding.
@@ -257,10 +266,15 @@ class GenericProgram {
     std::vector<std::weak_ptr<const std::vector<Value>>> structures;
     Schedule schedule;
   };
+  // Its own lock (taken after mu_ where both are): a call takes its kept
+  // schedule while a worker walks another call ahead under mu_.
+  mutable std::mutex kept_mu_;
   std::deque<Kept> kept_;
   // The kept schedule of these structures and encoding, or end(); drops
-  // those whose structures died. Under mu_.
+  // those whose structures died. Under kept_mu_.
   std::deque<Kept>::iterator FindKept(const std::string& encoded, const std::vector<const Value*>& structures);
+  // That schedule, taken out of kept_ (locks kept_mu_).
+  std::optional<Schedule> TakeKept(const std::string& encoded, const std::vector<const Value*>& structures);
   struct Sizes {
     size_t instances = 0, leaves = 0, segment_instances = 0, results = 0, inputs = 0;
   } last_;  // of the last call's walk, to reserve the next one's arrays
