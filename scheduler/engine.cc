@@ -155,6 +155,7 @@ class EngineImpl {
   std::optional<ValueAndGrad> RunGeneric(Request& r);
   std::shared_ptr<generic::GenericProgram> GenericFor(Request& r);
   bool PrefetchGeneric(Request& r, pejit::Prefetch when);
+  void PrefetchSpecialized(Request& r, pejit::Prefetch when);
   void RefuseGeneric(Request& r, const std::string& reason);
   void QueueGenericCompile(const std::string& entry, std::shared_ptr<generic::GenericProgram> program,
                            generic::SegmentCode* code, generic::SegmentCode::Variant* variant);
@@ -199,9 +200,35 @@ class EngineImpl {
   };
   // Segment programs and their code, shared by all entries (generic/program.h).
   std::shared_ptr<generic::SegmentTable> segments_ = std::make_shared<generic::SegmentTable>();
+  // A prefetched call whose structure a worker walks ahead of it
+  // (GenericProgram::InspectAhead), so that the caller's thread finds its
+  // schedule made: the walk is a tenth of a Tree-LSTM training step and
+  // would otherwise run on the training thread. The walk owns what the
+  // prefetch's Request referred to.
+  struct GenericWalk {
+    EntryState* entry;
+    std::vector<bool> static_args;
+    std::vector<Value> args;
+    std::optional<std::vector<int>> wrt;
+    Snapshot snapshot;
+    SlotKey key;
+    pejit::Prefetch when;
+    std::vector<const void*> structures;  // StructureIdentities(args)
+  };
   std::mutex generic_queue_mu_;
   std::deque<GenericCompile> generic_queue_;
+  // Walks of `next` prefetches go before segment compiles, `idle` ones after
+  // them. A call drops its own walk while it is still queued (it walks
+  // itself rather than wait for a worker) and waits for one a worker took
+  // (`walking_`, each the entry and StructureIdentities): it is under way,
+  // and walking again would only duplicate it.
+  std::deque<GenericWalk> walks_next_, walks_idle_;
+  std::vector<std::pair<EntryState*, std::vector<const void*>>> walking_;
+  std::condition_variable walked_cv_;  // with generic_queue_mu_: a walk left walking_
   void RunGenericCompile(GenericCompile& job);
+  void QueueGenericWalk(Request& r, pejit::Prefetch when);
+  void ClaimGenericWalk(Request& r);
+  void RunGenericWalk(GenericWalk& walk);
   EngineTrace trace_;  // the program's sink, the log and the trace file
   EventSink* sink_;    // trace_.sink(): null when nobody listens
   int64_t started_us_;
@@ -438,6 +465,7 @@ void EngineImpl::RefuseGeneric(Request& r, const std::string& reason) {
 std::optional<ValueAndGrad> EngineImpl::RunGeneric(Request& r) {
   std::shared_ptr<generic::GenericProgram> program = GenericFor(r);
   if (!program) return std::nullopt;
+  ClaimGenericWalk(r);  // walked ahead, or now: once
   int64_t start = r.start_us;
   ValueAndGrad out;
   generic::Execution run;
@@ -684,15 +712,26 @@ void EngineImpl::Spawn() {
 }
 
 void EngineImpl::WorkerTask() {
+  std::optional<GenericWalk> walk;
   std::optional<GenericCompile> compile;
   {
     std::lock_guard<std::mutex> lock(generic_queue_mu_);
-    if (!generic_queue_.empty()) {
-      compile = std::move(generic_queue_.front());
-      generic_queue_.pop_front();
-    }
+    auto take = [](auto& queue, auto& into) {
+      if (queue.empty()) return false;
+      into = std::move(queue.front());
+      queue.pop_front();
+      return true;
+    };
+    take(walks_next_, walk) || take(generic_queue_, compile) || take(walks_idle_, walk);
+    if (walk) walking_.emplace_back(walk->entry, walk->structures);
   }
-  if (compile) {
+  if (walk) {
+    // At the caller's priority: its call may wait for this walk.
+    RunGenericWalk(*walk);
+    std::lock_guard<std::mutex> lock(generic_queue_mu_);
+    std::erase(walking_, std::make_pair(walk->entry, walk->structures));
+    walked_cv_.notify_all();
+  } else if (compile) {
     ScopedLowerPriority background(options.worker_nice);
     RunGenericCompile(*compile);
   } else if (JobPtr job = queue.Pop()) {
@@ -917,33 +956,104 @@ bool EngineImpl::PrefetchGeneric(Request& r, pejit::Prefetch when) {
   std::shared_ptr<generic::GenericProgram> program = GenericFor(r);
   if (!program || !jit_) return false;
   generic::Ahead ahead;
+  const int64_t start = NowMicros();
+  int queued = 0;
   try {
     // The call takes this walk's schedule (GenericProgram::InspectAhead).
     ahead = program->InspectAhead(r.args);
     for (const auto& [code, rows] : ahead.variants) {
       generic::SegmentCode::Variant& v = generic::VariantEntry(*code, rows, r.wrt != nullptr);  // the worker makes it
-      if (!v.native.load()) QueueGenericCompile(r.entry.name, program, code, &v);
+      if (!v.native.load()) {
+        QueueGenericCompile(r.entry.name, program, code, &v);
+        ++queued;
+      }
     }
   } catch (const std::exception& e) {
     RefuseGeneric(r, e.what());
     return false;
   }
-  if (On(EventKind::kPrefetch)) {
-    Event e = Make(EventKind::kPrefetch, r.entry.name, &r.key.signature);
-    e.fields.push_back({"state", std::string("generic")});
+  if (On(EventKind::kGenericInspect)) {
+    Event e = Make(EventKind::kGenericInspect, r.entry.name, &r.key.signature, start, NowMicros() - start);
     e.fields.push_back({"inspect_us", static_cast<int64_t>(ahead.inspect_ms * 1000)});
     if (ahead.new_cells > 0) e.fields.push_back({"new_cells", static_cast<int64_t>(ahead.new_cells)});
+    e.fields.push_back({"variants", static_cast<int64_t>(ahead.variants.size())});
+    e.fields.push_back({"queued", static_cast<int64_t>(queued)});
     e.fields.push_back({"priority", std::string(JobPriorityName(when == pejit::Prefetch::kNext ? JobPriority::kNext : JobPriority::kIdle))});
     Emit(e);
   }
   return true;
 }
 
+namespace {
+
+// The identities of the structures (ADT values) among `args`: a prefetch
+// and its call pass the same minibatch values (their parameters may differ).
+std::vector<const void*> StructureIdentities(const std::vector<Value>& args) {
+  std::vector<const void*> out;
+  auto visit = [&](auto& self, const Value& v) -> void {
+    if (v.kind() == Value::Kind::kAdt) {
+      out.push_back(&v.fields());
+    } else if (v.kind() == Value::Kind::kTuple) {
+      for (const Value& f : v.fields()) self(self, f);
+    }
+  };
+  for (const Value& a : args) visit(visit, a);
+  return out;
+}
+
+}  // namespace
+
+void EngineImpl::QueueGenericWalk(Request& r, pejit::Prefetch when) {
+  GenericWalk walk{&r.entry, r.static_args, r.args, std::nullopt, r.snapshot, r.key, when, StructureIdentities(r.args)};
+  if (r.wrt) walk.wrt = *r.wrt;
+  {
+    std::lock_guard<std::mutex> lock(generic_queue_mu_);
+    (when == pejit::Prefetch::kNext ? walks_next_ : walks_idle_).push_back(std::move(walk));
+  }
+  Spawn();
+}
+
+void EngineImpl::ClaimGenericWalk(Request& r) {
+  std::unique_lock<std::mutex> lock(generic_queue_mu_);
+  if (walks_next_.empty() && walks_idle_.empty() && walking_.empty()) return;
+  std::vector<const void*> structures = StructureIdentities(r.args);
+  if (structures.empty()) return;
+  for (auto* queue : {&walks_next_, &walks_idle_}) {
+    std::erase_if(*queue, [&](const GenericWalk& w) { return w.entry == &r.entry && w.structures == structures; });
+  }
+  auto mine = std::make_pair(&r.entry, structures);
+  walked_cv_.wait(lock, [&] { return std::find(walking_.begin(), walking_.end(), mine) == walking_.end(); });
+}
+
+void EngineImpl::RunGenericWalk(GenericWalk& walk) {
+  if (stopping_.load()) return;
+  // An edit since the prefetch: the entry's program is another one now, and
+  // the call will be prepared against it.
+  if (module.snapshot()->generation() != walk.snapshot->generation()) return;
+  Request r{*walk.entry, walk.static_args, walk.args, walk.wrt ? &*walk.wrt : nullptr, walk.snapshot, walk.key,
+            true, "", 0};
+  if (!PrefetchGeneric(r, walk.when)) PrefetchSpecialized(r, walk.when);
+}
+
 void EngineImpl::Prefetch(Request& r, pejit::Prefetch when) {
   Prepare(r);
   if (!r.cacheable) return;
-  // The generic tier serves the call: compile what it will run.
-  if (options.generic && PrefetchGeneric(r, when)) return;
+  // The generic tier serves the call: walk its structure and compile what
+  // it will run, on a worker (policy sync: now, as it compiles now).
+  if (options.generic && jit_ && GenericFor(r)) {
+    if (On(EventKind::kPrefetch)) {
+      Event e = Make(EventKind::kPrefetch, r.entry.name, &r.key.signature);
+      e.fields.push_back({"state", std::string("generic")});
+      e.fields.push_back({"priority", std::string(JobPriorityName(when == pejit::Prefetch::kNext ? JobPriority::kNext : JobPriority::kIdle))});
+      Emit(e);
+    }
+    if (options.policy.kind != Policy::Kind::kSync) return QueueGenericWalk(r, when);
+    if (PrefetchGeneric(r, when)) return;
+  }
+  PrefetchSpecialized(r, when);
+}
+
+void EngineImpl::PrefetchSpecialized(Request& r, pejit::Prefetch when) {
   JobPriority priority = when == pejit::Prefetch::kNext ? JobPriority::kNext : JobPriority::kIdle;
   bool inserted = false;
   SlotPtr slot = Insert(r, SlotState::kPending, &inserted);

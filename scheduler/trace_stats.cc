@@ -106,8 +106,8 @@ void TraceStats::Add(const Event& e) {
       TierTotals& tier = t.tiers[StringField(e, "tier")];
       tier.calls++;
       tier.us += e.duration_us;
-      // A walk of the structure: at the call, or ahead of it at its
-      // prefetch (the call then takes the schedule: "schedule": "prefetched").
+      // A walk of the structure: at the call, or ahead of it on a worker
+      // (generic-inspect; the call then takes the schedule: "schedule": "prefetched").
       if (e.Find("inspect_us") && !e.Find("schedule")) stages_["generic inspect"].Add(CountField(e, "inspect_us"));
       break;
     }
@@ -121,8 +121,8 @@ void TraceStats::Add(const Event& e) {
       break;
     case EventKind::kPrefetch:
       if (StringField(e, "state") == "queued") t.prefetched++;
-      if (e.Find("inspect_us")) stages_["generic inspect"].Add(CountField(e, "inspect_us"));
       break;
+    case EventKind::kGenericInspect: stages_["generic inspect"].Add(CountField(e, "inspect_us")); break;
     case EventKind::kSwap:
       t.compiled++;
       if (after_edit_jobs_.count(CountField(e, "job"))) t.recompiled++;

@@ -58,11 +58,12 @@ TEST(GenericEngine, EveryNewStructureRunsGenericCodeFromItsFirstCall) {
 }
 
 // A training loop prefetches the minibatches it will call: each is walked
-// once, at its prefetch, and its call runs that schedule with its own
-// parameters; the trace counts every walk once.
+// once, at its prefetch (policy sync: at once, on the caller's thread), and
+// its call runs that schedule with its own parameters; the trace counts every
+// walk once.
 TEST(GenericEngine, APrefetchedMinibatchIsWalkedOnceAndItsCallTakesTheSchedule) {
   auto events = std::make_shared<RecordingSink>();
-  Engine engine(GenericOptions(Policy::Eager(), events));
+  Engine engine(GenericOptions(Policy::Sync(), events));
   engine.module().AddSource(kProgram, "program.pj");
   Snapshot s = engine.module().snapshot();
   Rng rng(5);
@@ -78,20 +79,66 @@ TEST(GenericEngine, APrefetchedMinibatchIsWalkedOnceAndItsCallTakesTheSchedule) 
     EXPECT_TRUE(Close(got.value, want.value));
     EXPECT_TRUE(Close(got.grads[0], want.grads[0]));
   }
-  std::vector<Event> calls = events->Of(EventKind::kCall, "loss"), prefetches = events->Of(EventKind::kPrefetch, "loss");
+  std::vector<Event> calls = events->Of(EventKind::kCall, "loss"), walks = events->Of(EventKind::kGenericInspect, "loss");
   ASSERT_EQ(calls.size(), 4u);
-  ASSERT_EQ(prefetches.size(), 4u);
+  ASSERT_EQ(walks.size(), 4u);
+  ASSERT_EQ(events->Of(EventKind::kPrefetch, "loss").size(), 4u);
   int64_t new_cells = 0;
   for (const Event& e : calls) {
     EXPECT_EQ(e.Text("tier"), "generic");
     EXPECT_EQ(e.Text("schedule"), "prefetched");
     EXPECT_FALSE(e.Find("new_cells")) << "the prefetch built them";
   }
-  for (const Event& e : prefetches) {
+  for (const Event& e : walks) {
     EXPECT_TRUE(e.Find("inspect_us"));
+    EXPECT_EQ(e.Text("priority"), "next");
     if (e.Find("new_cells")) new_cells += std::stoll(e.Text("new_cells"));
   }
   EXPECT_EQ(engine.stats().generic_cells, new_cells);
+}
+
+// Under policy eager a worker walks a prefetched minibatch ahead of its call;
+// a call that comes before a worker took the walk walks itself (the queued
+// walk dropped), one that comes after waits for the walk and takes it. Whichever way, each minibatch is
+// walked exactly once and every call gets the interpreter's answer.
+TEST(GenericEngine, AWorkerWalksPrefetchedMinibatchesAheadAndNoneIsWalkedTwice) {
+  auto events = std::make_shared<RecordingSink>();
+  Engine engine(GenericOptions(Policy::Eager(), events));
+  engine.module().AddSource(kProgram, "program.pj");
+  Snapshot s = engine.module().snapshot();
+  Rng rng(6);
+  Entry loss = engine.entry("loss");
+  const int n = 24;
+  std::vector<Value> trees;
+  for (int b = 0; b < n; ++b) trees.push_back(MakeTree(*s, 2 + b % 6, 60 + b, 10));
+  Interpreter interp;
+  const int lookahead = 3;
+  for (int b = 0; b < lookahead; ++b) loss.prefetch({trees[b], RandomMatrix(rng, 10, 4)}, {1}, Prefetch::kNext);
+  for (int b = 0; b < n; ++b) {
+    if (b + lookahead < n) loss.prefetch({trees[b + lookahead], RandomMatrix(rng, 10, 4)}, {1}, Prefetch::kNext);
+    std::vector<Value> args = {trees[b], RandomMatrix(rng, 10, 4)};
+    ValueAndGrad got = loss.value_and_grad(args, {1});
+    ValueAndGrad want = interp.CallWithGrad(*s, "loss", args, {1});
+    EXPECT_TRUE(Close(got.value, want.value)) << "minibatch " << b;
+    EXPECT_TRUE(Close(got.grads[0], want.grads[0])) << "minibatch " << b;
+  }
+  std::vector<Event> calls = events->Of(EventKind::kCall, "loss");
+  ASSERT_EQ(calls.size(), static_cast<size_t>(n));
+  int taken = 0, walked_at_call = 0;
+  int64_t new_cells = 0;
+  for (const Event& e : calls) {
+    EXPECT_EQ(e.Text("tier"), "generic");
+    (e.Find("schedule") ? taken : walked_at_call)++;
+    if (e.Find("new_cells")) new_cells += std::stoll(e.Text("new_cells"));
+  }
+  std::vector<Event> walks = events->Of(EventKind::kGenericInspect, "loss");
+  for (const Event& e : walks) {
+    if (e.Find("new_cells")) new_cells += std::stoll(e.Text("new_cells"));
+  }
+  // A walk finished after its call had walked would not be taken.
+  EXPECT_EQ(static_cast<int>(walks.size()), taken);
+  EXPECT_EQ(taken + walked_at_call, n);
+  EXPECT_EQ(engine.stats().generic_cells, new_cells) << "each cell built once, by one walk";
 }
 
 // Under policy eager nothing waits: a structure whose cells or row buckets

@@ -185,8 +185,8 @@ TEST(Tracing, TheTraceFileHoldsEveryEventWithTheDocumentedSchema) {
     for (int rows = 2; rows < 6; ++rows) other.call({RandomMatrix(rng, rows, 3), RandomMatrix(rng, 3, 2)});
   }
 
-  // A third with the generic tier on: a segment's compile, and an entry it
-  // declines (@count_down matches on nothing).
+  // A third with the generic tier on: a segment's compile, a walk ahead of a
+  // prefetched call, and an entry it declines (@count_down matches on nothing).
   {
     EngineOptions options = Options(Policy::Eager(), [&](EngineOptions& o) {
       o.trace_file = path;
@@ -203,6 +203,8 @@ TEST(Tracing, TheTraceFileHoldsEveryEventWithTheDocumentedSchema) {
       loss.value_and_grad(args, {1});
       return loss.stats().generic_native_runs > 0;
     }));
+    loss.prefetch({MakeTree(*s, 6, 1, 4), args[1]}, {1}, Prefetch::kNext);
+    ASSERT_TRUE(Eventually([&] { return recorded->Count(EventKind::kGenericInspect) > 0; }));
     engine.entry("count_down").call({I(3), Value(Tensor::Scalar(1))});
   }
 
