@@ -335,6 +335,19 @@ class PartialEvaluator {
     return p;
   }
 
+  const PVal* NewChoice(const PVal* cond, const PVal* then_value, const PVal* else_value) {
+    PVal* p = arena_.New();
+    p->kind = PVal::Kind::kChoice;
+    p->skeleton = Mix(Mix(Mix(7, cond->skeleton), then_value->skeleton), else_value->skeleton);
+    p->size = 3;
+    const PVal** fields = arena_.Array<const PVal*>(3);
+    fields[0] = cond;
+    fields[1] = then_value;
+    fields[2] = else_value;
+    p->fields = fields;
+    return p;
+  }
+
   const PVal* NewGlobal(const std::string* name) {
     PVal* p = arena_.New();
     p->kind = PVal::Kind::kGlobal;
@@ -458,6 +471,7 @@ class PartialEvaluator {
   // specialize into code that answers.
   static bool Fits(const PVal* v, const Type& t) {
     if (v->kind == PVal::Kind::kDynamic) return TypeFits(v->type->type, t);  // a residual tuple, ADT or tensor
+    if (v->kind == PVal::Kind::kChoice) return Fits(v->fields[1], t) && Fits(v->fields[2], t);
     switch (t->kind) {
       case TypeKind::kTensor: return v->kind == PVal::Kind::kStatic && TensorTypeFits(AsTensor(t)->type, v->value->type());
       case TypeKind::kTuple: {
@@ -490,7 +504,8 @@ class PartialEvaluator {
       auto [path, v] = stack.back();
       stack.pop_back();
       if (v->kind == PVal::Kind::kDynamic) out.push_back({path, v->atom});
-      if (v->kind == PVal::Kind::kTuple || v->kind == PVal::Kind::kAdt || v->kind == PVal::Kind::kClosure) {
+      if (v->kind == PVal::Kind::kTuple || v->kind == PVal::Kind::kAdt || v->kind == PVal::Kind::kClosure ||
+          v->kind == PVal::Kind::kChoice) {
         for (uint32_t i = v->size; i-- > 0;) {
           stack.push_back({path + (path.empty() ? "" : ".") + std::to_string(i), v->fields[i]});
         }
@@ -573,6 +588,7 @@ class PartialEvaluator {
         for (const PVal* f : p->Fields()) fields.push_back(Reify(f, loc));
         return std::make_shared<CtorNode>(AdtOf(p->adt), p->tag, std::move(fields), SourceLoc{});
       }
+      case PVal::Kind::kChoice: return Settle(p, loc)->atom;
       case PVal::Kind::kClosure:
       case PVal::Kind::kGlobal:
         throw PeFailure(loc.ToString() + ": a function value cannot be left in the residual program");
@@ -593,6 +609,10 @@ class PartialEvaluator {
           if (!fields.back()) return nullptr;
         }
         return TupleTy(std::move(fields));
+      }
+      case PVal::Kind::kChoice: {
+        Type then_type = TypeOf(p->fields[1]), else_type = TypeOf(p->fields[2]);
+        return then_type && else_type && TypeEqual(then_type, else_type) ? then_type : nullptr;
       }
       default: return nullptr;
     }
@@ -649,6 +669,11 @@ class PartialEvaluator {
         std::vector<const PVal*> captured;
         for (const PVal* v : p->Fields()) captured.push_back(Generalize(v, params, actuals, loc));
         return NewClosure(p->closure, captured);
+      }
+      case PVal::Kind::kChoice: {
+        const PVal* cond = Generalize(p->fields[0], params, actuals, loc);
+        const PVal* then_value = Generalize(p->fields[1], params, actuals, loc);
+        return NewChoice(cond, then_value, Generalize(p->fields[2], params, actuals, loc));
       }
       case PVal::Kind::kGlobal: return p;
     }
@@ -711,13 +736,7 @@ class PartialEvaluator {
       case ExprKind::kProj: {
         const ProjNode& proj = NodeOf<ProjNode>(*e);
         const PVal* t = Eval(proj.tuple);
-        if (t->kind == PVal::Kind::kTuple) return t->fields[proj.index];
-        const TupleTypeNode* type = t->kind == PVal::Kind::kDynamic ? AsTuple(t->type->type) : nullptr;
-        if (!type || proj.index < 0 || static_cast<size_t>(proj.index) >= type->fields.size()) {
-          throw PeFailure(proj.loc.ToString() + ": projection ." + std::to_string(proj.index) + " of a value that is not a tuple of that size");
-        }
-        const TypeInfo* field = Intern(type->fields[proj.index]);
-        return NewDynamic(Emit(MakeProj(t->atom, proj.index), field->type), field);
+        return Project(t, proj.index, proj.loc);
       }
       case ExprKind::kFunc: {
         const FuncNode& f = NodeOf<FuncNode>(*e);
@@ -787,7 +806,8 @@ class PartialEvaluator {
     SmallVec<const PVal*> args;
     bool all_static = true;
     for (const Expr& a : n.args) {
-      args.push_back(Eval(a));
+      const PVal* v = Eval(a);
+      args.push_back(v->kind == PVal::Kind::kChoice ? Settle(v, n.loc) : v);
       all_static &= args.back()->kind == PVal::Kind::kStatic;
     }
     if (all_static) {
@@ -852,11 +872,206 @@ class PartialEvaluator {
     }
   }
 
+  // Field `index` of a tuple: of its skeleton, of a residual tuple, or of
+  // each value a dynamic `if` chose.
+  const PVal* Project(const PVal* t, int index, const SourceLoc& loc) {
+    if (t->kind == PVal::Kind::kTuple && index >= 0 && static_cast<size_t>(index) < t->size) return t->fields[index];
+    if (t->kind == PVal::Kind::kChoice) {
+      const PVal* then_field = Project(t->fields[1], index, loc);
+      return NewChoice(t->fields[0], then_field, Project(t->fields[2], index, loc));
+    }
+    const TupleTypeNode* type = t->kind == PVal::Kind::kDynamic ? AsTuple(t->type->type) : nullptr;
+    if (!type || index < 0 || static_cast<size_t>(index) >= type->fields.size()) {
+      throw PeFailure(loc.ToString() + ": projection ." + std::to_string(index) + " of a value that is not a tuple of that size");
+    }
+    const TypeInfo* field = Intern(type->fields[index]);
+    return NewDynamic(Emit(MakeProj(t->atom, index), field->type), field);
+  }
+
+  static bool HoldsFunctionType(const Type& t) {
+    if (!t) return false;
+    if (t->kind == TypeKind::kFunc) return true;
+    if (const TupleTypeNode* tuple = AsTuple(t)) {
+      return std::any_of(tuple->fields.begin(), tuple->fields.end(), HoldsFunctionType);
+    }
+    return false;
+  }
+
+  // A chosen value as one the residual program holds: tensors by `where`
+  // (both sides are computed already, so a select is exact, and every tier
+  // compiles it), tuples and constructors field by field, other residual
+  // values by a residual `if`. A function cannot be.
+  const PVal* Settle(const PVal* p, const SourceLoc& loc) {
+    if (p->kind != PVal::Kind::kChoice) return p;
+    const PVal* cond = Settle(p->fields[0], loc);
+    const PVal* then_value = Settle(p->fields[1], loc);
+    return SettlePair(cond, then_value, Settle(p->fields[2], loc), loc);
+  }
+
+  const PVal* SettlePair(const PVal* cond, const PVal* a, const PVal* b, const SourceLoc& loc) {
+    if (a == b) return a;
+    if (cond->kind == PVal::Kind::kStatic) return cond->value->data<bool>()[0] ? a : b;
+    const bool same_tuple = a->kind == PVal::Kind::kTuple && b->kind == PVal::Kind::kTuple && a->size == b->size;
+    const bool same_ctor = a->kind == PVal::Kind::kAdt && b->kind == PVal::Kind::kAdt && a->tag == b->tag &&
+                           a->adt->name == b->adt->name && a->size == b->size;
+    if (same_tuple || same_ctor) {
+      SmallVec<const PVal*> fields;
+      for (uint32_t i = 0; i < a->size; ++i) fields.push_back(SettlePair(cond, a->fields[i], b->fields[i], loc));
+      return same_tuple ? NewTuple(fields) : NewAdt(AdtOf(a->adt), a->tag, fields);
+    }
+    Type then_type = TypeOf(a), else_type = TypeOf(b);
+    if (!then_type || !else_type || !TypeEqual(then_type, else_type)) {
+      throw PeFailure(loc.ToString() + ": a dynamic `if` chose between " + Describe(a) + " and " + Describe(b) +
+                      ", which no one residual value holds (a function cannot be left in the residual program)");
+    }
+    const TypeInfo* type = Intern(then_type);
+    Expr then_expr = Reify(a, loc), else_expr = Reify(b, loc);
+    Expr choice = type->tensor ? Expr(std::make_shared<OpCallNode>(&LookupOp("where"),
+                                                                   std::vector<Expr>{cond->atom, then_expr, else_expr},
+                                                                   Attrs{}, loc))
+                               : MakeIf(cond->atom, then_expr, else_expr, loc);
+    return NewDynamic(Emit(choice, type->type), type);
+  }
+
+  // The dynamic leaves of `p`, depth first (a choice's condition among them).
+  static void DynamicLeaves(const PVal* p, std::vector<const PVal*>& out) {
+    if (p->kind == PVal::Kind::kDynamic) {
+      out.push_back(p);
+    } else if (p->kind != PVal::Kind::kStatic && p->kind != PVal::Kind::kGlobal) {
+      for (const PVal* f : p->Fields()) DynamicLeaves(f, out);
+    }
+  }
+
+  // `p` with its dynamic leaves (DynamicLeaves' order) taken from `leaves`.
+  const PVal* WithLeaves(const PVal* p, const PVal* const*& leaves) {
+    switch (p->kind) {
+      case PVal::Kind::kDynamic: return *leaves++;
+      case PVal::Kind::kStatic:
+      case PVal::Kind::kGlobal: return p;
+      default: break;
+    }
+    SmallVec<const PVal*> fields;
+    for (const PVal* f : p->Fields()) fields.push_back(WithLeaves(f, leaves));
+    switch (p->kind) {
+      case PVal::Kind::kTuple: return NewTuple(fields);
+      case PVal::Kind::kAdt: return NewAdt(AdtOf(p->adt), p->tag, fields);
+      case PVal::Kind::kClosure: return NewClosure(p->closure, fields);
+      default: return NewChoice(fields[0], fields[1], fields[2]);
+    }
+  }
+
+  // Zeros of a residual type, for the branch that does not compute a value.
+  Expr ZerosOf(const Type& t, const SourceLoc& loc) {
+    if (const TensorTypeNode* tensor = AsTensor(t); tensor && tensor->type.IsFullyKnown()) {
+      return Materialize(Tensor::Zeros(tensor->type.dtype, tensor->type.shape));
+    }
+    if (const TupleTypeNode* tuple = AsTuple(t)) {
+      std::vector<Expr> fields;
+      for (const Type& f : tuple->fields) fields.push_back(ZerosOf(f, loc));
+      return MakeTuple(std::move(fields));
+    }
+    throw PeFailure(loc.ToString() + ": a dynamic `if` that holds a function and a residual " + TypeToString(t) +
+                    " on one side only");
+  }
+
+  // Evaluates the two sides of a dynamic choice on `cond`, each under a
+  // residual branch of its own. A value the residual program can hold (a
+  // tensor or a tuple of them) becomes the residual `if`'s. Else (a function,
+  // a constructor) the value stays a choice, for its uses to choose between
+  // (Apply, Project, MatchValue, Settle); the dynamic leaves a side computed
+  // in its branch leave it through the `if` (each branch giving the other's
+  // as zeros). Partial evaluation's "trick" for a dynamic value with a static
+  // set of possibilities.
+  template <typename Then, typename Else>
+  const PVal* Select(const PVal* cond, const SourceLoc& loc, Then then_eval, Else else_eval) {
+    cond = Settle(cond, loc);
+    if (cond->kind == PVal::Kind::kStatic) return cond->value->data<bool>()[0] ? then_eval() : else_eval();
+    const PVal* values[2];
+    Expr bodies[2];
+    Type types[2];
+    std::vector<const PVal*> leaves[2];  // each side's dynamic leaves
+    std::vector<bool> inside[2];         // computed in its branch
+    for (int side = 0; side < 2; ++side) {
+      OpenScope(false);
+      ++dynamic_branches_;
+      values[side] = side == 0 ? then_eval() : else_eval();
+      --dynamic_branches_;
+      types[side] = TypeOf(values[side]);
+      if (types[side]) {
+        bodies[side] = CloseScope(Reify(values[side], loc));
+        continue;
+      }
+      std::unordered_set<const ExprNode*> bound;
+      for (const auto& [var, value] : scopes_.back().lets) bound.insert(var.get());
+      DynamicLeaves(values[side], leaves[side]);
+      std::vector<Expr> atoms;
+      for (const PVal* l : leaves[side]) {
+        inside[side].push_back(bound.count(l->atom.get()) > 0);
+        if (inside[side].back()) atoms.push_back(l->atom);
+      }
+      bodies[side] = CloseScope(MakeTuple(std::move(atoms)));
+    }
+    if (types[0] && types[1]) {
+      if (!TypeEqual(types[0], types[1])) {
+        throw PeFailure(loc.ToString() + ": the branches of a dynamic `if` give " + TypeToString(types[0]) + " and " +
+                        TypeToString(types[1]));
+      }
+      const TypeInfo* type = Intern(types[0]);
+      return NewDynamic(Emit(MakeIf(cond->atom, bodies[0], bodies[1], loc), type->type), type);
+    }
+    if (types[0] || types[1]) {
+      throw PeFailure(loc.ToString() + ": the branches of a dynamic `if` give " + Describe(values[0]) + " and " +
+                      Describe(values[1]));
+    }
+    // (then's exported leaves..., else's...), each branch giving the other's as zeros.
+    std::vector<Type> exported[2], all;
+    for (int side = 0; side < 2; ++side) {
+      for (size_t i = 0; i < leaves[side].size(); ++i) {
+        if (inside[side][i]) exported[side].push_back(leaves[side][i]->type->type);
+      }
+      all.insert(all.end(), exported[side].begin(), exported[side].end());
+    }
+    Var both;
+    if (!all.empty()) {
+      Expr branches[2];
+      for (int side = 0; side < 2; ++side) {
+        Var mine = MakeVar(side == 0 ? "then" : "else", TupleTy(exported[side]));
+        std::vector<Expr> fields;
+        for (int other = 0; other < 2; ++other) {
+          for (size_t i = 0; i < exported[other].size(); ++i) {
+            fields.push_back(other == side ? MakeProj(mine, static_cast<int>(i)) : ZerosOf(exported[other][i], loc));
+          }
+        }
+        branches[side] = MakeLet(mine, bodies[side], MakeTuple(std::move(fields)));
+      }
+      both = Emit(MakeIf(cond->atom, branches[0], branches[1], loc), TupleTy(all));
+    }
+    const PVal* rebuilt[2];
+    int next = 0;
+    for (int side = 0; side < 2; ++side) {
+      std::vector<const PVal*> read;
+      for (size_t i = 0; i < leaves[side].size(); ++i) {
+        if (!inside[side][i]) {
+          read.push_back(leaves[side][i]);
+          continue;
+        }
+        const TypeInfo* type = Intern(all[next]);
+        read.push_back(NewDynamic(Emit(MakeProj(both, next++), type->type), type));
+      }
+      const PVal* const* at = read.data();
+      rebuilt[side] = WithLeaves(values[side], at);
+    }
+    return NewChoice(cond, rebuilt[0], rebuilt[1]);
+  }
+
   const PVal* EvalIf(const IfNode& n) {
     const std::string* hint = hint_;
     hint_ = nullptr;
-    const PVal* cond = Eval(n.cond);
+    const PVal* cond = Settle(Eval(n.cond), n.loc);
     if (cond->kind == PVal::Kind::kStatic) return Eval(cond->value->data<bool>()[0] ? n.then_branch : n.else_branch);
+    if (HoldsFunctionType(n.checked_type)) {  // a closure the residual program cannot hold: a choice
+      return Select(cond, n.loc, [&] { return Eval(n.then_branch); }, [&] { return Eval(n.else_branch); });
+    }
     if (!n.checked_type) throw PeFailure(n.loc.ToString() + ": the type of a dynamic `if` is unknown");
     const bool generic = HasTypeVars(n.checked_type);  // an `if` of a generic definition
     Type then_type, else_type;                         // then: what its branches give
@@ -891,6 +1106,16 @@ class PartialEvaluator {
       case PatternKind::kVar: Bind(p->var.get(), v); return true;
       case PatternKind::kTuple:
       case PatternKind::kCtor:
+        if (v->kind == PVal::Kind::kChoice) {
+          if (p->kind == PatternKind::kCtor) {
+            throw PeFailure(loc.ToString() + ": a constructor pattern inside a pattern, on " + Describe(v) +
+                            " that a dynamic `if` chose; match on it alone");
+          }
+          for (size_t i = 0; i < p->fields.size(); ++i) {
+            if (!Match(p->fields[i], Project(v, static_cast<int>(i), loc), loc)) return false;
+          }
+          return true;
+        }
         if (v->kind == PVal::Kind::kDynamic) {
           // A tuple pattern takes a residual tuple (a dynamic `if`'s) apart
           // with projections; a dynamic ADT value cannot be matched (a).
@@ -914,8 +1139,13 @@ class PartialEvaluator {
     return false;
   }
 
-  const PVal* EvalMatch(const MatchNode& n) {
-    const PVal* v = Eval(n.scrutinee);
+  const PVal* EvalMatch(const MatchNode& n) { return MatchValue(n, Eval(n.scrutinee)); }
+
+  const PVal* MatchValue(const MatchNode& n, const PVal* v) {
+    if (v->kind == PVal::Kind::kChoice) {  // each value a dynamic `if` chose, under its branch
+      return Select(
+          v->fields[0], n.loc, [&] { return MatchValue(n, v->fields[1]); }, [&] { return MatchValue(n, v->fields[2]); });
+    }
     for (size_t i = 0; i < n.clauses.size(); ++i) {
       const Clause& c = n.clauses[i];
       if (!Match(c.pattern, v, n.loc)) continue;
@@ -948,6 +1178,7 @@ class PartialEvaluator {
       }
       case PVal::Kind::kClosure: return "<closure>";
       case PVal::Kind::kGlobal: return "@" + *v->global->name;
+      case PVal::Kind::kChoice: return Describe(v->fields[1], depth + 1) + " or " + Describe(v->fields[2], depth + 1);
     }
     return "?";
   }
@@ -1046,7 +1277,8 @@ class PartialEvaluator {
           for (uint32_t i = p->size; i-- > 0;) stack.push_back(p->fields[i]);
           break;
         case PVal::Kind::kClosure:
-        case PVal::Kind::kGlobal: return false;
+        case PVal::Kind::kGlobal:
+        case PVal::Kind::kChoice: return false;
       }
     }
     rec.helper = helper;
@@ -1344,6 +1576,10 @@ class PartialEvaluator {
     } else if (callee->kind == PVal::Kind::kClosure) {
       f = callee->closure->func.get();
       closure = callee;
+    } else if (callee->kind == PVal::Kind::kChoice) {  // the function a dynamic `if` chose
+      return Select(
+          callee->fields[0], loc, [&] { return Apply(call, callee->fields[1], args); },
+          [&] { return Apply(call, callee->fields[2], args); });
     } else {
       throw PeFailure(loc.ToString() + ": call of a value that is not a known function");
     }

@@ -240,7 +240,8 @@ class TemplateBuilder {
           break;
         }
         case PVal::Kind::kClosure:
-        case PVal::Kind::kGlobal: return -1;
+        case PVal::Kind::kGlobal:
+        case PVal::Kind::kChoice: return -1;
       }
     }
     int32_t index = static_cast<int32_t>(t_.values.size());

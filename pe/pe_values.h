@@ -162,10 +162,14 @@ struct GlobalInfo {
 
 // Small (64 bytes): what is rare lives behind a pointer.
 struct PVal {
-  enum class Kind : uint8_t { kDynamic, kStatic, kTuple, kAdt, kClosure, kGlobal };
+  // kChoice: the value of a dynamic `if` that holds a function, which the
+  // residual program cannot: fields (condition, then-value, else-value), the
+  // condition a dynamic bool. A use (call, projection, match) is evaluated
+  // on both values under a residual `if` of the condition.
+  enum class Kind : uint8_t { kDynamic, kStatic, kTuple, kAdt, kClosure, kGlobal, kChoice };
   Kind kind = Kind::kStatic;
   int tag = -1;                         // kAdt
-  uint32_t size = 0;                    // fields (kTuple, kAdt) or captured values (kClosure)
+  uint32_t size = 0;                    // fields (kTuple, kAdt, kChoice) or captured values (kClosure)
   uint64_t skeleton = 0;                // hash of the static skeleton
   const PVal* const* fields = nullptr;  // kTuple, kAdt: fields; kClosure: captured values
   Expr atom;                            // kDynamic
@@ -191,6 +195,7 @@ inline bool SameSkeleton(const PVal* a, const PVal* b) {
       if (a->tag != b->tag || (a->adt != b->adt && a->adt->name != b->adt->name)) return false;
       [[fallthrough]];
     case PVal::Kind::kTuple:
+    case PVal::Kind::kChoice:
       if (a->size != b->size) return false;
       for (size_t i = 0; i < a->size; ++i) {
         if (!SameSkeleton(a->fields[i], b->fields[i])) return false;

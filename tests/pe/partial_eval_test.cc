@@ -447,5 +447,159 @@ def @pick(%x: Tensor[(3,), f32], %y: Tensor[(), f32]) -> Tensor[(3,), f32] {
   }
 }
 
+// Issue 23: a dynamic `if` that returns a function. The residual program
+// cannot hold a function, so the `if` returns what the functions captured
+// (each branch the other's as zeros) and each use of the value runs under a
+// residual `if` of the same condition: values and gradients agree with the
+// interpreter on both sides of the condition.
+constexpr char kChoices[] = R"(
+type Opt { None, Some(Tensor[(3,), f32]) }
+
+def @act(%x: Tensor[(3,), f32], %y: Tensor[(), f32], %w: Tensor[(3,), f32]) -> Tensor[(), f32] {
+  let %h = tanh(%w);
+  let %f = if (greater(%y, 0f32)) {
+    let %s = mul(%h, %y);
+    fn (%v: Tensor[(3,), f32]) -> Tensor[(3,), f32] { add(%v, %s) }
+  } else {
+    fn (%v: Tensor[(3,), f32]) -> Tensor[(3,), f32] { sigmoid(mul(%v, %w)) }
+  };
+  sum(mul(%f(%x), %f(neg(%x))))
+}
+
+# A function and a tensor chosen together, taken apart by a tuple pattern.
+def @pair(%x: Tensor[(3,), f32], %y: Tensor[(), f32]) -> Tensor[(), f32] {
+  match (if (greater(%y, 0f32)) { (fn (%v: Tensor[(3,), f32]) { tanh(%v) }, mul(%x, %y)) }
+         else { (fn (%v: Tensor[(3,), f32]) { exp(%v) }, %x) }) {
+    (%g, %z) => sum(add(%g(%x), %z)),
+  }
+}
+
+# The tensor half of a chosen pair, projected: a select of the two.
+def @projected(%x: Tensor[(3,), f32], %y: Tensor[(), f32]) -> Tensor[(), f32] {
+  let %p = if (greater(%y, 0f32)) { (fn (%v: Tensor[(3,), f32]) { tanh(%v) }, mul(%x, %y)) }
+           else { (fn (%v: Tensor[(3,), f32]) { exp(%v) }, %x) };
+  sum(mul(%p.1, %p.0(%x)))
+}
+
+# A chosen function mapped over a list: one residual `if` per element.
+def @mapped(%xs: List[Tensor[(3,), f32]], %y: Tensor[(), f32]) -> Tensor[(), f32] {
+  let %f = if (less(%y, 0f32)) { fn (%v: Tensor[(3,), f32]) { mul(%v, %y) } } else { fn (%v: Tensor[(3,), f32]) { %v } };
+  sum(@fold(fn (%acc: Tensor[(3,), f32], %v: Tensor[(3,), f32]) { add(%acc, %v) }, zeros(shape=[3], dtype=f32), @map(%f, %xs)))
+}
+
+# A chosen function whose result is a constructor, matched on.
+def @maybe(%x: Tensor[(3,), f32], %y: Tensor[(), f32]) -> Tensor[(), f32] {
+  let %f = if (greater(%y, 0f32)) { fn (%v: Tensor[(3,), f32]) { Some(mul(%v, %y)) } } else { fn (%v: Tensor[(3,), f32]) { None } };
+  sum(match (%f(%x)) { None => %x, Some(%z) => exp(%z) })
+}
+
+# A chosen step function driving a loop the data ends: the residual loop
+# takes the choice's condition and what its functions capture.
+def @until[S](%step: fn(S) -> S, %done: fn(S) -> Tensor[(), bool], %s: S, %n: Tensor[(), i64]) -> S {
+  if (%done(%s)) { %s } else { if (greater(%n, 0)) { @until(%step, %done, %step(%s), sub(%n, 1)) } else { %s } }
+}
+def @shrink(%x: Tensor[(3,), f32], %y: Tensor[(), f32]) -> Tensor[(), f32] {
+  let %step = if (greater(%y, 0f32)) { fn (%v: Tensor[(3,), f32]) { mul(%v, 0.5) } } else { fn (%v: Tensor[(3,), f32]) { mul(%v, %y) } };
+  sum(@until(%step, fn (%v: Tensor[(3,), f32]) { less(norm(%v), 0.1) }, %x, 100))
+}
+
+def @leaks(%y: Tensor[(), f32]) -> fn(Tensor[(3,), f32]) -> Tensor[(3,), f32] {
+  if (greater(%y, 0f32)) { fn (%v: Tensor[(3,), f32]) { tanh(%v) } } else { fn (%v: Tensor[(3,), f32]) { %v } }
+}
+)";
+
+class PartialEvalChoiceTest : public testing::Test {
+ protected:
+  void SetUp() override { module_.AddSource(kChoices, "choices.pj"); }
+
+  // PE of `entry` on `args` (all dynamic); the residual against the original,
+  // values and the gradient with respect to argument 0.
+  Residual Check(const std::string& entry, const std::vector<Value>& args) {
+    Snapshot s = module_.snapshot();
+    Residual r = PartialEvaluate(*s, entry, args);
+    Snapshot residual = r.ToModule();  // type-checks
+    std::vector<Value> leaves;
+    for (const Tensor& t : Flatten(args, {})) leaves.emplace_back(t);
+    Interpreter interp;
+    Interpreter::ValueAndGrad want = interp.CallWithGrad(*s, entry, args, {0});
+    Interpreter::ValueAndGrad got = interp.CallWithGrad(*residual, "main", leaves, {0});
+    EXPECT_TRUE(ValueAllClose(got.value, want.value, 1e-6, 1e-7)) << got.value.ToString() << "\n" << r.ToText();
+    if (args[0].is_tensor()) {
+      EXPECT_TRUE(ValueAllClose(got.grads[0], want.grads[0], 1e-6, 1e-7)) << got.grads[0].ToString() << "\n" << r.ToText();
+    }
+    return r;
+  }
+  static int Ifs(const Residual& r) {
+    int n = 0;
+    PostOrderVisit(r.main->body, [&](const Expr& e) { n += e->kind == ExprKind::kIf; });
+    return n;
+  }
+  static Value Vec(float a, float b, float c) { return Value(Tensor::FromVector<float>({3}, {a, b, c})); }
+
+  Module module_;
+};
+
+TEST_F(PartialEvalChoiceTest, AFunctionADynamicIfReturnsIsAppliedUnderTheSameCondition) {
+  for (float y : {0.5f, -0.25f}) {
+    SCOPED_TRACE("y = " + std::to_string(y));
+    Residual r = Check("act", {Vec(0.1f, -0.2f, 0.3f), Value(Tensor::Scalar(y)), Vec(0.7f, -0.1f, 0.2f)});
+    // The choice (returning %s, computed in the then-branch), and one `if` per call of %f.
+    EXPECT_EQ(Ifs(r), 3) << r.ToText();
+  }
+}
+
+TEST_F(PartialEvalChoiceTest, ATupleOfAFunctionAndATensorIsTakenApartByItsPattern) {
+  for (float y : {2.0f, -1.0f}) {
+    Residual r = Check("pair", {Vec(0.1f, -0.2f, 0.3f), Value(Tensor::Scalar(y))});
+    // The choice (returning mul(%x, %y)), and the match's clause on each side.
+    EXPECT_EQ(Ifs(r), 2) << r.ToText();
+  }
+}
+
+TEST_F(PartialEvalChoiceTest, ATensorProjectedFromAChoiceIsASelectOfTheTwo) {
+  for (float y : {2.0f, -1.0f}) {
+    Residual r = Check("projected", {Vec(0.1f, -0.2f, 0.3f), Value(Tensor::Scalar(y))});
+    int wheres = 0;
+    PostOrderVisit(r.main->body, [&](const Expr& e) {
+      if (auto* op = As<OpCallNode>(e); op && op->op->name == "where") ++wheres;
+    });
+    EXPECT_EQ(wheres, 1) << r.ToText();
+  }
+}
+
+TEST_F(PartialEvalChoiceTest, AChosenFunctionMapsOverAListElementByElement) {
+  Snapshot s = module_.snapshot();
+  TypeDefPtr list = s->FindType("List");
+  for (float y : {-0.5f, 0.5f}) {
+    Value xs = Value::Adt(list, list->FindCtor("Nil"), {});
+    for (int i = 0; i < 4; ++i) xs = Value::Adt(list, list->FindCtor("Cons"), {Vec(0.1f * i, -0.2f, 0.3f + i), xs});
+    Residual r = Check("mapped", {xs, Value(Tensor::Scalar(y))});
+    // One per element; the choice itself needs none: its functions capture
+    // only %y, which is there before the `if`.
+    EXPECT_EQ(Ifs(r), 4) << r.ToText();
+  }
+}
+
+TEST_F(PartialEvalChoiceTest, AConstructorAChosenFunctionReturnsIsMatchedOnEachSide) {
+  for (float y : {1.5f, -1.5f}) Check("maybe", {Vec(0.1f, -0.2f, 0.3f), Value(Tensor::Scalar(y))});
+}
+
+TEST_F(PartialEvalChoiceTest, AChosenFunctionDrivesAResidualLoop) {
+  for (float y : {2.0f, -0.5f}) {
+    Residual r = Check("shrink", {Vec(1.0f, -2.0f, 3.0f), Value(Tensor::Scalar(y))});
+    EXPECT_EQ(r.functions.size(), 1u) << r.ToText();
+  }
+}
+
+TEST_F(PartialEvalChoiceTest, AChosenFunctionThatReachesTheResultIsRefusedWithItsPlace) {
+  try {
+    PartialEvaluate(*module_.snapshot(), "leaks", {Value(Tensor::Scalar(1.0f))});
+    FAIL() << "a function result specialized";
+  } catch (const PeFailure& e) {
+    EXPECT_NE(std::string(e.what()).find("choices.pj:"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("function"), std::string::npos) << e.what();
+  }
+}
+
 }  // namespace
 }  // namespace pejit

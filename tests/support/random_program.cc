@@ -1164,6 +1164,15 @@ std::string Generator::Tensor(const Shape& s, const Scope& scope, int depth, con
       body = EnsureUses(body, s, {{y, F32(p), 1}}, inner);
       std::string sig = "(" + TensorText(p) + ") -> " + TensorText(s);
       std::string lambda = "fn (" + y + ": " + TensorText(p) + ") -> " + TensorText(s) + " { " + body + " }";
+      if (Coin(0.15)) {
+        // One of two closures, chosen by the data: every call of it runs
+        // under the same condition.
+        Note("closure:dynamic_if");
+        std::string cond = DynamicCond(scope, depth, ctx);
+        std::string other = EnsureUses(X(s, &inner), s, {{y, F32(p), 1}}, inner);
+        lambda = "if (" + cond + ") { " + lambda + " } else { fn (" + y + ": " + TensorText(p) + ") -> " + TensorText(s) +
+                 " { " + other + " } }";
+      }
       std::string op = PickOp({"add", "mul"});
       std::string a = X(p);
       std::string b = X(p);

@@ -91,7 +91,8 @@ TEST(RandomProgramTest, ProgramsTypeCheckAndRunToFiniteValuesAndGradients) {
   for (const char* feature :
        {"let_shared", "tuple", "proj", "static_if:constant", "static_if:depth", "static_if:argument", "dynamic_if",
         "dynamic_if:tuple", "match_adt", "match_local:maybe", "match_local:tuple", "nested_pattern", "wildcard",
-        "recursion", "mutual_recursion", "accumulator", "helper_call", "fold_call", "closure", "static_argument",
+        "recursion", "mutual_recursion", "accumulator", "helper_call", "fold_call", "closure", "closure:dynamic_if",
+        "static_argument",
         "match_local:dynamic_tuple", "global_value", "higher_order", "tuple_field", "adt_map",
         "result_alias", "result_view", "result_constant",
         "dynamic_indices", "unknown_dim", "weight_tuple", "broadcast_both", "f64", "adt:tree", "adt:list",
