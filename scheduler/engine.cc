@@ -729,7 +729,7 @@ void EngineImpl::WorkerTask() {
     // At the caller's priority: its call may wait for this walk.
     RunGenericWalk(*walk);
     std::lock_guard<std::mutex> lock(generic_queue_mu_);
-    std::erase(walking_, std::make_pair(walk->entry, walk->structures));
+    walking_.erase(std::find(walking_.begin(), walking_.end(), std::make_pair(walk->entry, walk->structures)));
     walked_cv_.notify_all();
   } else if (compile) {
     ScopedLowerPriority background(options.worker_nice);
