@@ -2,8 +2,9 @@
 // embed 64, 25 ListOps trees): a training step (loss and gradients) each way,
 // compiled without batching, batched before autodiff (what the engine does)
 // and batched after it; the compile time of one specialization split by
-// stage; and a fused elementwise kernel's throughput beside memcpy of the
-// same bytes.
+// stage; a fused elementwise kernel's throughput beside memcpy of the
+// same bytes; and a loop the data ends, its regions native, against the
+// interpreter.
 #include <benchmark/benchmark.h>
 
 #include <chrono>
@@ -12,6 +13,7 @@
 #include "examples/treelstm/listops.h"
 #include "examples/treelstm/model.h"
 #include "interp/interpreter.h"
+#include "jit/control_flow.h"
 #include "jit/pipeline.h"
 #include "ops/blas.h"
 #include "pe/partial_eval.h"
@@ -187,6 +189,53 @@ void BM_Memcpy(benchmark::State& state) {
   state.SetBytesProcessed(state.iterations() * 2 * n * 4);
 }
 BENCHMARK(BM_Memcpy)->Arg(1 << 16)->Arg(1 << 20);
+
+// A loop the data ends (issue 23): a recurrent cell iterated until its
+// state settles, at most 200 times; hidden state (8, H). Partial evaluation
+// leaves it a residual function; the compiled tier runs its straight-line
+// regions native between the driver's decisions (jit/control_flow.h),
+// against the interpreter on the original program. Counter: iterations.
+struct SettleWorkload {
+  Module module;
+  std::vector<Value> args;
+  explicit SettleWorkload(int64_t hidden) {
+    SetBlasThreads(1);
+    const std::string h = std::to_string(hidden);
+    module.AddSource("def @settle(%h: Tensor[(8, " + h + "), f32], %w: Tensor[(" + h + ", " + h + "), f32], %n: Tensor[(), i64])"
+                     " -> Tensor[(8, " + h + "), f32] {\n"
+                     "  let %next = tanh(add(matmul(%h, %w), mul(%h, 0.5f32)));\n"
+                     "  if (logical_or(less(norm(sub(%next, %h)), 0.0001f32), less_equal(%n, 0))) { %next }\n"
+                     "  else { @settle(%next, %w, sub(%n, 1)) }\n"
+                     "}\n"
+                     "def @run(%h: Tensor[(8, " + h + "), f32], %w: Tensor[(" + h + ", " + h + "), f32]) -> Tensor[(), f32] {\n"
+                     "  sum(@settle(%h, %w, 200))\n"
+                     "}\n",
+                     "settle.pj");
+    Rng rng(3);
+    const float scale = 1.0f / static_cast<float>(hidden);
+    args = {Value(RandomUniform(rng, {8, hidden}, -1, 1)), Value(RandomUniform(rng, {hidden, hidden}, -scale, scale))};
+  }
+};
+
+void BM_DataEndedLoopInterpreted(benchmark::State& state) {
+  SettleWorkload w(state.range(0));
+  Interpreter interp;
+  Snapshot s = w.module.snapshot();
+  for (auto _ : state) benchmark::DoNotOptimize(interp.Call(*s, "run", w.args));
+}
+BENCHMARK(BM_DataEndedLoopInterpreted)->Arg(32)->Arg(128)->Unit(benchmark::kMicrosecond);
+
+void BM_DataEndedLoopCompiled(benchmark::State& state) {
+  SettleWorkload w(state.range(0));
+  Residual r = PartialEvaluate(*w.module.snapshot(), "run", w.args);
+  auto session = JitSession::Create();
+  ControlFlowStats stats;
+  ExecutablePtr exe = CompileControlFlow(*session, r.main, r.functions, {}, &stats);
+  std::vector<Tensor> leaves = Flatten(w.args, {});
+  for (auto _ : state) benchmark::DoNotOptimize(exe->Run(leaves));
+  state.counters["regions"] = stats.regions;
+}
+BENCHMARK(BM_DataEndedLoopCompiled)->Arg(32)->Arg(128)->Unit(benchmark::kMicrosecond);
 
 }  // namespace
 }  // namespace pejit

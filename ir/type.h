@@ -122,4 +122,9 @@ struct TypeDef {
 };
 using TypeDefPtr = std::shared_ptr<const TypeDef>;
 
+// True when `t` is a tensor, or a tuple of such (nested): what compiled code returns.
+bool IsTensorTree(const Type& t);
+// Number of tensors in a tensor tree type.
+size_t CountTensorLeaves(const Type& t);
+
 }  // namespace pejit

@@ -71,25 +71,6 @@ Type TailType(const Expr& e) {
 
 }  // namespace
 
-bool IsTensorTree(const Type& t) {
-  if (AsTensor(t)) return true;
-  const TupleTypeNode* tuple = AsTuple(t);
-  if (!tuple) return false;
-  for (const Type& f : tuple->fields) {
-    if (!IsTensorTree(f)) return false;
-  }
-  return true;
-}
-
-size_t CountTensorLeaves(const Type& t) {
-  if (AsTensor(t)) return 1;
-  size_t n = 0;
-  if (const TupleTypeNode* tuple = AsTuple(t)) {
-    for (const Type& f : tuple->fields) n += CountTensorLeaves(f);
-  }
-  return n;
-}
-
 std::shared_ptr<const ResidualExecutable> ResidualExecutable::Create(const Residual& residual,
                                                                      InterpreterOptions options) {
   if (!residual.functions.empty()) {

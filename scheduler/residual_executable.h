@@ -52,9 +52,5 @@ class ResidualExecutable final : public Executable {
 // EngineOptions::compile's default.
 ExecutablePtr CompileWithResidualInterpreter(const Residual& residual);
 
-// True when `t` is a tensor, or a tuple of such (nested).
-bool IsTensorTree(const Type& t);
-// Number of tensors in a tensor tree type.
-size_t CountTensorLeaves(const Type& t);
 
 }  // namespace pejit
