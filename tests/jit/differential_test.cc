@@ -35,6 +35,7 @@
 #include "jit/autodiff.h"
 #include "jit/batch.h"
 #include "jit/compiler.h"
+#include "jit/control_flow.h"
 #include "pe/partial_eval.h"
 #include "pe/signature.h"
 #include "tests/support/random_program.h"
@@ -114,6 +115,7 @@ struct Tally {
   int programs = 0;
   int native = 0;                // compiled natively in both modes, every input
   int refused = 0;               // a compile or autodiff refused (a dynamic if)
+  int regions = 0;               // value-mode residuals with control flow run as native regions
   int batched = 0;               // specializations Batch() rewrote
   int compared = 0;              // tensors compared, all tiers
   std::map<std::string, int> reasons;  // refusal reasons, locations dropped
@@ -142,6 +144,7 @@ class DifferentialTest : public testing::TestWithParam<int> {
     Func program;              // what is compiled: residual.main, batched, differentiated
     Snapshot program_module;   // `program` as entry "program", when it is not the residual
     ExecutablePtr native;      // null when refused or not compiled
+    ExecutablePtr regions;     // value mode, control flow: native regions and their driver (jit/control_flow.h)
   };
 
   // One program on its three inputs; failures are collected in `log_`.
@@ -245,6 +248,12 @@ class DifferentialTest : public testing::TestWithParam<int> {
       keep_->push_back(c.native);
     } catch (const JitFailure& e) {
       refused(e, "compile");
+      // As the engine's native compile step does next.
+      if (!grad && HasControlFlow(c.program)) {
+        c.regions = CompileControlFlow(*session_, c.program, c.residual.functions, options);
+        keep_->push_back(c.regions);
+        ++tally.regions;
+      }
     }
     if (OnlySeed()) std::printf("---- %s%s\n", where.c_str(), c.native ? "compiled natively" : "refused");
     return c;
@@ -320,6 +329,7 @@ class DifferentialTest : public testing::TestWithParam<int> {
            "residual in the interpreter");
     // (2) Native code.
     bool native_agrees = c.native && agrees(c.native->Run(leaves), want.size(), "native code");
+    if (c.regions) native_agrees = agrees(c.regions->Run(leaves), want.size(), "native regions");
     // (3) The batched and/or differentiated program in the interpreter: the
     // only tier of a program the JIT refused, and where native code is wrong,
     // whether batching or autodiff or codegen is at fault.
@@ -357,8 +367,10 @@ TEST_P(DifferentialTest, CompiledCodeAndResidualsAgreeWithTheInterpreter) {
   std::string reasons;
   for (const auto& [why, n] : tally.reasons) reasons += "\n  " + std::to_string(n) + "x " + why;
   std::printf("programs %d-%d: %d checked, %d compiled natively in value and grad mode on every input, %d refused; "
+              "%d value-mode residuals with control flow as native regions; "
               "%d specializations batched, %d tensors compared%s\n",
-              first, last - 1, tally.programs, tally.native, tally.refused, tally.batched, tally.compared, reasons.c_str());
+              first, last - 1, tally.programs, tally.native, tally.refused, tally.regions, tally.batched, tally.compared,
+              reasons.c_str());
   total_programs_ += tally.programs;
   total_native_ += tally.native;
   if (!only && ProgramCount() <= kPrograms) {
