@@ -153,7 +153,9 @@ class ControlFlowProgram final : public Executable {
   const char* tier() const override { return "native"; }
 
  private:
-  static constexpr int kMaxCallDepth = 100000;
+  // Nested (non-tail) residual calls: each is a few hundred bytes of native
+  // stack, on whatever thread calls.
+  static constexpr int kMaxCallDepth = 2000;
 
   Function BuildFunction(const FuncNode& f) {
     Function out;
@@ -322,38 +324,70 @@ class ControlFlowProgram final : public Executable {
     }
   }
 
-  Value Exec(const Block& block, Env& env, int depth) const {
-    for (const Step& step : block.steps) {
-      switch (step.kind) {
-        case Step::Kind::kRegion: {
-          std::vector<Tensor> in;
-          in.reserve(step.inputs.size());
-          for (const VarNode* v : step.inputs) in.push_back(env.at(v).tensor());
-          std::vector<Tensor> out = step.exe->Run(in);
-          size_t at = 0;
-          for (const auto& [v, type] : step.outputs) env[v] = Rebuild(type, out, at);
-          break;
-        }
-        case Step::Kind::kBind: env[step.var] = Eval(step.value, env); break;
-        case Step::Kind::kBlock: env[step.var] = Exec(*step.then_block, env, depth); break;
-        case Step::Kind::kIf: {
-          const bool taken = Eval(step.cond, env).tensor().data<bool>()[0];
-          env[step.var] = Exec(taken ? *step.then_block : *step.else_block, env, depth);
-          break;
-        }
+  // Runs `block` in `env`. A call, branch or nested block in tail position
+  // (its value is the block's) continues in this frame: a loop the data
+  // ends runs as many iterations as it takes in constant native stack. A
+  // call elsewhere nests, at most kMaxCallDepth deep.
+  Value Exec(const Block& first, Env& outer, int depth) const {
+    const Block* block = &first;
+    Env* env = &outer;
+    Env owned;  // a tail call's frame
+    for (;;) {
+      const size_t n = block->steps.size();
+      const bool tail = n > 0 && block->tail->kind == ExprKind::kVar &&
+                        block->steps.back().var == static_cast<const VarNode*>(block->tail.get());
+      for (size_t i = 0; i + (tail ? 1 : 0) < n; ++i) Run(block->steps[i], *env, depth);
+      if (!tail) return Eval(block->tail, *env);
+      const Step& last = block->steps.back();
+      switch (last.kind) {
+        case Step::Kind::kIf:
+          block = Eval(last.cond, *env).tensor().data<bool>()[0] ? last.then_block.get() : last.else_block.get();
+          continue;
+        case Step::Kind::kBlock: block = last.then_block.get(); continue;
         case Step::Kind::kCall: {
-          if (depth >= kMaxCallDepth) {
-            throw std::runtime_error("control flow: residual calls nest deeper than " + std::to_string(kMaxCallDepth));
-          }
-          const Function& f = functions_[step.function];
-          Env callee;
-          for (size_t i = 0; i < f.params.size(); ++i) callee.emplace(f.params[i], Eval(step.args.at(i), env));
-          env[step.var] = Exec(f.body, callee, depth + 1);
-          break;
+          const Function& f = functions_[last.function];
+          Env next;
+          for (size_t i = 0; i < f.params.size(); ++i) next.emplace(f.params[i], Eval(last.args.at(i), *env));
+          owned = std::move(next);
+          env = &owned;
+          block = &f.body;
+          continue;
         }
+        default: Run(last, *env, depth); return Eval(block->tail, *env);
       }
     }
-    return Eval(block.tail, env);
+  }
+
+  void Run(const Step& step, Env& env, int depth) const {
+    switch (step.kind) {
+      case Step::Kind::kRegion: {
+        std::vector<Tensor> in;
+        in.reserve(step.inputs.size());
+        for (const VarNode* v : step.inputs) in.push_back(env.at(v).tensor());
+        std::vector<Tensor> out = step.exe->Run(in);
+        size_t at = 0;
+        for (const auto& [v, type] : step.outputs) env[v] = Rebuild(type, out, at);
+        return;
+      }
+      case Step::Kind::kBind: env[step.var] = Eval(step.value, env); return;
+      case Step::Kind::kBlock: env[step.var] = Exec(*step.then_block, env, depth); return;
+      case Step::Kind::kIf: {
+        const bool taken = Eval(step.cond, env).tensor().data<bool>()[0];
+        env[step.var] = Exec(taken ? *step.then_block : *step.else_block, env, depth);
+        return;
+      }
+      case Step::Kind::kCall: {
+        if (depth >= kMaxCallDepth) {
+          throw std::runtime_error("control flow: residual calls nest deeper than " + std::to_string(kMaxCallDepth) +
+                                   " (not in tail position)");
+        }
+        const Function& f = functions_[step.function];
+        Env callee;
+        for (size_t i = 0; i < f.params.size(); ++i) callee.emplace(f.params[i], Eval(step.args.at(i), env));
+        env[step.var] = Exec(f.body, callee, depth + 1);
+        return;
+      }
+    }
   }
 
   JitSession& session_;

@@ -39,6 +39,11 @@ def @settle(%h: Tensor[(1, 16), f32], %w: Tensor[(16, 16), f32], %n: Tensor[(), 
   else { @settle(%next, %w, sub(%n, 1)) }
 }
 def @run(%h: Tensor[(1, 16), f32], %w: Tensor[(16, 16), f32]) -> Tensor[(), f32] { sum(@settle(%h, %w, 200)) }
+
+# A loop whose count is data: as many iterations as the argument says.
+def @count(%x: Tensor[(2,), f32], %n: Tensor[(), i64]) -> Tensor[(2,), f32] {
+  if (less_equal(%n, 0)) { %x } else { @count(add(mul(%x, 0.5f32), 1f32), sub(%n, 1)) }
+}
 )";
 
 class ControlFlowTest : public testing::Test {
@@ -95,6 +100,15 @@ TEST_F(ControlFlowTest, ALoopTheDataEndsRunsItsBodyNativeUntilTheStateSettles) {
     EXPECT_EQ(stats.calls, 2);  // main's call, and the loop's own
     EXPECT_GE(stats.regions, 2);
   }
+}
+
+// The driver runs a loop in tail position in one frame: 100,000 iterations
+// need no more native stack than one.
+TEST_F(ControlFlowTest, ALongLoopRunsInConstantStack) {
+  Value x(Tensor::FromVector<float>({2}, {3.0f, -1.0f}));
+  Value n(Tensor::FromVector<int64_t>({}, {100000}));
+  ControlFlowStats stats = Check("count", {x, n});
+  EXPECT_EQ(stats.calls, 2);
 }
 
 TEST_F(ControlFlowTest, StraightLineCodeIsLeftToTheStraightLineCompiler) {
