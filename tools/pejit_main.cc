@@ -18,6 +18,7 @@
 #include "ir/json.h"
 #include "ir/module.h"
 #include "ir/printer.h"
+#include "jit/control_flow.h"
 #include "jit/pipeline.h"
 #include "pe/partial_eval.h"
 #include "support/cli_checks.h"
@@ -172,6 +173,23 @@ int Compile(const std::string& file, const std::string& entry, const std::string
   options.compile.keep_ir = emit == "llvm";
   options.compile.keep_asm = emit == "asm";
   auto session = JitSession::Create();
+  if (!grad && HasControlFlow(r.main)) {
+    // A branch on a tensor or a loop the data ends: native straight-line
+    // regions and the driver between them (jit/control_flow.h), as the engine runs it.
+    ControlFlowStats stats;
+    ExecutablePtr exe = CompileControlFlow(*session, r.main, r.functions, options.compile, &stats);
+    std::printf("# %s for %s: control flow: %d native regions between %d branches and %d residual calls, code %.1f KiB; "
+                "pe %.2f ms\n",
+                entry.c_str(), session->host_cpu().c_str(), stats.regions, stats.branches, stats.calls,
+                exe->code_bytes() / 1024.0, pe_ms);
+    if (!run_compiled) return 0;
+    std::vector<Tensor> leaves;
+    for (const Value& a : args) AppendTensorLeaves(a, leaves);
+    std::vector<Tensor> results = exe->Run(leaves);
+    size_t pos = 0;
+    PrintResult(ValueFromTensors(exe->result_type(), results, pos));
+    return 0;
+  }
   PipelineReport pipeline;
   ExecutablePtr exe = CompileResidual(*session, r.main, options, &pipeline);
   const CompileReport& report = pipeline.compile;

@@ -39,6 +39,21 @@ out=$("$pejit" compile "$dir/trees.pj" --entry loss --args "$dir/trees_args.json
 [[ "$out" == "$want" ]] || fail "compile --grad --run: $out"
 out=$("$pejit" compile "$dir/trees.pj" --entry encode --args "$dir/trees_args.json" --run | tail -n 1)
 [[ "$out" == '{"value":{"dtype":"f32","shape":[1,2],"data":[2.5,3.5]}}' ]] || fail "compile --run: $out"
+# A loop the data ends (halving until the norm is below 1, at most 50 times):
+# compiled as native regions between the driver's branches and calls.
+loop="${TEST_TMPDIR:-/tmp}/halve.pj"
+cat > "$loop" <<'PJ'
+def @halve(%x: Tensor[(2,), f32], %n: Tensor[(), i64]) -> Tensor[(2,), f32] {
+  if (logical_or(less(norm(%x), 1f32), less_equal(%n, 0))) { %x } else { @halve(mul(%x, 0.5f32), sub(%n, 1)) }
+}
+def @main(%x: Tensor[(2,), f32]) -> Tensor[(2,), f32] { @halve(%x, 50) }
+PJ
+args='[{"dtype":"f32","shape":[2],"data":[24,-40]}]'
+want=$("$pejit" run "$loop" --entry main --args "$args")
+[[ "$want" == '{"value":{"dtype":"f32","shape":[2],"data":[0.375,-0.625]}}' ]] || fail "run of the loop: $want"
+out=$("$pejit" compile "$loop" --entry main --args "$args" --run)
+[[ "$(tail -n 1 <<<"$out")" == "$want" ]] || fail "compile --run of the loop: $out"
+grep -q "control flow: [0-9]* native regions between" <<<"$out" || fail "compile of the loop: $out"
 for command in run replay; do
   calls=(--args "$dir/trees_args.json")
   [[ $command == replay ]] && calls=(--calls "$dir/trees_calls.jsonl")
@@ -97,12 +112,17 @@ out=$("$pejit" pe "$dir/trees.pj" --entry loss --args "$dir/trees_args.json" --i
 grep -q '^#   @encode clauses 0 .* 3  bindings 2$' <<< "$out" || fail "pe --instances leaves: $out"
 grep -q '^#   @encode clauses 1 .* 2  bindings 2$' <<< "$out" || fail "pe --instances nodes: $out"
 
-# Without fuel, partial evaluation leaves every call residual: compile says
-# which function remains and why, without a position the built residual lacks.
-if err=$("$pejit" compile "$dir/trees.pj" --entry loss --args "$dir/trees_args.json" --fuel 0 2>&1); then
-  fail "compile --fuel 0 compiled a recursion"
+# Without fuel, partial evaluation leaves every call residual: value mode
+# compiles them as native regions between residual calls, with run's answer;
+# grad mode (no gradients through control flow yet) says which call and why.
+out=$("$pejit" compile "$dir/trees.pj" --entry loss --args "$dir/trees_args.json" --fuel 0 --run)
+grep -q "control flow: [0-9]* native regions between 0 branches and [1-9][0-9]* residual calls" <<<"$out" ||
+  fail "compile --fuel 0: $out"
+[[ "$(tail -n 1 <<<"$out")" == '{"value":{"dtype":"f32","shape":[],"data":[18.5]}}' ]] || fail "compile --fuel 0 --run: $out"
+if err=$("$pejit" compile "$dir/trees.pj" --entry loss --args "$dir/trees_args.json" --fuel 0 --grad 2>&1); then
+  fail "compile --fuel 0 --grad compiled a recursion"
 fi
-[[ "$err" == "pejit: cannot compile a call of @"*"ran out of fuel)" ]] || fail "compile --fuel 0: $err"
+[[ "$err" == "pejit: autodiff: "*"a call to @loss_spec"*" cannot be differentiated"* ]] || fail "compile --fuel 0 --grad: $err"
 "$pejit" compile --help | grep -q -- "--fuel" || fail "compile --help"
 # An entry that returns a structure runs in the interpreter; compile says why.
 cat > "$tmp/list.pj" <<'PJ'
