@@ -5,6 +5,7 @@
 #include <unordered_set>
 
 #include "ir/visitor.h"
+#include "jit/control_flow.h"
 
 namespace pejit {
 namespace {
@@ -51,24 +52,6 @@ size_t EstimateBytes(const Residual& r) {
   return bytes;
 }
 
-// The type of a residual's result from its tail (atoms, in tuples), without
-// type-checking the whole program; null when the tail is anything else.
-Type TailType(const Expr& e) {
-  switch (e->kind) {
-    case ExprKind::kVar: return static_cast<const VarNode&>(*e).annotation;
-    case ExprKind::kConstant: return TensorTy(static_cast<const ConstantNode&>(*e).value.type());
-    case ExprKind::kTuple: {
-      std::vector<Type> fields;
-      for (const Expr& f : static_cast<const TupleNode&>(*e).fields) {
-        fields.push_back(TailType(f));
-        if (!fields.back()) return nullptr;
-      }
-      return TupleTy(std::move(fields));
-    }
-    default: return nullptr;
-  }
-}
-
 }  // namespace
 
 std::shared_ptr<const ResidualExecutable> ResidualExecutable::Create(const Residual& residual,
@@ -84,7 +67,7 @@ std::shared_ptr<const ResidualExecutable> ResidualExecutable::Create(const Resid
   if (!ret) {
     Expr tail = residual.main->body;
     while (tail->kind == ExprKind::kLet) tail = static_cast<const LetNode&>(*tail).body;
-    ret = TailType(tail);
+    ret = AtomType(tail);
   }
   Snapshot globals = std::make_shared<const ModuleSnapshot>();
   if (!ret) {
