@@ -253,6 +253,9 @@ class EngineImpl {
 
 namespace {
 
+// The job queue's class of a prefetch.
+JobPriority PriorityOf(pejit::Prefetch when) { return when == pejit::Prefetch::kNext ? JobPriority::kNext : JobPriority::kIdle; }
+
 int DefaultWorkers() { return std::max(1, tbb::info::default_concurrency() - 1); }
 
 // The engine's LLVM session. With a compile hook of the caller's, LLVM is
@@ -978,7 +981,7 @@ bool EngineImpl::PrefetchGeneric(Request& r, pejit::Prefetch when) {
     if (ahead.new_cells > 0) e.fields.push_back({"new_cells", static_cast<int64_t>(ahead.new_cells)});
     e.fields.push_back({"variants", static_cast<int64_t>(ahead.variants.size())});
     e.fields.push_back({"queued", static_cast<int64_t>(queued)});
-    e.fields.push_back({"priority", std::string(JobPriorityName(when == pejit::Prefetch::kNext ? JobPriority::kNext : JobPriority::kIdle))});
+    e.fields.push_back({"priority", std::string(JobPriorityName(PriorityOf(when)))});
     Emit(e);
   }
   return true;
@@ -1044,7 +1047,7 @@ void EngineImpl::Prefetch(Request& r, pejit::Prefetch when) {
     if (On(EventKind::kPrefetch)) {
       Event e = Make(EventKind::kPrefetch, r.entry.name, &r.key.signature);
       e.fields.push_back({"state", std::string("generic")});
-      e.fields.push_back({"priority", std::string(JobPriorityName(when == pejit::Prefetch::kNext ? JobPriority::kNext : JobPriority::kIdle))});
+      e.fields.push_back({"priority", std::string(JobPriorityName(PriorityOf(when)))});
       Emit(e);
     }
     if (options.policy.kind != Policy::Kind::kSync) return QueueGenericWalk(r, when);
@@ -1054,7 +1057,7 @@ void EngineImpl::Prefetch(Request& r, pejit::Prefetch when) {
 }
 
 void EngineImpl::PrefetchSpecialized(Request& r, pejit::Prefetch when) {
-  JobPriority priority = when == pejit::Prefetch::kNext ? JobPriority::kNext : JobPriority::kIdle;
+  JobPriority priority = PriorityOf(when);
   bool inserted = false;
   SlotPtr slot = Insert(r, SlotState::kPending, &inserted);
   bool queued = false, requeued = false;
