@@ -1,5 +1,6 @@
 #include "jit/batch_rules.h"
 
+#include <algorithm>
 #include <numeric>
 
 #include "jit/executable.h"
@@ -109,11 +110,17 @@ std::vector<Var> EmitStackedOp(StraightEmitter& out, const OpCallNode& call, Bat
       break;
     case BatchRule::kReduce: {
       std::vector<int64_t> axes = attrs.GetInts("axes");
-      if (axes.empty()) {
-        axes.resize(member_type(0).rank());
+      const int rank = member_type(0).rank();
+      if (rank == 0) {
+        // A reduction of scalars: over a unit axis of their stack (`axes`
+        // empty would reduce the stack itself).
+        args[0] = out.Op("reshape", {args[0]}, {{"shape", Shape{k, 1}}}, loc);
+        axes = {0};
+      } else if (axes.empty()) {
+        axes.resize(rank);
         std::iota(axes.begin(), axes.end(), 0);
       }
-      for (int64_t& a : axes) a = shifted(a, member_type(0).rank());
+      for (int64_t& a : axes) a = shifted(a, std::max(rank, 1));
       attrs.Set("axes", axes);
       break;
     }

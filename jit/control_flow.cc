@@ -1,19 +1,43 @@
 #include "jit/control_flow.h"
 
+#include <functional>
 #include <map>
+#include <optional>
 #include <unordered_map>
 #include <unordered_set>
 
 #include "ir/value.h"
 #include "ir/visitor.h"
 #include "jit/pipeline.h"
+#include "ops/eager.h"
 
 namespace pejit {
 namespace {
 
-using Env = std::unordered_map<const VarNode*, Value>;
+// A variable's value in the driver and, in grad mode, the tape ids of its
+// tensors depth first (-1: no gradient reaches it, a constant's).
+struct Slot {
+  Value value;
+  std::vector<int> ids;
+};
+using Env = std::unordered_map<const VarNode*, Slot>;
 
 struct Block;
+struct Step;
+
+// Grad mode: the path one run took, as the regions it ran in order, each
+// with the inputs its vector-Jacobian product needs (it recomputes the
+// region's forward from them rather than keep its intermediates).
+struct Tape {
+  struct Entry {
+    const Step* step;
+    std::vector<Tensor> inputs;
+    std::vector<int> input_ids;
+    int first_output;  // its output leaves' ids: first_output, first_output + 1, ...
+  };
+  std::vector<Entry> entries;
+  int next_id = 0;
+};
 
 // One step of a block, in evaluation order.
 struct Step {
@@ -24,6 +48,15 @@ struct Step {
   ExecutablePtr exe;
   std::vector<const VarNode*> inputs;
   std::vector<std::pair<const VarNode*, Type>> outputs;
+  int output_leaves = 0;
+  // kRegion in grad mode, when gradients can pass through it (a float
+  // input and a float output): (inputs, a cotangent per float output leaf)
+  // -> (sum of the float leaves times their cotangents, its gradient for
+  // each float input).
+  ExecutablePtr vjp;
+  std::vector<int> float_inputs;        // indices into `inputs`
+  std::vector<int> float_leaves;        // indices into the flattened outputs
+  std::vector<Tensor> zero_cotangents;  // one per float leaf: where no gradient came
   // kIf (kBlock: a nested let chain, `then_block`)
   Expr cond;
   std::unique_ptr<Block> then_block, else_block;
@@ -49,6 +82,13 @@ Value Rebuild(const Type& t, const std::vector<Tensor>& flat, size_t& at) {
   std::vector<Value> fields;
   for (const Type& f : AsTuple(t)->fields) fields.push_back(Rebuild(f, flat, at));
   return Value::Tuple(std::move(fields));
+}
+
+int LeafCount(const Value& v) {
+  if (v.is_tensor()) return 1;
+  int n = 0;
+  for (const Value& f : v.fields()) n += LeafCount(f);
+  return n;
 }
 
 void FlattenInto(const Value& v, std::vector<Tensor>& out) {
@@ -96,8 +136,10 @@ void VarsOf(const Expr& e, std::vector<const VarNode*>& out) {
 class ControlFlowProgram final : public Executable {
  public:
   // Compiles every region in `session`, which must outlive the program (it
-  // holds their code).
-  ControlFlowProgram(JitSession& session, const CompileOptions& options) : session_(session), options_(options) {}
+  // holds their code). With `wrt`, grad mode: the program's result is a
+  // scalar f32 loss, and it computes (loss, d loss / d param[w], ...).
+  ControlFlowProgram(JitSession& session, const CompileOptions& options, std::optional<std::vector<int>> wrt)
+      : session_(session), options_(options), wrt_(std::move(wrt)) {}
 
   const ControlFlowStats& stats() const { return stats_; }
 
@@ -111,6 +153,22 @@ class ControlFlowProgram final : public Executable {
       throw JitFailure("control flow: the program returns " + (result_type_ ? TypeToString(result_type_) : "a value of unknown type") +
                        ", not tensors nested in tuples");
     }
+    if (wrt_) {
+      const TensorTypeNode* loss = AsTensor(result_type_);
+      if (!loss || loss->type != TensorType{DType::kF32, {}}) {
+        throw JitFailure("control flow: the result must be a scalar f32 loss (Tensor[(), f32]), got " +
+                         TypeToString(result_type_));
+      }
+      std::vector<Type> results = {result_type_};
+      for (int w : *wrt_) {
+        if (w < 0 || static_cast<size_t>(w) >= main->params.size() || !IsFloat(AsTensor(main->params[w]->annotation)->type.dtype)) {
+          throw JitFailure("control flow: gradients are taken for float tensor parameters only, not for parameter " +
+                           std::to_string(w));
+        }
+        results.push_back(main->params[w]->annotation);
+      }
+      result_type_ = TupleTy(std::move(results));
+    }
   }
 
   std::vector<Tensor> Run(std::span<const Tensor> inputs) const override {
@@ -119,10 +177,22 @@ class ControlFlowProgram final : public Executable {
                                   std::to_string(inputs.size()));
     }
     Env env;
-    for (size_t i = 0; i < inputs.size(); ++i) env.emplace(main_.params[i], Value(inputs[i]));
-    Value result = Exec(main_.body, env, 0);
+    std::optional<Tape> tape;
+    if (wrt_) tape.emplace();
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      Slot& slot = env[main_.params[i]];
+      slot.value = Value(inputs[i]);
+      if (tape) slot.ids = {tape->next_id++};  // parameter i's id is i
+    }
+    Slot result = Exec(main_.body, env, 0, tape ? &*tape : nullptr);
     std::vector<Tensor> out;
-    FlattenInto(result, out);
+    FlattenInto(result.value, out);
+    if (tape) {
+      std::vector<Tensor> gradients = Backward(*tape, result.ids.at(0));
+      for (int w : *wrt_) {
+        out.push_back(gradients[w].defined() ? gradients[w] : Tensor::Zeros(inputs[w].dtype(), inputs[w].shape()));
+      }
+    }
     return out;
   }
   const Type& result_type() const override { return result_type_; }
@@ -274,38 +344,129 @@ class ControlFlowProgram final : public Executable {
       results.push_back(vars_.at(v));
       types.push_back(type);
     }
-    Expr body = MakeTuple(std::move(results));
-    for (auto it = lets.rbegin(); it != lets.rend(); ++it) body = MakeLet((*it)->var, (*it)->value, body, (*it)->loc);
+    for (const Type& type : types) step.output_leaves += static_cast<int>(CountTensorLeaves(type));
+    if (wrt_) AddVjp(step, params, lets);
     PipelineOptions pipeline;
     pipeline.compile = options_;
-    step.exe = CompileResidual(session_, MakeFunc(std::move(params), std::move(body), TupleTy(std::move(types))), pipeline);
+    step.exe = CompileResidual(session_, MakeFunc(std::move(params), WithLets(lets, MakeTuple(std::move(results))),
+                                                  TupleTy(std::move(types))),
+                               pipeline);
     code_bytes_ += step.exe->code_bytes();
     ++stats_.regions;
     block.steps.push_back(std::move(step));
   }
 
-  static Value Eval(const Expr& e, const Env& env) {
+  static Expr WithLets(const std::vector<const LetNode*>& lets, Expr body) {
+    for (auto it = lets.rbegin(); it != lets.rend(); ++it) body = MakeLet((*it)->var, (*it)->value, body, (*it)->loc);
+    return body;
+  }
+
+  // Grad mode: the vector-Jacobian product of region `step` (its `lets`
+  // from `params`), when a gradient can pass through it. It is the gradient
+  // of sum(leaf * cotangent) over the region's float output leaves, through
+  // the same pipeline (batching, then autodiff, then LLVM) as straight-line
+  // code, so both differentiate with the operators' own rules.
+  void AddVjp(Step& step, const std::vector<Var>& params, const std::vector<const LetNode*>& lets) {
+    std::vector<int> float_inputs;
+    for (size_t i = 0; i < params.size(); ++i) {
+      if (IsFloat(AsTensor(params[i]->annotation)->type.dtype)) float_inputs.push_back(static_cast<int>(i));
+    }
+    if (float_inputs.empty()) return;
+    std::vector<std::pair<Var, Expr>> seeds;  // lets after the region's
+    std::vector<Var> leaves;
+    std::function<void(const Var&)> flatten = [&](const Var& v) {
+      const TupleTypeNode* tuple = AsTuple(v->annotation);
+      if (!tuple) {
+        leaves.push_back(v);
+        return;
+      }
+      for (size_t i = 0; i < tuple->fields.size(); ++i) {
+        Var field = MakeVar(v->name + "." + std::to_string(i), tuple->fields[i]);
+        seeds.emplace_back(field, MakeProj(v, static_cast<int>(i)));
+        flatten(field);
+      }
+    };
+    for (const auto& output : step.outputs) flatten(vars_.at(output.first));
+    std::vector<Var> vjp_params = params;
+    Expr loss;
+    const Type scalar = TensorTy(DType::kF32, {});
+    for (size_t k = 0; k < leaves.size(); ++k) {
+      const TensorType& type = AsTensor(leaves[k]->annotation)->type;
+      if (!IsFloat(type.dtype)) continue;
+      if (!type.IsFullyKnown()) {
+        throw JitFailure("control flow: %" + leaves[k]->name + " of type " + type.ToString() +
+                         " leaves a region with a shape not known when compiling");
+      }
+      Var cotangent = MakeVar("d_" + leaves[k]->name, leaves[k]->annotation);
+      vjp_params.push_back(cotangent);
+      step.float_leaves.push_back(static_cast<int>(k));
+      step.zero_cotangents.push_back(Tensor::Zeros(type.dtype, type.shape));
+      auto bind = [&](Expr value, Type t) {
+        Var v = MakeVar("seed", std::move(t));
+        seeds.emplace_back(v, std::move(value));
+        return Expr(v);
+      };
+      Expr term = bind(MakeOpCall("sum", {bind(MakeOpCall("mul", {leaves[k], cotangent}), leaves[k]->annotation)}),
+                       TensorTy(type.dtype, {}));
+      if (type.dtype != DType::kF32) term = bind(MakeOpCall("cast", {term}, {{"dtype", DType::kF32}}), scalar);
+      loss = loss ? bind(MakeOpCall("add", {loss, term}), scalar) : term;
+    }
+    if (!loss) return;
+    for (auto it = seeds.rbegin(); it != seeds.rend(); ++it) loss = MakeLet(it->first, it->second, loss);
+    PipelineOptions pipeline;
+    pipeline.compile = options_;
+    pipeline.wrt_leaves = float_inputs;
+    step.vjp = CompileResidual(session_, MakeFunc(std::move(vjp_params), WithLets(lets, loss), scalar), pipeline);
+    step.float_inputs = std::move(float_inputs);
+    code_bytes_ += step.vjp->code_bytes();
+    ++stats_.vjp_regions;
+  }
+
+  // The value of an atom and, with a tape, its tensors' ids.
+  static Slot Eval(const Expr& e, const Env& env, bool ids) {
     switch (e->kind) {
       case ExprKind::kVar: return env.at(static_cast<const VarNode*>(e.get()));
-      case ExprKind::kConstant: return Value(static_cast<const ConstantNode&>(*e).value);
+      case ExprKind::kConstant: {
+        Slot s{Value(static_cast<const ConstantNode&>(*e).value), {}};
+        if (ids) s.ids = {-1};
+        return s;
+      }
       case ExprKind::kProj: {
         const ProjNode& p = static_cast<const ProjNode&>(*e);
-        return Eval(p.tuple, env).fields().at(p.index);
+        Slot tuple = Eval(p.tuple, env, ids);
+        Slot s{tuple.value.fields().at(p.index), {}};
+        if (ids) {
+          int first = 0;
+          for (int i = 0; i < p.index; ++i) first += LeafCount(tuple.value.fields()[i]);
+          s.ids.assign(tuple.ids.begin() + first, tuple.ids.begin() + first + LeafCount(s.value));
+        }
+        return s;
       }
       case ExprKind::kTuple: {
+        Slot s;
         std::vector<Value> fields;
-        for (const Expr& f : static_cast<const TupleNode&>(*e).fields) fields.push_back(Eval(f, env));
-        return Value::Tuple(std::move(fields));
+        for (const Expr& f : static_cast<const TupleNode&>(*e).fields) {
+          Slot field = Eval(f, env, ids);
+          fields.push_back(std::move(field.value));
+          s.ids.insert(s.ids.end(), field.ids.begin(), field.ids.end());
+        }
+        s.value = Value::Tuple(std::move(fields));
+        return s;
       }
       default: throw std::logic_error("control flow: not an atom");
     }
   }
 
+  static bool Taken(const Expr& cond, const Env& env) {
+    return Eval(cond, env, false).value.tensor().data<bool>()[0];
+  }
+
   // Runs `block` in `env`. A call, branch or nested block in tail position
   // (its value is the block's) continues in this frame: a loop the data
   // ends runs as many iterations as it takes in constant native stack. A
-  // call elsewhere nests, at most kMaxCallDepth deep.
-  Value Exec(const Block& first, Env& outer, int depth) const {
+  // call elsewhere nests, at most kMaxCallDepth deep. With `tape`, records
+  // the regions it runs.
+  Slot Exec(const Block& first, Env& outer, int depth, Tape* tape) const {
     const Block* block = &first;
     Env* env = &outer;
     Env owned;  // a tail call's frame
@@ -313,46 +474,68 @@ class ControlFlowProgram final : public Executable {
       const size_t n = block->steps.size();
       const bool tail = n > 0 && block->tail->kind == ExprKind::kVar &&
                         block->steps.back().var == static_cast<const VarNode*>(block->tail.get());
-      for (size_t i = 0; i + (tail ? 1 : 0) < n; ++i) Run(block->steps[i], *env, depth);
-      if (!tail) return Eval(block->tail, *env);
+      for (size_t i = 0; i + (tail ? 1 : 0) < n; ++i) Run(block->steps[i], *env, depth, tape);
+      if (!tail) return Eval(block->tail, *env, tape != nullptr);
       const Step& last = block->steps.back();
       switch (last.kind) {
-        case Step::Kind::kIf:
-          block = Eval(last.cond, *env).tensor().data<bool>()[0] ? last.then_block.get() : last.else_block.get();
-          continue;
+        case Step::Kind::kIf: block = Taken(last.cond, *env) ? last.then_block.get() : last.else_block.get(); continue;
         case Step::Kind::kBlock: block = last.then_block.get(); continue;
         case Step::Kind::kCall: {
           const Function& f = functions_[last.function];
           Env next;
-          for (size_t i = 0; i < f.params.size(); ++i) next.emplace(f.params[i], Eval(last.args.at(i), *env));
+          for (size_t i = 0; i < f.params.size(); ++i) next.emplace(f.params[i], Eval(last.args.at(i), *env, tape != nullptr));
           owned = std::move(next);
           env = &owned;
           block = &f.body;
           continue;
         }
-        default: Run(last, *env, depth); return Eval(block->tail, *env);
+        default: Run(last, *env, depth, tape); return Eval(block->tail, *env, tape != nullptr);
       }
     }
   }
 
-  void Run(const Step& step, Env& env, int depth) const {
+  void Run(const Step& step, Env& env, int depth, Tape* tape) const {
     switch (step.kind) {
       case Step::Kind::kRegion: {
         std::vector<Tensor> in;
         in.reserve(step.inputs.size());
-        for (const VarNode* v : step.inputs) in.push_back(env.at(v).tensor());
+        for (const VarNode* v : step.inputs) in.push_back(env.at(v).value.tensor());
         std::vector<Tensor> out = step.exe->Run(in);
+        // Grad mode: the outputs get ids, and the run is recorded, when a
+        // gradient can pass (the region has a VJP, and an input has an id).
+        int first_output = -1;
+        if (tape && step.vjp) {
+          std::vector<int> input_ids;
+          input_ids.reserve(step.inputs.size());
+          bool active = false;
+          for (const VarNode* v : step.inputs) {
+            input_ids.push_back(env.at(v).ids.at(0));
+            active |= input_ids.back() >= 0;
+          }
+          if (active) {
+            first_output = tape->next_id;
+            tape->next_id += step.output_leaves;
+            tape->entries.push_back({&step, std::move(in), std::move(input_ids), first_output});
+          }
+        }
         size_t at = 0;
-        for (const auto& [v, type] : step.outputs) env[v] = Rebuild(type, out, at);
+        for (const auto& [v, type] : step.outputs) {
+          Slot& slot = env[v];
+          const size_t first = at;
+          slot.value = Rebuild(type, out, at);
+          if (!tape) continue;
+          slot.ids.resize(at - first);
+          for (size_t k = 0; k < slot.ids.size(); ++k) {
+            slot.ids[k] = first_output < 0 ? -1 : first_output + static_cast<int>(first + k);
+          }
+        }
         return;
       }
-      case Step::Kind::kBind: env[step.var] = Eval(step.value, env); return;
-      case Step::Kind::kBlock: env[step.var] = Exec(*step.then_block, env, depth); return;
-      case Step::Kind::kIf: {
-        const bool taken = Eval(step.cond, env).tensor().data<bool>()[0];
-        env[step.var] = Exec(taken ? *step.then_block : *step.else_block, env, depth);
+      case Step::Kind::kBind: env[step.var] = Eval(step.value, env, tape != nullptr); return;
+      case Step::Kind::kBlock: env[step.var] = Exec(*step.then_block, env, depth, tape); return;
+      case Step::Kind::kIf:
+        env[step.var] = Exec(Taken(step.cond, env) ? *step.then_block : *step.else_block, env, depth, tape);
         return;
-      }
       case Step::Kind::kCall: {
         if (depth >= kMaxCallDepth) {
           throw std::runtime_error("control flow: residual calls nest deeper than " + std::to_string(kMaxCallDepth) +
@@ -360,15 +543,45 @@ class ControlFlowProgram final : public Executable {
         }
         const Function& f = functions_[step.function];
         Env callee;
-        for (size_t i = 0; i < f.params.size(); ++i) callee.emplace(f.params[i], Eval(step.args.at(i), env));
-        env[step.var] = Exec(f.body, callee, depth + 1);
+        for (size_t i = 0; i < f.params.size(); ++i) callee.emplace(f.params[i], Eval(step.args.at(i), env, tape != nullptr));
+        env[step.var] = Exec(f.body, callee, depth + 1, tape);
         return;
       }
     }
   }
 
+  // The recorded regions' vector-Jacobian products in reverse order, from
+  // d loss = 1 at `loss_id`: the gradient reaching each parameter (undefined
+  // where none did). Gradients reaching one value are summed in the order
+  // they arrive. Consumes the tape.
+  std::vector<Tensor> Backward(Tape& tape, int loss_id) const {
+    std::vector<Tensor> grads(tape.next_id);
+    if (loss_id >= 0) grads[loss_id] = Tensor::Scalar(1.0f);
+    for (auto it = tape.entries.rbegin(); it != tape.entries.rend(); ++it) {
+      const Step& step = *it->step;
+      std::vector<Tensor> in = std::move(it->inputs);
+      bool reached = false;
+      for (size_t k = 0; k < step.float_leaves.size(); ++k) {
+        Tensor& g = grads[it->first_output + step.float_leaves[k]];
+        reached |= g.defined();
+        in.push_back(g.defined() ? std::move(g) : step.zero_cotangents[k]);
+      }
+      if (!reached) continue;
+      std::vector<Tensor> out = step.vjp->Run(in);
+      for (size_t j = 0; j < step.float_inputs.size(); ++j) {
+        const int id = it->input_ids[step.float_inputs[j]];
+        if (id < 0) continue;
+        Tensor& g = grads[id];
+        g = g.defined() ? CallOp("add", {g, out[1 + j]}) : std::move(out[1 + j]);
+      }
+    }
+    grads.resize(main_.params.size());
+    return grads;
+  }
+
   JitSession& session_;
   CompileOptions options_;
+  std::optional<std::vector<int>> wrt_;
   ControlFlowStats stats_;
   std::map<std::string, int> function_index_;
   std::unordered_map<const VarNode*, Var> vars_;  // the owners of the variables regions use
@@ -413,9 +626,9 @@ bool HasControlFlow(const Func& program) {
 
 ExecutablePtr CompileControlFlow(JitSession& session, const Func& main,
                                  const std::vector<std::pair<std::string, Func>>& functions,
-                                 const CompileOptions& options, ControlFlowStats* stats) {
+                                 const ControlFlowOptions& options, ControlFlowStats* stats) {
   if (!HasControlFlow(main)) throw JitFailure("control flow: the program is straight-line code");
-  auto program = std::make_shared<ControlFlowProgram>(session, options);
+  auto program = std::make_shared<ControlFlowProgram>(session, options.compile, options.wrt);
   program->Build(main, functions);
   if (stats) *stats = program->stats();
   return program;

@@ -1,4 +1,4 @@
-// \file Native code for residual programs with control flow (value mode).
+// \file Native code for residual programs with control flow, and its gradients.
 //
 // Partial evaluation leaves control flow where the data decides it: a
 // dynamic `if` (a branch on a tensor), a residual function (a loop the data
@@ -11,11 +11,17 @@
 // results. What a branch or a loop body computes runs native; only the
 // decisions are taken in C++.
 //
-// Gradients through control flow are not compiled yet: a grad-mode program
-// with an `if` or a call is refused (autodiff.h says so first).
+// Gradients (grad mode) follow the path a run took, as the interpreter's
+// tape does, but a region at a time: the forward records each region it ran
+// with its inputs, and the backward runs the regions' vector-Jacobian
+// products in reverse. A region's VJP is compiled like any straight-line
+// gradient (autodiff.h) and recomputes the region's forward from its inputs,
+// so the tape holds a region's inputs, not its intermediates: it trades a
+// second forward pass per region for memory and one mechanism.
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -26,8 +32,17 @@
 
 namespace pejit {
 
+struct ControlFlowOptions {
+  CompileOptions compile;
+  // Grad mode: the parameters of `main` to differentiate for (float
+  // tensors); `main` must return a scalar f32 loss, and the program returns
+  // (loss, d loss / d param[w], ...) as autodiff.h's programs do.
+  std::optional<std::vector<int>> wrt;
+};
+
 struct ControlFlowStats {
-  int regions = 0;   // compiled straight-line regions, in every function
+  int regions = 0;      // compiled straight-line regions, in every function
+  int vjp_regions = 0;  // grad mode: regions a gradient passes, with a compiled VJP
   int branches = 0;  // dynamic `if`s
   int calls = 0;     // calls of residual functions
 };
@@ -38,7 +53,7 @@ struct ControlFlowStats {
 // that is not tensors in tuples crossing between regions.
 ExecutablePtr CompileControlFlow(JitSession& session, const Func& main,
                                  const std::vector<std::pair<std::string, Func>>& functions,
-                                 const CompileOptions& options = {}, ControlFlowStats* stats = nullptr);
+                                 const ControlFlowOptions& options = {}, ControlFlowStats* stats = nullptr);
 
 // Whether `program`'s body has a dynamic `if` or calls a global.
 bool HasControlFlow(const Func& program);

@@ -24,6 +24,7 @@
 
 #include "generic/executor.h"
 #include "generic/program.h"
+#include "jit/control_flow.h"
 #include "jit/pipeline.h"
 #include "ops/blas.h"
 #include "scheduler/code_cache.h"
@@ -796,23 +797,21 @@ void EngineImpl::RunJob(Job& job) {
         PartialEvaluate(*job.snapshot, entry.name, job.args, job.static_args, options.pe, &pe_cache);
     times.pe_us = NowMicros() - start;
     events.Pe(start, times.pe_us, residual.stats);
-    // (J3) What the compiled tiers take: straight-line tensor code.
-    if (!residual.functions.empty()) {
-      throw JitFailure("the residual calls " + std::to_string(residual.functions.size()) +
-                       " residual function(s) (a loop on dynamic data, or PE fuel ran out); not compiled");
-    }
-    // Batching and, in grad mode, autodiff (jit/pipeline.h). A program
-    // that is not straight-line code stays unbatched: the compile hook decides
-    // what it can do with it (the residual interpreter, in value mode).
+    // (J3) Batching and, in grad mode, autodiff (jit/pipeline.h), both of
+    // straight-line code. A residual with control flow (a dynamic `if`, a
+    // loop the data ends) stays as it is, and the compile hook decides what
+    // it can do with it, differentiating it too (CompileTask).
     size_t expected_results = CountTensorLeaves(type->ret);
     PipelineOptions pipeline;
     pipeline.batch = options.batch;
+    CompileTask task{residual, std::nullopt};
     if (job.grad) {
       std::vector<size_t> first;
       std::vector<Tensor> leaves = Flatten(job.args, job.static_args, &first);
-      pipeline.wrt_leaves = FloatWrtLeaves(leaves, first, job.wrt);
-      expected_results = 1 + pipeline.wrt_leaves->size();
-      gradient_result = GradientResultOf(leaves.size(), *pipeline.wrt_leaves);
+      std::vector<int> wrt_leaves = FloatWrtLeaves(leaves, first, job.wrt);
+      expected_results = 1 + wrt_leaves.size();
+      gradient_result = GradientResultOf(leaves.size(), wrt_leaves);
+      (HasControlFlow(residual.main) ? task.differentiate : pipeline.wrt_leaves) = std::move(wrt_leaves);
     }
     // A program that is not straight-line code stays unbatched; what
     // throws here is batching or autodiff, which `prepared.stage` names.
@@ -823,7 +822,7 @@ void EngineImpl::RunJob(Job& job) {
       times.batch_us = static_cast<int64_t>(prepared.batch_ms * 1e3);
       events.Batch(start, times.batch_us, prepared.batch);
     }
-    if (job.grad) {
+    if (pipeline.wrt_leaves) {
       times.autodiff_us = static_cast<int64_t>(prepared.autodiff_ms * 1e3);
       events.Autodiff(start + std::max<int64_t>(times.batch_us, 0), times.autodiff_us, pipeline.wrt_leaves->size());
     }
@@ -832,7 +831,7 @@ void EngineImpl::RunJob(Job& job) {
     stage = "compile";
     if (options.before_compile) options.before_compile(CompileInfo{entry.name, sig, job.grad, job.wrt});
     start = NowMicros();
-    exec = compile_(residual, notes);
+    exec = compile_(task, notes);
     int64_t end = NowMicros();
     times.compile_us = end - start;
     if (!exec) throw std::logic_error("the compile hook returned no executable");
@@ -1213,6 +1212,10 @@ EntryStats Entry::stats() const {
   out.cancelled = get(s.cancelled);
   out.prefetched = get(s.prefetched);
   return out;
+}
+
+void CompileFn::RefuseUndifferentiated() {
+  throw JitFailure("the compile hook takes differentiated programs only, and autodiff takes no control flow");
 }
 
 }  // namespace pejit

@@ -53,32 +53,54 @@ struct CompileNotes {
   std::string fallback;
 };
 
-// Turns a residual program (in grad mode already differentiated: its main
-// returns (loss, gradients...)) into an Executable. Throws to refuse: a
-// JitFailure (or PeFailure) refuses the signature, anything else fails it;
-// either way the slot keeps the message as its reason.
+// What a compile hook is given: a residual program, in grad mode already
+// differentiated (its main returns (loss, gradients...)) unless it has
+// control flow (a dynamic `if`, residual functions), which autodiff
+// (jit/autodiff.h) does not take: then `differentiate` holds the dynamic
+// leaves to differentiate for, and the hook returns (loss, gradients...)
+// of the undifferentiated residual itself.
+struct CompileTask {
+  const Residual& residual;
+  std::optional<std::vector<int>> differentiate;
+};
+
+// Turns a CompileTask into an Executable. Throws to refuse: a JitFailure (or
+// PeFailure) refuses the signature, anything else fails it; either way the
+// slot keeps the message as its reason.
 //
-// Either form converts: `ExecutablePtr(const Residual&)`, or
-// `ExecutablePtr(const Residual&, CompileNotes&)` for a hook that reports.
+// Three forms convert: `ExecutablePtr(const CompileTask&, CompileNotes&)`;
+// or, for a hook that differentiates nothing itself (a task with
+// `differentiate` is then refused for it), `ExecutablePtr(const Residual&)`,
+// or `ExecutablePtr(const Residual&, CompileNotes&)` for a hook that reports.
 class CompileFn {
  public:
-  using Reporting = std::function<ExecutablePtr(const Residual&, CompileNotes&)>;
+  using Full = std::function<ExecutablePtr(const CompileTask&, CompileNotes&)>;
 
   CompileFn() = default;
   CompileFn(std::nullptr_t) {}
   template <class F>
-    requires std::is_invocable_r_v<ExecutablePtr, F&, const Residual&, CompileNotes&>
+    requires std::is_invocable_r_v<ExecutablePtr, F&, const CompileTask&, CompileNotes&>
   CompileFn(F f) : fn_(std::move(f)) {}
+  template <class F>
+    requires std::is_invocable_r_v<ExecutablePtr, F&, const Residual&, CompileNotes&>
+  CompileFn(F f) : fn_([f = std::move(f)](const CompileTask& task, CompileNotes& notes) mutable {
+      if (task.differentiate) RefuseUndifferentiated();
+      return f(task.residual, notes);
+    }) {}
   template <class F>
     requires(std::is_invocable_r_v<ExecutablePtr, F&, const Residual&> &&
              !std::is_invocable_r_v<ExecutablePtr, F&, const Residual&, CompileNotes&>)
-  CompileFn(F f) : fn_([f = std::move(f)](const Residual& r, CompileNotes&) mutable { return f(r); }) {}
+  CompileFn(F f) : fn_([f = std::move(f)](const CompileTask& task, CompileNotes&) mutable {
+      if (task.differentiate) RefuseUndifferentiated();
+      return f(task.residual);
+    }) {}
 
-  ExecutablePtr operator()(const Residual& residual, CompileNotes& notes) const { return fn_(residual, notes); }
+  ExecutablePtr operator()(const CompileTask& task, CompileNotes& notes) const { return fn_(task, notes); }
   explicit operator bool() const { return static_cast<bool>(fn_); }
 
  private:
-  Reporting fn_;
+  [[noreturn]] static void RefuseUndifferentiated();
+  Full fn_;
 };
 
 inline constexpr int kMaxWorkers = 256;

@@ -4,9 +4,28 @@
 #include "scheduler/residual_executable.h"
 
 namespace pejit {
+namespace {
+
+std::string Describe(const ControlFlowStats& stats) {
+  std::string out = "compiled as " + std::to_string(stats.regions) + " native regions";
+  if (stats.vjp_regions > 0) out += " (" + std::to_string(stats.vjp_regions) + " with a compiled VJP)";
+  return out + " between " + std::to_string(stats.branches) + " branches and " + std::to_string(stats.calls) + " calls";
+}
+
+}  // namespace
 
 CompileFn CompileNative(std::shared_ptr<JitSession> session) {
-  return [session = std::move(session)](const Residual& residual, CompileNotes& notes) -> ExecutablePtr {
+  return [session = std::move(session)](const CompileTask& task, CompileNotes& notes) -> ExecutablePtr {
+    const Residual& residual = task.residual;
+    if (task.differentiate) {
+      // Grad mode through control flow: only the region driver differentiates
+      // it (the residual interpreter tier runs value mode only).
+      ControlFlowStats stats;
+      ExecutablePtr exec =
+          CompileControlFlow(*session, residual.main, residual.functions, {{}, task.differentiate}, &stats);
+      notes.fallback = "autodiff takes straight-line code only; " + Describe(stats);
+      return exec;
+    }
     try {
       CompileReport report;
       ExecutablePtr exec = session->Compile(residual.main, {}, &report);
@@ -19,9 +38,7 @@ CompileFn CompileNative(std::shared_ptr<JitSession> session) {
         try {
           ControlFlowStats stats;
           ExecutablePtr exec = CompileControlFlow(*session, residual.main, residual.functions, {}, &stats);
-          notes.fallback = std::string(native.what()) + "; compiled as " + std::to_string(stats.regions) +
-                           " native regions between " + std::to_string(stats.branches) + " branches and " +
-                           std::to_string(stats.calls) + " calls";
+          notes.fallback = std::string(native.what()) + "; " + Describe(stats);
           return exec;
         } catch (const JitFailure& regions) {
           notes.fallback = regions.what();

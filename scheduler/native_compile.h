@@ -10,11 +10,11 @@ namespace pejit {
 
 // Compiles a residual with `session` (native code). A residual with control
 // flow (a dynamic `if`, a loop on dynamic data) is compiled as native
-// straight-line regions with a driver between them (jit/control_flow.h); one
-// that fails that too runs in the residual interpreter (still specialized,
-// no longer native); a residual every tier refuses fails the slot with the
-// reasons. Reports LLVM's stages, or the
-// reason for the fallback, in CompileNotes.
+// straight-line regions with a driver between them (jit/control_flow.h),
+// which differentiates it too in grad mode; in value mode, one that fails
+// that runs in the residual interpreter (still specialized, no longer
+// native); a residual every tier refuses is refused with the reasons.
+// Reports LLVM's stages, or the reason for the fallback, in CompileNotes.
 CompileFn CompileNative(std::shared_ptr<JitSession> session);
 
 }  // namespace pejit

@@ -173,39 +173,37 @@ int Compile(const std::string& file, const std::string& entry, const std::string
   options.compile.keep_ir = emit == "llvm";
   options.compile.keep_asm = emit == "asm";
   auto session = JitSession::Create();
-  if (!grad && HasControlFlow(r.main)) {
+  ExecutablePtr exe;
+  if (HasControlFlow(r.main)) {
     // A branch on a tensor or a loop the data ends: native straight-line
     // regions and the driver between them (jit/control_flow.h), as the engine runs it.
     ControlFlowStats stats;
-    ExecutablePtr exe = CompileControlFlow(*session, r.main, r.functions, options.compile, &stats);
-    std::printf("# %s for %s: control flow: %d native regions between %d branches and %d residual calls, code %.1f KiB; "
-                "pe %.2f ms\n",
-                entry.c_str(), session->host_cpu().c_str(), stats.regions, stats.branches, stats.calls,
-                exe->code_bytes() / 1024.0, pe_ms);
-    if (!run_compiled) return 0;
-    std::vector<Tensor> leaves;
-    for (const Value& a : args) AppendTensorLeaves(a, leaves);
-    std::vector<Tensor> results = exe->Run(leaves);
-    size_t pos = 0;
-    PrintResult(ValueFromTensors(exe->result_type(), results, pos));
-    return 0;
+    auto t1 = std::chrono::steady_clock::now();
+    exe = CompileControlFlow(*session, r.main, r.functions, {options.compile, options.wrt_leaves}, &stats);
+    double compile_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t1).count();
+    std::string vjps = grad ? " (" + std::to_string(stats.vjp_regions) + " with a compiled VJP)" : "";
+    std::printf("# %s for %s: control flow: %d native regions%s between %d branches and %d residual calls, "
+                "code %.1f KiB; pe %.2f ms, compile %.2f ms\n",
+                entry.c_str(), session->host_cpu().c_str(), stats.regions, vjps.c_str(), stats.branches, stats.calls,
+                exe->code_bytes() / 1024.0, pe_ms, compile_ms);
+  } else {
+    PipelineReport pipeline;
+    exe = CompileResidual(*session, r.main, options, &pipeline);
+    const CompileReport& report = pipeline.compile;
+    if (emit == "fused") std::printf("%s", report.plan.c_str());
+    if (emit == "llvm") std::printf("%s", report.llvm_ir.c_str());
+    if (emit == "asm") std::printf("%s", report.assembly.c_str());
+    std::printf(
+        "# %s for %s: %d kernels (%d fused, %d distinct fused), arena %.1f KiB (buffers side by side %.1f KiB), "
+        "code %.1f KiB\n# times: pe %.2f ms, batch %.2f ms, autodiff %.2f ms, passes %.2f ms, llvm ir %.2f ms, "
+        "llvm opt %.2f ms, machine code %.2f ms\n",
+        entry.c_str(), session->host_cpu().c_str(), report.kernels, report.fused_kernels,
+        report.distinct_fused_kernels, report.arena_bytes / 1024.0, report.buffer_bytes / 1024.0,
+        report.code_bytes / 1024.0, pe_ms, pipeline.batch_ms, pipeline.autodiff_ms, report.lower_ms,
+        report.codegen_ms, report.optimize_ms, report.machine_code_ms);
+    if (pipeline.batched) std::printf("# batching: %s\n", pipeline.batch.ToString().c_str());
+    if (!pipeline.batch_skipped.empty()) std::printf("# not batched: %s\n", pipeline.batch_skipped.c_str());
   }
-  PipelineReport pipeline;
-  ExecutablePtr exe = CompileResidual(*session, r.main, options, &pipeline);
-  const CompileReport& report = pipeline.compile;
-  if (emit == "fused") std::printf("%s", report.plan.c_str());
-  if (emit == "llvm") std::printf("%s", report.llvm_ir.c_str());
-  if (emit == "asm") std::printf("%s", report.assembly.c_str());
-  std::printf(
-      "# %s for %s: %d kernels (%d fused, %d distinct fused), arena %.1f KiB (buffers side by side %.1f KiB), "
-      "code %.1f KiB\n# times: pe %.2f ms, batch %.2f ms, autodiff %.2f ms, passes %.2f ms, llvm ir %.2f ms, "
-      "llvm opt %.2f ms, machine code %.2f ms\n",
-      entry.c_str(), session->host_cpu().c_str(), report.kernels, report.fused_kernels, report.distinct_fused_kernels,
-      report.arena_bytes / 1024.0, report.buffer_bytes / 1024.0, report.code_bytes / 1024.0, pe_ms,
-      pipeline.batch_ms, pipeline.autodiff_ms, report.lower_ms, report.codegen_ms, report.optimize_ms,
-      report.machine_code_ms);
-  if (pipeline.batched) std::printf("# batching: %s\n", pipeline.batch.ToString().c_str());
-  if (!pipeline.batch_skipped.empty()) std::printf("# not batched: %s\n", pipeline.batch_skipped.c_str());
   if (!run_compiled) return 0;
   // The compiled code on the arguments' dynamic leaves, its results rebuilt
   // as `run` prints them.

@@ -140,6 +140,25 @@ def @f(%a1: Tensor[(2, 3), f32], %a2: Tensor[(2, 3), f32], %v1: Tensor[(3,), f32
   }
 }
 
+// Reductions of scalars (a loss's terms: sum(mul(%y, %dy)) per output) stack
+// into a vector and reduce along a unit axis, not along the stack.
+TEST_F(BatchTest, ReductionsOfScalarsReduceEachInstanceAlone) {
+  Snapshot s = Load(R"(
+def @term(%a: Tensor[(), f32], %b: Tensor[(), f32]) -> Tensor[(), f32] {
+  add(add(sum(mul(%a, %b)), norm(%a)), max(%b))
+}
+def @f(%a: Tensor[(), f32], %b: Tensor[(), f32], %c: Tensor[(), f32], %d: Tensor[(), f32]) {
+  (@term(%a, %b), @term(%c, %d))
+})");
+  std::vector<Value> args;
+  for (float v : {1.5f, -2.0f, 0.25f, 3.0f}) args.emplace_back(Tensor::Scalar(v));
+  Residual r = PartialEvaluate(*s, "f", args);
+  Func batched = CheckBatched(r.main, Flatten(args));
+  for (const char* op : {"sum", "norm", "max"}) {
+    EXPECT_EQ(Count(batched, op), 1) << op << "\n" << PrintFunction("batched", batched);
+  }
+}
+
 // layer_norm works along the last axis: instances stack along a new first
 // one, their gamma and beta shared; one with another gamma runs alone.
 TEST_F(BatchTest, LayerNormsOfOneGammaAndBetaMerge) {

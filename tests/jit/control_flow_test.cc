@@ -1,8 +1,12 @@
 // Residual programs with control flow compiled to native regions: a branch
 // on a tensor, a chosen function, a loop the data ends (a residual
 // function); each agrees with the interpreter on the original program, on
-// both sides of every condition.
+// both sides of every condition, in values and in gradients (the
+// interpreter's tape, and finite differences).
 #include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
 
 #include "interp/interpreter.h"
 #include "ir/module.h"
@@ -44,6 +48,23 @@ def @run(%h: Tensor[(1, 16), f32], %w: Tensor[(16, 16), f32]) -> Tensor[(), f32]
 def @count(%x: Tensor[(2,), f32], %n: Tensor[(), i64]) -> Tensor[(2,), f32] {
   if (less_equal(%n, 0)) { %x } else { @count(add(mul(%x, 0.5f32), 1f32), sub(%n, 1)) }
 }
+
+# Losses through each of them, for gradients.
+def @gate_loss(%x: Tensor[(4, 8), f32], %w: Tensor[(8, 8), f32], %t: Tensor[(), f32]) -> Tensor[(), f32] {
+  sum(mul(@gate(%x, %w, %t), %x))
+}
+def @count_loss(%x: Tensor[(2,), f32], %w: Tensor[(2,), f32], %n: Tensor[(), i64]) -> Tensor[(), f32] {
+  let %y = @count(mul(%x, %w), %n);
+  sum(mul(%y, %y))
+}
+
+# A recursion that is not a loop: the call's result is used after it returns.
+def @nest(%x: Tensor[(3,), f32], %w: Tensor[(3,), f32], %n: Tensor[(), i64]) -> Tensor[(3,), f32] {
+  if (less_equal(%n, 0)) { mul(%x, %w) } else { tanh(add(mul(@nest(%x, %w, sub(%n, 1)), %w), %x)) }
+}
+def @nest_loss(%x: Tensor[(3,), f32], %w: Tensor[(3,), f32], %n: Tensor[(), i64]) -> Tensor[(), f32] {
+  sum(@nest(%x, %w, %n))
+}
 )";
 
 class ControlFlowTest : public testing::Test {
@@ -66,6 +87,44 @@ class ControlFlowTest : public testing::Test {
     EXPECT_EQ(got.size(), 1u);
     EXPECT_TRUE(AllClose(got.at(0), want.tensor(), 1e-5, 1e-6)) << got.at(0).ToString() << " vs " << want.ToString()
                                                                   << "\n" << r.ToText();
+    return stats;
+  }
+
+  // Grad mode: (loss, gradients of the float arguments `wrt`) compiled
+  // against the interpreter's tape on the original program and, with
+  // `finite_differences`, against central differences of the compiled loss.
+  ControlFlowStats CheckGrad(const std::string& entry, const std::vector<Value>& args, const std::vector<int>& wrt,
+                             bool finite_differences = false) {
+    Snapshot s = module_.snapshot();
+    Residual r = PartialEvaluate(*s, entry, args);
+    ControlFlowStats stats;
+    ExecutablePtr exe = CompileControlFlow(*session_, r.main, r.functions, {{}, wrt}, &stats);
+    std::vector<Tensor> leaves = Flatten(args, {});
+    std::vector<Tensor> got = exe->Run(leaves);
+    Interpreter::ValueAndGrad want = Interpreter().CallWithGrad(*s, entry, args, wrt);
+    EXPECT_EQ(got.size(), 1 + wrt.size());
+    if (got.size() != 1 + wrt.size()) return stats;
+    EXPECT_TRUE(AllClose(got[0], want.value.tensor(), 1e-5, 1e-6)) << got[0].ToString() << " vs " << want.value.ToString();
+    for (size_t k = 0; k < wrt.size(); ++k) {
+      EXPECT_TRUE(AllClose(got[1 + k], want.grads[k].tensor(), 1e-4, 1e-5))
+          << "d/d argument " << wrt[k] << ": " << got[1 + k].ToString() << " vs " << want.grads[k].ToString() << "\n"
+          << r.ToText();
+    }
+    for (size_t k = 0; finite_differences && k < wrt.size(); ++k) {
+      const Tensor& x = leaves[wrt[k]];
+      for (int64_t i = 0; i < x.numel(); ++i) {
+        const double h = 1e-2;
+        auto loss_at = [&](double delta) {
+          std::vector<Tensor> moved = leaves;
+          moved[wrt[k]] = x.Clone();
+          moved[wrt[k]].data<float>()[i] += static_cast<float>(delta);
+          return static_cast<double>(exe->Run(moved)[0].data<float>()[0]);
+        };
+        const double numeric = (loss_at(h) - loss_at(-h)) / (2 * h);
+        const double analytic = got[1 + k].data<float>()[i];
+        EXPECT_NEAR(analytic, numeric, 2e-2 * std::max(1.0, std::abs(numeric))) << "d/d argument " << wrt[k] << "[" << i << "]";
+      }
+    }
     return stats;
   }
 
@@ -109,6 +168,52 @@ TEST_F(ControlFlowTest, ALongLoopRunsInConstantStack) {
   Value n(Tensor::FromVector<int64_t>({}, {100000}));
   ControlFlowStats stats = Check("count", {x, n});
   EXPECT_EQ(stats.calls, 2);
+}
+
+TEST_F(ControlFlowTest, GradientsFollowTheBranchEachCallTook) {
+  Rng rng(3);
+  Value x(RandomUniform(rng, {4, 8}, -1, 1)), w(RandomUniform(rng, {8, 8}, -1, 1));
+  for (float t : {-100.0f, 100.0f}) {
+    ControlFlowStats stats = CheckGrad("gate_loss", {x, w, Value(Tensor::Scalar(t))}, {0, 1, 2});
+    EXPECT_EQ(stats.branches, 1);
+    EXPECT_GE(stats.vjp_regions, 3);
+  }
+}
+
+TEST_F(ControlFlowTest, GradientsOfAChosenFunctionOnBothSides) {
+  auto vec = [](float a, float b, float c) { return Value(Tensor::FromVector<float>({3}, {a, b, c})); };
+  for (float y : {0.5f, -0.25f}) {
+    CheckGrad("act", {vec(0.1f, -0.2f, 0.3f), Value(Tensor::Scalar(y)), vec(0.7f, -0.1f, 0.2f)}, {0, 1, 2},
+              /*finite_differences=*/true);
+  }
+}
+
+TEST_F(ControlFlowTest, GradientsThroughALoopTheDataEnds) {
+  Rng rng(4);
+  Value h(RandomUniform(rng, {1, 16}, -1, 1)), w(RandomUniform(rng, {16, 16}, -0.6f, 0.6f));
+  CheckGrad("run", {h, w}, {0, 1});
+  Value x(Tensor::FromVector<float>({2}, {0.3f, -1.0f})), v(Tensor::FromVector<float>({2}, {1.5f, 0.5f}));
+  for (int64_t n : {0, 1, 7, 10000}) {
+    CheckGrad("count_loss", {x, v, Value(Tensor::FromVector<int64_t>({}, {n}))}, {0, 1}, /*finite_differences=*/n == 7);
+  }
+}
+
+TEST_F(ControlFlowTest, GradientsThroughARecursionThatReturnsIntoItsCaller) {
+  Value x(Tensor::FromVector<float>({3}, {0.3f, -0.4f, 0.5f})), w(Tensor::FromVector<float>({3}, {0.9f, 1.1f, -0.7f}));
+  for (int64_t n : {0, 3, 50}) {
+    ControlFlowStats stats = CheckGrad("nest_loss", {x, w, Value(Tensor::FromVector<int64_t>({}, {n}))}, {0, 1},
+                                       /*finite_differences=*/n == 3);
+    EXPECT_GE(stats.calls, 2);
+  }
+}
+
+TEST_F(ControlFlowTest, GradModeTakesAScalarF32LossAndFloatParametersOnly) {
+  Snapshot s = module_.snapshot();
+  Value x(Tensor::FromVector<float>({2}, {0.3f, -1.0f})), n(Tensor::FromVector<int64_t>({}, {3}));
+  Residual count = PartialEvaluate(*s, "count", {x, n});
+  EXPECT_THROW(CompileControlFlow(*session_, count.main, count.functions, {{}, std::vector<int>{0}}), JitFailure);
+  Residual loss = PartialEvaluate(*s, "count_loss", {x, x, n});
+  EXPECT_THROW(CompileControlFlow(*session_, loss.main, loss.functions, {{}, std::vector<int>{2}}), JitFailure);
 }
 
 TEST_F(ControlFlowTest, StraightLineCodeIsLeftToTheStraightLineCompiler) {

@@ -115,7 +115,7 @@ struct Tally {
   int programs = 0;
   int native = 0;                // compiled natively in both modes, every input
   int refused = 0;               // a compile or autodiff refused (a dynamic if)
-  int regions = 0;               // value-mode residuals with control flow run as native regions
+  int regions = 0;               // residuals with control flow run as native regions (either mode)
   int batched = 0;               // specializations Batch() rewrote
   int compared = 0;              // tensors compared, all tiers
   std::map<std::string, int> reasons;  // refusal reasons, locations dropped
@@ -144,7 +144,7 @@ class DifferentialTest : public testing::TestWithParam<int> {
     Func program;              // what is compiled: residual.main, batched, differentiated
     Snapshot program_module;   // `program` as entry "program", when it is not the residual
     ExecutablePtr native;      // null when refused or not compiled
-    ExecutablePtr regions;     // value mode, control flow: native regions and their driver (jit/control_flow.h)
+    ExecutablePtr regions;     // control flow: native regions and their driver (jit/control_flow.h)
   };
 
   // One program on its three inputs; failures are collected in `log_`.
@@ -221,11 +221,26 @@ class DifferentialTest : public testing::TestWithParam<int> {
         // Not straight-line code (a dynamic if): the engine goes on unbatched.
       }
     }
+    // As the engine's native compile step does with control flow: native
+    // regions and the driver between them, in grad mode with the regions' VJPs.
+    auto compile_regions = [&](const CompileOptions& options) {
+      ControlFlowOptions regions{options, std::nullopt};
+      if (grad) regions.wrt = FloatWrtLeaves(args);
+      c.regions = CompileControlFlow(*session_, c.program, c.residual.functions, regions);
+      keep_->push_back(c.regions);
+      ++tally.regions;
+    };
+    CompileOptions options;
+    options.keep_plan = OnlySeed().has_value();
+    // Every other program with freed arena buffers poisoned: a memory plan
+    // overlapping live buffers then shows up as a wrong answer.
+    options.poison_dead_buffers = p_->seed % 2 == 1;
     if (grad) {
       try {
         c.program = Differentiate(c.program, FloatWrtLeaves(args));
       } catch (const JitFailure& e) {
         refused(e, "autodiff");
+        if (compile && HasControlFlow(c.program)) compile_regions(options);
         return c;
       }
     }
@@ -236,11 +251,6 @@ class DifferentialTest : public testing::TestWithParam<int> {
       if (OnlySeed()) std::printf("---- %sbatched/differentiated\n%s\n", where.c_str(), PrintFunction("program", c.program).c_str());
     }
     if (!compile) return c;
-    CompileOptions options;
-    options.keep_plan = OnlySeed().has_value();
-    // Every other program with freed arena buffers poisoned: a memory plan
-    // overlapping live buffers then shows up as a wrong answer.
-    options.poison_dead_buffers = p_->seed % 2 == 1;
     try {
       CompileReport report;
       c.native = session_->Compile(c.program, options, &report);
@@ -248,12 +258,7 @@ class DifferentialTest : public testing::TestWithParam<int> {
       keep_->push_back(c.native);
     } catch (const JitFailure& e) {
       refused(e, "compile");
-      // As the engine's native compile step does next.
-      if (!grad && HasControlFlow(c.program)) {
-        c.regions = CompileControlFlow(*session_, c.program, c.residual.functions, options);
-        keep_->push_back(c.regions);
-        ++tally.regions;
-      }
+      if (!grad && HasControlFlow(c.program)) compile_regions(options);
     }
     if (OnlySeed()) std::printf("---- %s%s\n", where.c_str(), c.native ? "compiled natively" : "refused");
     return c;
@@ -367,7 +372,7 @@ TEST_P(DifferentialTest, CompiledCodeAndResidualsAgreeWithTheInterpreter) {
   std::string reasons;
   for (const auto& [why, n] : tally.reasons) reasons += "\n  " + std::to_string(n) + "x " + why;
   std::printf("programs %d-%d: %d checked, %d compiled natively in value and grad mode on every input, %d refused; "
-              "%d value-mode residuals with control flow as native regions; "
+              "%d residuals with control flow as native regions (values and gradients); "
               "%d specializations batched, %d tensors compared%s\n",
               first, last - 1, tally.programs, tally.native, tally.refused, tally.regions, tally.batched, tally.compared,
               reasons.c_str());

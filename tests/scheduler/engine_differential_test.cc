@@ -93,14 +93,10 @@ TEST(EngineDifferentialTest, CompiledCallsAndGradientsMatchTheInterpreterInEvery
 
       ExpectTheInterpretersGradients(loss.value_and_grad(args, p.wrt), interp.CallWithGrad(*s, p.loss, args, p.wrt),
                                      p.wrt);
+      // Grad mode too: a dynamic if as native regions with their VJPs.
       CodeStatus grad_code = loss.status(args, p.wrt);
-      // Grad mode compiles straight-line residuals only: a dynamic if is refused.
-      if (grad_code.failed()) {
-        EXPECT_NE(grad_code.reason.find("dynamic"), std::string::npos) << grad_code.reason;
-      } else {
-        EXPECT_EQ(grad_code.tier, "native") << CodeStateName(grad_code.state) << ": " << grad_code.reason;
-        native_grads += grad_code.tier == "native";
-      }
+      EXPECT_EQ(grad_code.tier, "native") << CodeStateName(grad_code.state) << ": " << grad_code.reason;
+      native_grads += grad_code.tier == "native";
     }
   }
   std::printf("%d programs, 2 inputs each: %d value calls and %d gradients served by native code\n", kPrograms,

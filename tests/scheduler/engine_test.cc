@@ -169,6 +169,54 @@ def @clamp(%x: Tensor[(3,), f32]) -> Tensor[(3,), f32] {
   EXPECT_EQ(clamp.stats().calls_compiled(), 2);
 }
 
+// Grad mode through control flow: the regions' VJPs along the path the
+// call took; a loop the data ends (@count_down) in both modes.
+TEST_F(EngineTest, GradientsThroughControlFlowRunAsNativeRegions) {
+  Start(Options(Policy::Sync()));
+  engine_->module().AddSource(R"(
+def @clamp_loss(%x: Tensor[(3,), f32], %w: Tensor[(3,), f32]) -> Tensor[(), f32] {
+  let %y = mul(%x, %w);
+  sum(mul(if (greater(sum(%y), 0f32)) { tanh(%y) } else { neg(%y) }, %w))
+})", "clamp.pj");
+  Snapshot s = engine_->module().snapshot();
+  auto expect_native = [&](const Entry& entry, const std::string& name, const std::vector<Value>& args,
+                           const std::vector<int>& wrt) {
+    ValueAndGrad got = entry.value_and_grad(args, wrt);
+    Interpreter::ValueAndGrad want = Interpreter().CallWithGrad(*s, name, args, wrt);
+    EXPECT_TRUE(ValueAllClose(got.value, want.value, 1e-6, 1e-7));
+    for (size_t k = 0; k < wrt.size(); ++k) EXPECT_TRUE(ValueAllClose(got.grads[k], want.grads[k], 1e-5, 1e-6));
+    CodeStatus status = entry.status(args, wrt);
+    ASSERT_EQ(status.state, State::kReady) << status.reason;
+    EXPECT_EQ(status.tier, "native");
+  };
+  Entry clamp = engine_->entry("clamp_loss");
+  Value w(Tensor::FromVector<float>({3}, {0.5f, -1.5f, 2.0f}));
+  for (float sign : {1.0f, -1.0f}) {
+    expect_native(clamp, "clamp_loss", {Value(Tensor::FromVector<float>({3}, {sign * 0.5f, 0.25f, sign * 1.0f})), w},
+                  {0, 1});
+  }
+  Entry count_down = engine_->entry("count_down");
+  std::vector<Value> loop = {I(5), Value(Tensor::Scalar(1.5f))};
+  EXPECT_TRUE(ValueAllClose(count_down.call(loop), Reference("count_down", loop), 1e-6, 1e-7));
+  EXPECT_EQ(count_down.status(loop).tier, "native");
+  expect_native(count_down, "count_down", loop, {1});
+  EXPECT_EQ(count_down.stats().calls_compiled(), 2);
+}
+
+// A compile hook of the Residual-only form is never handed a program it
+// would have to differentiate: that call is refused for it, and the
+// interpreter answers.
+TEST_F(EngineTest, AHookThatDoesNotDifferentiateIsNotAskedTo) {
+  Start(Options(Policy::Sync(), [](EngineOptions& o) { o.compile = CompileWithResidualInterpreter; }));
+  Entry count_down = engine_->entry("count_down");
+  std::vector<Value> loop = {I(3), Value(Tensor::Scalar(1.5f))};
+  ValueAndGrad got = count_down.value_and_grad(loop, {1});
+  EXPECT_TRUE(ValueAllClose(got.grads.at(0), Value(Tensor::Scalar(8.0f)), 1e-6, 1e-7));
+  CodeStatus status = count_down.status(loop, {1});
+  EXPECT_EQ(status.state, State::kFailed);
+  EXPECT_EQ(status.reason, "compile: the compile hook takes differentiated programs only, and autodiff takes no control flow");
+}
+
 TEST_F(EngineTest, HotPolicyCompilesOnlyAfterNCalls) {
   std::atomic<int> compiles{0};
   Start(Options(Policy::Parse("hot:3"), [&](EngineOptions& o) {

@@ -30,8 +30,8 @@ using namespace testing_trace;
 using State = CodeStatus::State;
 
 // A run touching most events: native code in value and grad mode, a hit, an
-// eviction (one specialization per entry), two refusals, a prefetch and an
-// edit that invalidates.
+// eviction (one specialization per entry), a loop compiled as native regions
+// (@count_down), a refusal, a prefetch and an edit that invalidates.
 struct Scenario {
   EntryStats loss, other, count_down, wrap;
   std::string loss_sig;  // of the first tree
@@ -58,7 +58,7 @@ struct Scenario {
     o.prefetch(m2);
     ASSERT_EQ(o.wait_ready(m2).state, State::kReady);
     c.call({I(3), Value(Tensor::Scalar(1))});
-    ASSERT_EQ(c.wait_ready({I(3), Value(Tensor::Scalar(1))}).state, State::kFailed);
+    ASSERT_EQ(c.wait_ready({I(3), Value(Tensor::Scalar(1))}).state, State::kReady);
     w.call({Value(Tensor::FromVector<float>({2}, {1, 2}))});
     ASSERT_EQ(w.wait_ready({Value(Tensor::FromVector<float>({2}, {1, 2}))}).state, State::kFailed);
     engine.module().AddSource(kHelperAgain, "edit.pj", /*replace_existing=*/true);
@@ -289,8 +289,9 @@ TEST(Tracing, TheSummaryOfTheTraceFileIsTheBlockTheEngineLogged) {
   }
   EXPECT_EQ(scenario.loss.evicted, 1);
   EXPECT_GE(scenario.loss.invalidated, 1);
-  EXPECT_EQ(stats.entries().at("count_down").refused, 1);
-  EXPECT_EQ(stats.stage("job").count(), 5u);  // loss: 2, and 1 after the edit; other: 2
+  EXPECT_EQ(stats.entries().at("count_down").compiled, 1);
+  EXPECT_EQ(stats.entries().at("wrap").refused, 1);
+  EXPECT_EQ(stats.stage("job").count(), 6u);  // loss: 2, and 1 after the edit; other: 2; count_down: 1
 }
 
 TEST(Tracing, LogLinesOfSwapMissAndRefusedCarryTheirFields) {
@@ -315,11 +316,11 @@ TEST(Tracing, LogLinesOfSwapMissAndRefusedCarryTheirFields) {
                  R"(code=\S+(KiB|B|MiB)  wait=\S+)")))
       << one("swap       loss");
   EXPECT_EQ(one("miss       loss        " + sig), "miss       loss        " + sig + "  -> interpreter (new, queue=0)");
-  std::string refused = one("refused    count_down");
+  std::string refused = one("refused    wrap");
   EXPECT_TRUE(std::regex_match(refused,
-                               std::regex(R"(refused    count_down  sig=[0-9a-f]{8}  job=\d+  mode=value  wait=\S+  )"
-                                          R"(reason="pe: the residual calls 1 residual function\(s\) \(a loop on )"
-                                          R"(dynamic data, or PE fuel ran out\); not compiled")")))
+                               std::regex(R"(refused    wrap        sig=[0-9a-f]{8}  job=\d+  mode=value  wait=\S+  )"
+                                          R"(reason="result: @wrap returns List\[Tensor\[\(2,\), f32\]\]; only )"
+                                          R"(results of tensors nested in tuples are compiled")")))
       << refused;
   EXPECT_TRUE(std::regex_match(one("invalidate loss"),
                                std::regex(R"(invalidate loss\s+definitions=@helper  slots=\d+)")))
