@@ -237,5 +237,29 @@ void BM_DataEndedLoopCompiled(benchmark::State& state) {
 }
 BENCHMARK(BM_DataEndedLoopCompiled)->Arg(32)->Arg(128)->Unit(benchmark::kMicrosecond);
 
+// The same loop's loss and gradients for the state and the weights: the
+// interpreter's tape against the regions' compiled VJPs run backwards along
+// the recorded path.
+void BM_DataEndedLoopGradInterpreted(benchmark::State& state) {
+  SettleWorkload w(state.range(0));
+  Interpreter interp;
+  Snapshot s = w.module.snapshot();
+  for (auto _ : state) benchmark::DoNotOptimize(interp.CallWithGrad(*s, "run", w.args, {0, 1}));
+}
+BENCHMARK(BM_DataEndedLoopGradInterpreted)->Arg(32)->Arg(128)->Unit(benchmark::kMicrosecond);
+
+void BM_DataEndedLoopGradCompiled(benchmark::State& state) {
+  SettleWorkload w(state.range(0));
+  Residual r = PartialEvaluate(*w.module.snapshot(), "run", w.args);
+  auto session = JitSession::Create();
+  ControlFlowStats stats;
+  ExecutablePtr exe = CompileControlFlow(*session, r.main, r.functions, {{}, std::vector<int>{0, 1}}, &stats);
+  std::vector<Tensor> leaves = Flatten(w.args, {});
+  for (auto _ : state) benchmark::DoNotOptimize(exe->Run(leaves));
+  state.counters["regions"] = stats.regions;
+  state.counters["vjp_regions"] = stats.vjp_regions;
+}
+BENCHMARK(BM_DataEndedLoopGradCompiled)->Arg(32)->Arg(128)->Unit(benchmark::kMicrosecond);
+
 }  // namespace
 }  // namespace pejit
