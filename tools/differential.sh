@@ -31,6 +31,8 @@ native=$({ grep -ho "checked, [0-9]* compiled natively" $logs || true; } | awk '
 # shellcheck disable=SC2086
 regions=$({ grep -ho "refused; [0-9]* residuals with control flow" $logs || true; } | awk '{s += $2} END {print s + 0}')
 # shellcheck disable=SC2086
+loops=$({ grep -ho "[0-9]* of them with loops" $logs || true; } | awk '{s += $1} END {print s + 0}')
+# shellcheck disable=SC2086
 failures=$({ grep -h "^\[  FAILED  \].*programs_" $logs || true; } | wc -l)  # grep finds none: exit 1
-echo "{\"programs\":$n,\"checked\":$checked,\"native_in_both_modes\":$native,\"control_flow_as_native_regions\":$regions,\"failed_cases\":$failures,\"exit\":$rc,\"seconds\":$(( $(date +%s) - start ))}"
+echo "{\"programs\":$n,\"checked\":$checked,\"native_in_both_modes\":$native,\"control_flow_as_native_regions\":$regions,\"with_loops\":$loops,\"failed_cases\":$failures,\"exit\":$rc,\"seconds\":$(( $(date +%s) - start ))}"
 exit $rc

@@ -396,6 +396,7 @@ class Generator {
   std::string Tensor(const Shape& s, const Scope& scope, int depth, const Context& ctx);
   std::string StaticCond(const Scope& scope);
   std::string DynamicCond(const Scope& scope, int depth, const Context& ctx);
+  std::string Loop(const Shape& s, const Scope& scope, int depth, const Context& ctx);
   std::string MatchAdt(const Shape& s, const Scope& scope, int depth, const Context& ctx, const ScopeVar& t);
   std::string FoldCall(const ScopeVar& t, const Scope& scope, const Context& ctx);
 
@@ -1073,6 +1074,7 @@ std::string Generator::Tensor(const Shape& s, const Scope& scope, int depth, con
       return "if (" + cond + ") { " + then + " } else { " + X(s) + " }";
     }
     case kDynamicIf: {
+      if (Coin(0.3)) return Loop(s, scope, depth, ctx);
       Note("dynamic_if");
       std::string cond = DynamicCond(scope, depth, ctx);
       if (Coin(0.3)) {
@@ -1189,6 +1191,31 @@ std::string Generator::Tensor(const Shape& s, const Scope& scope, int depth, con
     case kCount: break;
   }
   return Leaf(s, scope);
+}
+
+// A loop the data ends: @loopK steps its state until a reduction of it
+// falls below a threshold, at most `n` times (a literal count, which partial
+// evaluation does not unroll: the loop stays a residual function). In some,
+// the recursive call is not in tail position: its result is used after it.
+std::string Generator::Loop(const Shape& s, const Scope& scope, int depth, const Context& ctx) {
+  Note("data_ended_loop");
+  const std::string name = "@loop" + std::to_string(extra_defs_.size());
+  const std::string type = TensorText(s);
+  Scope state = {{"%s", F32(s), 6}};
+  const int budget = budget_;
+  budget_ = 3;
+  std::string step = Squash(EnsureUses(Tensor(s, state, 2, Context()), s, state, state));
+  budget_ = budget;
+  std::string again = name + "(" + step + ", sub(%n, 1))";
+  if (Coin(0.4)) {
+    Note("data_ended_loop:nested");
+    again = Squash(Fn("add", {again, "%s"}));
+  }
+  std::string measure = Fn(PickOp({"mean", "max", "sum"}), {"%s"});
+  extra_defs_.push_back("def " + name + "(%s: " + type + ", %n: Tensor[(), i64]) -> " + type + " {\n  if (logical_or(less(" +
+                        measure + ", " + Float(rng_.NextUniform() * 0.6 - 0.3) + "), less_equal(%n, 0))) { %s } else { " +
+                        again + " }\n}\n\n");
+  return name + "(" + Tensor(s, scope, depth - 1, ctx) + ", " + std::to_string(Int(1, 6)) + ")";
 }
 
 // ---- definitions --------------------------------------------------------------------

@@ -22,7 +22,8 @@
 //   - let sharing (a value used at least twice), tuples and projections;
 //   - `if` on static conditions (constants, depth counters, the static
 //     argument) and, in a fraction of programs, on dynamic data (also
-//     returning pairs, taken apart by tuple patterns);
+//     returning pairs, taken apart by tuple patterns), and loops the data
+//     ends (residual functions, some not tail-recursive);
 //   - `match` on the ADT arguments (nested patterns, wildcards), on local
 //     Maybe values and tuples;
 //   - structural recursion over the ADT arguments: folds (mutually recursive
