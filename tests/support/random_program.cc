@@ -1199,13 +1199,13 @@ std::string Generator::Tensor(const Shape& s, const Scope& scope, int depth, con
 // the recursive call is not in tail position: its result is used after it.
 std::string Generator::Loop(const Shape& s, const Scope& scope, int depth, const Context& ctx) {
   Note("data_ended_loop");
-  const std::string name = "@loop" + std::to_string(extra_defs_.size());
   const std::string type = TensorText(s);
   Scope state = {{"%s", F32(s), 6}};
   const int budget = budget_;
   budget_ = 3;
   std::string step = Squash(EnsureUses(Tensor(s, state, 2, Context()), s, state, state));
   budget_ = budget;
+  const std::string name = "@loop" + std::to_string(extra_defs_.size());  // after those the step defined
   std::string again = name + "(" + step + ", sub(%n, 1))";
   if (Coin(0.4)) {
     Note("data_ended_loop:nested");
