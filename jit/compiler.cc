@@ -30,6 +30,8 @@
 // functions as the reference kernels and agrees exactly.
 #include "jit/compiler.h"
 
+#include <llvm/Support/MemoryBuffer.h>
+
 #include <llvm/ExecutionEngine/Orc/CompileUtils.h>
 #include <llvm/ExecutionEngine/Orc/ExecutionUtils.h>
 #include <llvm/ExecutionEngine/Orc/LLJIT.h>
@@ -56,7 +58,11 @@
 #include <map>
 #include <mutex>
 #include <new>
+#include <random>
 #include <set>
+
+#include "jit/image.h"
+#include "jit/native_executable.h"
 
 namespace pejit {
 namespace {
@@ -79,10 +85,8 @@ void Check(llvm::Error err, const std::string& what) {
 
 namespace {
 
-using KernelFn = void (*)(void* const* buffers, int64_t outer);
-
-// One LLVM module's machine code: removed from the JIT when the last
-// executable using one of its kernels lets go.
+// One LLVM module's machine code (CodeObject::loaded): removed from the JIT
+// when the last executable using one of its kernels lets go.
 class CodeModule {
  public:
   CodeModule(std::shared_ptr<JitSession::State> state, llvm::orc::ResourceTrackerSP tracker);
@@ -95,7 +99,8 @@ class CodeModule {
 
 struct CachedKernel {
   KernelFn fn = nullptr;
-  std::weak_ptr<CodeModule> module;
+  std::string symbol;
+  std::weak_ptr<const CodeObject> object;
 };
 
 }  // namespace
@@ -103,14 +108,21 @@ struct CachedKernel {
 struct JitSession::State {
   std::unique_ptr<llvm::orc::LLJIT> jit;
   std::string cpu;
+  // Module (and symbol) names are "pejit_<nonce>_<n>": the nonce, random per
+  // session, keeps the symbols of objects another process wrote (images)
+  // apart from this session's.
+  std::string nonce;
   std::atomic<uint64_t> next_module{0};
   std::atomic<int> live_modules{0};
-  // Object code bytes per module, as ORC links them (on any thread).
+  // Each module's object file, as ORC links it (on any thread), until the
+  // compile that made it takes it.
   std::mutex object_mu;
-  std::map<std::string, size_t> object_bytes;
-  // Fused kernels of live modules, by what they compute (Codegen::KeyOf).
+  std::map<std::string, std::shared_ptr<const std::string>> objects;
+  // Fused kernels of live modules, by what they compute (Codegen::KeyOf),
+  // and the live objects by name (an image's objects link once).
   std::mutex kernels_mu;
   std::map<std::string, CachedKernel> kernels;
+  std::map<std::string, std::weak_ptr<const CodeObject>> linked;
 };
 
 namespace {
@@ -173,236 +185,6 @@ LoopNest NestOf(const Plan& plan, const PlanStep& step) {
   }
   return nest;
 }
-
-// The calling thread's arena for the intermediate buffers of one compiled
-// call, grown to the largest call it ran and kept (for the thread's life):
-// instead of a malloc and free of megabytes per step (a minibatch of trees),
-// memory still in cache from the previous step. A thread runs one compiled
-// call at a time; a call made from inside another (none today) gets memory
-// of its own.
-class ThreadArena {
- public:
-  explicit ThreadArena(int64_t bytes) {
-    State& s = state();
-    if (s.busy || bytes > s.capacity) {
-      // Rounded up so that slowly growing minibatches do not reallocate every time.
-      int64_t capacity = bytes > (int64_t{1} << 60) ? bytes : std::max<int64_t>(4096, bytes + bytes / 4);
-      capacity = (capacity + 63) / 64 * 64;
-      owned_.reset(static_cast<char*>(std::aligned_alloc(64, static_cast<size_t>(capacity))));
-      if (!owned_) throw TensorAllocError(capacity, "the compiled code's arena (its intermediate tensors)");
-      if (s.busy) {
-        data_ = owned_.get();
-        return;
-      }
-      s.memory = std::move(owned_);
-      s.capacity = capacity;
-    }
-    s.busy = true;
-    data_ = s.memory.get();
-  }
-  ~ThreadArena() {
-    if (!owned_) state().busy = false;
-  }
-  ThreadArena(const ThreadArena&) = delete;
-  ThreadArena& operator=(const ThreadArena&) = delete;
-  char* data() const { return data_; }
-
- private:
-  struct Free {
-    void operator()(char* p) const { std::free(p); }
-  };
-  struct State {
-    std::unique_ptr<char, Free> memory;
-    int64_t capacity = 0;
-    bool busy = false;
-  };
-  static State& state() {
-    thread_local State s;
-    return s;
-  }
-  std::unique_ptr<char, Free> owned_;  // set only for a nested call's own memory
-  char* data_ = nullptr;
-};
-
-class NativeExecutable final : public Executable {
- public:
-  // `kernels[i]`: the function of step i when it is fused, else null.
-  // `modules`: the code of every kernel it calls.
-  NativeExecutable(Plan plan, std::vector<KernelFn> kernels, std::vector<int64_t> outer,
-                   std::vector<std::shared_ptr<CodeModule>> modules, size_t code_bytes, bool poison, bool profile)
-      : plan_(std::move(plan)), kernels_(std::move(kernels)), outer_(std::move(outer)), modules_(std::move(modules)),
-        code_bytes_(code_bytes), poison_(poison), step_ns_(profile ? plan_.steps.size() : 0) {
-    // What each step reads and writes, in the order its kernel wants them.
-    for (const PlanStep& step : plan_.steps) {
-      operand_begin_.push_back(operands_.size());
-      if (step.kind == PlanStep::Kind::kFused) {
-        operands_.push_back(step.outputs[0]);
-        for (const FusedNode& n : step.nodes) {
-          if (n.kind == FusedNode::Kind::kLoad) operands_.push_back(n.buffer);
-        }
-      } else {
-        operands_.insert(operands_.end(), step.inputs.begin(), step.inputs.end());
-        operands_.insert(operands_.end(), step.outputs.begin(), step.outputs.end());
-      }
-    }
-    operand_begin_.push_back(operands_.size());
-    // Where each buffer is, resolved once: a run then walks short arrays
-    // instead of every buffer's description.
-    for (size_t b = 0; b < plan_.buffers.size(); ++b) {
-      const PlanBuffer& buf = plan_.buffers[b];
-      int i = static_cast<int>(b);
-      switch (buf.kind) {
-        case PlanBuffer::Kind::kParam: params_.push_back({i, buf.param}); break;
-        case PlanBuffer::Kind::kArena: arena_.push_back({i, buf.offset}); break;
-        case PlanBuffer::Kind::kConstant: constants_.push_back({i, const_cast<void*>(buf.constant.raw_data())}); break;
-        case PlanBuffer::Kind::kAlias: {
-          auto [root, offset] = plan_.ViewOf(i);
-          views_.push_back({i, root, offset});
-          break;
-        }
-        case PlanBuffer::Kind::kResult: break;
-      }
-    }
-  }
-
-  std::vector<Tensor> Run(std::span<const Tensor> inputs) const override {
-    if (inputs.size() != plan_.params.size()) {
-      throw std::invalid_argument("compiled function takes " + std::to_string(plan_.params.size()) + " inputs, got " +
-                                  std::to_string(inputs.size()));
-    }
-    std::vector<Tensor> results;
-    ThreadArena arena(plan_.arena_bytes);
-    std::vector<void*> address(plan_.buffers.size(), nullptr);
-    for (auto [b, param] : params_) {
-      const Tensor& in = inputs[param];
-      const TensorType& want = plan_.buffers[b].type;
-      if (!in.defined() || in.type() != want) {
-        throw std::invalid_argument("input " + std::to_string(param) + " of the compiled function must be " +
-                                    want.ToString() + ", got " + (in.defined() ? in.type().ToString() : "nothing"));
-      }
-      address[b] = const_cast<void*>(in.raw_data());
-    }
-    for (auto [b, offset] : arena_) address[b] = arena.data() + offset;
-    for (auto [b, data] : constants_) address[b] = data;
-    for (int b : plan_.results) {
-      const TensorType& t = plan_.buffers[b].type;
-      results.push_back(Tensor::Empty(t.dtype, t.shape));
-      address[b] = results.back().raw_data();
-    }
-    for (const View& v : views_) address[v.buffer] = static_cast<char*>(address[v.root]) + v.offset;
-    std::vector<void*> ptrs;
-    const bool profile = !step_ns_.empty();
-    for (size_t s = 0; s < plan_.steps.size(); ++s) {
-      ptrs.clear();
-      for (size_t k = operand_begin_[s]; k < operand_begin_[s + 1]; ++k) ptrs.push_back(address[operands_[k]]);
-      Clock::time_point start;
-      if (profile) start = Clock::now();
-      if (kernels_[s]) {
-        kernels_[s](ptrs.data(), outer_[s]);
-      } else if (plan_.steps[s].kind == PlanStep::Kind::kCopy) {
-        char* to = static_cast<char*>(ptrs.back());
-        for (const CopyBlock& b : plan_.steps[s].blocks) {
-          std::memcpy(to + b.to, static_cast<const char*>(ptrs[b.input]) + b.from, b.bytes);
-        }
-      } else {
-        RunKernel(plan_.steps[s], ptrs);
-      }
-      if (profile) {
-        auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - start).count();
-        step_ns_[s].fetch_add(ns, std::memory_order_relaxed);
-      }
-      if (poison_) Poison(static_cast<int>(s), address);
-    }
-    if (profile) runs_.fetch_add(1, std::memory_order_relaxed);
-    return results;
-  }
-
-  std::vector<ProfileLine> profile() const override {
-    std::map<std::string, ProfileLine> by_kind;
-    for (size_t s = 0; s < step_ns_.size(); ++s) {
-      const PlanStep& step = plan_.steps[s];
-      std::string kind = step.kind == PlanStep::Kind::kFused  ? "fused"
-                         : step.kind == PlanStep::Kind::kCopy ? "copy"
-                                                              : step.op->name;
-      ProfileLine& line = by_kind[kind];
-      line.step = kind;
-      ++line.steps;
-      line.seconds += static_cast<double>(step_ns_[s].load(std::memory_order_relaxed)) * 1e-9;
-      line.flops += GemmFlops(step);
-    }
-    std::vector<ProfileLine> lines;
-    for (auto& [kind, line] : by_kind) lines.push_back(std::move(line));
-    std::sort(lines.begin(), lines.end(), [](const auto& a, const auto& b) { return a.seconds > b.seconds; });
-    return lines;
-  }
-  int64_t profiled_runs() const override { return runs_.load(std::memory_order_relaxed); }
-
-  const Type& result_type() const override { return plan_.result_type; }
-  size_t code_bytes() const override { return code_bytes_; }
-  const char* tier() const override { return "native"; }
-
- private:
-  // 2·m·n·k of a matrix product step, 0 for others.
-  double GemmFlops(const PlanStep& step) const {
-    if (step.kind != PlanStep::Kind::kKernel || step.op->fusion != FusionKind::kGemm) return 0;
-    const Shape& a = plan_.buffers[step.inputs[0]].type.shape;
-    const Shape& out = plan_.buffers[step.outputs[0]].type.shape;
-    if (a.size() != 2 || out.size() != 2) return 0;
-    const AttrValue* transposed = step.attrs.Find("transpose_a");
-    bool transpose_a = transposed && std::get<bool>(*transposed);
-    return 2.0 * static_cast<double>(out[0]) * static_cast<double>(out[1]) *
-           static_cast<double>(transpose_a ? a[0] : a[1]);
-  }
-
-  // A registered operator's kernel on views of the buffers (inputs, then outputs).
-  void RunKernel(const PlanStep& step, const std::vector<void*>& ptrs) const {
-    std::vector<Tensor> ins, outs;
-    size_t k = 0;
-    for (int b : step.inputs) {
-      const TensorType& t = plan_.buffers[b].type;
-      ins.push_back(Tensor::Wrap(ptrs[k++], t.dtype, t.shape, nullptr));
-    }
-    for (int b : step.outputs) {
-      const TensorType& t = plan_.buffers[b].type;
-      outs.push_back(Tensor::Wrap(ptrs[k++], t.dtype, t.shape, nullptr));
-    }
-    // Nothing to compute when every output is empty.
-    if (std::any_of(outs.begin(), outs.end(), [](const Tensor& t) { return t.numel() > 0; })) {
-      step.op->kernel(ins, outs, step.attrs);
-    }
-  }
-
-  // Debug mode: overwrite arena buffers right after their last use.
-  void Poison(int step, const std::vector<void*>& address) const {
-    for (size_t i = 0; i < plan_.buffers.size(); ++i) {
-      const PlanBuffer& buf = plan_.buffers[i];
-      if (buf.kind == PlanBuffer::Kind::kArena && buf.last_step == step && buf.bytes() > 0) {
-        std::memset(address[i], 0xff, static_cast<size_t>(buf.bytes()));  // NaN floats, -1 integers
-      }
-    }
-  }
-
-  Plan plan_;
-  std::vector<KernelFn> kernels_;
-  std::vector<int64_t> outer_;  // per fused step: its kernel's outermost extent
-  // Step s's operands are operands_[operand_begin_[s] .. operand_begin_[s + 1]).
-  std::vector<int> operands_;
-  std::vector<size_t> operand_begin_;
-  std::vector<std::pair<int, int>> params_;         // (buffer, input)
-  std::vector<std::pair<int, int64_t>> arena_;      // (buffer, offset in the arena)
-  std::vector<std::pair<int, void*>> constants_;    // (buffer, data)
-  struct View {
-    int buffer, root;
-    int64_t offset;
-  };
-  std::vector<View> views_;  // every view buffer: the buffer it views and where
-  // Dropped with the last holder, when no call can still be running the code.
-  std::vector<std::shared_ptr<CodeModule>> modules_;
-  size_t code_bytes_;
-  bool poison_;
-  mutable std::vector<std::atomic<int64_t>> step_ns_;  // per step, when profiling
-  mutable std::atomic<int64_t> runs_{0};
-};
 
 }  // namespace
 
@@ -787,6 +569,10 @@ std::unique_ptr<JitSession> JitSession::Create() {
     llvm::InitializeNativeTargetAsmPrinter();
   });
   auto state = std::make_shared<State>();
+  char nonce[17];
+  std::snprintf(nonce, sizeof nonce, "%016llx",
+                static_cast<unsigned long long>(std::random_device()()) << 32 ^ std::random_device()());
+  state->nonce = nonce;
   auto jtmb = Unwrap(llvm::orc::JITTargetMachineBuilder::detectHost(), "detecting the host CPU");
   state->cpu = jtmb.getCPU();
   // Workers compile at once: each compile needs a TargetMachine of its own
@@ -810,8 +596,9 @@ std::unique_ptr<JitSession> JitSession::Create() {
   jit.getObjTransformLayer().setTransform([raw](std::unique_ptr<llvm::MemoryBuffer> object) {
     // ORC names object buffers "<module>-jitted-objectbuffer".
     std::string module = object->getBufferIdentifier().split("-jitted").first.str();
+    auto bytes = std::make_shared<const std::string>(object->getBuffer().str());
     std::lock_guard<std::mutex> lock(raw->object_mu);
-    raw->object_bytes[module] += object->getBufferSize();
+    raw->objects[module] = std::move(bytes);
     return llvm::Expected<std::unique_ptr<llvm::MemoryBuffer>>(std::move(object));
   });
   return std::unique_ptr<JitSession>(new JitSession(std::move(state)));
@@ -851,26 +638,33 @@ ExecutablePtr JitSession::Compile(const Func& program, const CompileOptions& opt
     keys[i] = Codegen::KeyOf(plan, plan.steps[i], nests[i]) + (options.optimize_machine_code ? "O2" : "");
     outer[i] = nests[i].dims[0];
   }
-  std::map<std::string, KernelFn> functions;  // by key
-  std::vector<std::shared_ptr<CodeModule>> modules;
+  std::map<std::string, int> functions;  // key → index in `refs`
+  std::vector<KernelRef> refs;
+  std::vector<std::shared_ptr<const CodeObject>> objects;
+  auto object_index = [&](std::shared_ptr<const CodeObject> o) {
+    for (size_t i = 0; i < objects.size(); ++i) {
+      if (objects[i] == o) return static_cast<int>(i);
+    }
+    objects.push_back(std::move(o));
+    return static_cast<int>(objects.size()) - 1;
+  };
   {
     std::lock_guard<std::mutex> lock(state_->kernels_mu);
-    std::set<CodeModule*> held;
     for (const std::string& key : keys) {
       if (key.empty() || functions.count(key)) continue;
       auto it = state_->kernels.find(key);
       if (it == state_->kernels.end()) continue;
-      std::shared_ptr<CodeModule> m = it->second.module.lock();
-      if (!m) {
+      std::shared_ptr<const CodeObject> o = it->second.object.lock();
+      if (!o) {
         state_->kernels.erase(it);
         continue;
       }
-      functions[key] = it->second.fn;
-      if (held.insert(m.get()).second) modules.push_back(std::move(m));
+      functions[key] = static_cast<int>(refs.size());
+      refs.push_back({it->second.fn, it->second.symbol, key, object_index(std::move(o))});
     }
   }
   r.reused_fused_kernels = static_cast<int>(functions.size());
-  std::string prefix = "pejit_" + std::to_string(state_->next_module.fetch_add(1));
+  std::string prefix = "pejit_" + state_->nonce + "_" + std::to_string(state_->next_module.fetch_add(1));
   auto context = std::make_unique<llvm::LLVMContext>();
   auto module = std::make_unique<llvm::Module>(prefix, *context);
   llvm::orc::LLJIT& jit = *state_->jit;
@@ -910,29 +704,86 @@ ExecutablePtr JitSession::Compile(const Func& program, const CompileOptions& opt
     llvm::orc::ResourceTrackerSP tracker = jit.getMainJITDylib().createResourceTracker();
     Check(jit.addIRModule(tracker, llvm::orc::ThreadSafeModule(std::move(module), std::move(context))),
           "adding the module");
-    auto own = std::make_shared<CodeModule>(state_, tracker);
-    for (const auto& [key, name] : emitted) {
-      functions[key] = Unwrap(jit.lookup(name), "compiling " + name).toPtr<KernelFn>();
-    }
+    auto own = std::make_shared<CodeObject>();
+    own->name = prefix;
+    own->loaded = std::make_shared<CodeModule>(state_, tracker);
+    std::vector<std::pair<std::string, KernelFn>> made;
+    for (const auto& [key, name] : emitted) made.emplace_back(key, Unwrap(jit.lookup(name), "compiling " + name).toPtr<KernelFn>());
     r.machine_code_ms = Ms(t0);
     {
       std::lock_guard<std::mutex> lock(state_->object_mu);
-      r.code_bytes = state_->object_bytes[prefix];
-      state_->object_bytes.erase(prefix);
+      own->object = state_->objects[prefix];
+      state_->objects.erase(prefix);
     }
+    r.code_bytes = own->object ? own->object->size() : 0;
+    std::shared_ptr<const CodeObject> object = own;
+    const int index = object_index(object);
     std::lock_guard<std::mutex> lock(state_->kernels_mu);
-    for (const auto& [key, name] : emitted) state_->kernels[key] = {functions[key], own};
-    modules.push_back(std::move(own));
+    state_->linked[prefix] = object;
+    for (const auto& [key, fn] : made) {
+      functions[key] = static_cast<int>(refs.size());
+      refs.push_back({fn, emitted.at(key), key, index});
+      state_->kernels[key] = {fn, emitted.at(key), object};
+    }
   }
-  std::vector<KernelFn> kernels(steps, nullptr);
+  std::vector<int> step_kernel(steps, -1);
   for (size_t i = 0; i < steps; ++i) {
-    if (!keys[i].empty()) kernels[i] = functions.at(keys[i]);
+    if (!keys[i].empty()) step_kernel[i] = functions.at(keys[i]);
   }
   for (const PlanBuffer& b : plan.buffers) {
     if (b.kind == PlanBuffer::Kind::kConstant) r.code_bytes += b.constant.nbytes();
   }
-  return std::make_shared<NativeExecutable>(std::move(plan), std::move(kernels), std::move(outer), std::move(modules),
-                                            r.code_bytes, options.poison_dead_buffers, options.profile);
+  return std::make_shared<NativeExecutable>(std::move(plan), std::move(step_kernel), std::move(outer), std::move(refs),
+                                            std::move(objects), r.code_bytes, options.poison_dead_buffers,
+                                            options.profile);
+}
+
+ExecutablePtr JitSession::Load(std::string_view bytes, LoadReport* report) {
+  auto t0 = Clock::now();
+  Image image = DecodeImage(bytes);
+  llvm::orc::LLJIT& jit = *state_->jit;
+  // Each object links once per session: one a live executable has is shared.
+  std::vector<std::shared_ptr<const CodeObject>> objects;
+  for (const Image::Object& o : image.objects) {
+    std::lock_guard<std::mutex> lock(state_->kernels_mu);
+    auto it = state_->linked.find(o.name);
+    std::shared_ptr<const CodeObject> live = it == state_->linked.end() ? nullptr : it->second.lock();
+    if (!live) {
+      llvm::orc::ResourceTrackerSP tracker = jit.getMainJITDylib().createResourceTracker();
+      Check(jit.addObjectFile(tracker, llvm::MemoryBuffer::getMemBufferCopy(*o.bytes, o.name)),
+            "linking object " + o.name);
+      auto own = std::make_shared<CodeObject>();
+      own->name = o.name;
+      own->object = o.bytes;
+      own->loaded = std::make_shared<CodeModule>(state_, tracker);
+      live = own;
+      state_->linked[o.name] = live;
+      if (report) ++report->objects_linked;
+    }
+    objects.push_back(std::move(live));
+  }
+  std::vector<KernelRef> refs;
+  for (const Image::Kernel& k : image.kernels) {
+    KernelFn fn = Unwrap(jit.lookup(k.symbol), "linking " + k.symbol).toPtr<KernelFn>();
+    refs.push_back({fn, k.symbol, k.key, k.object});
+  }
+  {
+    // Later compiles reuse these kernels as they reuse their own.
+    std::lock_guard<std::mutex> lock(state_->kernels_mu);
+    for (const KernelRef& k : refs) {
+      if (!k.key.empty() && !state_->kernels.count(k.key)) state_->kernels[k.key] = {k.fn, k.symbol, objects[k.object]};
+    }
+  }
+  size_t code_bytes = 0;
+  for (const auto& o : objects) code_bytes += o->object ? o->object->size() : 0;
+  for (const PlanBuffer& b : image.plan.buffers) {
+    if (b.kind == PlanBuffer::Kind::kConstant) code_bytes += b.constant.nbytes();
+  }
+  auto exe = std::make_shared<NativeExecutable>(std::move(image.plan), std::move(image.step_kernel),
+                                                std::move(image.outer), std::move(refs), std::move(objects),
+                                                code_bytes, false, false);
+  if (report) report->ms = Ms(t0);
+  return exe;
 }
 
 }  // namespace pejit

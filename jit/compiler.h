@@ -12,6 +12,7 @@
 
 #include <memory>
 #include <string>
+#include <string_view>
 
 #include "ir/expr.h"
 #include "jit/executable.h"
@@ -63,8 +64,20 @@ class JitSession {
   ~JitSession();
 
   // Compiles `program` (straight-line tensor code; see jit/plan.h). Safe to
-  // call from many threads at once. Throws JitFailure.
+  // call from many threads at once. Throws JitFailure. The result is a
+  // NativeExecutable (native_executable.h), whose image (image.h) Load takes.
   ExecutablePtr Compile(const Func& program, const CompileOptions& options = {}, CompileReport* report = nullptr);
+
+  struct LoadReport {
+    int objects_linked = 0;  // object files linked now (the others a live executable had)
+    double ms = 0;
+  };
+  // The executable an image describes, its object files linked into this
+  // session: no lowering, no optimizer, no code generation. The image must
+  // come from this pejit build on a CPU of the same features (the disk
+  // cache's entries say which). Throws ImageError for malformed bytes and
+  // JitFailure for objects that do not link. Safe from many threads.
+  ExecutablePtr Load(std::string_view image, LoadReport* report = nullptr);
 
   const std::string& host_cpu() const;
   // Compiled modules whose code is still loaded (their Executables alive).

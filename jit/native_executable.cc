@@ -1,0 +1,233 @@
+#include "jit/native_executable.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+
+namespace pejit {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// The calling thread's arena for the intermediate buffers of one compiled
+// call, grown to the largest call it ran and kept (for the thread's life):
+// instead of a malloc and free of megabytes per step (a minibatch of trees),
+// memory still in cache from the previous step. A thread runs one compiled
+// call at a time; a call made from inside another (none today) gets memory
+// of its own.
+class ThreadArena {
+ public:
+  explicit ThreadArena(int64_t bytes) {
+    State& s = state();
+    if (s.busy || bytes > s.capacity) {
+      // Rounded up so that slowly growing minibatches do not reallocate every time.
+      int64_t capacity = bytes > (int64_t{1} << 60) ? bytes : std::max<int64_t>(4096, bytes + bytes / 4);
+      capacity = (capacity + 63) / 64 * 64;
+      owned_.reset(static_cast<char*>(std::aligned_alloc(64, static_cast<size_t>(capacity))));
+      if (!owned_) throw TensorAllocError(capacity, "the compiled code's arena (its intermediate tensors)");
+      if (s.busy) {
+        data_ = owned_.get();
+        return;
+      }
+      s.memory = std::move(owned_);
+      s.capacity = capacity;
+    }
+    s.busy = true;
+    data_ = s.memory.get();
+  }
+  ~ThreadArena() {
+    if (!owned_) state().busy = false;
+  }
+  ThreadArena(const ThreadArena&) = delete;
+  ThreadArena& operator=(const ThreadArena&) = delete;
+  char* data() const { return data_; }
+
+ private:
+  struct Free {
+    void operator()(char* p) const { std::free(p); }
+  };
+  struct State {
+    std::unique_ptr<char, Free> memory;
+    int64_t capacity = 0;
+    bool busy = false;
+  };
+  static State& state() {
+    thread_local State s;
+    return s;
+  }
+  std::unique_ptr<char, Free> owned_;  // set only for a nested call's own memory
+  char* data_ = nullptr;
+};
+
+}  // namespace
+
+NativeExecutable::NativeExecutable(Plan plan, std::vector<int> step_kernel, std::vector<int64_t> outer,
+                                   std::vector<KernelRef> kernels, std::vector<std::shared_ptr<const CodeObject>> objects,
+                                   size_t code_bytes, bool poison, bool profile)
+    : plan_(std::move(plan)),
+      step_kernel_(std::move(step_kernel)),
+      outer_(std::move(outer)),
+      kernels_(std::move(kernels)),
+      objects_(std::move(objects)),
+      code_bytes_(code_bytes),
+      poison_(poison),
+      step_ns_(profile ? plan_.steps.size() : 0) {
+  if (step_kernel_.size() != plan_.steps.size() || outer_.size() != plan_.steps.size()) {
+    throw std::invalid_argument("a plan of " + std::to_string(plan_.steps.size()) + " steps with " +
+                                std::to_string(step_kernel_.size()) + " kernel slots");
+  }
+  for (size_t s = 0; s < plan_.steps.size(); ++s) {
+    const int k = step_kernel_[s];
+    if ((k >= 0) != (plan_.steps[s].kind == PlanStep::Kind::kFused) || k >= static_cast<int>(kernels_.size()) ||
+        (k >= 0 && !kernels_[k].fn)) {
+      throw std::invalid_argument("step " + std::to_string(s) + " of the plan has no kernel of its kind");
+    }
+    step_fn_.push_back(k >= 0 ? kernels_[k].fn : nullptr);
+  }
+  // What each step reads and writes, in the order its kernel wants them.
+  for (const PlanStep& step : plan_.steps) {
+    operand_begin_.push_back(operands_.size());
+    if (step.kind == PlanStep::Kind::kFused) {
+      operands_.push_back(step.outputs[0]);
+      for (const FusedNode& n : step.nodes) {
+        if (n.kind == FusedNode::Kind::kLoad) operands_.push_back(n.buffer);
+      }
+    } else {
+      operands_.insert(operands_.end(), step.inputs.begin(), step.inputs.end());
+      operands_.insert(operands_.end(), step.outputs.begin(), step.outputs.end());
+    }
+  }
+  operand_begin_.push_back(operands_.size());
+  // Where each buffer is, resolved once: a run then walks short arrays
+  // instead of every buffer's description.
+  for (size_t b = 0; b < plan_.buffers.size(); ++b) {
+    const PlanBuffer& buf = plan_.buffers[b];
+    int i = static_cast<int>(b);
+    switch (buf.kind) {
+      case PlanBuffer::Kind::kParam: params_.push_back({i, buf.param}); break;
+      case PlanBuffer::Kind::kArena: arena_.push_back({i, buf.offset}); break;
+      case PlanBuffer::Kind::kConstant: constants_.push_back({i, const_cast<void*>(buf.constant.raw_data())}); break;
+      case PlanBuffer::Kind::kAlias: {
+        auto [root, offset] = plan_.ViewOf(i);
+        views_.push_back({i, root, offset});
+        break;
+      }
+      case PlanBuffer::Kind::kResult: break;
+    }
+  }
+}
+
+std::vector<Tensor> NativeExecutable::Run(std::span<const Tensor> inputs) const {
+  if (inputs.size() != plan_.params.size()) {
+    throw std::invalid_argument("compiled function takes " + std::to_string(plan_.params.size()) + " inputs, got " +
+                                std::to_string(inputs.size()));
+  }
+  std::vector<Tensor> results;
+  ThreadArena arena(plan_.arena_bytes);
+  std::vector<void*> address(plan_.buffers.size(), nullptr);
+  for (auto [b, param] : params_) {
+    const Tensor& in = inputs[param];
+    const TensorType& want = plan_.buffers[b].type;
+    if (!in.defined() || in.type() != want) {
+      throw std::invalid_argument("input " + std::to_string(param) + " of the compiled function must be " +
+                                  want.ToString() + ", got " + (in.defined() ? in.type().ToString() : "nothing"));
+    }
+    address[b] = const_cast<void*>(in.raw_data());
+  }
+  for (auto [b, offset] : arena_) address[b] = arena.data() + offset;
+  for (auto [b, data] : constants_) address[b] = data;
+  for (int b : plan_.results) {
+    const TensorType& t = plan_.buffers[b].type;
+    results.push_back(Tensor::Empty(t.dtype, t.shape));
+    address[b] = results.back().raw_data();
+  }
+  for (const View& v : views_) address[v.buffer] = static_cast<char*>(address[v.root]) + v.offset;
+  std::vector<void*> ptrs;
+  const bool profile = !step_ns_.empty();
+  for (size_t s = 0; s < plan_.steps.size(); ++s) {
+    ptrs.clear();
+    for (size_t k = operand_begin_[s]; k < operand_begin_[s + 1]; ++k) ptrs.push_back(address[operands_[k]]);
+    Clock::time_point start;
+    if (profile) start = Clock::now();
+    if (step_fn_[s]) {
+      step_fn_[s](ptrs.data(), outer_[s]);
+    } else if (plan_.steps[s].kind == PlanStep::Kind::kCopy) {
+      char* to = static_cast<char*>(ptrs.back());
+      for (const CopyBlock& b : plan_.steps[s].blocks) {
+        std::memcpy(to + b.to, static_cast<const char*>(ptrs[b.input]) + b.from, b.bytes);
+      }
+    } else {
+      RunKernel(plan_.steps[s], ptrs);
+    }
+    if (profile) {
+      auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - start).count();
+      step_ns_[s].fetch_add(ns, std::memory_order_relaxed);
+    }
+    if (poison_) Poison(static_cast<int>(s), address);
+  }
+  if (profile) runs_.fetch_add(1, std::memory_order_relaxed);
+  return results;
+}
+
+std::vector<ProfileLine> NativeExecutable::profile() const {
+  std::map<std::string, ProfileLine> by_kind;
+  for (size_t s = 0; s < step_ns_.size(); ++s) {
+    const PlanStep& step = plan_.steps[s];
+    std::string kind = step.kind == PlanStep::Kind::kFused  ? "fused"
+                       : step.kind == PlanStep::Kind::kCopy ? "copy"
+                                                            : step.op->name;
+    ProfileLine& line = by_kind[kind];
+    line.step = kind;
+    ++line.steps;
+    line.seconds += static_cast<double>(step_ns_[s].load(std::memory_order_relaxed)) * 1e-9;
+    line.flops += GemmFlops(step);
+  }
+  std::vector<ProfileLine> lines;
+  for (auto& [kind, line] : by_kind) lines.push_back(std::move(line));
+  std::sort(lines.begin(), lines.end(), [](const auto& a, const auto& b) { return a.seconds > b.seconds; });
+  return lines;
+}
+
+// 2·m·n·k of a matrix product step, 0 for others.
+double NativeExecutable::GemmFlops(const PlanStep& step) const {
+  if (step.kind != PlanStep::Kind::kKernel || step.op->fusion != FusionKind::kGemm) return 0;
+  const Shape& a = plan_.buffers[step.inputs[0]].type.shape;
+  const Shape& out = plan_.buffers[step.outputs[0]].type.shape;
+  if (a.size() != 2 || out.size() != 2) return 0;
+  const AttrValue* transposed = step.attrs.Find("transpose_a");
+  bool transpose_a = transposed && std::get<bool>(*transposed);
+  return 2.0 * static_cast<double>(out[0]) * static_cast<double>(out[1]) *
+         static_cast<double>(transpose_a ? a[0] : a[1]);
+}
+
+// A registered operator's kernel on views of the buffers (inputs, then outputs).
+void NativeExecutable::RunKernel(const PlanStep& step, const std::vector<void*>& ptrs) const {
+  std::vector<Tensor> ins, outs;
+  size_t k = 0;
+  for (int b : step.inputs) {
+    const TensorType& t = plan_.buffers[b].type;
+    ins.push_back(Tensor::Wrap(ptrs[k++], t.dtype, t.shape, nullptr));
+  }
+  for (int b : step.outputs) {
+    const TensorType& t = plan_.buffers[b].type;
+    outs.push_back(Tensor::Wrap(ptrs[k++], t.dtype, t.shape, nullptr));
+  }
+  // Nothing to compute when every output is empty.
+  if (std::any_of(outs.begin(), outs.end(), [](const Tensor& t) { return t.numel() > 0; })) {
+    step.op->kernel(ins, outs, step.attrs);
+  }
+}
+
+// Debug mode: overwrite arena buffers right after their last use.
+void NativeExecutable::Poison(int step, const std::vector<void*>& address) const {
+  for (size_t i = 0; i < plan_.buffers.size(); ++i) {
+    const PlanBuffer& buf = plan_.buffers[i];
+    if (buf.kind == PlanBuffer::Kind::kArena && buf.last_step == step && buf.bytes() > 0) {
+      std::memset(address[i], 0xff, static_cast<size_t>(buf.bytes()));  // NaN floats, -1 integers
+    }
+  }
+}
+
+}  // namespace pejit

@@ -1,0 +1,95 @@
+// \file Running a plan (jit/plan.h): the executable compiled code is.
+//
+// A NativeExecutable walks its plan's steps: a fused step calls its kernel
+// (machine code, `void k(ptr* buffers, i64 outer)`), a copy step moves
+// blocks of bytes, any other step runs the operator's registered kernel on
+// views of the buffers. Intermediate buffers live in the calling thread's
+// arena. It does not know where the machine code came from: the JIT
+// (compiler.h) or an image loaded from disk (image.h); a CodeObject keeps
+// that code loaded while an executable calls into it. This file links no
+// LLVM, so that a runtime without the compiler can run plans.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "jit/executable.h"
+#include "jit/plan.h"
+
+namespace pejit {
+
+using KernelFn = void (*)(void* const* buffers, int64_t outer);
+
+// One object file's machine code: its symbols stay callable while a holder
+// lives. `name` is unique across processes (it prefixes the symbols), so
+// that an object written by one process can be linked beside another's.
+struct CodeObject {
+  std::string name;
+  std::shared_ptr<const std::string> object;  // the relocatable object file, as linked
+  std::shared_ptr<void> loaded;               // what unloads the code when dropped
+};
+
+// A fused kernel an executable calls, and where its code is.
+struct KernelRef {
+  KernelFn fn = nullptr;
+  std::string symbol;
+  std::string key;   // what it computes (the JIT's kernel key), for sharing
+  int object = -1;   // index into the executable's objects
+};
+
+class NativeExecutable final : public Executable {
+ public:
+  // `step_kernel[s]`: the index in `kernels` of fused step s's kernel, -1
+  // for other steps; `outer[s]`: that kernel's outermost extent.
+  NativeExecutable(Plan plan, std::vector<int> step_kernel, std::vector<int64_t> outer, std::vector<KernelRef> kernels,
+                   std::vector<std::shared_ptr<const CodeObject>> objects, size_t code_bytes, bool poison,
+                   bool profile);
+
+  std::vector<Tensor> Run(std::span<const Tensor> inputs) const override;
+  std::vector<ProfileLine> profile() const override;
+  int64_t profiled_runs() const override { return runs_.load(std::memory_order_relaxed); }
+  const Type& result_type() const override { return plan_.result_type; }
+  size_t code_bytes() const override { return code_bytes_; }
+  const char* tier() const override { return "native"; }
+
+  // What an image (image.h) records.
+  const Plan& plan() const { return plan_; }
+  const std::vector<int>& step_kernel() const { return step_kernel_; }
+  const std::vector<int64_t>& outer() const { return outer_; }
+  const std::vector<KernelRef>& kernels() const { return kernels_; }
+  const std::vector<std::shared_ptr<const CodeObject>>& objects() const { return objects_; }
+
+ private:
+  double GemmFlops(const PlanStep& step) const;
+  void RunKernel(const PlanStep& step, const std::vector<void*>& ptrs) const;
+  void Poison(int step, const std::vector<void*>& address) const;
+
+  Plan plan_;
+  std::vector<int> step_kernel_;
+  std::vector<int64_t> outer_;
+  std::vector<KernelRef> kernels_;
+  std::vector<KernelFn> step_fn_;  // per step: its kernel, or null
+  // Step s's operands are operands_[operand_begin_[s] .. operand_begin_[s + 1]).
+  std::vector<int> operands_;
+  std::vector<size_t> operand_begin_;
+  std::vector<std::pair<int, int>> params_;       // (buffer, input)
+  std::vector<std::pair<int, int64_t>> arena_;    // (buffer, offset in the arena)
+  std::vector<std::pair<int, void*>> constants_;  // (buffer, data)
+  struct View {
+    int buffer, root;
+    int64_t offset;
+  };
+  std::vector<View> views_;  // every view buffer: the buffer it views and where
+  // Dropped with the last holder, when no call can still be running the code.
+  std::vector<std::shared_ptr<const CodeObject>> objects_;
+  size_t code_bytes_;
+  bool poison_;
+  mutable std::vector<std::atomic<int64_t>> step_ns_;  // per step, when profiling
+  mutable std::atomic<int64_t> runs_{0};
+};
+
+}  // namespace pejit
