@@ -1,0 +1,77 @@
+// \file The persistent code cache: compiled specializations on disk.
+//
+// A process that compiled a specialization writes its image (jit/image.h)
+// here; a later process (or another engine) with the same key loads it
+// instead of partially evaluating and compiling. An entry is one file, named
+// by a hash of its key, holding a header (format, pejit version, the CPU
+// and its features, the whole key), the image and a checksum of both. What
+// guards it:
+//   - a writer writes a temporary file of its own in the directory and
+//     renames it into place: readers see a whole entry or none, however
+//     many processes share the directory, and a writer killed mid-write
+//     leaves only a temporary file (removed when found stale);
+//   - a reader checks the magic, format, version, CPU, key and checksum,
+//     and refuses (removing the file) anything else: corrupted, truncated,
+//     stale, or written for another CPU, with the reason;
+//   - past `max_bytes` the least recently used entries (by modification
+//     time, which a load renews) are removed.
+// Thread safe, and safe across processes.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+namespace pejit {
+
+// What a compiled specialization depends on; entries of equal keys are
+// interchangeable.
+struct DiskKey {
+  std::string entry;         // the entry's name
+  std::string mode;          // "value", "grad:0,2", ...
+  std::string signature;     // the skeleton (pe/signature.h), verbatim
+  uint64_t definitions = 0;  // a hash of the text of the definitions it was specialized from
+  std::string options;       // engine options that change the code (batching, ...)
+  std::string cpu;           // the host CPU and its features
+
+  std::string ToString() const;  // every field, for the header
+  uint64_t Hash() const;
+};
+
+class DiskCache {
+ public:
+  // Creates `dir` if needed; throws std::runtime_error when it cannot.
+  DiskCache(std::string dir, uint64_t max_bytes);
+
+  struct Loaded {
+    std::string image;
+    uint64_t bytes = 0;  // of the file
+  };
+  // The image stored under `key`; nullopt when there is none. An entry that
+  // fails a check is removed and `refused` says why.
+  std::optional<Loaded> Load(const DiskKey& key, std::string* refused) const;
+
+  struct Stored {
+    uint64_t bytes = 0;  // of the file written
+    int evicted = 0;     // entries removed to stay under max_bytes
+  };
+  // Writes `image` under `key`, replacing any entry of that key. Throws
+  // std::runtime_error when the file cannot be written.
+  Stored Store(const DiskKey& key, std::string_view image) const;
+
+  const std::string& dir() const { return dir_; }
+  std::string PathOf(const DiskKey& key) const;  // where its entry is
+
+  // The format and pejit version written into every header.
+  static constexpr uint32_t kFormat = 1;
+  static const char* Version();
+
+ private:
+  int EvictPast(uint64_t max_bytes) const;
+
+  std::string dir_;
+  uint64_t max_bytes_;
+};
+
+}  // namespace pejit
