@@ -49,6 +49,7 @@
 #include <llvm/TargetParser/Host.h>
 #include <llvm/Transforms/Utils/Cloning.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cmath>
@@ -108,6 +109,7 @@ struct CachedKernel {
 struct JitSession::State {
   std::unique_ptr<llvm::orc::LLJIT> jit;
   std::string cpu;
+  std::string features;  // enabled ones, sorted: "+avx,+avx2,..."
   // Module (and symbol) names are "pejit_<nonce>_<n>": the nonce, random per
   // session, keeps the symbols of objects another process wrote (images)
   // apart from this session's.
@@ -575,6 +577,11 @@ std::unique_ptr<JitSession> JitSession::Create() {
   state->nonce = nonce;
   auto jtmb = Unwrap(llvm::orc::JITTargetMachineBuilder::detectHost(), "detecting the host CPU");
   state->cpu = jtmb.getCPU();
+  std::vector<std::string> features = jtmb.getFeatures().getFeatures();
+  std::sort(features.begin(), features.end());
+  for (const std::string& f : features) {
+    if (!f.empty() && f[0] == '+') state->features += (state->features.empty() ? "" : ",") + f;
+  }
   // Workers compile at once: each compile needs a TargetMachine of its own
   // (LLJIT's default shares one, which corrupts objects built concurrently).
   state->jit = Unwrap(llvm::orc::LLJITBuilder()
@@ -605,6 +612,7 @@ std::unique_ptr<JitSession> JitSession::Create() {
 }
 
 const std::string& JitSession::host_cpu() const { return state_->cpu; }
+const std::string& JitSession::host_features() const { return state_->features; }
 int JitSession::live_modules() const { return state_->live_modules.load(); }
 
 ExecutablePtr JitSession::Compile(const Func& program, const CompileOptions& options, CompileReport* report) {

@@ -80,6 +80,9 @@ class JitSession {
   ExecutablePtr Load(std::string_view image, LoadReport* report = nullptr);
 
   const std::string& host_cpu() const;
+  // The host CPU's features LLVM targets ("+avx2,+avx512f,..."): code for
+  // one set does not run on another.
+  const std::string& host_features() const;
   // Compiled modules whose code is still loaded (their Executables alive).
   int live_modules() const;
 

@@ -24,14 +24,19 @@
 
 #include "generic/executor.h"
 #include "generic/program.h"
+#include "ir/printer.h"
 #include "jit/control_flow.h"
+#include "jit/image.h"
+#include "jit/native_executable.h"
 #include "jit/pipeline.h"
 #include "ops/blas.h"
 #include "scheduler/code_cache.h"
+#include "scheduler/disk_cache.h"
 #include "scheduler/job_events.h"
 #include "scheduler/job_queue.h"
 #include "scheduler/residual_executable.h"
 #include "scheduler/trace_sinks.h"
+#include "support/hash.h"
 #include "support/parallel.h"
 #include "support/thread_priority.h"
 
@@ -44,7 +49,7 @@ struct EntryState {
   std::atomic<int64_t> calls_interpreter{0}, calls_residual{0}, calls_native{0}, calls_generic{0};
   std::atomic<int64_t> generic_runs{0}, generic_native_runs{0};
   std::atomic<int64_t> hits{0}, misses{0}, compiled{0}, failed{0}, evicted{0}, invalidated{0}, cancelled{0},
-      prefetched{0};
+      prefetched{0}, loaded{0};
 
   // The structure-generic tier for the entry's definitions as of
   // `generic_versions` (its key); null with `generic_refusal` when it does
@@ -58,6 +63,12 @@ struct EntryState {
   std::mutex versions_mu;
   uint64_t versions_generation = 0;
   VersionsPtr versions;
+
+  // The persistent code cache's hash of the entry's definitions, for the
+  // definitions of `definitions_versions` (a VersionsOf key).
+  std::mutex definitions_mu;
+  std::string definitions_versions;
+  uint64_t definitions_hash = 0;
 };
 
 namespace {
@@ -161,6 +172,11 @@ class EngineImpl {
   void QueueGenericCompile(const std::string& entry, std::shared_ptr<generic::GenericProgram> program,
                            generic::SegmentCode* code, generic::SegmentCode::Variant* variant);
   ValueAndGrad RunInterpreter(Request& r);
+  // The persistent code cache (EngineOptions::cache_dir).
+  DiskKey DiskKeyOf(EntryState& entry, const ModuleSnapshot& snapshot, const SlotKey& key) const;
+  SlotPtr LoadFromDisk(Request& r);
+  void StoreToDisk(const Job& job, const Slot& slot, const ExecutablePtr& exec);
+  void RefuseCacheEntry(const std::string& entry, const Signature* sig, const std::string& reason);
   // `hot_calls` > 0: count the signature's calls and queue its job at that
   // many (policy hot's rule), whatever the policy.
   SlotPtr Miss(Request& r, SlotPtr slot, int hot_calls = 0);
@@ -189,6 +205,8 @@ class EngineImpl {
   Interpreter interpreter_;
   std::shared_ptr<JitSession> jit_;  // LLVM for the default compile hook and the generic tier; may be null
   CompileFn compile_;
+  std::unique_ptr<DiskCache> disk_;  // with the default compile hook and a cache directory
+  std::string disk_cpu_, disk_options_;  // DiskKey fields every entry shares
 
   // Segment variants of the generic tier waiting for native code; workers
   // take these before specialization jobs (each is small, and serves every
@@ -301,6 +319,16 @@ EngineImpl::EngineImpl(EngineOptions opts)
                                                          static_cast<size_t>(workers) + 1);
   }
   arena_.initialize();
+  // Specializations persist only when the default hook (LLVM) makes them.
+  std::string dir = options.cache_dir;
+  if (dir.empty()) {
+    if (const char* env = std::getenv("PEJIT_CACHE_DIR")) dir = env;
+  }
+  if (!dir.empty() && !options.compile && jit_) {
+    disk_ = std::make_unique<DiskCache>(dir, options.cache_dir_bytes);
+    disk_cpu_ = jit_->host_cpu() + " " + jit_->host_features();
+    disk_options_ = "batch=" + std::to_string(options.batch) + ";fuel=" + std::to_string(options.pe.fuel);
+  }
   module.Subscribe([this](const ModuleEdit& edit) { OnEdit(edit); });
   if (On(EventKind::kStart)) {
     Event e = Make(EventKind::kStart, "", nullptr, started_us_);
@@ -412,8 +440,9 @@ ValueAndGrad EngineImpl::Run(Request& r) {
   FitBlasThreads();
   Prepare(r);
   if (!r.cacheable) return RunInterpreter(r);
-  // (3) Look the slot up.
+  // (3) Look the slot up; one this engine never had may be on disk.
   SlotPtr slot = cache.Find(r.key);
+  if (!slot && disk_) slot = LoadFromDisk(r);
   // (4) Ready: run the compiled code.
   if (slot && slot->Load() == SlotState::kReady) {
     if (auto out = RunCompiled(r, *slot)) return std::move(*out);
@@ -872,6 +901,7 @@ void EngineImpl::RunJob(Job& job) {
     ReportEvictions(evicted);
   }
   Settle(slot);
+  if (disk_) StoreToDisk(job, slot, exec);
 }
 
 void EngineImpl::ReportEvictions(const std::vector<Eviction>& evicted) {
@@ -1211,11 +1241,115 @@ EntryStats Entry::stats() const {
   out.invalidated = get(s.invalidated);
   out.cancelled = get(s.cancelled);
   out.prefetched = get(s.prefetched);
+  out.loaded = get(s.loaded);
   return out;
 }
 
 void CompileFn::RefuseUndifferentiated() {
   throw JitFailure("the compile hook takes differentiated programs only, and autodiff takes no control flow");
+}
+
+DiskKey EngineImpl::DiskKeyOf(EntryState& entry, const ModuleSnapshot& snapshot, const SlotKey& key) const {
+  DiskKey k;
+  k.entry = entry.name;
+  k.mode = key.mode;
+  k.signature = key.signature.key;
+  k.options = disk_options_;
+  k.cpu = disk_cpu_;
+  // The text of the entry's definitions and of the module's types: an edit
+  // of any of them is another key, an edit of nothing they print is not.
+  std::lock_guard<std::mutex> lock(entry.definitions_mu);
+  if (entry.definitions_versions != key.versions->key) {
+    std::string text;
+    for (const auto& [name, type] : snapshot.types()) text += PrintTypeDef(*type);
+    std::set<std::string> names = snapshot.Callees(entry.name);
+    names.insert(entry.name);
+    for (const std::string& name : names) {
+      if (const Definition* d = snapshot.Find(name)) text += PrintFunction(name, d->func);
+    }
+    entry.definitions_hash = Fnv1a(text.data(), text.size());
+    entry.definitions_versions = key.versions->key;
+  }
+  k.definitions = entry.definitions_hash;
+  return k;
+}
+
+void EngineImpl::RefuseCacheEntry(const std::string& entry, const Signature* sig, const std::string& reason) {
+  if (!On(EventKind::kCacheRefused)) return;
+  Event e = Make(EventKind::kCacheRefused, entry, sig);
+  e.fields.push_back({"reason", reason});
+  Emit(e);
+}
+
+// A signature this engine has no slot for, found on disk: linked and
+// published at once, on the calling thread (reading and linking an entry is
+// milliseconds; the call then runs compiled instead of waiting for a job).
+SlotPtr EngineImpl::LoadFromDisk(Request& r) {
+  const int64_t start = NowMicros();
+  DiskKey key = DiskKeyOf(r.entry, *r.snapshot, r.key);
+  std::string refused;
+  std::optional<DiskCache::Loaded> hit = disk_->Load(key, &refused);
+  if (!refused.empty()) RefuseCacheEntry(r.entry.name, &r.key.signature, refused);
+  if (!hit) return nullptr;
+  ExecutablePtr exec;
+  JitSession::LoadReport linked;
+  std::vector<int> gradient_result;
+  try {
+    exec = jit_->Load(hit->image, &linked);
+    size_t expected = CountTensorLeaves(AsFunc(r.snapshot->Get(r.entry.name).type)->ret);
+    if (r.wrt) {
+      std::vector<size_t> first;
+      std::vector<Tensor> leaves = Flatten(r.args, r.static_args, &first);
+      std::vector<int> wrt_leaves = FloatWrtLeaves(leaves, first, *r.wrt);
+      expected = 1 + wrt_leaves.size();
+      gradient_result = GradientResultOf(leaves.size(), wrt_leaves);
+    }
+    if (!IsTensorTree(exec->result_type()) || CountTensorLeaves(exec->result_type()) != expected) {
+      throw ImageError("the image returns " + TypeToString(exec->result_type()) + ", not " + std::to_string(expected) +
+                       " tensors");
+    }
+  } catch (const std::exception& e) {
+    RefuseCacheEntry(r.entry.name, &r.key.signature, disk_->PathOf(key) + ": " + e.what());
+    std::remove(disk_->PathOf(key).c_str());
+    return nullptr;
+  }
+  bool inserted = false;
+  SlotPtr slot = Insert(r, SlotState::kPending, &inserted);
+  if (!slot || !inserted) return slot;  // another call got there first, or an edit did
+  std::vector<Eviction> evicted = cache.Publish(*slot, exec, std::move(gradient_result));
+  Count(r.entry.loaded);
+  if (On(EventKind::kCacheLoad)) {
+    const int64_t end = NowMicros();
+    Event e = Make(EventKind::kCacheLoad, r.entry.name, &r.key.signature, start, end - start);
+    e.fields.push_back({"mode", r.key.mode});
+    e.fields.push_back({"bytes", static_cast<int64_t>(hit->bytes)});
+    e.fields.push_back({"objects_linked", static_cast<int64_t>(linked.objects_linked)});
+    e.fields.push_back({"code_bytes", static_cast<int64_t>(exec->code_bytes())});
+    Emit(e);
+  }
+  ReportEvictions(evicted);
+  Settle(*slot);
+  return slot;
+}
+
+// Native code just published, written for later engines (on the worker).
+void EngineImpl::StoreToDisk(const Job& job, const Slot& slot, const ExecutablePtr& exec) {
+  const auto* native = dynamic_cast<const NativeExecutable*>(exec.get());
+  if (!native) return;  // regions with a driver, the residual interpreter: not stored
+  const int64_t start = NowMicros();
+  EntryState& entry = *slot.key.entry;
+  try {
+    DiskCache::Stored stored = disk_->Store(DiskKeyOf(entry, *job.snapshot, slot.key), EncodeImage(*native));
+    if (On(EventKind::kCacheStore)) {
+      Event e = Make(EventKind::kCacheStore, entry.name, &slot.key.signature, start, NowMicros() - start);
+      e.fields.push_back({"job", job.id});
+      e.fields.push_back({"bytes", static_cast<int64_t>(stored.bytes)});
+      e.fields.push_back({"evicted", static_cast<int64_t>(stored.evicted)});
+      Emit(e);
+    }
+  } catch (const std::exception& e) {
+    RefuseCacheEntry(entry.name, &slot.key.signature, e.what());
+  }
 }
 
 }  // namespace pejit

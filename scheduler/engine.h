@@ -157,6 +157,14 @@ struct EngineOptions {
   InterpreterOptions interpreter;
   // Null: native code with LLVM (CompileNative, scheduler/native_compile.h).
   CompileFn compile;
+  // The persistent code cache (scheduler/disk_cache.h): a directory where
+  // compiled specializations are written and from which a later engine, in
+  // this process or another, loads them on a signature's first call instead
+  // of compiling (the call runs native at once). Empty: PEJIT_CACHE_DIR, or
+  // none. Only with the default compile hook. The Engine's constructor
+  // throws std::runtime_error for a directory it cannot create.
+  std::string cache_dir;
+  uint64_t cache_dir_bytes = uint64_t{1} << 30;  // past it, least recently used entries go
   // Run on the worker just before partial evaluation and just before
   // `compile` (tests use them to make a job slow, or inject faults: an
   // exception of any type, std::bad_alloc; the job fails, the call that
@@ -197,6 +205,7 @@ struct EntryStats {
   int64_t invalidated = 0;                 // slots dropped by module edits
   int64_t cancelled = 0;                   // queued jobs dropped (edits, shutdown)
   int64_t prefetched = 0;                  // prefetch requests that queued a job
+  int64_t loaded = 0;                      // specializations loaded from the persistent code cache
 
   int64_t calls() const { return calls_interpreter + calls_residual_interpreter + calls_native + calls_generic; }
   int64_t calls_compiled() const { return calls_residual_interpreter + calls_native + calls_generic; }

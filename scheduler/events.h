@@ -46,6 +46,9 @@ namespace pejit {
   X(kGenericCompile, "generic-compile", "a segment of the generic tier got native code; the span is the compile; segment, rows, ops") \
   X(kGenericInspect, "generic-inspect", "a worker walked a prefetched call's structure ahead of it; the span is the walk; inspect_us, new_cells, variants, queued") \
   X(kGenericRefused, "generic-refused", "the generic tier declined an entry or a call, which takes the other tiers; mode, reason") \
+  X(kCacheLoad, "cache-load", "a specialization was loaded from the persistent code cache; the span is the load; mode, bytes, objects_linked, code_bytes") \
+  X(kCacheStore, "cache-store", "a specialization was written to the persistent code cache; the span is the write; job, bytes, evicted") \
+  X(kCacheRefused, "cache-refused", "an entry of the persistent code cache was refused (and removed) or could not be written; reason") \
   X(kStop, "stop", "an engine was destroyed; the span is its life")
 
 enum class EventKind : uint8_t {

@@ -43,6 +43,7 @@ LogLevel KindLevel(EventKind kind) {
     case EventKind::kEvict:
     case EventKind::kEdit:
     case EventKind::kInvalidate:
+    case EventKind::kCacheRefused:
     case EventKind::kMiss: return LogLevel::kInfo;
     case EventKind::kCall:
     case EventKind::kHit: return LogLevel::kTrace;

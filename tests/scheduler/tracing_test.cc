@@ -5,6 +5,8 @@
 // the log lines say what the examples say, and a bad PEJIT_LOG is a
 // warning.
 #include <gtest/gtest.h>
+
+#include <filesystem>
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
@@ -185,6 +187,30 @@ TEST(Tracing, TheTraceFileHoldsEveryEventWithTheDocumentedSchema) {
     for (int rows = 2; rows < 6; ++rows) other.call({RandomMatrix(rng, rows, 3), RandomMatrix(rng, 3, 2)});
   }
 
+  // Two on a persistent code cache: the first stores what it compiles, the
+  // second loads it; then an entry damaged on disk is refused.
+  {
+    const std::string dir = ScratchPath("code_cache");
+    std::filesystem::remove_all(dir);
+    auto cached = [&] {
+      return Options(Policy::Sync(), [&](EngineOptions& o) {
+        o.trace_file = path;
+        o.events = recorded;
+        o.cache_dir = dir;
+      });
+    };
+    Rng rng(3);
+    std::vector<Value> m = {RandomMatrix(rng, 2, 3), RandomMatrix(rng, 3, 2)};
+    for (int run = 0; run < 3; ++run) {
+      if (run == 2) {
+        for (const auto& e : std::filesystem::directory_iterator(dir)) std::ofstream(e.path(), std::ios::app) << "x";
+      }
+      Engine engine(cached());
+      engine.module().AddSource(kProgram, "program.pj");
+      engine.entry("other").call(m);
+    }
+    std::filesystem::remove_all(dir);
+  }
   // A third with the generic tier on: a segment's compile, a walk ahead of a
   // prefetched call, and an entry it declines (@count_down matches on nothing).
   {

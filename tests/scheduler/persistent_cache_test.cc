@@ -1,0 +1,128 @@
+// The engine and its persistent code cache (EngineOptions::cache_dir): a
+// later engine on the same directory runs a signature's first call natively
+// from the stored code, with no compile job; an edited definition misses it;
+// a damaged entry is refused, removed and recompiled, never run.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "tests/scheduler/fixtures.h"
+
+namespace pejit {
+namespace {
+
+using namespace testing_scheduler;
+using State = CodeStatus::State;
+namespace fs = std::filesystem;
+
+class PersistentCacheTest : public testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::path(testing::TempDir()) / ("pejit_cache_" + std::to_string(::getpid()) + "_" +
+                                            testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  // An engine on the cache directory, recording its events in `events_`.
+  std::unique_ptr<Engine> Start(Policy policy) {
+    events_ = std::make_shared<RecordingSink>();
+    auto engine = std::make_unique<Engine>(Options(policy, [&](EngineOptions& o) {
+      o.cache_dir = dir_.string();
+      o.events = events_;
+    }));
+    engine->module().AddSource(kProgram, "program.pj");
+    return engine;
+  }
+  std::vector<Value> Args(Engine& engine) {
+    Rng rng(5);
+    return {MakeTree(*engine.module().snapshot(), 4, 0, 10), RandomMatrix(rng, 10, 4)};
+  }
+  void ExpectTheInterpretersGradient(Engine& engine, const ValueAndGrad& got, const std::vector<Value>& args) {
+    ValueAndGrad want = Interpreter().CallWithGrad(*engine.module().snapshot(), "loss", args, {1});
+    EXPECT_TRUE(ValueAllClose(got.value, want.value, 1e-5, 1e-6));
+    EXPECT_TRUE(ValueAllClose(got.grads.at(0), want.grads.at(0), 1e-4, 1e-6));
+  }
+  // Fills the cache with @loss's grad-mode specialization of Args.
+  // (A worker stores code after publishing it: the engine's end waits for that.)
+  void Fill() {
+    std::unique_ptr<Engine> first = Start(Policy::Sync());
+    std::vector<Value> args = Args(*first);
+    first->entry("loss").value_and_grad(args, {1});
+    ASSERT_EQ(first->entry("loss").status(args, {1}).state, State::kReady);
+    first.reset();
+    ASSERT_EQ(events_->Count(EventKind::kCacheStore), 1);
+  }
+
+  fs::path dir_;
+  std::shared_ptr<RecordingSink> events_;
+};
+
+TEST_F(PersistentCacheTest, ALaterEngineRunsTheFirstCallFromTheStoredCodeWithoutACompileJob) {
+  Fill();
+  std::unique_ptr<Engine> engine = Start(Policy::Eager());
+  std::vector<Value> args = Args(*engine);
+  Entry loss = engine->entry("loss");
+  ExpectTheInterpretersGradient(*engine, loss.value_and_grad(args, {1}), args);
+  EntryStats stats = loss.stats();
+  EXPECT_EQ(stats.loaded, 1);
+  EXPECT_EQ(stats.calls_native, 1);
+  EXPECT_EQ(stats.calls_interpreter, 0);
+  EXPECT_EQ(events_->Count(EventKind::kEnqueue), 0);
+  ASSERT_EQ(events_->Count(EventKind::kCacheLoad), 1);
+  Event load = events_->Of(EventKind::kCacheLoad)[0];
+  EXPECT_EQ(load.entry, "loss");
+  EXPECT_EQ(loss.status(args, {1}).tier, "native");
+  // Value mode is another specialization: compiled, and stored beside it.
+  loss.call(args);
+  EXPECT_EQ(events_->Count(EventKind::kCacheLoad), 1);
+  ASSERT_TRUE(loss.wait_ready(args).ready());
+  engine.reset();
+  EXPECT_EQ(events_->Count(EventKind::kCacheStore), 1);
+}
+
+TEST_F(PersistentCacheTest, AnEditedDefinitionMissesTheStoredCode) {
+  Fill();
+  std::unique_ptr<Engine> engine = Start(Policy::Sync());
+  engine->module().AddSource(kHelperChanged, "edit.pj", /*replace_existing=*/true);
+  std::vector<Value> args = Args(*engine);
+  ExpectTheInterpretersGradient(*engine, engine->entry("loss").value_and_grad(args, {1}), args);
+  EXPECT_EQ(events_->Count(EventKind::kCacheLoad), 0);
+  EXPECT_EQ(engine->entry("loss").stats().compiled, 1);
+  engine.reset();  // stores the edited definitions' code
+  // An edit that changes no definition's text (the same @helper again) still hits.
+  std::unique_ptr<Engine> same = Start(Policy::Sync());
+  same->module().AddSource(kHelperChanged, "edit.pj", /*replace_existing=*/true);
+  same->module().AddSource(kHelperChanged, "again.pj", /*replace_existing=*/true);
+  same->entry("loss").value_and_grad(Args(*same), {1});
+  EXPECT_EQ(events_->Count(EventKind::kCacheLoad), 1);
+}
+
+TEST_F(PersistentCacheTest, ADamagedEntryIsRefusedRemovedAndRecompiled) {
+  Fill();
+  for (const auto& e : fs::directory_iterator(dir_)) {
+    std::fstream f(e.path(), std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(static_cast<std::streamoff>(fs::file_size(e.path()) / 2));
+    f.put('\x5a');
+  }
+  std::unique_ptr<Engine> engine = Start(Policy::Sync());
+  std::vector<Value> args = Args(*engine);
+  ExpectTheInterpretersGradient(*engine, engine->entry("loss").value_and_grad(args, {1}), args);
+  ASSERT_EQ(events_->Count(EventKind::kCacheRefused), 1);
+  const std::string reason = events_->Of(EventKind::kCacheRefused)[0].Text("reason");
+  EXPECT_NE(reason.find("checksum"), std::string::npos) << reason;
+  EXPECT_EQ(events_->Count(EventKind::kCacheLoad), 0);
+  EXPECT_EQ(engine->entry("loss").stats().compiled, 1);
+  engine.reset();
+  EXPECT_EQ(events_->Count(EventKind::kCacheStore), 1);  // written again, whole
+}
+
+TEST(PersistentCache, ADirectoryThatCannotBeMadeIsAnErrorAtTheStart) {
+  EngineOptions o = Options(Policy::Eager());
+  o.cache_dir = "/proc/pejit-cannot-be-here";
+  EXPECT_THROW(Engine{o}, std::runtime_error);
+}
+
+}  // namespace
+}  // namespace pejit
