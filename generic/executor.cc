@@ -460,7 +460,7 @@ SegmentCode::Variant& VariantFor(SegmentCode& code, int64_t rows, bool grad) {
   return v;
 }
 
-void CompileVariant(JitSession& jit, SegmentCode& code, SegmentCode::Variant& variant) {
+void CompileVariant(JitSession& jit, SegmentCode& code, SegmentCode::Variant& variant, const CompileProgram& compile) {
   Make(code, variant);
   Func forward, backward;
   {
@@ -470,8 +470,12 @@ void CompileVariant(JitSession& jit, SegmentCode& code, SegmentCode::Variant& va
   }
   CompileOptions shared;  // one variant's code serves every minibatch of its row bucket
   shared.optimize_machine_code = true;
-  ExecutablePtr forward_exe = forward ? jit.Compile(forward, shared) : nullptr;
-  ExecutablePtr backward_exe = backward ? jit.Compile(backward, shared) : nullptr;
+  auto make = [&](const Func& program) {
+    if (!program) return ExecutablePtr();
+    return compile ? compile(program, shared) : jit.Compile(program, shared);
+  };
+  ExecutablePtr forward_exe = make(forward);
+  ExecutablePtr backward_exe = make(backward);
   std::lock_guard lock(code.mu);
   if (forward_exe) {
     variant.code_bytes.fetch_add(forward_exe->code_bytes());

@@ -17,13 +17,15 @@
 // a run never waits for a compiler.
 #pragma once
 
+#include <functional>
+
 #include <vector>
 
 #include "generic/program.h"
 #include "ir/value.h"
+#include "jit/compiler.h"
 
 namespace pejit {
-class JitSession;
 }
 
 namespace pejit::generic {
@@ -66,8 +68,11 @@ SegmentCode::Variant& VariantEntry(SegmentCode& code, int64_t rows, bool grad);
 
 // Compiles those of a variant's programs that have no native code yet (made
 // first if they were not) and publishes them; the variant's next runs use
-// them. Thread-safe. Throws JitFailure; the variant keeps its interpreter
-// code then.
-void CompileVariant(JitSession& jit, SegmentCode& code, SegmentCode::Variant& variant);
+// them. `compile`, when given, stands for `jit.Compile` (the engine's
+// persistent code cache loads what an earlier run compiled). Thread-safe.
+// Throws JitFailure; the variant keeps its interpreter code then.
+using CompileProgram = std::function<ExecutablePtr(const Func& program, const CompileOptions& options)>;
+void CompileVariant(JitSession& jit, SegmentCode& code, SegmentCode::Variant& variant,
+                    const CompileProgram& compile = {});
 
 }  // namespace pejit::generic

@@ -84,6 +84,8 @@ DiskCache::DiskCache(std::string dir, uint64_t max_bytes) : dir_(std::move(dir))
 
 std::string DiskCache::PathOf(const DiskKey& key) const { return dir_ + "/" + Hex(key.Hash()) + kSuffix; }
 
+bool DiskCache::Has(const DiskKey& key) const { return ::access(PathOf(key).c_str(), F_OK) == 0; }
+
 // An entry: magic, then the checksum of all that follows, then the header
 // (format, version, key) and the image, each length-prefixed.
 DiskCache::Stored DiskCache::Store(const DiskKey& key, std::string_view image) const {
@@ -106,7 +108,9 @@ DiskCache::Stored DiskCache::Store(const DiskKey& key, std::string_view image) c
                           "." + Hex(std::random_device()());
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
   if (fd < 0) throw std::runtime_error("code cache: cannot create " + tmp + ": " + std::strerror(errno));
-  bool ok = WriteAll(fd, file) && ::fsync(fd) == 0;
+  // No fsync: a crash (or power loss) that leaves a short or empty file is
+  // caught by the checksum, and a sync per entry cost more than the compile.
+  bool ok = WriteAll(fd, file);
   ok = ::close(fd) == 0 && ok;
   if (!ok || ::rename(tmp.c_str(), path.c_str()) != 0) {
     std::string why = std::strerror(errno);

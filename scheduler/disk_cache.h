@@ -60,6 +60,9 @@ class DiskCache {
   // std::runtime_error when the file cannot be written.
   Stored Store(const DiskKey& key, std::string_view image) const;
 
+  // Whether an entry of `key` is there (unchecked: Load checks it).
+  bool Has(const DiskKey& key) const;
+
   const std::string& dir() const { return dir_; }
   std::string PathOf(const DiskKey& key) const;  // where its entry is
 

@@ -175,8 +175,16 @@ class EngineImpl {
   // The persistent code cache (EngineOptions::cache_dir).
   DiskKey DiskKeyOf(EntryState& entry, const ModuleSnapshot& snapshot, const SlotKey& key) const;
   SlotPtr LoadFromDisk(Request& r);
+  struct DiskHit {
+    ExecutablePtr exec;
+    std::vector<int> gradient_result;
+  };
+  std::optional<DiskHit> LoadImage(EntryState& entry, const ModuleSnapshot& snapshot, const SlotKey& key,
+                                   const std::vector<Value>& args, const std::vector<bool>& static_args,
+                                   const std::vector<int>* wrt, int64_t job);
   void StoreToDisk(const Job& job, const Slot& slot, const ExecutablePtr& exec);
   void RefuseCacheEntry(const std::string& entry, const Signature* sig, const std::string& reason);
+  ExecutablePtr CompileThroughDisk(const std::string& entry, const Func& program, const CompileOptions& options);
   // `hot_calls` > 0: count the signature's calls and queue its job at that
   // many (policy hot's rule), whatever the policy.
   SlotPtr Miss(Request& r, SlotPtr slot, int hot_calls = 0);
@@ -560,7 +568,11 @@ void EngineImpl::RunGenericCompile(GenericCompile& job) {
   int64_t start = NowMicros();
   std::string failure;
   try {
-    generic::CompileVariant(*jit_, *job.code, *job.variant);
+    generic::CompileProgram through_disk;
+    if (disk_) {
+      through_disk = [&](const Func& program, const CompileOptions& o) { return CompileThroughDisk(job.entry, program, o); };
+    }
+    generic::CompileVariant(*jit_, *job.code, *job.variant, through_disk);
   } catch (const std::exception& e) {
     failure = e.what();  // the variant keeps running in the interpreter
   }
@@ -818,7 +830,18 @@ void EngineImpl::RunJob(Job& job) {
       throw JitFailure("@" + entry.name + " returns " + TypeToString(type->ret) +
                        "; only results of tensors nested in tuples are compiled");
     }
-    // (J2) Partial evaluation on the call's own snapshot.
+    // (J2) Code an earlier run stored (a prefetched signature, loaded on
+    // the worker instead of compiled); else partial evaluation on the
+    // call's own snapshot.
+    if (disk_) {
+      stage = "cache";
+      if (std::optional<DiskHit> hit = LoadImage(entry, *job.snapshot, slot.key, job.args, job.static_args,
+                                                 job.grad ? &job.wrt : nullptr, job.id)) {
+        ReportEvictions(cache.Publish(slot, hit->exec, std::move(hit->gradient_result)));
+        Settle(slot);
+        return;
+      }
+    }
     stage = "pe";
     if (options.before_pe) options.before_pe(CompileInfo{entry.name, sig, job.grad, job.wrt});
     int64_t start = NowMicros();
@@ -1070,6 +1093,10 @@ void EngineImpl::RunGenericWalk(GenericWalk& walk) {
 void EngineImpl::Prefetch(Request& r, pejit::Prefetch when) {
   Prepare(r);
   if (!r.cacheable) return;
+  // Stored by an earlier run: a job loads it on a worker before the call.
+  if (disk_ && !cache.Find(r.key, /*touch=*/false) && disk_->Has(DiskKeyOf(r.entry, *r.snapshot, r.key))) {
+    return PrefetchSpecialized(r, when);
+  }
   // The generic tier serves the call: walk its structure and compile what
   // it will run, on a worker (policy sync: now, as it compiles now).
   if (options.generic && jit_ && GenericFor(r)) {
@@ -1285,51 +1312,61 @@ void EngineImpl::RefuseCacheEntry(const std::string& entry, const Signature* sig
 // published at once, on the calling thread (reading and linking an entry is
 // milliseconds; the call then runs compiled instead of waiting for a job).
 SlotPtr EngineImpl::LoadFromDisk(Request& r) {
-  const int64_t start = NowMicros();
-  DiskKey key = DiskKeyOf(r.entry, *r.snapshot, r.key);
-  std::string refused;
-  std::optional<DiskCache::Loaded> hit = disk_->Load(key, &refused);
-  if (!refused.empty()) RefuseCacheEntry(r.entry.name, &r.key.signature, refused);
+  std::optional<DiskHit> hit = LoadImage(r.entry, *r.snapshot, r.key, r.args, r.static_args, r.wrt, 0);
   if (!hit) return nullptr;
-  ExecutablePtr exec;
-  JitSession::LoadReport linked;
-  std::vector<int> gradient_result;
-  try {
-    exec = jit_->Load(hit->image, &linked);
-    size_t expected = CountTensorLeaves(AsFunc(r.snapshot->Get(r.entry.name).type)->ret);
-    if (r.wrt) {
-      std::vector<size_t> first;
-      std::vector<Tensor> leaves = Flatten(r.args, r.static_args, &first);
-      std::vector<int> wrt_leaves = FloatWrtLeaves(leaves, first, *r.wrt);
-      expected = 1 + wrt_leaves.size();
-      gradient_result = GradientResultOf(leaves.size(), wrt_leaves);
-    }
-    if (!IsTensorTree(exec->result_type()) || CountTensorLeaves(exec->result_type()) != expected) {
-      throw ImageError("the image returns " + TypeToString(exec->result_type()) + ", not " + std::to_string(expected) +
-                       " tensors");
-    }
-  } catch (const std::exception& e) {
-    RefuseCacheEntry(r.entry.name, &r.key.signature, disk_->PathOf(key) + ": " + e.what());
-    std::remove(disk_->PathOf(key).c_str());
-    return nullptr;
-  }
   bool inserted = false;
   SlotPtr slot = Insert(r, SlotState::kPending, &inserted);
   if (!slot || !inserted) return slot;  // another call got there first, or an edit did
-  std::vector<Eviction> evicted = cache.Publish(*slot, exec, std::move(gradient_result));
-  Count(r.entry.loaded);
-  if (On(EventKind::kCacheLoad)) {
-    const int64_t end = NowMicros();
-    Event e = Make(EventKind::kCacheLoad, r.entry.name, &r.key.signature, start, end - start);
-    e.fields.push_back({"mode", r.key.mode});
-    e.fields.push_back({"bytes", static_cast<int64_t>(hit->bytes)});
-    e.fields.push_back({"objects_linked", static_cast<int64_t>(linked.objects_linked)});
-    e.fields.push_back({"code_bytes", static_cast<int64_t>(exec->code_bytes())});
-    Emit(e);
-  }
+  std::vector<Eviction> evicted = cache.Publish(*slot, hit->exec, std::move(hit->gradient_result));
   ReportEvictions(evicted);
   Settle(*slot);
   return slot;
+}
+
+// The stored code of `key`, linked and checked against what the entry
+// returns for these arguments (`job` 0: on a call's thread).
+std::optional<EngineImpl::DiskHit> EngineImpl::LoadImage(EntryState& entry, const ModuleSnapshot& snapshot,
+                                                         const SlotKey& key, const std::vector<Value>& args,
+                                                         const std::vector<bool>& static_args,
+                                                         const std::vector<int>* wrt, int64_t job) {
+  const int64_t start = NowMicros();
+  DiskKey disk_key = DiskKeyOf(entry, snapshot, key);
+  std::string refused;
+  std::optional<DiskCache::Loaded> file = disk_->Load(disk_key, &refused);
+  if (!refused.empty()) RefuseCacheEntry(entry.name, &key.signature, refused);
+  if (!file) return std::nullopt;
+  DiskHit hit;
+  JitSession::LoadReport linked;
+  try {
+    hit.exec = jit_->Load(file->image, &linked);
+    size_t expected = CountTensorLeaves(AsFunc(snapshot.Get(entry.name).type)->ret);
+    if (wrt) {
+      std::vector<size_t> first;
+      std::vector<Tensor> leaves = Flatten(args, static_args, &first);
+      std::vector<int> wrt_leaves = FloatWrtLeaves(leaves, first, *wrt);
+      expected = 1 + wrt_leaves.size();
+      hit.gradient_result = GradientResultOf(leaves.size(), wrt_leaves);
+    }
+    if (!IsTensorTree(hit.exec->result_type()) || CountTensorLeaves(hit.exec->result_type()) != expected) {
+      throw ImageError("the image returns " + TypeToString(hit.exec->result_type()) + ", not " +
+                       std::to_string(expected) + " tensors");
+    }
+  } catch (const std::exception& e) {
+    RefuseCacheEntry(entry.name, &key.signature, disk_->PathOf(disk_key) + ": " + e.what());
+    std::remove(disk_->PathOf(disk_key).c_str());
+    return std::nullopt;
+  }
+  Count(entry.loaded);
+  if (On(EventKind::kCacheLoad)) {
+    Event e = Make(EventKind::kCacheLoad, entry.name, &key.signature, start, NowMicros() - start);
+    if (job > 0) e.fields.push_back({"job", job});
+    e.fields.push_back({"mode", key.mode});
+    e.fields.push_back({"bytes", static_cast<int64_t>(file->bytes)});
+    e.fields.push_back({"objects_linked", static_cast<int64_t>(linked.objects_linked)});
+    e.fields.push_back({"code_bytes", static_cast<int64_t>(hit.exec->code_bytes())});
+    Emit(e);
+  }
+  return hit;
 }
 
 // Native code just published, written for later engines (on the worker).
@@ -1350,6 +1387,56 @@ void EngineImpl::StoreToDisk(const Job& job, const Slot& slot, const ExecutableP
   } catch (const std::exception& e) {
     RefuseCacheEntry(entry.name, &slot.key.signature, e.what());
   }
+}
+
+// A generic segment's program, loaded when an earlier run stored it, else
+// compiled and stored. Its key is its own text, which says all it computes:
+// equal texts are the same code, whatever definitions they came from.
+ExecutablePtr EngineImpl::CompileThroughDisk(const std::string& entry, const Func& program, const CompileOptions& options) {
+  DiskKey key;
+  key.entry = "generic segment";
+  key.mode = options.optimize_machine_code ? "O2" : "O0";
+  key.signature = PrintFunction("segment", program);
+  key.options = disk_options_;
+  key.cpu = disk_cpu_;
+  const int64_t start = NowMicros();
+  std::string refused;
+  if (std::optional<DiskCache::Loaded> hit = disk_->Load(key, &refused)) {
+    try {
+      JitSession::LoadReport linked;
+      ExecutablePtr exec = jit_->Load(hit->image, &linked);
+      if (On(EventKind::kCacheLoad)) {
+        Event e = Make(EventKind::kCacheLoad, entry, nullptr, start, NowMicros() - start);
+        e.fields.push_back({"mode", key.mode});
+        e.fields.push_back({"bytes", static_cast<int64_t>(hit->bytes)});
+        e.fields.push_back({"objects_linked", static_cast<int64_t>(linked.objects_linked)});
+        e.fields.push_back({"code_bytes", static_cast<int64_t>(exec->code_bytes())});
+        Emit(e);
+      }
+      return exec;
+    } catch (const std::exception& e) {
+      refused = disk_->PathOf(key) + ": " + e.what();
+      std::remove(disk_->PathOf(key).c_str());
+    }
+  }
+  if (!refused.empty()) RefuseCacheEntry(entry, nullptr, refused);
+  ExecutablePtr exec = jit_->Compile(program, options);
+  if (const auto* native = dynamic_cast<const NativeExecutable*>(exec.get())) {
+    try {
+      const int64_t store_start = NowMicros();
+      DiskCache::Stored stored = disk_->Store(key, EncodeImage(*native));
+      if (On(EventKind::kCacheStore)) {
+        Event e = Make(EventKind::kCacheStore, entry, nullptr, store_start, NowMicros() - store_start);
+        e.fields.push_back({"job", int64_t{0}});
+        e.fields.push_back({"bytes", static_cast<int64_t>(stored.bytes)});
+        e.fields.push_back({"evicted", static_cast<int64_t>(stored.evicted)});
+        Emit(e);
+      }
+    } catch (const std::exception& e) {
+      RefuseCacheEntry(entry, nullptr, e.what());
+    }
+  }
+  return exec;
 }
 
 }  // namespace pejit

@@ -1,5 +1,5 @@
 // \file The engine's options as every command-line tool spells them:
-// --workers, --policy, --log and --trace, declared once so that the demos,
+// --workers, --policy, --log, --trace and --cache-dir, declared once so that the demos,
 // `pejit replay` and the benchmarks check them alike and say the same about
 // them (a bad value is refused when the line is parsed, by the parsers the
 // engine itself uses).
@@ -18,14 +18,15 @@ struct EngineFlags {
   std::string policy = "eager";  // Policy::Parse
   std::string log_level;         // empty: PEJIT_LOG (docs/tracing.md)
   std::string trace_file;        // empty: PEJIT_TRACE
+  std::string cache_dir;         // empty: PEJIT_CACHE_DIR, or none
 };
 
-// Adds the four options to `app`, writing into `flags`, whose values are
-// the defaults shown by --help.
+// Adds the options to `app`, writing into `flags`, whose values are the
+// defaults shown by --help.
 void AddEngineFlags(CLI::App& app, EngineFlags& flags);
 
-// Sets `options`' workers, policy, log level and trace file. A relative
-// trace path is the user's (UserPath), not the runfiles directory's.
+// Sets `options`' workers, policy, log level, trace file and code cache. A
+// relative path is the user's (UserPath), not the runfiles directory's.
 void ApplyEngineFlags(const EngineFlags& flags, EngineOptions& options);
 
 }  // namespace pejit
