@@ -576,6 +576,9 @@ std::unique_ptr<JitSession> JitSession::Create() {
                 static_cast<unsigned long long>(std::random_device()()) << 32 ^ std::random_device()());
   state->nonce = nonce;
   auto jtmb = Unwrap(llvm::orc::JITTargetMachineBuilder::detectHost(), "detecting the host CPU");
+  // Position-independent code: an image's objects then also link into a
+  // shared library (`pejit export`) that a runtime without LLVM loads.
+  jtmb.setRelocationModel(llvm::Reloc::PIC_);
   state->cpu = jtmb.getCPU();
   std::vector<std::string> features = jtmb.getFeatures().getFeatures();
   std::sort(features.begin(), features.end());

@@ -326,7 +326,7 @@ Plan ReadPlan(Reader& r) {
 
 }  // namespace
 
-std::string EncodeImage(const NativeExecutable& exe) {
+std::string EncodeImage(const NativeExecutable& exe, bool objects) {
   Writer w;
   w.Raw(kMagic);
   WritePlan(w, exe.plan());
@@ -341,7 +341,7 @@ std::string EncodeImage(const NativeExecutable& exe) {
   w.I64(static_cast<int64_t>(exe.objects().size()));
   for (const auto& o : exe.objects()) {
     w.Bytes(o->name);
-    w.Bytes(o->object ? std::string_view(*o->object) : std::string_view());
+    w.Bytes(objects && o->object ? std::string_view(*o->object) : std::string_view());
   }
   return w.Take();
 }

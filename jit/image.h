@@ -48,7 +48,9 @@ struct Image {
   std::vector<Object> objects;
 };
 
-std::string EncodeImage(const NativeExecutable& exe);
+// Without `objects`, the object files' bytes are left out (their names
+// stay): for a runtime that finds the symbols elsewhere (a shared library).
+std::string EncodeImage(const NativeExecutable& exe, bool objects = true);
 Image DecodeImage(std::string_view bytes);
 
 }  // namespace pejit

@@ -223,4 +223,11 @@ std::vector<int> FloatWrtLeaves(const std::vector<Value>& args, std::span<const 
   return FloatWrtLeaves(leaves, first, wrt);
 }
 
+std::string ModeName(const std::vector<int>* wrt) {
+  if (!wrt) return "value";
+  std::string mode = "grad:";
+  for (size_t k = 0; k < wrt->size(); ++k) mode += (k ? "," : "") + std::to_string((*wrt)[k]);
+  return mode;
+}
+
 }  // namespace pejit

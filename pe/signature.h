@@ -78,6 +78,10 @@ class SignatureCache {
 std::vector<Tensor> Flatten(const std::vector<Value>& args, const std::vector<bool>& static_args = {},
                             std::vector<size_t>* first = nullptr);
 
+// A specialization's mode as logs and keys spell it: "value" (no `wrt`), or
+// "grad:" and the argument indices, "grad:0,2".
+std::string ModeName(const std::vector<int>* wrt);
+
 // The leaves a gradient with respect to arguments `wrt` is taken for: the
 // indices, into the dynamic leaves, of the float tensors of those arguments,
 // ascending and each once (integer leaves such as word ids have none, static

@@ -85,12 +85,6 @@ const char* const kPipelineStage = "pipeline";
 // Job numbers for events, unique in the process (engines may share a trace file).
 std::atomic<int64_t> next_job_id{1};
 
-std::string ModeOf(const std::vector<int>* wrt) {
-  if (!wrt) return "value";
-  std::string mode = "grad:";
-  for (size_t k = 0; k < wrt->size(); ++k) mode += (k ? "," : "") + std::to_string((*wrt)[k]);
-  return mode;
-}
 
 // Compiled code can serve a grad call when every wrt index names a distinct
 // dynamic argument; anything else is tier 0's to accept or reject.
@@ -427,7 +421,7 @@ void EngineImpl::Prepare(Request& r) {
   }
   // (2) The signature.
   try {
-    r.key = SlotKey{&r.entry, ModeOf(r.wrt), signatures.Compute(r.args, r.static_args), std::move(versions)};
+    r.key = SlotKey{&r.entry, ModeName(r.wrt), signatures.Compute(r.args, r.static_args), std::move(versions)};
   } catch (const std::invalid_argument& e) {
     r.uncacheable = e.what();  // a function value among dynamic arguments: tier 0 only
     return;

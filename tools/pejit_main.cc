@@ -22,6 +22,7 @@
 #include "jit/pipeline.h"
 #include "pe/partial_eval.h"
 #include "support/cli_checks.h"
+#include "tools/export_command.h"
 #include "tools/program_files.h"
 #include "tools/replay_command.h"
 #include "tools/trace_command.h"
@@ -289,6 +290,7 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"residual", "batch", "autodiff"}));
 
   pejit::ReplayCommand replay(app);
+  pejit::ExportCommand export_command(app);
   pejit::TraceCommand trace(app);
 
   CLI11_PARSE(app, argc, argv);
@@ -303,6 +305,7 @@ int main(int argc, char** argv) {
       return pejit::Compile(file, entry, args_file, grad, wrt, !no_batch, emit, opt_level, print_after, pe_options, run_compiled);
     }
     if (replay.parsed()) return replay.Run();
+    if (export_command.parsed()) return export_command.Run();
     if (trace.parsed()) return trace.Run();
   } catch (const std::exception& e) {
     std::fprintf(stderr, "pejit: %s\n", e.what());
