@@ -34,7 +34,9 @@ std::string MatchGap::ToString() const {
 
 std::vector<MatchGap> NonExhaustiveMatches(const ModuleSnapshot& module) {
   std::vector<MatchGap> gaps;
-  for (const auto& [name, def] : module.definitions()) {
+  for (const auto& entry : module.definitions()) {
+    const std::string& name = entry.first;  // a lambda captures it (clang takes no structured binding there)
+    const DefinitionPtr& def = entry.second;
     std::vector<MatchGap> here;
     PostOrderVisit(def->func->body, [&](const Expr& e) {
       const auto* match = As<MatchNode>(e);

@@ -91,6 +91,11 @@ class Reader {
     for (int64_t d : t.shape) {
       if (d < 0) throw ImageError("image: a tensor of shape " + ShapeToString(t.shape));
     }
+    try {
+      NumBytes(t);  // a size that fits
+    } catch (const std::exception& e) {
+      throw ImageError(std::string("image: ") + e.what());
+    }
     return t;
   }
   bool done() const { return at_ == in_.size(); }
@@ -217,6 +222,11 @@ void Require(bool ok, const std::string& what) {
   if (!ok) throw ImageError("image: " + what);
 }
 
+// [offset, offset + bytes) lies in [0, limit), without overflowing.
+bool Within(int64_t offset, int64_t bytes, int64_t limit) {
+  return offset >= 0 && bytes >= 0 && offset <= limit && bytes <= limit - offset;
+}
+
 Plan ReadPlan(Reader& r) {
   Plan plan;
   plan.buffers.resize(r.Count(30));
@@ -284,9 +294,9 @@ Plan ReadPlan(Reader& r) {
       b.from = r.I64();
       b.to = r.I64();
       b.bytes = r.I64();
-      Require(b.input >= 0 && static_cast<size_t>(b.input) < s.inputs.size() && b.from >= 0 && b.to >= 0 &&
-                  b.bytes >= 0 && b.from + b.bytes <= plan.buffers[s.inputs[b.input]].bytes() &&
-                  b.to + b.bytes <= plan.buffers[s.outputs.at(0)].bytes(),
+      Require(b.input >= 0 && static_cast<size_t>(b.input) < s.inputs.size() &&
+                  Within(b.from, b.bytes, plan.buffers[s.inputs[b.input]].bytes()) &&
+                  Within(b.to, b.bytes, plan.buffers[s.outputs.at(0)].bytes()),
               "a copy block outside its buffers");
     }
   }
@@ -303,19 +313,20 @@ Plan ReadPlan(Reader& r) {
     const PlanBuffer& b = plan.buffers[i];
     switch (b.kind) {
       case PlanBuffer::Kind::kArena:
-        Require(b.offset >= 0 && b.offset + b.bytes() <= plan.arena_bytes, "buffer " + b.name + " outside the arena");
+        Require(Within(b.offset, b.bytes(), plan.arena_bytes), "buffer " + b.name + " outside the arena");
         break;
       case PlanBuffer::Kind::kParam:
         Require(b.param >= 0 && static_cast<size_t>(b.param) < plan.params.size(), "a parameter out of range");
         break;
       case PlanBuffer::Kind::kAlias: {
         Require(buffer_index(b.alias_of) && b.alias_of != i, "a view of buffer " + std::to_string(b.alias_of));
+        // Each view inside the one it views: a chain's offsets then add up
+        // inside its root, without overflowing.
+        Require(Within(b.offset, b.bytes(), plan.buffers[b.alias_of].bytes()), "view " + b.name + " outside its buffer");
         int depth = 0;
         for (int at = b.alias_of; plan.buffers[at].kind == PlanBuffer::Kind::kAlias; at = plan.buffers[at].alias_of) {
           Require(++depth < nbuffers && buffer_index(plan.buffers[at].alias_of), "views in a cycle");
         }
-        auto [root, offset] = plan.ViewOf(i);
-        Require(offset >= 0 && offset + b.bytes() <= plan.buffers[root].bytes(), "view " + b.name + " outside its buffer");
         break;
       }
       default: break;

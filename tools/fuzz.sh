@@ -34,6 +34,8 @@ bin=$(bazel --output_base="$output_base" info --config=fuzz bazel-bin 2>/dev/nul
 status=0
 for t in "${targets[@]}"; do
   mkdir -p "$work/$t/corpus"
+  # This run's findings only (an earlier run reported its own).
+  rm -f "$work/$t"/crash-* "$work/$t"/timeout-* "$work/$t"/oom-*
   start=$(date +%s)
   set +e
   (cd "$work/$t" && "$bin/fuzz/$t" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=4096 -max_len=65536 \
