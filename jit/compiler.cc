@@ -60,7 +60,6 @@
 #include <mutex>
 #include <new>
 #include <random>
-#include <set>
 
 #include "jit/image.h"
 #include "jit/native_executable.h"
@@ -730,6 +729,9 @@ ExecutablePtr JitSession::Compile(const Func& program, const CompileOptions& opt
     std::shared_ptr<const CodeObject> object = own;
     const int index = object_index(object);
     std::lock_guard<std::mutex> lock(state_->kernels_mu);
+    if (state_->linked.size() > 2 * static_cast<size_t>(state_->live_modules.load()) + 64) {
+      std::erase_if(state_->linked, [](const auto& kv) { return kv.second.expired(); });
+    }
     state_->linked[prefix] = object;
     for (const auto& [key, fn] : made) {
       functions[key] = static_cast<int>(refs.size());
