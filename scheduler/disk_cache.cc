@@ -12,9 +12,11 @@
 #include <filesystem>
 #include <fstream>
 #include <random>
+#include <set>
 #include <stdexcept>
 #include <vector>
 
+#include "ir/printer.h"
 #include "support/hash.h"
 
 namespace pejit {
@@ -72,6 +74,17 @@ uint64_t DiskKey::Hash() const {
   return Fnv1a(s.data(), s.size());
 }
 
+uint64_t DefinitionsHash(const ModuleSnapshot& module, const std::string& entry) {
+  std::string text;
+  for (const auto& [name, type] : module.types()) text += PrintTypeDef(*type);
+  std::set<std::string> names = module.Callees(entry);
+  names.insert(entry);
+  for (const std::string& name : names) {
+    if (const Definition* d = module.Find(name)) text += PrintFunction(name, d->func);
+  }
+  return Fnv1a(text.data(), text.size());
+}
+
 const char* DiskCache::Version() { return "pejit 0.23"; }
 
 DiskCache::DiskCache(std::string dir, uint64_t max_bytes) : dir_(std::move(dir)), max_bytes_(max_bytes) {
@@ -123,15 +136,18 @@ DiskCache::Stored DiskCache::Store(const DiskKey& key, std::string_view image) c
   return stored;
 }
 
-std::optional<DiskCache::Loaded> DiskCache::Load(const DiskKey& key, std::string* refused) const {
-  const std::string path = PathOf(key);
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return std::nullopt;
-  std::string file((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  auto refuse = [&](const std::string& why) -> std::optional<Loaded> {
-    if (refused) *refused = path + ": " + why;
-    ::unlink(path.c_str());
-    return std::nullopt;
+namespace {
+
+// An entry file's header and image, or why it fails the checks.
+struct Parsed {
+  std::string header, image, why;
+};
+
+Parsed Parse(const std::string& file) {
+  Parsed p;
+  auto refuse = [&](const std::string& why) {
+    p.why = why;
+    return p;
   };
   if (file.size() < sizeof kMagic + 8 || std::memcmp(file.data(), kMagic, sizeof kMagic) != 0) {
     return refuse("not a pejit code cache entry");
@@ -153,15 +169,79 @@ std::optional<DiskCache::Loaded> DiskCache::Load(const DiskKey& key, std::string
   const uint64_t format = Read64(body, 0);
   at = 8;
   std::string_view version, header, image;
-  if (format != kFormat) return refuse("format " + std::to_string(format) + ", not " + std::to_string(kFormat));
+  if (format != DiskCache::kFormat) {
+    return refuse("format " + std::to_string(format) + ", not " + std::to_string(DiskCache::kFormat));
+  }
   if (!field(&version) || !field(&header) || !field(&image) || at != body.size()) return refuse("malformed");
-  if (version != Version()) return refuse("written by " + std::string(version) + ", not " + Version());
-  if (header != key.ToString()) return refuse("another key with the same hash, or another CPU");
+  if (version != DiskCache::Version()) return refuse("written by " + std::string(version) + ", not " + DiskCache::Version());
+  p.header = std::string(header);
+  p.image = std::string(image);
+  return p;
+}
+
+// DiskKey::ToString() read back; false when `s` is not one.
+bool ParseKey(std::string_view s, DiskKey* key) {
+  size_t at = 0;
+  auto part = [&](std::string* out) {
+    if (s.size() - at < 8) return false;
+    uint64_t n = Read64(s, at);
+    at += 8;
+    if (n > s.size() - at) return false;
+    *out = std::string(s.substr(at, n));
+    at += n;
+    return true;
+  };
+  if (!part(&key->entry) || !part(&key->mode) || !part(&key->signature) || !part(&key->options) || !part(&key->cpu)) {
+    return false;
+  }
+  if (s.size() - at != 8) return false;
+  key->definitions = Read64(s, at);
+  return true;
+}
+
+std::string ReadAll(const std::string& path, bool* ok) {
+  std::ifstream in(path, std::ios::binary);
+  *ok = static_cast<bool>(in);
+  return *ok ? std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>()) : std::string();
+}
+
+}  // namespace
+
+std::optional<DiskCache::Loaded> DiskCache::Load(const DiskKey& key, std::string* refused) const {
+  const std::string path = PathOf(key);
+  bool ok = false;
+  std::string file = ReadAll(path, &ok);
+  if (!ok) return std::nullopt;
+  Parsed p = Parse(file);
+  if (p.why.empty() && p.header != key.ToString()) p.why = "another key with the same hash, or another CPU";
+  if (!p.why.empty()) {
+    if (refused) *refused = path + ": " + p.why;
+    ::unlink(path.c_str());
+    return std::nullopt;
+  }
   ::utimensat(AT_FDCWD, path.c_str(), nullptr, 0);  // recently used
   Loaded loaded;
-  loaded.image = std::string(image);
+  loaded.image = std::move(p.image);
   loaded.bytes = file.size();
   return loaded;
+}
+
+std::vector<std::pair<DiskKey, std::string>> DiskCache::List() const {
+  std::vector<std::pair<DiskKey, std::string>> out;
+  std::error_code ec;
+  for (const fs::directory_entry& e : fs::directory_iterator(dir_, ec)) {
+    const std::string name = e.path().filename().string();
+    if (name.size() < 4 || name.compare(name.size() - 4, 4, kSuffix) != 0) continue;
+    bool ok = false;
+    std::string file = ReadAll(e.path().string(), &ok);
+    if (!ok) continue;
+    Parsed p = Parse(file);
+    DiskKey key;
+    if (!p.why.empty() || !ParseKey(p.header, &key)) continue;
+    out.emplace_back(std::move(key), std::move(p.image));
+  }
+  std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.first.ToString() < b.first.ToString(); });
+  return out;
 }
 
 int DiskCache::EvictPast(uint64_t max_bytes) const {

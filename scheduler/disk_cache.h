@@ -22,6 +22,10 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
+
+#include "ir/module.h"
 
 namespace pejit {
 
@@ -38,6 +42,10 @@ struct DiskKey {
   std::string ToString() const;  // every field, for the header
   uint64_t Hash() const;
 };
+
+// The hash DiskKey::definitions holds: of the text of `entry`'s definition,
+// of everything it calls, and of the module's types.
+uint64_t DefinitionsHash(const ModuleSnapshot& module, const std::string& entry);
 
 class DiskCache {
  public:
@@ -62,6 +70,10 @@ class DiskCache {
 
   // Whether an entry of `key` is there (unchecked: Load checks it).
   bool Has(const DiskKey& key) const;
+
+  // Every entry that passes the checks, with its key (`pejit export
+  // --from-cache`); those that fail are skipped, not removed.
+  std::vector<std::pair<DiskKey, std::string>> List() const;
 
   const std::string& dir() const { return dir_; }
   std::string PathOf(const DiskKey& key) const;  // where its entry is

@@ -36,7 +36,6 @@
 #include "scheduler/job_queue.h"
 #include "scheduler/residual_executable.h"
 #include "scheduler/trace_sinks.h"
-#include "support/hash.h"
 #include "support/parallel.h"
 #include "support/thread_priority.h"
 
@@ -1281,14 +1280,7 @@ DiskKey EngineImpl::DiskKeyOf(EntryState& entry, const ModuleSnapshot& snapshot,
   // of any of them is another key, an edit of nothing they print is not.
   std::lock_guard<std::mutex> lock(entry.definitions_mu);
   if (entry.definitions_versions != key.versions->key) {
-    std::string text;
-    for (const auto& [name, type] : snapshot.types()) text += PrintTypeDef(*type);
-    std::set<std::string> names = snapshot.Callees(entry.name);
-    names.insert(entry.name);
-    for (const std::string& name : names) {
-      if (const Definition* d = snapshot.Find(name)) text += PrintFunction(name, d->func);
-    }
-    entry.definitions_hash = Fnv1a(text.data(), text.size());
+    entry.definitions_hash = DefinitionsHash(snapshot, entry.name);
     entry.definitions_versions = key.versions->key;
   }
   k.definitions = entry.definitions_hash;

@@ -12,6 +12,7 @@
 #include "jit/pipeline.h"
 #include "pe/partial_eval.h"
 #include "runtime/artifact.h"
+#include "scheduler/disk_cache.h"
 #include "support/input_file.h"
 #include "tools/program_files.h"
 
@@ -33,7 +34,9 @@ ExportCommand::ExportCommand(CLI::App& app) {
                                          "as an artifact that pejit-runtime runs without LLVM");
   export_->add_option("file", program_, "the .pj program")->required()->check(CLI::ExistingFile);
   export_->add_option("--entry", entry_, "the definition to export, without '@'")->required();
-  export_->add_option("--args", args_files_, "JSON array of arguments; repeat for more structures")->required();
+  export_->add_option("--args", args_files_, "JSON array of arguments; repeat for more structures");
+  export_->add_option("--from-cache", from_cache_,
+                      "export the entry's code a run stored in this persistent code cache (every mode) instead");
   export_->add_flag("--grad", grad_, "export the loss and its gradients (the result must be a scalar f32)");
   export_->add_option("--wrt", wrt_, "comma-separated argument indices to differentiate (default: every argument "
                                      "whose type can hold a float tensor)");
@@ -44,6 +47,9 @@ bool ExportCommand::parsed() const { return export_->parsed(); }
 
 int ExportCommand::Run() const {
   if (!wrt_.empty() && !grad_) throw std::runtime_error("--wrt names the arguments to differentiate: it needs --grad");
+  if (args_files_.empty() == from_cache_.empty()) {
+    throw std::runtime_error("give the structures to export: --args files, or --from-cache a code cache directory");
+  }
   Snapshot s = LoadProgram(UserPath(program_));
   std::vector<int> wrt;
   if (grad_) wrt = wrt_.empty() ? FloatArguments(*s, entry_) : ParseIndices(wrt_, "--wrt");
@@ -66,6 +72,30 @@ int ExportCommand::Run() const {
     entries.push_back({entry_, ModeName(grad_ ? &wrt : nullptr), ComputeSignature(args).key,
                        EncodeImage(*native, /*objects=*/false)});
     keep.push_back(std::move(exe));
+  }
+  if (!from_cache_.empty()) {
+    // What a run stored for the program as it is now, on this CPU.
+    const std::string cpu = session->host_cpu() + " " + session->host_features();
+    const uint64_t definitions = DefinitionsHash(*s, entry_);
+    int stale = 0;
+    for (auto& [key, image] : DiskCache(UserPath(from_cache_), UINT64_MAX).List()) {
+      if (key.entry != entry_) continue;
+      if (key.definitions != definitions || key.cpu != cpu) {
+        ++stale;
+        continue;
+      }
+      for (const Image::Object& o : DecodeImage(image).objects) {
+        auto object = std::make_shared<CodeObject>();
+        object->name = o.name;
+        object->object = o.bytes;
+        objects.emplace(o.name, std::move(object));
+      }
+      entries.push_back({entry_, key.mode, key.signature, std::move(image)});
+    }
+    if (entries.empty()) {
+      throw std::runtime_error(from_cache_ + " holds no code of @" + entry_ + " for these definitions on this CPU (" +
+                               std::to_string(stale) + " entries of other definitions or CPUs)");
+    }
   }
   // The kernels' objects, linked into one shared library by the system linker.
   const fs::path out = UserPath(out_);

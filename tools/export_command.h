@@ -5,6 +5,9 @@
 // specializes and compiles the entry for each argument file's structure,
 // then writes an artifact directory (runtime/artifact.h) that
 // `pejit-runtime` (//runtime) loads and runs with no compiler linked.
+// `--from-cache DIR` instead takes the specializations a run produced: the
+// entry's code in a persistent code cache (every mode), for the program's
+// current definitions and this CPU.
 #pragma once
 
 #include <CLI/CLI.hpp>
@@ -23,7 +26,7 @@ class ExportCommand {
 
  private:
   CLI::App* export_;
-  std::string program_, entry_, wrt_, out_;
+  std::string program_, entry_, wrt_, out_, from_cache_;
   std::vector<std::string> args_files_;
   bool grad_ = false;
 };

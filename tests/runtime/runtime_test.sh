@@ -53,6 +53,23 @@ printf 'x' >> "$tmp/loss.pjx/entries.pjx"
 if err=$("$runtime" "$tmp/loss.pjx" --entry loss --grad --args "$dir/trees_args.json" 2>&1); then fail "a damaged artifact ran"; fi
 [[ "$err" == *"entries.pjx: checksum mismatch (corrupted)" ]] || fail "damaged artifact: $err"
 
+# The specializations a run produced: a replay fills a code cache, and
+# --from-cache exports what it holds for the program as it is.
+"$pejit" replay "$dir/trees.pj" --entry loss --calls "$dir/trees_calls.jsonl" --grad --wrt 1 --policy sync \
+  --no-generic --cache-dir "$tmp/cache" >/dev/null 2>&1
+out=$("$pejit" export "$dir/trees.pj" --entry loss --from-cache "$tmp/cache" --out "$tmp/run.pjx")
+[[ "$out" == "# exported "[1-9]*" specialization(s) of @loss"* ]] || fail "export --from-cache: $out"
+grep -v '^#' "$dir/trees_calls.jsonl" | head -n 3 | tail -n 1 > "$tmp/call.json"
+want=$("$pejit" run "$dir/trees.pj" --entry loss --grad --wrt 1 --args "$tmp/call.json")
+got=$("$runtime" "$tmp/run.pjx" --entry loss --grad --wrt 1 --args "$tmp/call.json")
+[[ "$got" == "$want" ]] || fail "runtime on a replayed call: $got, want $want"
+# Code stored for other definitions is not exported for these.
+sed 's/0\.5)/0.25)/' "$dir/trees.pj" > "$tmp/edited.pj"
+if err=$("$pejit" export "$tmp/edited.pj" --entry loss --from-cache "$tmp/cache" --out "$tmp/stale.pjx" 2>&1); then
+  fail "code of other definitions was exported"
+fi
+[[ "$err" == *"holds no code of @loss for these definitions on this CPU"* ]] || fail "stale export: $err"
+
 # No LLVM among the runtime's links.
 if ldd "$runtime" | grep -i llvm; then fail "pejit-runtime links LLVM"; fi
 "$runtime" --help | grep -q -- "--entry" || fail "--help"

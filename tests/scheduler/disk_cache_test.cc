@@ -200,6 +200,23 @@ TEST_F(DiskCacheTest, AWriterKilledMidWriteLeavesNoTornEntry) {
   }
 }
 
+// What `pejit export --from-cache` reads: every entry that passes the
+// checks, with its whole key; a damaged one is skipped.
+TEST_F(DiskCacheTest, ListingGivesEveryWholeEntryWithItsKey) {
+  DiskCache cache(dir_.string(), 1 << 20);
+  cache.Store(Key("a"), Image(100, 1));
+  cache.Store(Key("b", 9), Image(200, 2));
+  cache.Store(Key("c"), Image(300, 3));
+  std::ofstream(cache.PathOf(Key("c")), std::ios::binary | std::ios::app) << "x";
+  std::vector<std::pair<DiskKey, std::string>> listed = cache.List();
+  ASSERT_EQ(listed.size(), 2u);
+  EXPECT_EQ(listed[0].first.ToString(), Key("a").ToString());
+  EXPECT_EQ(listed[0].second, Image(100, 1));
+  EXPECT_EQ(listed[1].first.ToString(), Key("b", 9).ToString());
+  EXPECT_EQ(listed[1].first.definitions, 9u);
+  EXPECT_EQ(listed[1].second, Image(200, 2));
+}
+
 TEST_F(DiskCacheTest, PastTheBudgetTheLeastRecentlyUsedEntriesGo) {
   const std::string image = Image(1000, 1);
   DiskCache probe(dir_.string(), uint64_t{1} << 30);
