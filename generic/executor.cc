@@ -15,6 +15,7 @@
 #include "jit/plan.h"
 #include "jit/simplify.h"
 #include "jit/vectorize.h"
+#include "jit/vjp.h"
 #include "ops/eager.h"
 #include "ops/packed_gemm.h"
 #include "ir/visitor.h"
@@ -154,87 +155,26 @@ std::vector<Tensor> LogicalOutputs(const std::vector<SegmentCode::Output>& outpu
 GradPrograms MakeGradPrograms(const Func& vectorized, const std::vector<bool>& shared) {
   GradPrograms g;
   Straight f = Decompose(vectorized);
-  for (size_t p = 0; p < f.params.size(); ++p) {
-    DType d = TensorTypeOf(f.params[p]).dtype;
-    if (d == DType::kF64) throw Refusal("generic: gradients through f64 tensors are not served");
-    if (d == DType::kF32) g.grad_inputs.push_back(static_cast<int>(p));
+  for (const Var& p : f.params) {
+    if (TensorTypeOf(p).dtype == DType::kF64) throw Refusal("generic: gradients through f64 tensors are not served");
   }
-  Straight s = f;
   const auto* outputs = As<TupleNode>(f.result);
-  StraightEmitter out("g");
-  Expr total;
-  for (size_t o = 0; o < outputs->fields.size(); ++o) {
-    TensorType t = TensorTypeOf(outputs->fields[o]);
-    if (t.dtype == DType::kF64) throw Refusal("generic: gradients through f64 tensors are not served");
-    if (t.dtype != DType::kF32) continue;
-    g.grad_outputs.push_back(static_cast<int>(o));
-    Var cotangent = MakeVar("c" + std::to_string(o), TensorTy(t));
-    s.params.push_back(cotangent);
-    Expr term = out.Op("sum", {out.Op("mul", {outputs->fields[o], cotangent}, {}, {})}, {}, {});
-    total = total ? Expr(out.Op("add", {total, term}, {}, {})) : term;
+  for (const Expr& o : outputs->fields) {
+    if (TensorTypeOf(o).dtype == DType::kF64) throw Refusal("generic: gradients through f64 tensors are not served");
   }
-  if (!total || g.grad_inputs.empty()) {  // nothing to differentiate: the forward alone
-    g.grad_inputs.clear();
-    g.grad_outputs.clear();
+  std::optional<SplitVjp> split = MakeSplitVjp(f);
+  if (!split) {  // nothing to differentiate: the forward alone
     Straight plain = f;
     g.forward_outputs = ReturnByReference(plain, outputs->fields);
     g.forward = Recompose(plain);
     return g;
   }
-  for (Binding& b : out.bindings()) s.bindings.push_back(std::move(b));
-  s.result = total;
-  // Differentiate keeps the forward lets, with their variables, ahead of the
-  // backward ones: what follows them is the backward program.
-  Straight d = Decompose(Differentiate(Recompose(s), g.grad_inputs));
-  std::unordered_set<const VarNode*> forward_vars;
-  for (const Binding& b : f.bindings) forward_vars.insert(b.var.get());
-  std::vector<Binding> back;
-  for (const Binding& b : d.bindings) {
-    if (!forward_vars.count(b.var.get())) back.push_back(b);
-  }
-  std::vector<Var> residuals;
-  std::unordered_set<const ExprNode*> seen;
-  auto collect = [&](const Expr& e) {
-    PostOrderVisit(e, [&](const Expr& x) {
-      if (x->kind == ExprKind::kVar && forward_vars.count(static_cast<const VarNode*>(x.get())) && seen.insert(x.get()).second) {
-        residuals.push_back(std::static_pointer_cast<const VarNode>(x));
-      }
-    });
-  };
-  for (const Binding& b : back) collect(b.value);
-  collect(d.result);
-
-  Straight fwd = f, bwd;
-  bwd.params = d.params;
-  std::vector<Expr> results = outputs->fields;
-  StraightEmitter fields("r");
-  std::unordered_map<const ExprNode*, Expr> subst;
-  for (const Var& r : residuals) {
-    if (const TupleTypeNode* tuple = AsTuple(r->annotation)) {  // a multi-output operator's: by its fields
-      std::vector<Expr> parts;
-      for (size_t i = 0; i < tuple->fields.size(); ++i) {
-        if (!AsTensor(tuple->fields[i])) throw Refusal("generic: a nested tuple kept for the backward pass");
-        results.push_back(fields.Proj(r, static_cast<int>(i), r->loc));
-        Var p = MakeVar(r->name + "_" + std::to_string(i), tuple->fields[i]);
-        bwd.params.push_back(p);
-        parts.push_back(p);
-        ++g.residuals;
-      }
-      Var rebuilt = MakeVar(r->name, r->annotation);
-      bwd.bindings.push_back({rebuilt, MakeTuple(std::move(parts))});
-      subst[r.get()] = rebuilt;
-    } else {
-      results.push_back(r);
-      Var p = MakeVar(r->name, r->annotation);
-      bwd.params.push_back(p);
-      subst[r.get()] = p;
-      ++g.residuals;
-    }
-  }
-  for (Binding& b : fields.bindings()) fwd.bindings.push_back(std::move(b));
-  g.forward_outputs = ReturnByReference(fwd, results);
-  for (const Binding& b : back) bwd.bindings.push_back({b.var, Substitute(b.value, subst)});
-  bwd.result = Substitute(d.result, subst);
+  g.grad_inputs = split->grad_inputs;
+  g.grad_outputs = split->grad_outputs;
+  g.residuals = split->residuals;
+  Straight& fwd = split->forward;
+  Straight& bwd = split->backward;
+  g.forward_outputs = ReturnByReference(fwd, As<TupleNode>(fwd.result)->fields);
 
   // A shared input's gradient (a weight's) is a sum over the run's rows;
   // summed over every run of a call it is one product over all their rows.

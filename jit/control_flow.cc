@@ -9,6 +9,8 @@
 #include "ir/value.h"
 #include "ir/visitor.h"
 #include "jit/pipeline.h"
+#include "jit/straight.h"
+#include "jit/vjp.h"
 #include "ops/eager.h"
 
 namespace pejit {
@@ -26,12 +28,12 @@ struct Block;
 struct Step;
 
 // Grad mode: the path one run took, as the regions it ran in order, each
-// with the inputs its vector-Jacobian product needs (it recomputes the
-// region's forward from them rather than keep its intermediates).
+// with what its vector-Jacobian product reads: the region's inputs and the
+// intermediates its forward kept (vjp.h's residuals).
 struct Tape {
   struct Entry {
     const Step* step;
-    std::vector<Tensor> inputs;
+    std::vector<Tensor> inputs;  // then the residuals
     std::vector<int> input_ids;
     int first_output;  // its output leaves' ids: first_output, first_output + 1, ...
   };
@@ -50,9 +52,10 @@ struct Step {
   std::vector<std::pair<const VarNode*, Type>> outputs;
   int output_leaves = 0;
   // kRegion in grad mode, when gradients can pass through it (a float
-  // input and a float output): (inputs, a cotangent per float output leaf)
-  // -> (sum of the float leaves times their cotangents, its gradient for
-  // each float input).
+  // input and a float output): `exe` also returns the residuals after the
+  // output leaves, and `vjp` is the backward half (jit/vjp.h): (inputs, a
+  // cotangent per float output leaf, residuals) -> (the VJP's value, a
+  // gradient per float input).
   ExecutablePtr vjp;
   std::vector<int> float_inputs;        // indices into `inputs`
   std::vector<int> float_leaves;        // indices into the flattened outputs
@@ -113,14 +116,14 @@ const char* KindName(ExprKind k) {
 }
 
 // An expression the driver evaluates itself: no operator.
-bool IsAtom(const Expr& e) {
+bool IsDriverAtom(const Expr& e) {
   switch (e->kind) {
     case ExprKind::kVar:
     case ExprKind::kConstant: return true;
-    case ExprKind::kProj: return IsAtom(static_cast<const ProjNode&>(*e).tuple);
+    case ExprKind::kProj: return IsDriverAtom(static_cast<const ProjNode&>(*e).tuple);
     case ExprKind::kTuple:
       for (const Expr& f : static_cast<const TupleNode&>(*e).fields) {
-        if (!IsAtom(f)) return false;
+        if (!IsDriverAtom(f)) return false;
       }
       return true;
     default: return false;
@@ -228,7 +231,7 @@ class ControlFlowProgram final : public Executable {
     }
     Block block;
     block.tail = *e;
-    if (!IsAtom(block.tail)) {
+    if (!IsDriverAtom(block.tail)) {
       throw JitFailure("control flow: a block ends in " + std::string(KindName(block.tail->kind)) + ", not a variable");
     }
     // The last step that reads each variable (lets.size(): the tail).
@@ -255,7 +258,7 @@ class ControlFlowProgram final : public Executable {
       vars_[let.var.get()] = let.var;
       const Expr& value = let.value;
       const bool local = [&] {  // an atom of values this region computes
-        if (!IsAtom(value)) return false;
+        if (!IsDriverAtom(value)) return false;
         used.clear();
         VarsOf(value, used);
         for (const VarNode* v : used) {
@@ -271,12 +274,12 @@ class ControlFlowProgram final : public Executable {
       flush(i);
       Step step;
       step.var = let.var.get();
-      if (IsAtom(value)) {
+      if (IsDriverAtom(value)) {
         step.kind = Step::Kind::kBind;
         step.value = value;
       } else if (value->kind == ExprKind::kIf) {
         const IfNode& n = static_cast<const IfNode&>(*value);
-        if (!IsAtom(n.cond)) throw JitFailure("control flow: an `if` whose condition is not a variable");
+        if (!IsDriverAtom(n.cond)) throw JitFailure("control flow: an `if` whose condition is not a variable");
         step.kind = Step::Kind::kIf;
         step.cond = n.cond;
         step.then_block = std::make_unique<Block>(BuildBlock(n.then_branch));
@@ -293,7 +296,7 @@ class ControlFlowProgram final : public Executable {
         step.kind = Step::Kind::kCall;
         step.function = it->second;
         for (const Expr& a : call.args) {
-          if (!IsAtom(a)) throw JitFailure("control flow: a call of @" + name + " with an argument that is not a variable");
+          if (!IsDriverAtom(a)) throw JitFailure("control flow: a call of @" + name + " with an argument that is not a variable");
           step.args.push_back(a);
         }
         ++stats_.calls;
@@ -345,12 +348,13 @@ class ControlFlowProgram final : public Executable {
       types.push_back(type);
     }
     for (const Type& type : types) step.output_leaves += static_cast<int>(CountTensorLeaves(type));
-    if (wrt_) AddVjp(step, params, lets);
-    PipelineOptions pipeline;
-    pipeline.compile = options_;
-    step.exe = CompileResidual(session_, MakeFunc(std::move(params), WithLets(lets, MakeTuple(std::move(results))),
-                                                  TupleTy(std::move(types))),
-                               pipeline);
+    if (!wrt_ || !AddVjp(step, params, lets)) {
+      PipelineOptions pipeline;
+      pipeline.compile = options_;
+      step.exe = CompileResidual(session_, MakeFunc(std::move(params), WithLets(lets, MakeTuple(std::move(results))),
+                                                    TupleTy(std::move(types))),
+                                 pipeline);
+    }
     code_bytes_ += step.exe->code_bytes();
     ++stats_.regions;
     block.steps.push_back(std::move(step));
@@ -361,19 +365,14 @@ class ControlFlowProgram final : public Executable {
     return body;
   }
 
-  // Grad mode: the vector-Jacobian product of region `step` (its `lets`
-  // from `params`), when a gradient can pass through it. It is the gradient
-  // of sum(leaf * cotangent) over the region's float output leaves, through
-  // the same pipeline (batching, then autodiff, then LLVM) as straight-line
-  // code, so both differentiate with the operators' own rules.
-  void AddVjp(Step& step, const std::vector<Var>& params, const std::vector<const LetNode*>& lets) {
-    std::vector<int> float_inputs;
-    for (size_t i = 0; i < params.size(); ++i) {
-      if (IsFloat(AsTensor(params[i]->annotation)->type.dtype)) float_inputs.push_back(static_cast<int>(i));
-    }
-    if (float_inputs.empty()) return;
-    std::vector<std::pair<Var, Expr>> seeds;  // lets after the region's
-    std::vector<Var> leaves;
+  // Grad mode: region `step` (its `lets` from `params`) as the two halves
+  // of its vector-Jacobian product (jit/vjp.h), each through the pipeline
+  // (batching, LLVM) as straight-line code is: the forward, returning the
+  // output leaves and the residuals, becomes `exe`, the backward `vjp`.
+  // False when no gradient passes through it (no float input or output).
+  bool AddVjp(Step& step, const std::vector<Var>& params, const std::vector<const LetNode*>& lets) {
+    std::vector<std::pair<Var, Expr>> projections;  // lets after the region's
+    std::vector<Expr> leaves;
     std::function<void(const Var&)> flatten = [&](const Var& v) {
       const TupleTypeNode* tuple = AsTuple(v->annotation);
       if (!tuple) {
@@ -382,44 +381,32 @@ class ControlFlowProgram final : public Executable {
       }
       for (size_t i = 0; i < tuple->fields.size(); ++i) {
         Var field = MakeVar(v->name + "." + std::to_string(i), tuple->fields[i]);
-        seeds.emplace_back(field, MakeProj(v, static_cast<int>(i)));
+        projections.emplace_back(field, MakeProj(v, static_cast<int>(i)));
         flatten(field);
       }
     };
     for (const auto& output : step.outputs) flatten(vars_.at(output.first));
-    std::vector<Var> vjp_params = params;
-    Expr loss;
-    const Type scalar = TensorTy(DType::kF32, {});
-    for (size_t k = 0; k < leaves.size(); ++k) {
-      const TensorType& type = AsTensor(leaves[k]->annotation)->type;
-      if (!IsFloat(type.dtype)) continue;
+    Expr body = MakeTuple(leaves);
+    for (auto it = projections.rbegin(); it != projections.rend(); ++it) body = MakeLet(it->first, it->second, body);
+    std::optional<SplitVjp> split = MakeSplitVjp(Decompose(MakeFunc(params, WithLets(lets, body))));
+    if (!split) return false;
+    for (int k : split->grad_outputs) {
+      const TensorType type = TensorTypeOf(leaves[k]);
       if (!type.IsFullyKnown()) {
-        throw JitFailure("control flow: %" + leaves[k]->name + " of type " + type.ToString() +
-                         " leaves a region with a shape not known when compiling");
+        throw JitFailure("control flow: a region's output of type " + type.ToString() +
+                         " has a shape not known when compiling");
       }
-      Var cotangent = MakeVar("d_" + leaves[k]->name, leaves[k]->annotation);
-      vjp_params.push_back(cotangent);
-      step.float_leaves.push_back(static_cast<int>(k));
       step.zero_cotangents.push_back(Tensor::Zeros(type.dtype, type.shape));
-      auto bind = [&](Expr value, Type t) {
-        Var v = MakeVar("seed", std::move(t));
-        seeds.emplace_back(v, std::move(value));
-        return Expr(v);
-      };
-      Expr term = bind(MakeOpCall("sum", {bind(MakeOpCall("mul", {leaves[k], cotangent}), leaves[k]->annotation)}),
-                       TensorTy(type.dtype, {}));
-      if (type.dtype != DType::kF32) term = bind(MakeOpCall("cast", {term}, {{"dtype", DType::kF32}}), scalar);
-      loss = loss ? bind(MakeOpCall("add", {loss, term}), scalar) : term;
     }
-    if (!loss) return;
-    for (auto it = seeds.rbegin(); it != seeds.rend(); ++it) loss = MakeLet(it->first, it->second, loss);
     PipelineOptions pipeline;
     pipeline.compile = options_;
-    pipeline.wrt_leaves = float_inputs;
-    step.vjp = CompileResidual(session_, MakeFunc(std::move(vjp_params), WithLets(lets, loss), scalar), pipeline);
-    step.float_inputs = std::move(float_inputs);
+    step.exe = CompileResidual(session_, Recompose(split->forward), pipeline);
+    step.vjp = CompileResidual(session_, Recompose(split->backward), pipeline);
+    step.float_inputs = std::move(split->grad_inputs);
+    step.float_leaves = std::move(split->grad_outputs);
     code_bytes_ += step.vjp->code_bytes();
     ++stats_.vjp_regions;
+    return true;
   }
 
   // The value of an atom and, with a tape, its tensors' ids.
@@ -501,8 +488,9 @@ class ControlFlowProgram final : public Executable {
         in.reserve(step.inputs.size());
         for (const VarNode* v : step.inputs) in.push_back(env.at(v).value.tensor());
         std::vector<Tensor> out = step.exe->Run(in);
-        // Grad mode: the outputs get ids, and the run is recorded, when a
-        // gradient can pass (the region has a VJP, and an input has an id).
+        // Grad mode: the outputs get ids, and the run is recorded with the
+        // residuals its forward returned after the outputs, when a gradient
+        // can pass (the region has a VJP, and an input has an id).
         int first_output = -1;
         if (tape && step.vjp) {
           std::vector<int> input_ids;
@@ -515,6 +503,8 @@ class ControlFlowProgram final : public Executable {
           if (active) {
             first_output = tape->next_id;
             tape->next_id += step.output_leaves;
+            in.insert(in.end(), std::make_move_iterator(out.begin() + step.output_leaves),
+                      std::make_move_iterator(out.end()));
             tape->entries.push_back({&step, std::move(in), std::move(input_ids), first_output});
           }
         }
@@ -559,14 +549,18 @@ class ControlFlowProgram final : public Executable {
     if (loss_id >= 0) grads[loss_id] = Tensor::Scalar(1.0f);
     for (auto it = tape.entries.rbegin(); it != tape.entries.rend(); ++it) {
       const Step& step = *it->step;
+      // (inputs..., cotangents..., residuals...)
       std::vector<Tensor> in = std::move(it->inputs);
+      const auto cotangents_at = in.begin() + static_cast<std::ptrdiff_t>(step.inputs.size());
+      std::vector<Tensor> cotangents;
       bool reached = false;
       for (size_t k = 0; k < step.float_leaves.size(); ++k) {
         Tensor& g = grads[it->first_output + step.float_leaves[k]];
         reached |= g.defined();
-        in.push_back(g.defined() ? std::move(g) : step.zero_cotangents[k]);
+        cotangents.push_back(g.defined() ? std::move(g) : step.zero_cotangents[k]);
       }
       if (!reached) continue;
+      in.insert(cotangents_at, std::make_move_iterator(cotangents.begin()), std::make_move_iterator(cotangents.end()));
       std::vector<Tensor> out = step.vjp->Run(in);
       for (size_t j = 0; j < step.float_inputs.size(); ++j) {
         const int id = it->input_ids[step.float_inputs[j]];

@@ -13,11 +13,11 @@
 //
 // Gradients (grad mode) follow the path a run took, as the interpreter's
 // tape does, but a region at a time: the forward records each region it ran
-// with its inputs, and the backward runs the regions' vector-Jacobian
-// products in reverse. A region's VJP is compiled like any straight-line
-// gradient (autodiff.h) and recomputes the region's forward from its inputs,
-// so the tape holds a region's inputs, not its intermediates: it trades a
-// second forward pass per region for memory and one mechanism.
+// with its inputs and the intermediates its backward needs, and the backward
+// runs the regions' vector-Jacobian products in reverse. Each region is
+// compiled as the two halves of its VJP (vjp.h, as the generic tier's
+// segments are): a forward that also returns those residuals, and a
+// backward from them, differentiated by autodiff.h's rules.
 #pragma once
 
 #include <memory>
