@@ -123,6 +123,9 @@ void TraceStats::Add(const Event& e) {
       if (StringField(e, "state") == "queued") t.prefetched++;
       break;
     case EventKind::kGenericInspect: stages_["generic inspect"].Add(CountField(e, "inspect_us")); break;
+    case EventKind::kCacheLoad: stages_["cache load"].Add(e.duration_us); break;
+    case EventKind::kCacheStore: stages_["cache store"].Add(e.duration_us); break;
+    case EventKind::kCacheRefused: reasons_[{std::string(e.name()), e.entry, StringField(e, "reason")}]++; break;
     case EventKind::kSwap:
       t.compiled++;
       if (after_edit_jobs_.count(CountField(e, "job"))) t.recompiled++;
@@ -227,7 +230,7 @@ std::string TraceStats::Render() const {
   // Times of the jobs and their stages.
   std::vector<std::vector<std::string>> times = {{"stage", "count", "total", "p50", "p99", "max"}};
   for (const char* name : {"job", "queue wait", "pe", "batch", "autodiff", "passes", "codegen", "compile", "generic inspect",
-                           "generic compile"}) {
+                           "generic compile", "cache load", "cache store"}) {
     const Durations& d = stage(name);
     if (d.count() == 0) continue;
     times.push_back({name, std::to_string(d.count()), FormatMicros(d.total()), FormatMicros(d.Percentile(0.5)),
