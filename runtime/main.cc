@@ -4,7 +4,6 @@
 
 #include <cstdio>
 
-#include "ir/json.h"
 #include "runtime/artifact.h"
 #include "support/input_file.h"
 #include "tools/program_files.h"
@@ -29,13 +28,7 @@ int main(int argc, char** argv) {
       wrt = wrt_list.empty() ? pejit::FloatArguments(artifact.module(), entry) : pejit::ParseIndices(wrt_list, "--wrt");
     }
     pejit::Interpreter::ValueAndGrad r = artifact.Call(entry, args, grad ? &wrt : nullptr);
-    std::string out = "{\"value\":" + pejit::ValueToJsonText(r.value);
-    if (grad) {
-      out += ",\"grads\":[";
-      for (size_t g = 0; g < r.grads.size(); ++g) out += (g ? "," : "") + pejit::ValueToJsonText(r.grads[g]);
-      out += "],\"wrt\":" + nlohmann::json(wrt).dump();
-    }
-    std::printf("%s}\n", out.c_str());
+    std::printf("%s\n", pejit::ResultJson(r.value, grad ? &r.grads : nullptr, wrt).c_str());
   } catch (const std::exception& e) {
     std::fprintf(stderr, "pejit-runtime: %s\n", e.what());
     return 1;

@@ -84,6 +84,28 @@ const char* const kPipelineStage = "pipeline";
 // Job numbers for events, unique in the process (engines may share a trace file).
 std::atomic<int64_t> next_job_id{1};
 
+// What compiled code of an entry returning `ret` returns for these
+// arguments: its tensor count and, in grad mode (`wrt`), the leaves it
+// differentiates for and where each gradient is among its results
+// (Slot::gradient_result).
+struct ResultLayout {
+  size_t tensors = 0;
+  std::vector<int> wrt_leaves, gradient_result;
+};
+
+ResultLayout LayoutOf(const Type& ret, const std::vector<Value>& args, const std::vector<bool>& static_args,
+                      const std::vector<int>* wrt) {
+  ResultLayout layout;
+  layout.tensors = CountTensorLeaves(ret);
+  if (!wrt) return layout;
+  std::vector<size_t> first;
+  std::vector<Tensor> leaves = Flatten(args, static_args, &first);
+  layout.wrt_leaves = FloatWrtLeaves(leaves, first, *wrt);
+  layout.tensors = 1 + layout.wrt_leaves.size();
+  layout.gradient_result = GradientResultOf(leaves.size(), layout.wrt_leaves);
+  return layout;
+}
+
 
 // Compiled code can serve a grad call when every wrt index names a distinct
 // dynamic argument; anything else is tier 0's to accept or reject.
@@ -176,6 +198,13 @@ class EngineImpl {
                                    const std::vector<Value>& args, const std::vector<bool>& static_args,
                                    const std::vector<int>* wrt, int64_t job);
   void StoreToDisk(const Job& job, const Slot& slot, const ExecutablePtr& exec);
+  // The code stored under `key` linked, or null; `check` (may be empty)
+  // throws to refuse it. Refusals remove the entry and say why.
+  ExecutablePtr LinkFromDisk(const DiskKey& key, const std::string& entry, const Signature* sig, int64_t job,
+                             const std::function<void(const Executable&)>& check);
+  // Writes native code under `key` (other tiers' code is not stored).
+  void WriteToDisk(const DiskKey& key, const std::string& entry, const Signature* sig, const Executable& exec,
+                   int64_t job);
   void RefuseCacheEntry(const std::string& entry, const Signature* sig, const std::string& reason);
   ExecutablePtr CompileThroughDisk(const std::string& entry, const Func& program, const CompileOptions& options);
   // `hot_calls` > 0: count the signature's calls and queue its job at that
@@ -846,17 +875,14 @@ void EngineImpl::RunJob(Job& job) {
     // straight-line code. A residual with control flow (a dynamic `if`, a
     // loop the data ends) stays as it is, and the compile hook decides what
     // it can do with it, differentiating it too (CompileTask).
-    size_t expected_results = CountTensorLeaves(type->ret);
+    ResultLayout layout = LayoutOf(type->ret, job.args, job.static_args, job.grad ? &job.wrt : nullptr);
+    const size_t expected_results = layout.tensors;
+    gradient_result = std::move(layout.gradient_result);
     PipelineOptions pipeline;
     pipeline.batch = options.batch;
     CompileTask task{residual, std::nullopt};
     if (job.grad) {
-      std::vector<size_t> first;
-      std::vector<Tensor> leaves = Flatten(job.args, job.static_args, &first);
-      std::vector<int> wrt_leaves = FloatWrtLeaves(leaves, first, job.wrt);
-      expected_results = 1 + wrt_leaves.size();
-      gradient_result = GradientResultOf(leaves.size(), wrt_leaves);
-      (HasControlFlow(residual.main) ? task.differentiate : pipeline.wrt_leaves) = std::move(wrt_leaves);
+      (HasControlFlow(residual.main) ? task.differentiate : pipeline.wrt_leaves) = std::move(layout.wrt_leaves);
     }
     // A program that is not straight-line code stays unbatched; what
     // throws here is batching or autodiff, which `prepared.stage` names.
@@ -1315,64 +1341,73 @@ std::optional<EngineImpl::DiskHit> EngineImpl::LoadImage(EntryState& entry, cons
                                                          const SlotKey& key, const std::vector<Value>& args,
                                                          const std::vector<bool>& static_args,
                                                          const std::vector<int>* wrt, int64_t job) {
-  const int64_t start = NowMicros();
-  DiskKey disk_key = DiskKeyOf(entry, snapshot, key);
-  std::string refused;
-  std::optional<DiskCache::Loaded> file = disk_->Load(disk_key, &refused);
-  if (!refused.empty()) RefuseCacheEntry(entry.name, &key.signature, refused);
-  if (!file) return std::nullopt;
   DiskHit hit;
-  JitSession::LoadReport linked;
-  try {
-    hit.exec = jit_->Load(file->image, &linked);
-    size_t expected = CountTensorLeaves(AsFunc(snapshot.Get(entry.name).type)->ret);
-    if (wrt) {
-      std::vector<size_t> first;
-      std::vector<Tensor> leaves = Flatten(args, static_args, &first);
-      std::vector<int> wrt_leaves = FloatWrtLeaves(leaves, first, *wrt);
-      expected = 1 + wrt_leaves.size();
-      hit.gradient_result = GradientResultOf(leaves.size(), wrt_leaves);
+  hit.exec = LinkFromDisk(DiskKeyOf(entry, snapshot, key), entry.name, &key.signature, job, [&](const Executable& exec) {
+    ResultLayout layout = LayoutOf(AsFunc(snapshot.Get(entry.name).type)->ret, args, static_args, wrt);
+    if (!IsTensorTree(exec.result_type()) || CountTensorLeaves(exec.result_type()) != layout.tensors) {
+      throw ImageError("the image returns " + TypeToString(exec.result_type()) + ", not " +
+                       std::to_string(layout.tensors) + " tensors");
     }
-    if (!IsTensorTree(hit.exec->result_type()) || CountTensorLeaves(hit.exec->result_type()) != expected) {
-      throw ImageError("the image returns " + TypeToString(hit.exec->result_type()) + ", not " +
-                       std::to_string(expected) + " tensors");
-    }
-  } catch (const std::exception& e) {
-    RefuseCacheEntry(entry.name, &key.signature, disk_->PathOf(disk_key) + ": " + e.what());
-    std::remove(disk_->PathOf(disk_key).c_str());
-    return std::nullopt;
-  }
+    hit.gradient_result = std::move(layout.gradient_result);
+  });
+  if (!hit.exec) return std::nullopt;
   Count(entry.loaded);
-  if (On(EventKind::kCacheLoad)) {
-    Event e = Make(EventKind::kCacheLoad, entry.name, &key.signature, start, NowMicros() - start);
+  return hit;
+}
+
+ExecutablePtr EngineImpl::LinkFromDisk(const DiskKey& key, const std::string& entry, const Signature* sig,
+                                       int64_t job, const std::function<void(const Executable&)>& check) {
+  const int64_t start = NowMicros();
+  std::string refused;
+  std::optional<DiskCache::Loaded> file = disk_->Load(key, &refused);
+  ExecutablePtr exec;
+  JitSession::LoadReport linked;
+  if (file) {
+    try {
+      exec = jit_->Load(file->image, &linked);
+      if (check) check(*exec);
+    } catch (const std::exception& e) {
+      exec.reset();
+      refused = disk_->PathOf(key) + ": " + e.what();
+      std::remove(disk_->PathOf(key).c_str());
+    }
+  }
+  if (!refused.empty()) RefuseCacheEntry(entry, sig, refused);
+  if (exec && On(EventKind::kCacheLoad)) {
+    Event e = Make(EventKind::kCacheLoad, entry, sig, start, NowMicros() - start);
     if (job > 0) e.fields.push_back({"job", job});
     e.fields.push_back({"mode", key.mode});
     e.fields.push_back({"bytes", static_cast<int64_t>(file->bytes)});
     e.fields.push_back({"objects_linked", static_cast<int64_t>(linked.objects_linked)});
-    e.fields.push_back({"code_bytes", static_cast<int64_t>(hit.exec->code_bytes())});
+    e.fields.push_back({"code_bytes", static_cast<int64_t>(exec->code_bytes())});
     Emit(e);
   }
-  return hit;
+  return exec;
 }
 
-// Native code just published, written for later engines (on the worker).
-void EngineImpl::StoreToDisk(const Job& job, const Slot& slot, const ExecutablePtr& exec) {
-  const auto* native = dynamic_cast<const NativeExecutable*>(exec.get());
+void EngineImpl::WriteToDisk(const DiskKey& key, const std::string& entry, const Signature* sig,
+                             const Executable& exec, int64_t job) {
+  const auto* native = dynamic_cast<const NativeExecutable*>(&exec);
   if (!native) return;  // regions with a driver, the residual interpreter: not stored
   const int64_t start = NowMicros();
-  EntryState& entry = *slot.key.entry;
   try {
-    DiskCache::Stored stored = disk_->Store(DiskKeyOf(entry, *job.snapshot, slot.key), EncodeImage(*native));
+    DiskCache::Stored stored = disk_->Store(key, EncodeImage(*native));
     if (On(EventKind::kCacheStore)) {
-      Event e = Make(EventKind::kCacheStore, entry.name, &slot.key.signature, start, NowMicros() - start);
-      e.fields.push_back({"job", job.id});
+      Event e = Make(EventKind::kCacheStore, entry, sig, start, NowMicros() - start);
+      e.fields.push_back({"job", job});
       e.fields.push_back({"bytes", static_cast<int64_t>(stored.bytes)});
       e.fields.push_back({"evicted", static_cast<int64_t>(stored.evicted)});
       Emit(e);
     }
   } catch (const std::exception& e) {
-    RefuseCacheEntry(entry.name, &slot.key.signature, e.what());
+    RefuseCacheEntry(entry, sig, e.what());
   }
+}
+
+// Native code just published, written for later engines (on the worker).
+void EngineImpl::StoreToDisk(const Job& job, const Slot& slot, const ExecutablePtr& exec) {
+  EntryState& entry = *slot.key.entry;
+  WriteToDisk(DiskKeyOf(entry, *job.snapshot, slot.key), entry.name, &slot.key.signature, *exec, job.id);
 }
 
 // A generic segment's program, loaded when an earlier run stored it, else
@@ -1385,43 +1420,9 @@ ExecutablePtr EngineImpl::CompileThroughDisk(const std::string& entry, const Fun
   key.signature = PrintFunction("segment", program);
   key.options = disk_options_;
   key.cpu = disk_cpu_;
-  const int64_t start = NowMicros();
-  std::string refused;
-  if (std::optional<DiskCache::Loaded> hit = disk_->Load(key, &refused)) {
-    try {
-      JitSession::LoadReport linked;
-      ExecutablePtr exec = jit_->Load(hit->image, &linked);
-      if (On(EventKind::kCacheLoad)) {
-        Event e = Make(EventKind::kCacheLoad, entry, nullptr, start, NowMicros() - start);
-        e.fields.push_back({"mode", key.mode});
-        e.fields.push_back({"bytes", static_cast<int64_t>(hit->bytes)});
-        e.fields.push_back({"objects_linked", static_cast<int64_t>(linked.objects_linked)});
-        e.fields.push_back({"code_bytes", static_cast<int64_t>(exec->code_bytes())});
-        Emit(e);
-      }
-      return exec;
-    } catch (const std::exception& e) {
-      refused = disk_->PathOf(key) + ": " + e.what();
-      std::remove(disk_->PathOf(key).c_str());
-    }
-  }
-  if (!refused.empty()) RefuseCacheEntry(entry, nullptr, refused);
+  if (ExecutablePtr loaded = LinkFromDisk(key, entry, nullptr, 0, {})) return loaded;
   ExecutablePtr exec = jit_->Compile(program, options);
-  if (const auto* native = dynamic_cast<const NativeExecutable*>(exec.get())) {
-    try {
-      const int64_t store_start = NowMicros();
-      DiskCache::Stored stored = disk_->Store(key, EncodeImage(*native));
-      if (On(EventKind::kCacheStore)) {
-        Event e = Make(EventKind::kCacheStore, entry, nullptr, store_start, NowMicros() - store_start);
-        e.fields.push_back({"job", int64_t{0}});
-        e.fields.push_back({"bytes", static_cast<int64_t>(stored.bytes)});
-        e.fields.push_back({"evicted", static_cast<int64_t>(stored.evicted)});
-        Emit(e);
-      }
-    } catch (const std::exception& e) {
-      RefuseCacheEntry(entry, nullptr, e.what());
-    }
-  }
+  WriteToDisk(key, entry, nullptr, *exec, 0);
   return exec;
 }
 

@@ -62,13 +62,10 @@ std::vector<Value> LoadArgs(const ModuleSnapshot& s, const std::string& entry, c
   return ArgumentsFromJson(s, entry, args_json, where);
 }
 
-// What `run` prints, and `compile --run` in the same form. As text: values of
-// any depth (ValueToJsonText).
-void PrintResult(const Value& value) { std::printf("{\"value\":%s}\n", ValueToJsonText(value).c_str()); }
+// What `run` prints, and `compile --run` in the same form (ResultJson).
+void PrintResult(const Value& value) { std::printf("%s\n", ResultJson(value).c_str()); }
 void PrintResult(const Interpreter::ValueAndGrad& r, const std::vector<int>& wrt) {
-  std::string out = "{\"value\":" + ValueToJsonText(r.value) + ",\"grads\":[";
-  for (size_t g = 0; g < r.grads.size(); ++g) out += (g ? "," : "") + ValueToJsonText(r.grads[g]);
-  std::printf("%s],\"wrt\":%s}\n", out.c_str(), nlohmann::json(wrt).dump().c_str());
+  std::printf("%s\n", ResultJson(r.value, &r.grads, wrt).c_str());
 }
 
 std::vector<int> WrtOf(const ModuleSnapshot& s, const std::string& entry, const std::string& wrt_list) {

@@ -71,4 +71,14 @@ std::vector<Value> ArgumentsFromJson(const ModuleSnapshot& module, const std::st
   return args;
 }
 
+std::string ResultJson(const Value& value, const std::vector<Value>* grads, const std::vector<int>& wrt) {
+  std::string out = "{\"value\":" + ValueToJsonText(value);
+  if (grads) {
+    out += ",\"grads\":[";
+    for (size_t g = 0; g < grads->size(); ++g) out += (g ? "," : "") + ValueToJsonText((*grads)[g]);
+    out += "],\"wrt\":" + nlohmann::json(wrt).dump();
+  }
+  return out + "}";
+}
+
 }  // namespace pejit

@@ -31,4 +31,8 @@ std::vector<int> FloatArguments(const ModuleSnapshot& module, const std::string&
 std::vector<Value> ArgumentsFromJson(const ModuleSnapshot& module, const std::string& entry,
                                      const nlohmann::json& json, const std::string& where);
 
+// What `pejit run` prints for a result, one line of JSON: {"value": ...}
+// and, with `grads`, "grads" and "wrt" (the argument indices).
+std::string ResultJson(const Value& value, const std::vector<Value>* grads = nullptr, const std::vector<int>& wrt = {});
+
 }  // namespace pejit
