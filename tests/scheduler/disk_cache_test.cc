@@ -147,7 +147,9 @@ TEST_F(DiskCacheTest, ProcessesSharingTheDirectoryNeverTearAnEntry) {
   }
   for (int round = 0; round < 50; ++round) {  // meanwhile, readers see a whole entry or none
     std::string refused;
-    if (auto got = cache.Load(Key("shared"), &refused)) EXPECT_EQ(got->image, Image(200000, 9));
+    if (auto got = cache.Load(Key("shared"), &refused)) {
+      EXPECT_EQ(got->image, Image(200000, 9));
+    }
     EXPECT_TRUE(refused.empty()) << refused;
   }
   for (pid_t pid : children) {
