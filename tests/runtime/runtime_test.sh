@@ -8,6 +8,8 @@ pejit="$1"
 runtime="$2"
 dir="$3"
 fail() { echo "FAIL: $*" >&2; exit 1; }
+# A command that fails under `set -e` says which, instead of ending the test silently.
+trap 'echo "FAIL: line $LINENO: $BASH_COMMAND exited with $?" >&2' ERR
 tmp="${TEST_TMPDIR:-$(mktemp -d)}"
 
 # A second tree structure (three leaves on the left).
