@@ -164,6 +164,8 @@ class EngineImpl {
   void Prefetch(Request& r, pejit::Prefetch when);
   CodeStatus WaitReady(Request& r);
   CodeStatus Status(Request& r);
+  void Drain(const std::function<void(int64_t)>& progress);
+  std::string CacheDir() const { return disk_ ? disk_->dir() : std::string(); }
   EntryState& State(const std::string& name);
   std::vector<std::shared_ptr<generic::GenericProgram>> GenericPrograms();
   const std::shared_ptr<generic::SegmentTable>& GenericSegments() const { return segments_; }
@@ -809,7 +811,22 @@ void EngineImpl::WorkerTask() {
   // zero and free the engine before notify_all returns.
   std::lock_guard<std::mutex> lock(tasks_mu_);
   jobs_in_flight_.fetch_sub(1, std::memory_order_relaxed);
-  if (--outstanding_ == 0) tasks_cv_.notify_all();
+  --outstanding_;
+  tasks_cv_.notify_all();  // the destructor waits for 0, Drain for any change
+}
+
+void EngineImpl::Drain(const std::function<void(int64_t)>& progress) {
+  std::unique_lock<std::mutex> lock(tasks_mu_);
+  int64_t seen = outstanding_;
+  while (outstanding_ > 0) {
+    tasks_cv_.wait(lock, [&] { return outstanding_ != seen; });
+    seen = outstanding_;
+    if (progress) {
+      lock.unlock();
+      progress(seen);
+      lock.lock();
+    }
+  }
 }
 
 void EngineImpl::Cancel(Job& job, const char* why) {
@@ -1208,9 +1225,16 @@ Entry Engine::entry(const std::string& name, EntryOptions options) {
   return Entry(impl_.get(), &impl_->State(name), std::move(static_args));
 }
 
+void Engine::drain(const std::function<void(int64_t left)>& progress) { impl_->Drain(progress); }
+
 EngineStats Engine::stats() const {
-  EngineStats out{impl_->cache.bytes(), impl_->cache.size(), impl_->queue.size(), impl_->cache.retained_bytes(),
-                  impl_->workers};
+  EngineStats out;
+  out.code_bytes = impl_->cache.bytes();
+  out.slots = impl_->cache.size();
+  out.queued = impl_->queue.size();
+  out.retained_bytes = impl_->cache.retained_bytes();
+  out.workers = impl_->workers;
+  out.cache_dir = impl_->CacheDir();
   for (const auto& program : impl_->GenericPrograms()) out.generic_cells += program->cells();
   for (generic::SegmentCode* code : impl_->GenericSegments()->codes()) {
     ++out.generic_segments;

@@ -296,6 +296,7 @@ struct EngineStats {
   // those have native code, and its bytes.
   int64_t generic_cells = 0, generic_segments = 0, generic_variants = 0, generic_native_variants = 0;
   size_t generic_code_bytes = 0;
+  std::string cache_dir;  // the persistent code cache in use; empty: none
 };
 
 class Engine {
@@ -316,6 +317,15 @@ class Engine {
   // The entry `name` of the module (throws IrError when there is none, and
   // std::invalid_argument for a bad static_argnums).
   Entry entry(const std::string& name, EntryOptions options = {});
+
+  // Blocks until no job is queued or running: every signature queued so far
+  // is compiled (and, with a cache_dir, stored for the next process) or has
+  // failed. `progress`, when given, is called with the number of tasks left
+  // each time one finishes. Calls from other threads go on meanwhile; jobs
+  // they queue are waited for too. A process that wants its successor to
+  // start warm calls this before it ends: the destructor cancels what is
+  // still queued.
+  void drain(const std::function<void(int64_t left)>& progress = {});
 
   EngineStats stats() const;
   const EngineOptions& options() const;

@@ -1,9 +1,14 @@
 #include "scheduler/engine_flags.h"
 
+#include <algorithm>
+#include <chrono>
+#include <string>
+
 #include "scheduler/policy.h"
 #include "scheduler/trace_sinks.h"
 #include "support/cli_checks.h"
 #include "support/input_file.h"
+#include "support/progress.h"
 
 namespace pejit {
 
@@ -28,6 +33,18 @@ void ApplyEngineFlags(const EngineFlags& flags, EngineOptions& options) {
   options.log_level = flags.log_level;
   options.trace_file = UserPath(flags.trace_file);
   options.cache_dir = UserPath(flags.cache_dir);
+}
+
+double FinishCompilesIntoCache(Engine& engine) {
+  EngineStats stats = engine.stats();
+  if (stats.cache_dir.empty()) return 0;
+  auto start = std::chrono::steady_clock::now();
+  const int64_t total = static_cast<int64_t>(stats.queued) + stats.workers;  // queued, and at most one running per worker
+  ProgressBar bar("compiling into " + stats.cache_dir, "jobs", static_cast<size_t>(total));
+  engine.drain([&](int64_t left) {
+    bar.Update(static_cast<size_t>(std::max<int64_t>(0, total - left)), std::to_string(left) + " left");
+  });
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
 }  // namespace pejit

@@ -29,4 +29,10 @@ void AddEngineFlags(CLI::App& app, EngineFlags& flags);
 // relative path is the user's (UserPath), not the runfiles directory's.
 void ApplyEngineFlags(const EngineFlags& flags, EngineOptions& options);
 
+// With a persistent code cache, a run's end: waits for the compiles still
+// queued (Engine::drain) behind a progress bar on stderr, so that the next
+// run over the cache finds every signature this one met. Without a cache,
+// nothing (the destructor cancels them). Returns the seconds it waited.
+double FinishCompilesIntoCache(Engine& engine);
+
 }  // namespace pejit

@@ -120,6 +120,7 @@ int Run(const Config& c) {
     infer_seconds += eval.seconds;
     images_inferred += eval.images;
   }
+  const double finishing_seconds = FinishCompilesIntoCache(trainer.engine());
   nlohmann::json out = {
       {"test_acc", eval.accuracy},
       {"final_loss", last.loss},
@@ -130,6 +131,7 @@ int Run(const Config& c) {
       {"policy", c.engine.policy},
       {"batch", c.run.batch},
       {"epochs", epochs},
+      {"cache_finish_seconds", finishing_seconds},
       {"seconds", Seconds(start)},
   };
   std::printf("%s\n", out.dump().c_str());

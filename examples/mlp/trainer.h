@@ -71,6 +71,7 @@ class Trainer {
   Entry loss() const;
   Entry infer() const;
   const Engine& engine() const { return *engine_; }
+  Engine& engine() { return *engine_; }
   size_t steps_per_epoch() const;
 
   // Called after each step with the steps done and the epoch so far.

@@ -130,6 +130,7 @@ int Run(Config c) {
     train_acc = trainer.TrainAccuracy();
     dev_acc = trainer.DevAccuracy();
   }
+  const double finishing_seconds = FinishCompilesIntoCache(trainer.engine());
   nlohmann::json out = {
       {"data", d.name},
       {"dev_acc", trainer.has_dev() ? nlohmann::json(dev_acc) : nlohmann::json()},
@@ -142,6 +143,7 @@ int Run(Config c) {
       {"policy", c.engine.policy},
       {"first_epoch", first_epoch},
       {"epochs", epochs},
+      {"cache_finish_seconds", finishing_seconds},
       {"seconds", Seconds(start)},
   };
   std::printf("%s\n", out.dump().c_str());

@@ -70,6 +70,7 @@ class Trainer {
   const Value& params() const { return params_; }
   Entry loss() const;
   const Engine& engine() const { return *engine_; }
+  Engine& engine() { return *engine_; }
   size_t steps_per_epoch() const { return batches_.size(); }
 
   // Called after each step with the steps done and the epoch so far.

@@ -1,7 +1,8 @@
 // The engine and its persistent code cache (EngineOptions::cache_dir): a
 // later engine on the same directory runs a signature's first call natively
 // from the stored code, with no compile job; an edited definition misses it;
-// a damaged entry is refused, removed and recompiled, never run.
+// a damaged entry is refused, removed and recompiled, never run; drain()
+// leaves every queued signature stored for the next engine.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -80,6 +81,34 @@ TEST_F(PersistentCacheTest, ALaterEngineRunsTheFirstCallFromTheStoredCodeWithout
   ASSERT_TRUE(loss.wait_ready(args).ready());
   engine.reset();
   EXPECT_EQ(events_->Count(EventKind::kCacheStore), 1);
+}
+
+TEST_F(PersistentCacheTest, DrainCompilesEveryQueuedSignatureIntoTheCacheForTheNextEngine) {
+  // Prefetched signatures a run never called: without drain() the engine's
+  // end would cancel what its worker had not reached.
+  const int kShapes = 6;
+  std::vector<std::vector<Value>> calls;
+  {
+    std::unique_ptr<Engine> first = Start(Policy::Eager());
+    Rng rng(5);
+    for (int shape = 0; shape < kShapes; ++shape) {
+      calls.push_back({MakeTree(*first->module().snapshot(), 5 + shape, shape, 10), RandomMatrix(rng, 10, 4)});
+      first->entry("loss").prefetch(calls.back(), {1});
+    }
+    std::vector<int64_t> left;
+    first->drain([&](int64_t n) { left.push_back(n); });
+    EXPECT_EQ(first->stats().queued, 0u);
+    ASSERT_FALSE(left.empty());
+    EXPECT_EQ(left.back(), 0);
+    for (const auto& args : calls) EXPECT_EQ(first->entry("loss").status(args, {1}).state, State::kReady);
+  }
+  EXPECT_EQ(events_->Count(EventKind::kCancel), 0);
+  EXPECT_EQ(events_->Count(EventKind::kCacheStore), kShapes);
+  std::unique_ptr<Engine> second = Start(Policy::Eager());
+  for (const auto& args : calls) ExpectTheInterpretersGradient(*second, second->entry("loss").value_and_grad(args, {1}), args);
+  EXPECT_EQ(second->entry("loss").stats().loaded, kShapes);
+  EXPECT_EQ(second->entry("loss").stats().calls_native, kShapes);
+  EXPECT_EQ(events_->Count(EventKind::kEnqueue), 0);
 }
 
 TEST_F(PersistentCacheTest, AnEditedDefinitionMissesTheStoredCode) {
