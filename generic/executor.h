@@ -71,7 +71,6 @@ SegmentCode::Variant& VariantEntry(SegmentCode& code, int64_t rows, bool grad);
 // them. `compile`, when given, stands for `jit.Compile` (the engine's
 // persistent code cache loads what an earlier run compiled). Thread-safe.
 // Throws JitFailure; the variant keeps its interpreter code then.
-using CompileProgram = std::function<ExecutablePtr(const Func& program, const CompileOptions& options)>;
 void CompileVariant(JitSession& jit, SegmentCode& code, SegmentCode::Variant& variant,
                     const CompileProgram& compile = {});
 

@@ -10,6 +10,7 @@
 // through OpenBLAS) through their registered kernels. See compiler.cc for why.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -92,5 +93,10 @@ class JitSession {
   explicit JitSession(std::shared_ptr<State> state);
   std::shared_ptr<State> state_;  // shared with executables: code outlives the session if held
 };
+
+// Stands for JitSession::Compile where a caller may supply the code another
+// way: the engine's persistent code cache loads what an earlier run compiled
+// (generic segments, control-flow regions), keyed by the program's text.
+using CompileProgram = std::function<ExecutablePtr(const Func& program, const CompileOptions& options)>;
 
 }  // namespace pejit

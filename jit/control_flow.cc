@@ -141,8 +141,8 @@ class ControlFlowProgram final : public Executable {
   // Compiles every region in `session`, which must outlive the program (it
   // holds their code). With `wrt`, grad mode: the program's result is a
   // scalar f32 loss, and it computes (loss, d loss / d param[w], ...).
-  ControlFlowProgram(JitSession& session, const CompileOptions& options, std::optional<std::vector<int>> wrt)
-      : session_(session), options_(options), wrt_(std::move(wrt)) {}
+  ControlFlowProgram(JitSession& session, const ControlFlowOptions& options)
+      : session_(session), options_(options.compile), wrt_(options.wrt), compile_program_(options.compile_program) {}
 
   const ControlFlowStats& stats() const { return stats_; }
 
@@ -349,15 +349,21 @@ class ControlFlowProgram final : public Executable {
     }
     for (const Type& type : types) step.output_leaves += static_cast<int>(CountTensorLeaves(type));
     if (!wrt_ || !AddVjp(step, params, lets)) {
-      PipelineOptions pipeline;
-      pipeline.compile = options_;
-      step.exe = CompileResidual(session_, MakeFunc(std::move(params), WithLets(lets, MakeTuple(std::move(results))),
-                                                    TupleTy(std::move(types))),
-                                 pipeline);
+      step.exe = CompileRegion(
+          MakeFunc(std::move(params), WithLets(lets, MakeTuple(std::move(results))), TupleTy(std::move(types))));
     }
     code_bytes_ += step.exe->code_bytes();
     ++stats_.regions;
     block.steps.push_back(std::move(step));
+  }
+
+  // A region's straight-line program through the pipeline (batched), then
+  // LLVM or the caller's compile_program.
+  ExecutablePtr CompileRegion(const Func& region) {
+    PipelineOptions pipeline;
+    pipeline.compile = options_;
+    Func prepared = PrepareResidual(region, pipeline);
+    return compile_program_ ? compile_program_(prepared, options_) : session_.Compile(prepared, options_);
   }
 
   static Expr WithLets(const std::vector<const LetNode*>& lets, Expr body) {
@@ -398,10 +404,8 @@ class ControlFlowProgram final : public Executable {
       }
       step.zero_cotangents.push_back(Tensor::Zeros(type.dtype, type.shape));
     }
-    PipelineOptions pipeline;
-    pipeline.compile = options_;
-    step.exe = CompileResidual(session_, Recompose(split->forward), pipeline);
-    step.vjp = CompileResidual(session_, Recompose(split->backward), pipeline);
+    step.exe = CompileRegion(Recompose(split->forward));
+    step.vjp = CompileRegion(Recompose(split->backward));
     step.float_inputs = std::move(split->grad_inputs);
     step.float_leaves = std::move(split->grad_outputs);
     code_bytes_ += step.vjp->code_bytes();
@@ -576,6 +580,7 @@ class ControlFlowProgram final : public Executable {
   JitSession& session_;
   CompileOptions options_;
   std::optional<std::vector<int>> wrt_;
+  CompileProgram compile_program_;
   ControlFlowStats stats_;
   std::map<std::string, int> function_index_;
   std::unordered_map<const VarNode*, Var> vars_;  // the owners of the variables regions use
@@ -622,7 +627,7 @@ ExecutablePtr CompileControlFlow(JitSession& session, const Func& main,
                                  const std::vector<std::pair<std::string, Func>>& functions,
                                  const ControlFlowOptions& options, ControlFlowStats* stats) {
   if (!HasControlFlow(main)) throw JitFailure("control flow: the program is straight-line code");
-  auto program = std::make_shared<ControlFlowProgram>(session, options.compile, options.wrt);
+  auto program = std::make_shared<ControlFlowProgram>(session, options);
   program->Build(main, functions);
   if (stats) *stats = program->stats();
   return program;

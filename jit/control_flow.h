@@ -38,6 +38,9 @@ struct ControlFlowOptions {
   // tensors); `main` must return a scalar f32 loss, and the program returns
   // (loss, d loss / d param[w], ...) as autodiff.h's programs do.
   std::optional<std::vector<int>> wrt;
+  // Compiles each region's program once batched (and, in grad mode, split
+  // into its VJP's halves); empty: the session's Compile.
+  CompileProgram compile_program;
 };
 
 struct ControlFlowStats {

@@ -208,7 +208,10 @@ class EngineImpl {
   void WriteToDisk(const DiskKey& key, const std::string& entry, const Signature* sig, const Executable& exec,
                    int64_t job);
   void RefuseCacheEntry(const std::string& entry, const Signature* sig, const std::string& reason);
-  ExecutablePtr CompileThroughDisk(const std::string& entry, const Func& program, const CompileOptions& options);
+  // A straight-line program's code (a generic segment's, a control-flow
+  // region's) loaded when an earlier run stored it, else compiled and stored.
+  ExecutablePtr CompileThroughDisk(const std::string& entry, const char* kind, const Func& program,
+                                   const CompileOptions& options);
   // `hot_calls` > 0: count the signature's calls and queue its job at that
   // many (policy hot's rule), whatever the policy.
   SlotPtr Miss(Request& r, SlotPtr slot, int hot_calls = 0);
@@ -360,6 +363,13 @@ EngineImpl::EngineImpl(EngineOptions opts)
     disk_ = std::make_unique<DiskCache>(dir, options.cache_dir_bytes);
     disk_cpu_ = jit_->host_cpu() + " " + jit_->host_features();
     disk_options_ = "batch=" + std::to_string(options.batch) + ";fuel=" + std::to_string(options.pe.fuel);
+    // Control-flow specializations are a driver over regions: the regions'
+    // code persists, keyed by their text (the job still partially evaluates).
+    compile_ = CompileNative(jit_, [this](const CompileTask& task) -> CompileProgram {
+      return [this, entry = task.entry](const Func& program, const CompileOptions& o) {
+        return CompileThroughDisk(entry, "control-flow region", program, o);
+      };
+    });
   }
   module.Subscribe([this](const ModuleEdit& edit) { OnEdit(edit); });
   if (On(EventKind::kStart)) {
@@ -592,9 +602,11 @@ void EngineImpl::RunGenericCompile(GenericCompile& job) {
   int64_t start = NowMicros();
   std::string failure;
   try {
-    generic::CompileProgram through_disk;
+    CompileProgram through_disk;
     if (disk_) {
-      through_disk = [&](const Func& program, const CompileOptions& o) { return CompileThroughDisk(job.entry, program, o); };
+      through_disk = [&](const Func& program, const CompileOptions& o) {
+        return CompileThroughDisk(job.entry, "generic segment", program, o);
+      };
     }
     generic::CompileVariant(*jit_, *job.code, *job.variant, through_disk);
   } catch (const std::exception& e) {
@@ -897,7 +909,7 @@ void EngineImpl::RunJob(Job& job) {
     gradient_result = std::move(layout.gradient_result);
     PipelineOptions pipeline;
     pipeline.batch = options.batch;
-    CompileTask task{residual, std::nullopt};
+    CompileTask task{residual, std::nullopt, slot.key.entry->name};
     if (job.grad) {
       (HasControlFlow(residual.main) ? task.differentiate : pipeline.wrt_leaves) = std::move(layout.wrt_leaves);
     }
@@ -1434,12 +1446,12 @@ void EngineImpl::StoreToDisk(const Job& job, const Slot& slot, const ExecutableP
   WriteToDisk(DiskKeyOf(entry, *job.snapshot, slot.key), entry.name, &slot.key.signature, *exec, job.id);
 }
 
-// A generic segment's program, loaded when an earlier run stored it, else
-// compiled and stored. Its key is its own text, which says all it computes:
-// equal texts are the same code, whatever definitions they came from.
-ExecutablePtr EngineImpl::CompileThroughDisk(const std::string& entry, const Func& program, const CompileOptions& options) {
+// The key is the program's own text, which says all it computes: equal
+// texts are the same code, whatever definitions they came from.
+ExecutablePtr EngineImpl::CompileThroughDisk(const std::string& entry, const char* kind, const Func& program,
+                                             const CompileOptions& options) {
   DiskKey key;
-  key.entry = "generic segment";
+  key.entry = kind;
   key.mode = options.optimize_machine_code ? "O2" : "O0";
   key.signature = PrintFunction("segment", program);
   key.options = disk_options_;

@@ -62,6 +62,7 @@ struct CompileNotes {
 struct CompileTask {
   const Residual& residual;
   std::optional<std::vector<int>> differentiate;
+  std::string entry;  // whose specialization this is (for the hook's own reports)
 };
 
 // Turns a CompileTask into an Executable. Throws to refuse: a JitFailure (or

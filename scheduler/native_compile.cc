@@ -14,15 +14,18 @@ std::string Describe(const ControlFlowStats& stats) {
 
 }  // namespace
 
-CompileFn CompileNative(std::shared_ptr<JitSession> session) {
-  return [session = std::move(session)](const CompileTask& task, CompileNotes& notes) -> ExecutablePtr {
+CompileFn CompileNative(std::shared_ptr<JitSession> session, std::function<CompileProgram(const CompileTask&)> regions) {
+  return [session = std::move(session), regions = std::move(regions)](const CompileTask& task,
+                                                                      CompileNotes& notes) -> ExecutablePtr {
     const Residual& residual = task.residual;
+    ControlFlowOptions control;
+    if (regions) control.compile_program = regions(task);
     if (task.differentiate) {
       // Grad mode through control flow: only the region driver differentiates
       // it (the residual interpreter tier runs value mode only).
       ControlFlowStats stats;
-      ExecutablePtr exec =
-          CompileControlFlow(*session, residual.main, residual.functions, {{}, task.differentiate}, &stats);
+      control.wrt = task.differentiate;
+      ExecutablePtr exec = CompileControlFlow(*session, residual.main, residual.functions, control, &stats);
       notes.fallback = "autodiff takes straight-line code only; " + Describe(stats);
       return exec;
     }
@@ -37,7 +40,7 @@ CompileFn CompileNative(std::shared_ptr<JitSession> session) {
       if (HasControlFlow(residual.main)) {
         try {
           ControlFlowStats stats;
-          ExecutablePtr exec = CompileControlFlow(*session, residual.main, residual.functions, {}, &stats);
+          ExecutablePtr exec = CompileControlFlow(*session, residual.main, residual.functions, control, &stats);
           notes.fallback = std::string(native.what()) + "; " + Describe(stats);
           return exec;
         } catch (const JitFailure& regions) {

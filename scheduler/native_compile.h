@@ -1,6 +1,7 @@
 // \file The engine's default compile step: LLVM, with a fallback tier.
 #pragma once
 
+#include <functional>
 #include <memory>
 
 #include "jit/compiler.h"
@@ -15,6 +16,9 @@ namespace pejit {
 // that runs in the residual interpreter (still specialized, no longer
 // native); a residual every tier refuses is refused with the reasons.
 // Reports LLVM's stages, or the reason for the fallback, in CompileNotes.
-CompileFn CompileNative(std::shared_ptr<JitSession> session);
+// `regions`, when given, says how a task's control-flow regions are compiled
+// (ControlFlowOptions::compile_program: the engine's persistent cache).
+CompileFn CompileNative(std::shared_ptr<JitSession> session,
+                        std::function<CompileProgram(const CompileTask&)> regions = {});
 
 }  // namespace pejit

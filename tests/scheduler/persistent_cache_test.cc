@@ -1,13 +1,15 @@
 // The engine and its persistent code cache (EngineOptions::cache_dir): a
 // later engine on the same directory runs a signature's first call natively
 // from the stored code, with no compile job; an edited definition misses it;
-// a damaged entry is refused, removed and recompiled, never run; drain()
+// a damaged entry is refused, removed and recompiled, never run; control
+// flow's regions persist; drain()
 // leaves every queued signature stored for the next engine.
 #include <gtest/gtest.h>
 
 #include <filesystem>
 #include <fstream>
 
+#include "scheduler/disk_cache.h"
 #include "tests/scheduler/fixtures.h"
 
 namespace pejit {
@@ -109,6 +111,40 @@ TEST_F(PersistentCacheTest, DrainCompilesEveryQueuedSignatureIntoTheCacheForTheN
   EXPECT_EQ(second->entry("loss").stats().loaded, kShapes);
   EXPECT_EQ(second->entry("loss").stats().calls_native, kShapes);
   EXPECT_EQ(events_->Count(EventKind::kEnqueue), 0);
+}
+
+// A residual with control flow (here a loop the data ends) runs as a driver
+// over compiled regions: the regions' code persists, keyed by its text, so a
+// later engine partially evaluates again but compiles nothing.
+TEST_F(PersistentCacheTest, ControlFlowRegionsAreStoredAndALaterEngineCompilesNone) {
+  std::vector<Value> loop = {I(5), Value(Tensor::Scalar(1.5f))};
+  auto run_both_modes = [&](Engine& engine) {
+    Entry count_down = engine.entry("count_down");
+    Snapshot s = engine.module().snapshot();
+    EXPECT_TRUE(ValueAllClose(count_down.call(loop), Interpreter().Call(*s, "count_down", loop), 1e-6, 1e-7));
+    ValueAndGrad got = count_down.value_and_grad(loop, {1});
+    ValueAndGrad want = Interpreter().CallWithGrad(*s, "count_down", loop, {1});
+    EXPECT_TRUE(ValueAllClose(got.value, want.value, 1e-6, 1e-7));
+    EXPECT_TRUE(ValueAllClose(got.grads.at(0), want.grads.at(0), 1e-5, 1e-6));
+    EXPECT_EQ(count_down.status(loop).tier, "native");
+    EXPECT_EQ(count_down.status(loop, {1}).tier, "native");
+  };
+  {
+    std::unique_ptr<Engine> first = Start(Policy::Sync());
+    run_both_modes(*first);
+  }
+  // Equal region texts are one entry: the first engine loads its own.
+  const int stored = events_->Count(EventKind::kCacheStore);
+  const int asked = stored + events_->Count(EventKind::kCacheLoad);
+  int regions = 0;
+  for (const auto& [key, path] : DiskCache(dir_.string(), EngineOptions{}.cache_dir_bytes).List()) regions += key.entry == "control-flow region";
+  EXPECT_GT(regions, 0);
+  EXPECT_EQ(regions, stored);  // nothing else of count_down's is native straight-line code
+
+  std::unique_ptr<Engine> second = Start(Policy::Sync());
+  run_both_modes(*second);
+  EXPECT_EQ(events_->Count(EventKind::kCacheStore), 0);
+  EXPECT_EQ(events_->Count(EventKind::kCacheLoad), asked);
 }
 
 TEST_F(PersistentCacheTest, AnEditedDefinitionMissesTheStoredCode) {
