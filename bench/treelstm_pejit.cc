@@ -259,7 +259,7 @@ int Measure(const Config& c) {
     return plan.reshuffled[static_cast<size_t>(epoch)];
   };
   train_batches(c.epochs - 1);  // fails now rather than after the epochs the plan holds
-  Entry loss = engine.entry("loss"), infer = engine.entry("infer");
+  Entry loss = engine.entry("loss").with_grad({2}), infer = engine.entry("infer");
   // Accuracy of `infer` over `batches`, and how many trees.
   auto evaluate = [&](const std::vector<treelstm::Batch>& batches) {
     int64_t trees = 0, right = 0;
@@ -303,7 +303,7 @@ int Measure(const Config& c) {
       const treelstm::Batch& b = batches[i];
       const auto step_start = Clock::now();
       lookahead.BeforeStep(i);
-      ValueAndGrad vg = loss.value_and_grad({b.trees, b.labels, params}, {2});
+      ValueAndGrad vg = loss.value_and_grad({b.trees, b.labels, params});
       optimizer->Step(params, vg.grads[0]);
       step_ms.push_back(1e3 * Seconds(step_start));
       const int64_t n = b.labels.tensor().numel();

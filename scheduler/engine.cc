@@ -1223,18 +1223,28 @@ Engine::~Engine() = default;
 Module& Engine::module() { return impl_->module; }
 const EngineOptions& Engine::options() const { return impl_->options; }
 
+namespace {
+
+// Throws std::invalid_argument unless every index names an argument of @name.
+void CheckArgumentIndices(const std::string& name, size_t arity, const std::vector<int>& indices, const char* what) {
+  for (int i : indices) {
+    if (i < 0 || static_cast<size_t>(i) >= arity) {
+      throw std::invalid_argument(std::string(what) + ": @" + name + " takes " + std::to_string(arity) +
+                                  " arguments; there is no argument " + std::to_string(i));
+    }
+  }
+}
+
+}  // namespace
+
 Entry Engine::entry(const std::string& name, EntryOptions options) {
   const Definition& def = impl_->module.snapshot()->Get(name);
   size_t arity = def.func->params.size();
+  CheckArgumentIndices(name, arity, options.static_argnums, "static_argnums");
+  if (options.wrt) CheckArgumentIndices(name, arity, *options.wrt, "wrt");
   std::vector<bool> static_args(arity, false);
-  for (int i : options.static_argnums) {
-    if (i < 0 || static_cast<size_t>(i) >= arity) {
-      throw std::invalid_argument("static_argnums: @" + name + " takes " + std::to_string(arity) +
-                                  " arguments; there is no argument " + std::to_string(i));
-    }
-    static_args[i] = true;
-  }
-  return Entry(impl_.get(), &impl_->State(name), std::move(static_args));
+  for (int i : options.static_argnums) static_args[i] = true;
+  return Entry(impl_.get(), &impl_->State(name), std::move(static_args), std::move(options.wrt));
 }
 
 void Engine::drain(const std::function<void(int64_t left)>& progress) { impl_->Drain(progress); }
@@ -1265,43 +1275,41 @@ EngineStats Engine::stats() const {
 
 const std::string& Entry::name() const { return state_->name; }
 
+Entry Entry::with_grad(std::vector<int> wrt) const {
+  CheckArgumentIndices(state_->name, static_args_.size(), wrt, "wrt");
+  return Entry(engine_, state_, static_args_, std::move(wrt));
+}
+
+Entry Entry::without_grad() const { return Entry(engine_, state_, static_args_, std::nullopt); }
+
 Value Entry::call(const std::vector<Value>& args) const {
+  if (wrt_) {
+    throw std::logic_error("@" + state_->name + ": call() on a handle made for value_and_grad (wrt); take value mode's with without_grad()");
+  }
   EngineImpl::Request r{*state_, static_args_, args, nullptr, {}, {}, false, {}};
   return engine_->Run(r).value;
 }
 
-ValueAndGrad Entry::value_and_grad(const std::vector<Value>& args, const std::vector<int>& wrt) const {
-  EngineImpl::Request r{*state_, static_args_, args, &wrt, {}, {}, false, {}};
+ValueAndGrad Entry::value_and_grad(const std::vector<Value>& args) const {
+  if (!wrt_) {
+    throw std::logic_error("@" + state_->name + ": value_and_grad() on a value-mode handle; make it with wrt (EntryOptions::wrt or with_grad())");
+  }
+  EngineImpl::Request r{*state_, static_args_, args, &*wrt_, {}, {}, false, {}};
   return engine_->Run(r);
 }
 
 void Entry::prefetch(const std::vector<Value>& args, Prefetch when) const {
-  EngineImpl::Request r{*state_, static_args_, args, nullptr, {}, {}, false, {}};
-  engine_->Prefetch(r, when);
-}
-
-void Entry::prefetch(const std::vector<Value>& args, const std::vector<int>& wrt, Prefetch when) const {
-  EngineImpl::Request r{*state_, static_args_, args, &wrt, {}, {}, false, {}};
+  EngineImpl::Request r{*state_, static_args_, args, wrt(), {}, {}, false, {}};
   engine_->Prefetch(r, when);
 }
 
 CodeStatus Entry::wait_ready(const std::vector<Value>& args) const {
-  EngineImpl::Request r{*state_, static_args_, args, nullptr, {}, {}, false, {}};
-  return engine_->WaitReady(r);
-}
-
-CodeStatus Entry::wait_ready(const std::vector<Value>& args, const std::vector<int>& wrt) const {
-  EngineImpl::Request r{*state_, static_args_, args, &wrt, {}, {}, false, {}};
+  EngineImpl::Request r{*state_, static_args_, args, wrt(), {}, {}, false, {}};
   return engine_->WaitReady(r);
 }
 
 CodeStatus Entry::status(const std::vector<Value>& args) const {
-  EngineImpl::Request r{*state_, static_args_, args, nullptr, {}, {}, false, {}};
-  return engine_->Status(r);
-}
-
-CodeStatus Entry::status(const std::vector<Value>& args, const std::vector<int>& wrt) const {
-  EngineImpl::Request r{*state_, static_args_, args, &wrt, {}, {}, false, {}};
+  EngineImpl::Request r{*state_, static_args_, args, wrt(), {}, {}, false, {}};
   return engine_->Status(r);
 }
 

@@ -189,6 +189,12 @@ struct EntryOptions {
   // Arguments whose whole value (tensor contents included) becomes part of
   // the signature, like jax.jit's static_argnums: specialized on, not passed.
   std::vector<int> static_argnums;
+  // Grad mode, fixed for the handle as jax.value_and_grad binds argnums: the
+  // arguments whose gradients value_and_grad returns, in this order. Unset:
+  // value mode. Every other method of the handle (prefetch, wait_ready,
+  // status) then concerns the same mode, so that warming one mode and
+  // running the other cannot happen by omission.
+  std::optional<std::vector<int>> wrt;
 };
 
 struct EntryStats {
@@ -242,48 +248,60 @@ enum class Prefetch : uint8_t {
 class EngineImpl;   // engine.cc
 struct EntryState;  // engine.cc
 
-// A handle on one entry of an engine's module. Cheap to copy; valid while
-// its Engine lives. All methods may be called from many threads at once.
+// A handle on one entry of an engine's module, in one mode: value mode
+// (call) or grad mode (value_and_grad, for the arguments EntryOptions::wrt
+// names). Cheap to copy; valid while its Engine lives. All methods may be
+// called from many threads at once.
 class Entry {
  public:
   const std::string& name() const;
+  // Grad mode's arguments; null in value mode.
+  const std::vector<int>* wrt() const { return wrt_ ? &*wrt_ : nullptr; }
 
-  // Runs the entry: compiled code when this signature's is ready, the
-  // interpreter otherwise (policy sync: after compiling). Throws EvalError
-  // like Interpreter::Call.
+  // This entry in grad mode for `wrt`, or in value mode (a new handle; this
+  // one is unchanged). Throws std::invalid_argument for an argument the
+  // entry does not take.
+  Entry with_grad(std::vector<int> wrt) const;
+  Entry without_grad() const;
+
+  // Value mode: runs the entry, on compiled code when this signature's is
+  // ready, in the interpreter otherwise (policy sync: after compiling).
+  // Throws EvalError like Interpreter::Call; std::logic_error on a grad-mode
+  // handle.
   Value call(const std::vector<Value>& args) const;
-  // The loss (a scalar f32) and its gradients with respect to arguments
-  // `wrt`, each in the structure of its argument, exactly as
-  // Interpreter::CallWithGrad returns them.
-  ValueAndGrad value_and_grad(const std::vector<Value>& args, const std::vector<int>& wrt) const;
+  // Grad mode: the loss (a scalar f32) and its gradients with respect to the
+  // handle's `wrt` arguments, each in the structure of its argument, exactly
+  // as Interpreter::CallWithGrad returns them. std::logic_error on a
+  // value-mode handle.
+  ValueAndGrad value_and_grad(const std::vector<Value>& args) const;
 
-  // Queues the specialization of these arguments' signature and returns at
-  // once: `kNext` before the jobs of calls already made (the loop's next
-  // minibatches: their code can be ready when it gets there), `kWhenIdle`
-  // when no other job waits. No effect under policy interpreter.
+  // Queues the specialization of these arguments' signature (in the handle's
+  // mode) and returns at once: `kNext` before the jobs of calls already made
+  // (the loop's next minibatches: their code can be ready when it gets
+  // there), `kWhenIdle` when no other job waits. No effect under policy
+  // interpreter.
   void prefetch(const std::vector<Value>& args, Prefetch when = Prefetch::kWhenIdle) const;
-  void prefetch(const std::vector<Value>& args, const std::vector<int>& wrt,
-                Prefetch when = Prefetch::kWhenIdle) const;
 
-  // Blocks until that signature's code is ready or has failed, queueing its
-  // job first when there is none (any policy but interpreter, whose answer is
-  // kNone at once). For tests and benchmarks.
+  // Blocks until that signature's code (in the handle's mode) is ready or
+  // has failed, queueing its job first when there is none (any policy but
+  // interpreter, whose answer is kNone at once). For tests and benchmarks.
   CodeStatus wait_ready(const std::vector<Value>& args) const;
-  CodeStatus wait_ready(const std::vector<Value>& args, const std::vector<int>& wrt) const;
 
-  // Where that signature's code stands now; never blocks or queues.
+  // Where that signature's code (in the handle's mode) stands now; never
+  // blocks or queues.
   CodeStatus status(const std::vector<Value>& args) const;
-  CodeStatus status(const std::vector<Value>& args, const std::vector<int>& wrt) const;
 
+  // Both modes' calls and code.
   EntryStats stats() const;
 
  private:
   friend class Engine;
-  Entry(EngineImpl* engine, EntryState* state, std::vector<bool> static_args)
-      : engine_(engine), state_(state), static_args_(std::move(static_args)) {}
+  Entry(EngineImpl* engine, EntryState* state, std::vector<bool> static_args, std::optional<std::vector<int>> wrt)
+      : engine_(engine), state_(state), static_args_(std::move(static_args)), wrt_(std::move(wrt)) {}
   EngineImpl* engine_;
   EntryState* state_;
   std::vector<bool> static_args_;
+  std::optional<std::vector<int>> wrt_;
 };
 
 struct EngineStats {
@@ -315,8 +333,9 @@ class Engine {
   // invalidate the specializations that used what changed.
   Module& module();
 
-  // The entry `name` of the module (throws IrError when there is none, and
-  // std::invalid_argument for a bad static_argnums).
+  // The entry `name` of the module, in the mode `options.wrt` says (throws
+  // IrError when there is none, and std::invalid_argument for a bad
+  // static_argnums or wrt).
   Entry entry(const std::string& name, EntryOptions options = {});
 
   // Blocks until no job is queued or running: every signature queued so far

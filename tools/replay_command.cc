@@ -138,6 +138,7 @@ int ReplayCommand::Run() const {
   entry_options.static_argnums = indices(o_.static_args, "--static");
   std::vector<int> wrt = indices(o_.wrt, "--wrt");
   if (o_.grad && wrt.empty()) wrt = FloatArguments(*snapshot, o_.entry);
+  if (o_.grad) entry_options.wrt = wrt;
   Entry entry = engine.entry(o_.entry, entry_options);
   Interpreter reference;
 
@@ -157,11 +158,7 @@ int ReplayCommand::Run() const {
     auto prefetch = [&](size_t position) {
       if (position >= order.size()) return;
       const std::vector<Value>& args = calls[order[position]].args;
-      if (o_.grad) {
-        entry.prefetch(args, wrt, Prefetch::kNext);
-      } else {
-        entry.prefetch(args, Prefetch::kNext);
-      }
+      entry.prefetch(args, Prefetch::kNext);
     };
     for (size_t k = 1; k <= static_cast<size_t>(o_.lookahead); ++k) prefetch(k);
     int64_t compiled_before = before.calls_compiled();
@@ -172,7 +169,7 @@ int ReplayCommand::Run() const {
       std::vector<Tensor> got;
       try {
         if (o_.grad) {
-          ValueAndGrad r = entry.value_and_grad(call.args, wrt);
+          ValueAndGrad r = entry.value_and_grad(call.args);
           got = Leaves(r.value, r.grads);
         } else {
           got = Leaves(entry.call(call.args), {});

@@ -114,7 +114,7 @@ GrowingModel::GrowingModel(Engine& engine, Sizes sizes, uint64_t seed)
     : engine_(engine),
       sizes_(sizes),
       rng_(seed),
-      loss_((engine.module().AddSource(ModelSource(), "growing.pj"), engine.entry("loss"))),
+      loss_((engine.module().AddSource(ModelSource(), "growing.pj"), engine.entry("loss").with_grad(LossWrt()))),
       infer_(engine.entry("infer")),
       activity_(engine.entry("activity")) {
   const int64_t h = sizes_.hidden;

@@ -270,12 +270,12 @@ int Run(const Config& c) {
       if (model.stage() == 0) {
         // Edits the module must refuse; compiled code stays as it was.
         uint64_t generation = engine.module().snapshot()->generation();
-        CodeStatus loss_before = model.loss().status(model.LossArgs(now.images, now.labels), model.LossWrt());
+        CodeStatus loss_before = model.loss().status(model.LossArgs(now.images, now.labels));
         for (const std::string& error : model.BadEdits()) {
           std::fprintf(stderr, "step %lld: rejected edit: %s\n", static_cast<long long>(step), error.c_str());
           rejected.push_back(error);
         }
-        CodeStatus loss_after = model.loss().status(model.LossArgs(now.images, now.labels), model.LossWrt());
+        CodeStatus loss_after = model.loss().status(model.LossArgs(now.images, now.labels));
         std::fprintf(stderr, "  module generation %llu -> %llu; loss code %s -> %s\n",
                      static_cast<unsigned long long>(generation),
                      static_cast<unsigned long long>(engine.module().snapshot()->generation()),
@@ -308,7 +308,7 @@ int Run(const Config& c) {
     mlp::Batch b = mlp::MakeBatch(train, order, static_cast<size_t>((step % batches) * c.batch),
                                   static_cast<size_t>(c.batch));
     EntryStats before = model.loss().stats();
-    ValueAndGrad out = model.loss().value_and_grad(model.LossArgs(b.images, b.labels), model.LossWrt());
+    ValueAndGrad out = model.loss().value_and_grad(model.LossArgs(b.images, b.labels));
     bool compiled = model.loss().stats().calls_compiled() > before.calls_compiled();
     sgd->Step(Value::Tuple({model.trunk(), model.head()}), Value::Tuple({out.grads[0], out.grads[1]}));
     Phase& p = phases.back();

@@ -49,7 +49,7 @@ Trainer::Trainer(RunOptions options, Split train, Split test, EngineOptions engi
 
 Trainer::~Trainer() = default;
 
-Entry Trainer::loss() const { return engine_->entry("loss"); }
+Entry Trainer::loss() const { return engine_->entry("loss").with_grad(kWrtParams); }
 Entry Trainer::infer() const { return engine_->entry("infer"); }
 
 size_t Trainer::steps_per_epoch() const {
@@ -70,7 +70,7 @@ EpochResult Trainer::TrainEpoch(const StepCallback& after_step) {
   const size_t batch = static_cast<size_t>(options_.batch), steps = steps_per_epoch();
   for (size_t step = 0; step < steps; ++step) {
     Batch b = MakeBatch(train_, order, step * batch, std::min(batch, order.size() - step * batch));
-    ValueAndGrad vg = loss.value_and_grad({b.images, b.labels, params_}, kWrtParams);
+    ValueAndGrad vg = loss.value_and_grad({b.images, b.labels, params_});
     optimizer_->Step(params_, vg.grads[0]);
     if (step == 0 && r.epoch == 0) {
       // The other signatures of the run, queued behind this one's: the
@@ -78,7 +78,7 @@ EpochResult Trainer::TrainEpoch(const StepCallback& after_step) {
       size_t last = order.size() - (steps - 1) * batch;
       if (last != batch) {
         Batch odd = MakeBatch(train_, order, 0, last);
-        loss.prefetch({odd.images, odd.labels, params_}, kWrtParams);
+        loss.prefetch({odd.images, odd.labels, params_});
       }
       if (!test_batches_.empty()) infer.prefetch({test_batches_.front().images, params_});
       if (test_batches_.size() > 1) infer.prefetch({test_batches_.back().images, params_});

@@ -68,7 +68,7 @@ class Trainer {
 
   const RunOptions& options() const { return options_; }
   const Value& params() const { return params_; }
-  Entry loss() const;
+  Entry loss() const;  // in grad mode for the parameters (argument 2)
   Entry infer() const;
   const Engine& engine() const { return *engine_; }
   Engine& engine() { return *engine_; }

@@ -91,7 +91,7 @@ void Lookahead::BeforeStep(size_t step) {
 void Lookahead::Prefetch(size_t step) {
   if (batches_.empty() || (step >= batches_.size() && !wraps_)) return;
   const Batch& b = batches_[step % batches_.size()];
-  loss_.prefetch({b.trees, b.labels, params_}, {2}, pejit::Prefetch::kNext);
+  loss_.prefetch({b.trees, b.labels, params_}, pejit::Prefetch::kNext);
 }
 
 std::vector<std::vector<const Example*>> MakeBatches(const std::vector<Example>& examples, int size, Rng& rng) {
@@ -204,7 +204,7 @@ Trainer::Trainer(RunOptions options, Dataset data, EngineOptions engine)
 
 Trainer::~Trainer() = default;
 
-Entry Trainer::loss() const { return engine_->entry("loss"); }
+Entry Trainer::loss() const { return engine_->entry("loss").with_grad({2}); }
 
 std::vector<Batch> Trainer::MakeValues(const std::vector<std::vector<const Example*>>& batches) const {
   std::vector<Batch> values;
@@ -230,7 +230,7 @@ EpochResult Trainer::TrainEpoch(const StepCallback& after_step) {
     lookahead.BeforeStep(i);
     double cpu_start = ThreadCpuSeconds();
     int64_t compiled_before = loss.stats().calls_compiled();
-    ValueAndGrad vg = loss.value_and_grad({values[i].trees, values[i].labels, params_}, {2});
+    ValueAndGrad vg = loss.value_and_grad({values[i].trees, values[i].labels, params_});
     r.compiled_steps += loss.stats().calls_compiled() - compiled_before;
     const double step_loss = vg.value.tensor().item();
     // A diverged step stops the run with the parameters before it (and the

@@ -68,7 +68,7 @@ class Trainer {
   const RunOptions& options() const { return options_; }
   const Dataset& data() const { return data_; }
   const Value& params() const { return params_; }
-  Entry loss() const;
+  Entry loss() const;  // in grad mode for the parameters (argument 2)
   const Engine& engine() const { return *engine_; }
   Engine& engine() { return *engine_; }
   size_t steps_per_epoch() const { return batches_.size(); }
@@ -113,7 +113,8 @@ class Trainer {
 };
 
 // Keeps the minibatches `ahead` steps in front of a training loop over
-// `batches` prefetched as next (Prefetch::kNext), so that the workers compile
+// `batches` prefetched as next (Prefetch::kNext) in `loss`'s mode (the
+// trainer's: grad mode for the parameters), so that the workers compile
 // them before the loop gets there: those of steps 1 .. ahead-1 at once, then
 // one per step. Past the end, the next epoch's (the same minibatches) when
 // `wraps`. `ahead` 0 prefetches nothing. The trainer and bench/treelstm use it.

@@ -42,10 +42,10 @@ class GrowingTest : public testing::Test {
   // Compiled value and gradients, checked against the interpreter's.
   ValueAndGrad CompiledAgreesWithInterpreter() {
     std::vector<Value> args = LossArgs();
-    CodeStatus status = model_.loss().wait_ready(args, growing::GrowingModel::LossWrt());
+    CodeStatus status = model_.loss().wait_ready(args);
     EXPECT_TRUE(status.ready()) << status.reason;
     int64_t compiled = model_.loss().stats().calls_compiled();
-    ValueAndGrad got = model_.loss().value_and_grad(args, growing::GrowingModel::LossWrt());
+    ValueAndGrad got = model_.loss().value_and_grad(args);
     EXPECT_EQ(model_.loss().stats().calls_compiled(), compiled + 1);
     ValueAndGrad want =
         Interpreter().CallWithGrad(*engine_.module().snapshot(), "loss", args, growing::GrowingModel::LossWrt());
@@ -98,7 +98,7 @@ TEST_F(GrowingTest, EachChangeKeepsTheFunctionAndInvalidatesOnlyTheEntriesThatCa
   EXPECT_EQ(prune.edits, std::vector<std::string>{"remove @branch1"});
   EXPECT_EQ(events_->Count(EventKind::kInvalidate), 0);
   EXPECT_EQ(engine_.module().snapshot()->Find("branch1"), nullptr);
-  EXPECT_EQ(model_.loss().status(LossArgs(), growing::GrowingModel::LossWrt()).state, CodeStatus::State::kReady);
+  EXPECT_EQ(model_.loss().status(LossArgs()).state, CodeStatus::State::kReady);
   EXPECT_THROW(model_.Next(), std::logic_error);
 }
 
@@ -114,7 +114,7 @@ TEST_F(GrowingTest, BadEditsAreRefusedWithTheirReasonAndChangeNothing) {
       << errors[2];
   EXPECT_EQ(engine_.module().snapshot(), before);
   EXPECT_EQ(events_->Count(EventKind::kEdit), 0);
-  EXPECT_EQ(model_.loss().status(LossArgs(), growing::GrowingModel::LossWrt()).state, CodeStatus::State::kReady);
+  EXPECT_EQ(model_.loss().status(LossArgs()).state, CodeStatus::State::kReady);
 }
 
 }  // namespace

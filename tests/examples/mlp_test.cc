@@ -255,9 +255,9 @@ TEST_F(MlpModel, BothEntriesCompiledAgreeWithTheInterpreter) {
     mlp::Batch b = mlp::MakeBatch(data, Range(data.size()), 3, batch);
     std::vector<Value> loss_args = {b.images, b.labels, params}, infer_args = {b.images, params};
 
-    ValueAndGrad compiled = loss.value_and_grad(loss_args, {2});
+    ValueAndGrad compiled = loss.with_grad({2}).value_and_grad(loss_args);
     ValueAndGrad reference = interp_.CallWithGrad(*s, "loss", loss_args, {2});
-    EXPECT_EQ(loss.status(loss_args, {2}).tier, "native");
+    EXPECT_EQ(loss.with_grad({2}).status(loss_args).tier, "native");
     ExpectClose(compiled.value.tensor(), reference.value.tensor(), "loss");
     ASSERT_EQ(compiled.grads[0].fields().size(), 4u);
     for (size_t k = 0; k < 4; ++k) {
@@ -386,7 +386,7 @@ TEST(MlpTrainer, EagerPrefetchesTheOtherSignaturesOfTheRun) {
   const Value& p = trainer.params();
   for (int64_t n : {16, 2}) {
     mlp::Batch b = mlp::MakeBatch(train, Range(50), 0, static_cast<size_t>(n));
-    EXPECT_TRUE(trainer.loss().wait_ready({b.images, b.labels, p}, {2}).ready()) << n << " images";
+    EXPECT_TRUE(trainer.loss().wait_ready({b.images, b.labels, p}).ready()) << n << " images";
   }
   for (int64_t n : {16, 4}) {
     EXPECT_TRUE(trainer.infer().wait_ready({mlp::MakeBatch(test, Range(20), 0, static_cast<size_t>(n)).images, p})

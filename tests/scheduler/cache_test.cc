@@ -48,7 +48,7 @@ TEST_F(CacheTest, ReplacingAHelperDropsOnlyTheSlotsOfEntriesThatUseIt) {
   Entry loss = engine_->entry("loss"), other = engine_->entry("other");
   std::vector<Value> largs = TreeArgs(4), oargs = {x_, w_};
   ASSERT_TRUE(loss.wait_ready(largs).ready());
-  ASSERT_TRUE(loss.wait_ready(largs, {1}).ready());
+  ASSERT_TRUE(loss.with_grad({1}).wait_ready(largs).ready());
   ASSERT_TRUE(other.wait_ready(oargs).ready());
   Value before = loss.call(largs);
   EXPECT_EQ(engine_->stats().slots, 3u);

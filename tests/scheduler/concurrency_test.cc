@@ -76,7 +76,7 @@ TEST(EngineConcurrency, CallsEditsAndEvictionsAtOnceGiveTheInterpretersAnswers) 
               if (!ValueAllClose(loss.call(tc.args), tc.value, 1e-5)) wrong++;
               break;
             case 2: {
-              ValueAndGrad vg = loss.value_and_grad(tc.args, {1});
+              ValueAndGrad vg = loss.with_grad({1}).value_and_grad(tc.args);
               if (!ValueAllClose(vg.value, tc.grad.value, 1e-5) ||
                   !ValueAllClose(vg.grads.at(0), tc.grad.grads[0], 1e-4, 1e-6)) {
                 wrong++;

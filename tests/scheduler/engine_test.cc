@@ -136,16 +136,16 @@ TEST_F(EngineTest, CompiledCodeReturnsWhatTheInterpreterReturns) {
 
   Entry loss = engine_->entry("loss");
   std::vector<Value> targs = TreeArgs(4, 1);
-  ValueAndGrad got = loss.value_and_grad(targs, {1});
+  ValueAndGrad got = loss.with_grad({1}).value_and_grad(targs);
   ValueAndGrad want = Interpreter().CallWithGrad(*engine_->module().snapshot(), "loss", targs, {1});
-  ASSERT_EQ(loss.stats().calls_compiled(), 1) << loss.status(targs, {1}).reason;
+  ASSERT_EQ(loss.stats().calls_compiled(), 1) << loss.with_grad({1}).status(targs).reason;
   EXPECT_TRUE(ValueAllClose(got.value, want.value, 1e-5));
   ASSERT_EQ(got.grads.size(), 1u);
   EXPECT_TRUE(ValueAllClose(got.grads[0], want.grads[0], 1e-5, 1e-6));
   // The tree cannot hold a float tensor: asking for its gradient is tier 0's
   // error, not compiled code that answers with the tree.
-  EXPECT_THROW(loss.value_and_grad(targs, {1, 0}), EvalError);
-  EXPECT_EQ(loss.status(targs, {1, 0}).state, State::kNone);
+  EXPECT_THROW(loss.with_grad({1, 0}).value_and_grad(targs), EvalError);
+  EXPECT_EQ(loss.with_grad({1, 0}).status(targs).state, State::kNone);
 }
 
 // hot:N compiles a signature at its N-th call, not before.
@@ -181,11 +181,11 @@ def @clamp_loss(%x: Tensor[(3,), f32], %w: Tensor[(3,), f32]) -> Tensor[(), f32]
   Snapshot s = engine_->module().snapshot();
   auto expect_native = [&](const Entry& entry, const std::string& name, const std::vector<Value>& args,
                            const std::vector<int>& wrt) {
-    ValueAndGrad got = entry.value_and_grad(args, wrt);
+    ValueAndGrad got = entry.with_grad(wrt).value_and_grad(args);
     Interpreter::ValueAndGrad want = Interpreter().CallWithGrad(*s, name, args, wrt);
     EXPECT_TRUE(ValueAllClose(got.value, want.value, 1e-6, 1e-7));
     for (size_t k = 0; k < wrt.size(); ++k) EXPECT_TRUE(ValueAllClose(got.grads[k], want.grads[k], 1e-5, 1e-6));
-    CodeStatus status = entry.status(args, wrt);
+    CodeStatus status = entry.with_grad(wrt).status(args);
     ASSERT_EQ(status.state, State::kReady) << status.reason;
     EXPECT_EQ(status.tier, "native");
   };
@@ -210,9 +210,9 @@ TEST_F(EngineTest, AHookThatDoesNotDifferentiateIsNotAskedTo) {
   Start(Options(Policy::Sync(), [](EngineOptions& o) { o.compile = CompileWithResidualInterpreter; }));
   Entry count_down = engine_->entry("count_down");
   std::vector<Value> loop = {I(3), Value(Tensor::Scalar(1.5f))};
-  ValueAndGrad got = count_down.value_and_grad(loop, {1});
+  ValueAndGrad got = count_down.with_grad({1}).value_and_grad(loop);
   EXPECT_TRUE(ValueAllClose(got.grads.at(0), Value(Tensor::Scalar(8.0f)), 1e-6, 1e-7));
-  CodeStatus status = count_down.status(loop, {1});
+  CodeStatus status = count_down.with_grad({1}).status(loop);
   EXPECT_EQ(status.state, State::kFailed);
   EXPECT_EQ(status.reason, "compile: the compile hook takes differentiated programs only, and autodiff takes no control flow");
 }
@@ -443,6 +443,41 @@ TEST_F(EngineTest, EntriesAreCheckedByName) {
   } catch (const std::invalid_argument& e) {
     EXPECT_STREQ(e.what(), "static_argnums: @scale takes 2 arguments; there is no argument 2");
   }
+}
+
+// A handle has one mode, fixed when it is made (as jax.value_and_grad binds
+// argnums): its prefetch, wait_ready and status concern that mode, and the
+// other mode's call is an error rather than a silent switch.
+TEST_F(EngineTest, AnEntryHandleHasOneModeItsPrefetchWarms) {
+  Start(Options(Policy::Eager()));
+  EntryOptions grad_options;
+  grad_options.wrt = std::vector<int>{1};
+  Entry train = engine_->entry("loss", grad_options);
+  Entry infer = engine_->entry("loss");
+  ASSERT_NE(train.wrt(), nullptr);
+  EXPECT_EQ(*train.wrt(), std::vector<int>{1});
+  EXPECT_EQ(infer.wrt(), nullptr);
+  std::vector<Value> args = TreeArgs(5, 0);
+  train.prefetch(args);
+  EXPECT_EQ(train.wait_ready(args).state, State::kReady);
+  EXPECT_EQ(infer.status(args).state, State::kNone);  // the other mode was not warmed
+  EXPECT_EQ(train.without_grad().status(args).state, State::kNone);
+  EXPECT_EQ(infer.with_grad({1}).status(args).state, State::kReady);
+
+  ValueAndGrad got = train.value_and_grad(args);
+  ValueAndGrad want = Interpreter().CallWithGrad(*engine_->module().snapshot(), "loss", args, {1});
+  EXPECT_TRUE(ValueAllClose(got.grads.at(0), want.grads.at(0), 1e-5, 1e-6));
+  EXPECT_EQ(train.stats().calls_native, 1);
+  EXPECT_THROW(train.call(args), std::logic_error);
+  EXPECT_THROW(infer.value_and_grad(args), std::logic_error);
+  try {
+    infer.with_grad({1, 2});
+    FAIL() << "no error";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_STREQ(e.what(), "wrt: @loss takes 2 arguments; there is no argument 2");
+  }
+  grad_options.wrt = std::vector<int>{-1};
+  EXPECT_THROW(engine_->entry("loss", grad_options), std::invalid_argument);
 }
 
 TEST_F(EngineTest, BadArgumentsFailAsInTheInterpreterAndAreNeverCompiled) {

@@ -35,7 +35,7 @@ TEST(GenericEngine, EveryNewStructureRunsGenericCodeFromItsFirstCall) {
   for (int shape = 0; shape < 12; ++shape) {
     SCOPED_TRACE("shape " + std::to_string(shape));
     std::vector<Value> args = {MakeTree(*s, 2 + shape % 5, shape, 10), emb};
-    ValueAndGrad got = loss.value_and_grad(args, {1});
+    ValueAndGrad got = loss.with_grad({1}).value_and_grad(args);
     ValueAndGrad want = interp.CallWithGrad(*s, "loss", args, {1});
     EXPECT_TRUE(Close(got.value, want.value));
     EXPECT_TRUE(Close(got.grads[0], want.grads[0]));
@@ -70,11 +70,11 @@ TEST(GenericEngine, APrefetchedMinibatchIsWalkedOnceAndItsCallTakesTheSchedule) 
   Entry loss = engine.entry("loss");
   std::vector<Value> trees;
   for (int b = 0; b < 4; ++b) trees.push_back(MakeTree(*s, 3 + b, 40 + b, 10));
-  for (const Value& t : trees) loss.prefetch({t, RandomMatrix(rng, 10, 4)}, {1}, Prefetch::kNext);
+  for (const Value& t : trees) loss.with_grad({1}).prefetch({t, RandomMatrix(rng, 10, 4)}, Prefetch::kNext);
   Interpreter interp;
   for (const Value& t : trees) {
     std::vector<Value> args = {t, RandomMatrix(rng, 10, 4)};  // parameters the prefetch did not see
-    ValueAndGrad got = loss.value_and_grad(args, {1});
+    ValueAndGrad got = loss.with_grad({1}).value_and_grad(args);
     ValueAndGrad want = interp.CallWithGrad(*s, "loss", args, {1});
     EXPECT_TRUE(Close(got.value, want.value));
     EXPECT_TRUE(Close(got.grads[0], want.grads[0]));
@@ -113,11 +113,11 @@ TEST(GenericEngine, AWorkerWalksPrefetchedMinibatchesAheadAndNoneIsWalkedTwice) 
   for (int b = 0; b < n; ++b) trees.push_back(MakeTree(*s, 2 + b % 6, 60 + b, 10));
   Interpreter interp;
   const int lookahead = 3;
-  for (int b = 0; b < lookahead; ++b) loss.prefetch({trees[b], RandomMatrix(rng, 10, 4)}, {1}, Prefetch::kNext);
+  for (int b = 0; b < lookahead; ++b) loss.with_grad({1}).prefetch({trees[b], RandomMatrix(rng, 10, 4)}, Prefetch::kNext);
   for (int b = 0; b < n; ++b) {
-    if (b + lookahead < n) loss.prefetch({trees[b + lookahead], RandomMatrix(rng, 10, 4)}, {1}, Prefetch::kNext);
+    if (b + lookahead < n) loss.with_grad({1}).prefetch({trees[b + lookahead], RandomMatrix(rng, 10, 4)}, Prefetch::kNext);
     std::vector<Value> args = {trees[b], RandomMatrix(rng, 10, 4)};
-    ValueAndGrad got = loss.value_and_grad(args, {1});
+    ValueAndGrad got = loss.with_grad({1}).value_and_grad(args);
     ValueAndGrad want = interp.CallWithGrad(*s, "loss", args, {1});
     EXPECT_TRUE(Close(got.value, want.value)) << "minibatch " << b;
     EXPECT_TRUE(Close(got.grads[0], want.grads[0])) << "minibatch " << b;
@@ -172,7 +172,7 @@ TEST(GenericEngine, ATallerTreeIsServedAtOnceAndItsNewCodeCompilesInTheBackgroun
     return e.Text("native_runs") == e.Text("runs") && engine.stats().generic_native_variants > native_before;
   }));
   // Grad mode runs its own variants: the tall tree's first gradient, right.
-  ValueAndGrad got = loss.value_and_grad(tall, {1});
+  ValueAndGrad got = loss.with_grad({1}).value_and_grad(tall);
   ValueAndGrad want = interp.CallWithGrad(*s, "loss", tall, {1});
   EXPECT_TRUE(Close(got.value, want.value));
   EXPECT_TRUE(Close(got.grads[0], want.grads[0]));
@@ -226,7 +226,7 @@ TEST(GenericEngine, AnotherEntryRunsTheCodeTheFirstCompiledForTheSameCells) {
   std::vector<Value> args = {MakeTree(*s, 7, 1, 10), RandomMatrix(rng, 10, 4)};
   Entry loss = engine.entry("loss"), encoding = engine.entry("encoding");
   ASSERT_TRUE(Eventually([&] {
-    loss.value_and_grad(args, {1});
+    loss.with_grad({1}).value_and_grad(args);
     Event e = events->Of(EventKind::kCall, "loss").back();
     return e.Text("native_runs") == e.Text("runs");
   }));

@@ -57,7 +57,7 @@ TEST_F(LiveEditTest, AnEditInvalidatesExactlyTheSpecializationsThatUsedAChangedD
   std::vector<Value> largs = {MakeTree(*engine_->module().snapshot(), 4, 0, 10), emb_};
   std::vector<Value> oargs = {x_, w_}, sargs = {v_, K(2)};
   ASSERT_TRUE(loss.wait_ready(largs).ready());
-  ASSERT_TRUE(loss.wait_ready(largs, {1}).ready());
+  ASSERT_TRUE(loss.with_grad({1}).wait_ready(largs).ready());
   ASSERT_TRUE(other.wait_ready(oargs).ready());
   ASSERT_TRUE(scale.wait_ready(sargs).ready());
   events_->Clear();
@@ -72,7 +72,7 @@ TEST_F(LiveEditTest, AnEditInvalidatesExactlyTheSpecializationsThatUsedAChangedD
   EXPECT_EQ(edits[0].Text("slots"), "2");
   EXPECT_EQ(EntriesOf(events_->Of(EventKind::kInvalidate)), std::set<std::string>{"loss"});
   EXPECT_EQ(loss.status(largs).state, State::kNone);
-  EXPECT_EQ(loss.status(largs, {1}).state, State::kNone);
+  EXPECT_EQ(loss.with_grad({1}).status(largs).state, State::kNone);
 
   // The others keep their code: their calls are compiled, and nothing is
   // compiled for them again.
@@ -82,7 +82,7 @@ TEST_F(LiveEditTest, AnEditInvalidatesExactlyTheSpecializationsThatUsedAChangedD
   EXPECT_EQ(other.stats().calls_compiled(), other_compiled + 1);
   EXPECT_EQ(scale.stats().calls_compiled(), scale_compiled + 1);
   ASSERT_TRUE(loss.wait_ready(largs).ready());
-  ASSERT_TRUE(loss.wait_ready(largs, {1}).ready());
+  ASSERT_TRUE(loss.with_grad({1}).wait_ready(largs).ready());
   EXPECT_EQ(EntriesOf(events_->Of(EventKind::kCompile)), std::set<std::string>{"loss"});
   EXPECT_EQ(events_->Count(EventKind::kCompile, "loss"), 2);
   EXPECT_TRUE(ValueAllClose(loss.call(largs), Reference("loss", largs), 1e-6));

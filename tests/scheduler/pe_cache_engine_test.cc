@@ -56,7 +56,7 @@ TEST_F(PeCacheEngineTest, InferReplaysTheForwardTheLossJobSpecialized) {
   Start({});
   Interpreter interp;
   Snapshot s = engine_->module().snapshot();
-  ValueAndGrad got = engine_->entry("loss").value_and_grad({x_, y_, p_}, {2});
+  ValueAndGrad got = engine_->entry("loss").with_grad({2}).value_and_grad({x_, y_, p_});
   ValueAndGrad want = interp.CallWithGrad(*s, "loss", {x_, y_, p_}, {2});
   EXPECT_TRUE(ValueEqual(got.value, want.value));
   ASSERT_EQ(got.grads.size(), 1u);
@@ -78,7 +78,7 @@ TEST_F(PeCacheEngineTest, TurnedOffNothingIsReused) {
   EngineOptions options;
   options.pe_cache.max_entries = 0;
   Start(std::move(options));
-  engine_->entry("loss").value_and_grad({x_, y_, p_}, {2});
+  engine_->entry("loss").with_grad({2}).value_and_grad({x_, y_, p_});
   engine_->entry("infer").call({x_, p_});
   std::vector<Event> infer = events_->Of(EventKind::kPe, "infer");
   ASSERT_EQ(infer.size(), 1u);

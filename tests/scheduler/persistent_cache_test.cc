@@ -52,8 +52,8 @@ class PersistentCacheTest : public testing::Test {
   void Fill() {
     std::unique_ptr<Engine> first = Start(Policy::Sync());
     std::vector<Value> args = Args(*first);
-    first->entry("loss").value_and_grad(args, {1});
-    ASSERT_EQ(first->entry("loss").status(args, {1}).state, State::kReady);
+    first->entry("loss").with_grad({1}).value_and_grad(args);
+    ASSERT_EQ(first->entry("loss").with_grad({1}).status(args).state, State::kReady);
     first.reset();
     ASSERT_EQ(events_->Count(EventKind::kCacheStore), 1);
   }
@@ -67,7 +67,7 @@ TEST_F(PersistentCacheTest, ALaterEngineRunsTheFirstCallFromTheStoredCodeWithout
   std::unique_ptr<Engine> engine = Start(Policy::Eager());
   std::vector<Value> args = Args(*engine);
   Entry loss = engine->entry("loss");
-  ExpectTheInterpretersGradient(*engine, loss.value_and_grad(args, {1}), args);
+  ExpectTheInterpretersGradient(*engine, loss.with_grad({1}).value_and_grad(args), args);
   EntryStats stats = loss.stats();
   EXPECT_EQ(stats.loaded, 1);
   EXPECT_EQ(stats.calls_native, 1);
@@ -76,7 +76,7 @@ TEST_F(PersistentCacheTest, ALaterEngineRunsTheFirstCallFromTheStoredCodeWithout
   ASSERT_EQ(events_->Count(EventKind::kCacheLoad), 1);
   Event load = events_->Of(EventKind::kCacheLoad)[0];
   EXPECT_EQ(load.entry, "loss");
-  EXPECT_EQ(loss.status(args, {1}).tier, "native");
+  EXPECT_EQ(loss.with_grad({1}).status(args).tier, "native");
   // Value mode is another specialization: compiled, and stored beside it.
   loss.call(args);
   EXPECT_EQ(events_->Count(EventKind::kCacheLoad), 1);
@@ -95,19 +95,19 @@ TEST_F(PersistentCacheTest, DrainCompilesEveryQueuedSignatureIntoTheCacheForTheN
     Rng rng(5);
     for (int shape = 0; shape < kShapes; ++shape) {
       calls.push_back({MakeTree(*first->module().snapshot(), 5 + shape, shape, 10), RandomMatrix(rng, 10, 4)});
-      first->entry("loss").prefetch(calls.back(), {1});
+      first->entry("loss").with_grad({1}).prefetch(calls.back());
     }
     std::vector<int64_t> left;
     first->drain([&](int64_t n) { left.push_back(n); });
     EXPECT_EQ(first->stats().queued, 0u);
     ASSERT_FALSE(left.empty());
     EXPECT_EQ(left.back(), 0);
-    for (const auto& args : calls) EXPECT_EQ(first->entry("loss").status(args, {1}).state, State::kReady);
+    for (const auto& args : calls) EXPECT_EQ(first->entry("loss").with_grad({1}).status(args).state, State::kReady);
   }
   EXPECT_EQ(events_->Count(EventKind::kCancel), 0);
   EXPECT_EQ(events_->Count(EventKind::kCacheStore), kShapes);
   std::unique_ptr<Engine> second = Start(Policy::Eager());
-  for (const auto& args : calls) ExpectTheInterpretersGradient(*second, second->entry("loss").value_and_grad(args, {1}), args);
+  for (const auto& args : calls) ExpectTheInterpretersGradient(*second, second->entry("loss").with_grad({1}).value_and_grad(args), args);
   EXPECT_EQ(second->entry("loss").stats().loaded, kShapes);
   EXPECT_EQ(second->entry("loss").stats().calls_native, kShapes);
   EXPECT_EQ(events_->Count(EventKind::kEnqueue), 0);
@@ -122,12 +122,12 @@ TEST_F(PersistentCacheTest, ControlFlowRegionsAreStoredAndALaterEngineCompilesNo
     Entry count_down = engine.entry("count_down");
     Snapshot s = engine.module().snapshot();
     EXPECT_TRUE(ValueAllClose(count_down.call(loop), Interpreter().Call(*s, "count_down", loop), 1e-6, 1e-7));
-    ValueAndGrad got = count_down.value_and_grad(loop, {1});
+    ValueAndGrad got = count_down.with_grad({1}).value_and_grad(loop);
     ValueAndGrad want = Interpreter().CallWithGrad(*s, "count_down", loop, {1});
     EXPECT_TRUE(ValueAllClose(got.value, want.value, 1e-6, 1e-7));
     EXPECT_TRUE(ValueAllClose(got.grads.at(0), want.grads.at(0), 1e-5, 1e-6));
     EXPECT_EQ(count_down.status(loop).tier, "native");
-    EXPECT_EQ(count_down.status(loop, {1}).tier, "native");
+    EXPECT_EQ(count_down.with_grad({1}).status(loop).tier, "native");
   };
   {
     std::unique_ptr<Engine> first = Start(Policy::Sync());
@@ -152,7 +152,7 @@ TEST_F(PersistentCacheTest, AnEditedDefinitionMissesTheStoredCode) {
   std::unique_ptr<Engine> engine = Start(Policy::Sync());
   engine->module().AddSource(kHelperChanged, "edit.pj", /*replace_existing=*/true);
   std::vector<Value> args = Args(*engine);
-  ExpectTheInterpretersGradient(*engine, engine->entry("loss").value_and_grad(args, {1}), args);
+  ExpectTheInterpretersGradient(*engine, engine->entry("loss").with_grad({1}).value_and_grad(args), args);
   EXPECT_EQ(events_->Count(EventKind::kCacheLoad), 0);
   EXPECT_EQ(engine->entry("loss").stats().compiled, 1);
   engine.reset();  // stores the edited definitions' code
@@ -160,7 +160,7 @@ TEST_F(PersistentCacheTest, AnEditedDefinitionMissesTheStoredCode) {
   std::unique_ptr<Engine> same = Start(Policy::Sync());
   same->module().AddSource(kHelperChanged, "edit.pj", /*replace_existing=*/true);
   same->module().AddSource(kHelperChanged, "again.pj", /*replace_existing=*/true);
-  same->entry("loss").value_and_grad(Args(*same), {1});
+  same->entry("loss").with_grad({1}).value_and_grad(Args(*same));
   EXPECT_EQ(events_->Count(EventKind::kCacheLoad), 1);
 }
 
@@ -173,7 +173,7 @@ TEST_F(PersistentCacheTest, ADamagedEntryIsRefusedRemovedAndRecompiled) {
   }
   std::unique_ptr<Engine> engine = Start(Policy::Sync());
   std::vector<Value> args = Args(*engine);
-  ExpectTheInterpretersGradient(*engine, engine->entry("loss").value_and_grad(args, {1}), args);
+  ExpectTheInterpretersGradient(*engine, engine->entry("loss").with_grad({1}).value_and_grad(args), args);
   ASSERT_EQ(events_->Count(EventKind::kCacheRefused), 1);
   const std::string reason = events_->Of(EventKind::kCacheRefused)[0].Text("reason");
   EXPECT_NE(reason.find("checksum"), std::string::npos) << reason;

@@ -47,11 +47,11 @@ struct Scenario {
           w = engine.entry("wrap");
     std::vector<Value> t3 = {MakeTree(*snap, 3, 0, 10), emb}, t4 = {MakeTree(*snap, 4, 0, 10), emb};
     loss_sig = ComputeSignature(t3).ShortHash();
-    l.value_and_grad(t3, {1});
-    ASSERT_EQ(l.wait_ready(t3, {1}).state, State::kReady);
-    l.value_and_grad(t3, {1});  // a hit
-    l.value_and_grad(t4, {1});
-    ASSERT_EQ(l.wait_ready(t4, {1}).state, State::kReady);  // evicts t3's code (entry-max)
+    l.with_grad({1}).value_and_grad(t3);
+    ASSERT_EQ(l.with_grad({1}).wait_ready(t3).state, State::kReady);
+    l.with_grad({1}).value_and_grad(t3);  // a hit
+    l.with_grad({1}).value_and_grad(t4);
+    ASSERT_EQ(l.with_grad({1}).wait_ready(t4).state, State::kReady);  // evicts t3's code (entry-max)
     std::vector<Value> m = {RandomMatrix(rng, 2, 3), RandomMatrix(rng, 3, 2)};
     o.call(m);
     ASSERT_EQ(o.wait_ready(m).state, State::kReady);
@@ -64,8 +64,8 @@ struct Scenario {
     w.call({Value(Tensor::FromVector<float>({2}, {1, 2}))});
     ASSERT_EQ(w.wait_ready({Value(Tensor::FromVector<float>({2}, {1, 2}))}).state, State::kFailed);
     engine.module().AddSource(kHelperAgain, "edit.pj", /*replace_existing=*/true);
-    l.value_and_grad(t4, {1});  // a miss on the new definitions
-    ASSERT_EQ(l.wait_ready(t4, {1}).state, State::kReady);
+    l.with_grad({1}).value_and_grad(t4);  // a miss on the new definitions
+    ASSERT_EQ(l.with_grad({1}).wait_ready(t4).state, State::kReady);
     loss = l.stats();
     other = o.stats();
     count_down = c.stats();
@@ -107,9 +107,9 @@ TEST(Tracing, TheEventsOfOneSignatureComeInThePipelinesOrder) {
   Rng rng(2);
   std::vector<Value> args = {MakeTree(*engine.module().snapshot(), 3, 0, 10), RandomMatrix(rng, 10, 4)};
   Entry loss = engine.entry("loss");
-  loss.value_and_grad(args, {1});
-  ASSERT_TRUE(loss.wait_ready(args, {1}).ready());
-  loss.value_and_grad(args, {1});
+  loss.with_grad({1}).value_and_grad(args);
+  ASSERT_TRUE(loss.with_grad({1}).wait_ready(args).ready());
+  loss.with_grad({1}).value_and_grad(args);
 
   std::string sig = ComputeSignature(args).ShortHash();
   std::vector<std::string> order;
@@ -226,10 +226,10 @@ TEST(Tracing, TheTraceFileHoldsEveryEventWithTheDocumentedSchema) {
     Entry loss = engine.entry("loss");
     std::vector<Value> args = {MakeTree(*s, 5, 0, 4), RandomMatrix(rng, 4, 3)};
     ASSERT_TRUE(Eventually([&] {
-      loss.value_and_grad(args, {1});
+      loss.with_grad({1}).value_and_grad(args);
       return loss.stats().generic_native_runs > 0;
     }));
-    loss.prefetch({MakeTree(*s, 6, 1, 4), args[1]}, {1}, Prefetch::kNext);
+    loss.with_grad({1}).prefetch({MakeTree(*s, 6, 1, 4), args[1]}, Prefetch::kNext);
     ASSERT_TRUE(Eventually([&] { return recorded->Count(EventKind::kGenericInspect) > 0; }));
     engine.entry("count_down").call({I(3), Value(Tensor::Scalar(1))});
   }

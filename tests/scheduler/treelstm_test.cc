@@ -60,14 +60,14 @@ Curve Train(Policy policy) {
   Curve curve;
   for (int epoch = 0; epoch < kEpochs; ++epoch) {
     for (const treelstm::Batch& b : batches) {
-      ValueAndGrad vg = loss.value_and_grad({b.trees, b.labels, params}, {2});
+      ValueAndGrad vg = loss.with_grad({2}).value_and_grad({b.trees, b.labels, params});
       curve.losses.push_back(vg.value.tensor().item());
       params = Sgd(params, vg.grads[0]);
     }
     if (epoch == 0 && policy.kind == Policy::Kind::kEager) {
       // Let the background compiles of epoch 0 finish: later epochs run compiled code.
       for (const treelstm::Batch& b : batches) {
-        CodeStatus s = loss.wait_ready({b.trees, b.labels, params}, {2});
+        CodeStatus s = loss.with_grad({2}).wait_ready({b.trees, b.labels, params});
         EXPECT_TRUE(s.ready()) << s.reason;
       }
     }
