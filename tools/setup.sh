@@ -24,6 +24,8 @@ packages=(
   libcli11-dev
   libbenchmark-dev
   zlib1g-dev           # gzip: the Fashion-MNIST files of examples/mlp
+  python3-dev pybind11-dev  # the `pejit` Python module (python/), for /usr/bin/python3
+  python3-numpy python3-pytest
 )
 for group in "$@"; do
   case "$group" in

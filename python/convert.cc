@@ -1,0 +1,234 @@
+#include "python/convert.h"
+
+#include <cstring>
+#include <mutex>
+#include <vector>
+
+namespace pejit::python {
+namespace {
+
+// The name of the capsules that own the tensors behind returned arrays: an
+// array whose base is one is a pejit result, passed back without a copy.
+constexpr const char* kTensorCapsule = "pejit.Tensor";
+
+// Never freed: a tensor may drop its array after Python's finalization
+// began, or during static destruction.
+std::mutex& PendingMutex() {
+  static auto* mu = new std::mutex;
+  return *mu;
+}
+std::vector<PyObject*>& Pending() {
+  static auto* pending = new std::vector<PyObject*>;
+  return *pending;
+}
+
+// Holds `obj` for a tensor sharing its memory; the reference is released
+// by ReleasePendingReferences (no GIL is needed where the tensor dies).
+std::shared_ptr<void> KeepAlive(py::object obj) {
+  return std::shared_ptr<void>(obj.release().ptr(), [](void* p) {
+    std::lock_guard<std::mutex> lock(PendingMutex());
+    Pending().push_back(static_cast<PyObject*>(p));
+  });
+}
+
+py::dtype NumpyDType(DType d) {
+  switch (d) {
+    case DType::kF32: return py::dtype::of<float>();
+    case DType::kF64: return py::dtype::of<double>();
+    case DType::kI64: return py::dtype::of<int64_t>();
+    case DType::kBool: return py::dtype::of<bool>();
+  }
+  throw std::logic_error("unknown dtype");
+}
+
+// The dtype a numpy array converts to when no type is declared: its own
+// where pejit has it, int64 for other integers, float32 for other floats.
+std::optional<DType> NaturalDType(const py::dtype& d) {
+  const char kind = d.kind();
+  if (kind == 'b') return DType::kBool;
+  if (kind == 'i' || kind == 'u') return DType::kI64;
+  if (kind == 'f') return d.itemsize() == 8 ? DType::kF64 : DType::kF32;
+  return std::nullopt;
+}
+
+std::string ShapeOf(const py::array& a) {
+  Shape shape(a.shape(), a.shape() + a.ndim());
+  return ShapeToString(shape);
+}
+
+// The tensor a returned array views, when `a` is one whole such array.
+std::optional<Tensor> ReturnedTensor(const py::array& a) {
+  PyObject* base = py::detail::array_proxy(a.ptr())->base;
+  if (!base || !PyCapsule_IsValid(base, kTensorCapsule)) return std::nullopt;
+  const auto* t = static_cast<const Tensor*>(PyCapsule_GetPointer(base, kTensorCapsule));
+  if (t->raw_data() != a.data() || static_cast<size_t>(a.ndim()) != t->shape().size()) return std::nullopt;
+  for (int i = 0; i < a.ndim(); ++i) {
+    if (a.shape(i) != t->shape()[static_cast<size_t>(i)]) return std::nullopt;
+  }
+  if (!a.dtype().is(NumpyDType(t->dtype()))) return std::nullopt;
+  return *t;
+}
+
+// `obj` (an array, a numpy scalar, a Python number) as a tensor of dtype
+// `want` (none: the array's own, NaturalDType).
+Tensor ToTensor(py::handle obj, std::optional<DType> want, const std::string& where) {
+  py::array a = py::array::ensure(obj);
+  if (!a) {
+    PyErr_Clear();
+    throw ConversionError(where + ": expected a tensor (a numpy array or a number), got " +
+                          std::string(py::str(py::type::of(obj).attr("__name__"))));
+  }
+  if (a.dtype().kind() == 'O' || a.dtype().kind() == 'U' || a.dtype().kind() == 'S') {
+    throw ConversionError(where + ": expected a tensor, got an array of " + std::string(py::str(a.dtype())) +
+                          " (a nested list of unequal lengths, or not numbers?)");
+  }
+  if (!want) {
+    want = NaturalDType(a.dtype());
+    if (!want) throw ConversionError(where + ": numpy dtype " + std::string(py::str(a.dtype())) + " has no pejit dtype");
+  }
+  if (std::optional<Tensor> returned = ReturnedTensor(a); returned && returned->dtype() == *want) return *returned;
+  py::dtype target = NumpyDType(*want);
+  if (!a.dtype().is(target)) {
+    // Same kind or safer (f64 -> f32, i64 -> f32), never float -> integer.
+    py::object can_cast = py::module_::import("numpy").attr("can_cast");
+    if (!can_cast(a.dtype(), target, py::arg("casting") = "same_kind").cast<bool>()) {
+      throw ConversionError(where + ": expected " + std::string(DTypeName(*want)) + ", got an array of " +
+                            std::string(py::str(a.dtype())) + " " + ShapeOf(a));
+    }
+  }
+  Shape shape(a.shape(), a.shape() + a.ndim());
+  const bool shareable = a.dtype().is(target) && (a.flags() & py::array::c_style) && a.writeable() &&
+                         reinterpret_cast<uintptr_t>(a.data()) % 64 == 0;
+  if (shareable) {
+    void* data = a.mutable_data();
+    return Tensor::Wrap(data, *want, std::move(shape), KeepAlive(py::reinterpret_borrow<py::object>(a)));
+  }
+  // A copy: contiguous, in the target dtype, into a buffer of pejit's own.
+  py::array converted = py::array::ensure(a.attr("astype")(target, py::arg("order") = "C", py::arg("copy") = false),
+                                          py::array::c_style);
+  Tensor t = Tensor::Empty(*want, std::move(shape));
+  if (t.nbytes() > 0) std::memcpy(t.raw_data(), converted.data(), t.nbytes());
+  return t;
+}
+
+bool IsPyValue(py::handle obj) { return py::isinstance<PyValue>(obj); }
+
+Value ListValue(py::handle obj, const Type& element, const ModuleSnapshot* module, const std::string& where) {
+  TypeDefPtr list = module ? module->FindType("List") : nullptr;
+  if (!list) throw ConversionError(where + ": the module defines no List type");
+  const int nil = list->FindCtor("Nil"), cons = list->FindCtor("Cons");
+  py::sequence items = py::reinterpret_borrow<py::sequence>(obj);
+  std::vector<Value> converted;
+  converted.reserve(items.size());
+  for (size_t i = 0; i < items.size(); ++i) {
+    converted.push_back(ToValue(items[i], element, module, where + " element " + std::to_string(i)));
+  }
+  Value out = Value::Adt(list, nil, {});
+  for (auto it = converted.rbegin(); it != converted.rend(); ++it) out = Value::Adt(list, cons, {std::move(*it), out});
+  return out;
+}
+
+std::string Describe(py::handle obj) { return std::string(py::str(py::type::of(obj).attr("__name__"))); }
+
+}  // namespace
+
+Value ToValue(py::handle obj, const Type& type, const ModuleSnapshot* module, const std::string& where) {
+  if (IsPyValue(obj)) return obj.cast<const PyValue&>().value;
+  if (!type || type->kind == TypeKind::kVar) {  // untyped: what the object is
+    if (py::isinstance<py::tuple>(obj) || py::isinstance<py::list>(obj)) {
+      std::vector<Value> fields;
+      size_t i = 0;
+      for (py::handle item : obj) fields.push_back(ToValue(item, nullptr, module, where + " field " + std::to_string(i++)));
+      return Value::Tuple(std::move(fields));
+    }
+    if (py::isinstance<py::bool_>(obj)) return Tensor::ScalarOf(DType::kBool, obj.cast<bool>());
+    if (py::isinstance<py::int_>(obj)) return Tensor::ScalarOf(DType::kI64, static_cast<double>(obj.cast<int64_t>()));
+    if (py::isinstance<py::float_>(obj)) return Tensor::Scalar(obj.cast<float>());
+    return ToTensor(obj, std::nullopt, where);
+  }
+  switch (type->kind) {
+    case TypeKind::kTensor:
+      return ToTensor(obj, AsTensor(type)->type.dtype, where);
+    case TypeKind::kTuple: {
+      const TupleTypeNode& tuple = *AsTuple(type);
+      const size_t n = tuple.fields.size();
+      auto field_where = [&](size_t i) {
+        return where + " field " + (tuple.names.empty() ? std::to_string(i) : tuple.names[i]);
+      };
+      std::vector<Value> fields;
+      if (py::isinstance<py::dict>(obj) && !tuple.names.empty()) {
+        py::dict d = py::reinterpret_borrow<py::dict>(obj);
+        for (size_t i = 0; i < n; ++i) {
+          if (!d.contains(tuple.names[i])) throw ConversionError(where + ": the dict has no field '" + tuple.names[i] + "'");
+          fields.push_back(ToValue(d[py::str(tuple.names[i])], tuple.fields[i], module, field_where(i)));
+        }
+        if (d.size() != n) {
+          for (auto [key, _] : d) {
+            std::string name = py::str(key);
+            if (tuple.FieldIndex(name) < 0) throw ConversionError(where + ": the record has no field '" + name + "'");
+          }
+        }
+        return Value::Tuple(std::move(fields));
+      }
+      if (!py::isinstance<py::tuple>(obj) && !py::isinstance<py::list>(obj)) {
+        throw ConversionError(where + ": expected a tuple of " + std::to_string(n) + (tuple.names.empty() ? "" : " (or a dict)") +
+                              ", got " + Describe(obj));
+      }
+      py::sequence items = py::reinterpret_borrow<py::sequence>(obj);
+      if (items.size() != n) {
+        throw ConversionError(where + ": expected a tuple of " + std::to_string(n) + ", got " + std::to_string(items.size()) +
+                              " items");
+      }
+      for (size_t i = 0; i < n; ++i) fields.push_back(ToValue(items[i], tuple.fields[i], module, field_where(i)));
+      return Value::Tuple(std::move(fields));
+    }
+    case TypeKind::kAdt: {
+      const AdtTypeNode& adt = *AsAdt(type);
+      if (adt.name == "List" && adt.args.size() == 1 && (py::isinstance<py::list>(obj) || py::isinstance<py::tuple>(obj))) {
+        return ListValue(obj, adt.args[0], module, where);
+      }
+      throw ConversionError(where + ": expected a " + adt.name + " value (a pejit.Value made by one of its constructors" +
+                            (adt.name == "List" ? ", or a Python list" : "") + "), got " + Describe(obj));
+    }
+    default:
+      throw ConversionError(where + ": a function value is passed as a pejit.Value only");
+  }
+}
+
+py::object FromValue(const Value& v) {
+  switch (v.kind()) {
+    case Value::Kind::kTensor: {
+      const Tensor& t = v.tensor();
+      py::capsule owner(new Tensor(t), kTensorCapsule, [](PyObject* capsule) {
+        delete static_cast<Tensor*>(PyCapsule_GetPointer(capsule, kTensorCapsule));
+      });
+      std::vector<py::ssize_t> shape(t.shape().begin(), t.shape().end());
+      py::array a(NumpyDType(t.dtype()), shape, {}, t.raw_data(), owner);
+      // Read-only: the memory may be shared with the engine (a result that
+      // is an argument, a constant of compiled code).
+      py::detail::array_proxy(a.ptr())->flags &= ~py::detail::npy_api::NPY_ARRAY_WRITEABLE_;
+      if (t.rank() == 0) return a[py::tuple()];  // a numpy scalar
+      return a;
+    }
+    case Value::Kind::kTuple: {
+      const std::vector<Value>& fields = v.fields();
+      py::tuple out(fields.size());
+      for (size_t i = 0; i < fields.size(); ++i) out[i] = FromValue(fields[i]);
+      return out;
+    }
+    default:
+      return py::cast(PyValue{v});
+  }
+}
+
+void ReleasePendingReferences() {
+  std::vector<PyObject*> release;
+  {
+    std::lock_guard<std::mutex> lock(PendingMutex());
+    if (Pending().empty()) return;
+    release.swap(Pending());
+  }
+  for (PyObject* p : release) Py_DECREF(p);
+}
+
+}  // namespace pejit::python

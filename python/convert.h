@@ -1,0 +1,53 @@
+// \file Python objects to program values and back, for the `pejit` module.
+//
+// In: a pejit.Value is passed as it is (no conversion, and the engine's
+// signature cache sees the same value again); anything else is converted,
+// directed by the type the entry's parameter or the constructor's field
+// declares: numpy arrays and Python numbers to tensors of the declared dtype,
+// tuples and lists to tuples, dicts to records by field name, lists to
+// `List` values. An array is shared, not copied, when it already is what a
+// tensor needs (C-contiguous, the declared dtype, 64-byte aligned, or a
+// result pejit returned); otherwise its data are copied.
+//
+// Out: tensors become read-only numpy arrays viewing the result's memory
+// (0-d ones numpy scalars), tuples Python tuples, ADT values pejit.Value.
+#pragma once
+
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+
+#include <string>
+
+#include "ir/module.h"
+#include "ir/value.h"
+
+namespace pejit::python {
+
+namespace py = pybind11;
+
+// pejit.Value: a program value held for Python.
+struct PyValue {
+  Value value;
+};
+
+// Thrown for a Python object that cannot become the value a type declares;
+// the module raises it as TypeError. what() names where ("@loss argument 2
+// (%params) field w_iou: ...").
+class ConversionError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// `obj` as a value of `type` (null: whatever `obj` is), with `module`'s
+// type definitions (null: no ADT conversions). `where` leads messages.
+Value ToValue(py::handle obj, const Type& type, const ModuleSnapshot* module, const std::string& where);
+
+// `v` for Python (see above).
+py::object FromValue(const Value& v);
+
+// Python objects whose last reference a tensor dropped on a thread without
+// the GIL (an engine worker freeing a job's arguments): they are released
+// here, by the next binding call that holds the GIL. Never blocks on the GIL.
+void ReleasePendingReferences();
+
+}  // namespace pejit::python

@@ -1,0 +1,413 @@
+// The `pejit` Python module: the engine, its live module, entry handles in
+// one mode each, values and the optimizers, over the C++ library. Every call
+// that runs or waits releases the GIL; C++ errors become Python exceptions.
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "interp/interpreter.h"
+#include "ir/source.h"
+#include "ops/op.h"
+#include "support/refusal.h"
+#include "python/convert.h"
+#include "scheduler/engine.h"
+#include "scheduler/policy.h"
+#include "train/optimizer.h"
+
+namespace pejit::python {
+namespace {
+
+// The engine of a Python `Engine`. Calls hold their own reference, so that
+// close() (or the last Python reference going) never frees an engine a call
+// on another thread is using; entries hold the Python object.
+struct PyEngine {
+  std::shared_ptr<Engine> engine;
+
+  std::shared_ptr<Engine> Get() const {
+    if (!engine) throw std::runtime_error("the engine is closed");
+    return engine;
+  }
+};
+
+struct PyModule {
+  py::object owner;  // the PyEngine
+  std::shared_ptr<Engine> Engine_() const { return owner.cast<PyEngine&>().Get(); }
+};
+
+// A constructor of an ADT of the module, called as m.Node(...).
+struct PyConstructor {
+  Snapshot snapshot;
+  TypeDefPtr def;
+  int tag;
+};
+
+struct PyEntry {
+  py::object owner;  // the PyEngine
+  Entry entry;
+  bool single_wrt = false;  // made with wrt=int: one gradient, not a tuple
+};
+
+std::vector<Value> Arguments(const Engine& engine, const std::string& name, const py::args& args) {
+  ReleasePendingReferences();
+  Snapshot snapshot = const_cast<Engine&>(engine).module().snapshot();
+  const Definition* def = snapshot->Find(name);
+  if (!def) throw EvalError("@" + name + ": no longer defined in the module");
+  const auto& params = def->func->params;
+  if (args.size() != params.size()) {
+    throw ConversionError("@" + name + " takes " + std::to_string(params.size()) + " arguments, got " +
+                          std::to_string(args.size()));
+  }
+  std::vector<Value> out;
+  out.reserve(args.size());
+  for (size_t i = 0; i < args.size(); ++i) {
+    out.push_back(ToValue(args[i], params[i]->annotation, snapshot.get(),
+                          "@" + name + " argument " + std::to_string(i) + " (%" + params[i]->name + ")"));
+  }
+  return out;
+}
+
+Prefetch PrefetchWhen(const std::string& when) {
+  if (when == "next") return Prefetch::kNext;
+  if (when == "idle") return Prefetch::kWhenIdle;
+  throw std::invalid_argument("prefetch: when must be 'next' or 'idle', not '" + when + "'");
+}
+
+py::object GradsOut(const PyEntry& e, const std::vector<Value>& grads) {
+  if (e.single_wrt) return FromValue(grads.at(0));
+  py::tuple out(grads.size());
+  for (size_t i = 0; i < grads.size(); ++i) out[i] = FromValue(grads[i]);
+  return out;
+}
+
+py::tuple ValueAndGradOf(const PyEntry& e, const py::args& args) {
+  if (!e.entry.wrt()) {
+    throw py::type_error("@" + e.entry.name() + ": value_and_grad on an entry made without wrt; use engine.entry(\"" +
+                         e.entry.name() + "\", wrt=...)");
+  }
+  std::shared_ptr<Engine> engine = e.owner.cast<PyEngine&>().Get();
+  std::vector<Value> values = Arguments(*engine, e.entry.name(), args);
+  ValueAndGrad r;
+  {
+    py::gil_scoped_release release;
+    r = e.entry.value_and_grad(values);
+  }
+  return py::make_tuple(FromValue(r.value), GradsOut(e, r.grads));
+}
+
+py::dict StatsDict(const EntryStats& s) {
+  py::dict d;
+  d["calls"] = s.calls();
+  d["calls_interpreter"] = s.calls_interpreter;
+  d["calls_residual_interpreter"] = s.calls_residual_interpreter;
+  d["calls_native"] = s.calls_native;
+  d["calls_generic"] = s.calls_generic;
+  d["calls_compiled"] = s.calls_compiled();
+  d["generic_runs"] = s.generic_runs;
+  d["generic_native_runs"] = s.generic_native_runs;
+  d["hits"] = s.hits;
+  d["misses"] = s.misses;
+  d["compiled"] = s.compiled;
+  d["failed"] = s.failed;
+  d["evicted"] = s.evicted;
+  d["invalidated"] = s.invalidated;
+  d["cancelled"] = s.cancelled;
+  d["prefetched"] = s.prefetched;
+  d["loaded"] = s.loaded;
+  return d;
+}
+
+std::optional<std::vector<int>> WrtFrom(const py::object& wrt, bool* single) {
+  *single = false;
+  if (wrt.is_none()) return std::nullopt;
+  if (py::isinstance<py::int_>(wrt)) {
+    *single = true;
+    return std::vector<int>{wrt.cast<int>()};
+  }
+  return wrt.cast<std::vector<int>>();
+}
+
+std::string ValueRepr(const Value& v) {
+  std::string text = v.ToString();
+  if (text.size() > 400) text = text.substr(0, 400) + "...";
+  return "pejit.Value(" + text + ")";
+}
+
+}  // namespace
+
+PYBIND11_MODULE(pejit, m) {
+  m.doc() = "pejit: a tiered JIT for dynamic deep-learning programs (docs/python.md)";
+
+  // Errors: the C++ messages, as exceptions of the module (all pejit.Error).
+  // Never freed: a static's destructor would run after Python's finalization.
+  static auto* error = new py::exception<std::runtime_error>(m, "Error", PyExc_RuntimeError);
+  static auto* ir_error = new py::exception<IrError>(m, "IrError", error->ptr());
+  static auto* eval_error = new py::exception<EvalError>(m, "EvalError", error->ptr());
+  static auto* op_error = new py::exception<OpError>(m, "OpError", error->ptr());
+  py::register_exception_translator([](std::exception_ptr p) {
+    try {
+      if (p) std::rethrow_exception(p);
+    } catch (const IrError& e) {
+      (*ir_error)(e.what());
+    } catch (const EvalError& e) {
+      (*eval_error)(e.what());
+    } catch (const OpError& e) {
+      (*op_error)(e.what());
+    } catch (const ConversionError& e) {
+      PyErr_SetString(PyExc_TypeError, e.what());
+    } catch (const Refusal& e) {
+      (*error)(e.what());
+    }
+  });
+
+  py::class_<PyValue>(m, "Value",
+                      "A program value held by pejit: passed again to an entry, it is not converted, and the engine "
+                      "recognizes a structure it has seen.")
+      .def(py::init([](py::handle obj) { return PyValue{ToValue(obj, nullptr, nullptr, "pejit.Value")}; }),
+           py::arg("obj"), "Converts a numpy array, a number or a (nested) tuple of them, copying what must be copied.")
+      .def_property_readonly("kind",
+                             [](const PyValue& v) {
+                               switch (v.value.kind()) {
+                                 case Value::Kind::kTensor: return "tensor";
+                                 case Value::Kind::kTuple: return "tuple";
+                                 case Value::Kind::kAdt: return "adt";
+                                 case Value::Kind::kClosure: return "function";
+                                 default: return "none";
+                               }
+                             })
+      .def_property_readonly("ctor",
+                             [](const PyValue& v) -> py::object {
+                               if (v.value.kind() != Value::Kind::kAdt) return py::none();
+                               return py::str(v.value.ctor_name());
+                             })
+      .def_property_readonly("fields",
+                             [](const PyValue& v) {
+                               py::tuple out(v.value.fields().size());
+                               for (size_t i = 0; i < out.size(); ++i) out[i] = FromValue(v.value.fields()[i]);
+                               return out;
+                             })
+      .def("numpy", [](const PyValue& v) { return FromValue(v.value); },
+           "Tensors as read-only numpy arrays, tuples as tuples.")
+      .def("__repr__", [](const PyValue& v) { return ValueRepr(v.value); });
+
+  py::class_<PyConstructor>(m, "Constructor")
+      .def("__call__",
+           [](const PyConstructor& c, const py::args& args) {
+             ReleasePendingReferences();
+             const CtorDef& ctor = c.def->ctors[static_cast<size_t>(c.tag)];
+             if (args.size() != ctor.fields.size()) {
+               throw ConversionError(ctor.name + " takes " + std::to_string(ctor.fields.size()) + " fields, got " +
+                                     std::to_string(args.size()));
+             }
+             std::vector<Value> fields;
+             fields.reserve(args.size());
+             for (size_t i = 0; i < args.size(); ++i) {
+               fields.push_back(ToValue(args[i], ctor.fields[i], c.snapshot.get(), ctor.name + " field " + std::to_string(i)));
+             }
+             return PyValue{Value::Adt(c.def, c.tag, std::move(fields))};
+           })
+      .def("__repr__", [](const PyConstructor& c) {
+        return "<constructor " + c.def->ctors[static_cast<size_t>(c.tag)].name + " of " + c.def->name + ">";
+      });
+
+  py::class_<PyModule>(m, "Module", "The engine's live module: definitions added, replaced and removed at any time.")
+      .def(
+          "add_source",
+          [](const PyModule& mod, const std::string& text, const std::string& name) {
+            return mod.Engine_()->module().AddSource(text, name);
+          },
+          py::arg("text"), py::arg("name") = "<python>", "Adds a .pj text's types and definitions; returns their names.")
+      .def(
+          "replace",
+          [](const PyModule& mod, const std::string& text, const std::string& name) {
+            return mod.Engine_()->module().AddSource(text, name, /*replace_existing=*/true);
+          },
+          py::arg("text"), py::arg("name") = "<python>",
+          "Adds or replaces the text's definitions; specializations that used them are invalidated.")
+      .def(
+          "remove", [](const PyModule& mod, const std::string& name) { mod.Engine_()->module().Remove(name); },
+          py::arg("name"))
+      .def("names", [](const PyModule& mod) { return mod.Engine_()->module().snapshot()->Names(); })
+      .def("text", [](const PyModule& mod) { return mod.Engine_()->module().snapshot()->Print(); })
+      .def("__getattr__", [](const PyModule& mod, const std::string& name) {
+        Snapshot snapshot = mod.Engine_()->module().snapshot();
+        for (const auto& [type_name, def] : snapshot->types()) {
+          int tag = def->FindCtor(name);
+          if (tag >= 0) return PyConstructor{snapshot, def, tag};
+        }
+        throw py::attribute_error("the module has no constructor '" + name + "'");
+      });
+
+  py::class_<CodeStatus>(m, "CodeStatus")
+      .def_property_readonly("state", [](const CodeStatus& s) { return std::string(CodeStateName(s.state)); })
+      .def_readonly("reason", &CodeStatus::reason)
+      .def_readonly("tier", &CodeStatus::tier)
+      .def_readonly("code_bytes", &CodeStatus::code_bytes)
+      .def_property_readonly("ready", &CodeStatus::ready)
+      .def_property_readonly("failed", &CodeStatus::failed)
+      .def("__repr__", [](const CodeStatus& s) {
+        std::string out = std::string("<CodeStatus ") + CodeStateName(s.state);
+        if (!s.tier.empty()) out += " " + s.tier;
+        if (!s.reason.empty()) out += ": " + s.reason;
+        return out + ">";
+      });
+
+  py::class_<PyEntry>(m, "Entry",
+                      "One entry of the module in one mode: value mode (calling it returns the value) or grad mode "
+                      "(made with wrt: calling it returns (value, gradients)).")
+      .def_property_readonly("name", [](const PyEntry& e) { return e.entry.name(); })
+      .def_property_readonly("wrt",
+                             [](const PyEntry& e) -> py::object {
+                               if (!e.entry.wrt()) return py::none();
+                               if (e.single_wrt) return py::int_(e.entry.wrt()->at(0));
+                               return py::tuple(py::cast(*e.entry.wrt()));
+                             })
+      .def("__call__",
+           [](const PyEntry& e, const py::args& args) -> py::object {
+             if (e.entry.wrt()) return ValueAndGradOf(e, args);
+             std::shared_ptr<Engine> engine = e.owner.cast<PyEngine&>().Get();
+             std::vector<Value> values = Arguments(*engine, e.entry.name(), args);
+             Value out;
+             {
+               py::gil_scoped_release release;
+               out = e.entry.call(values);
+             }
+             return FromValue(out);
+           })
+      .def("value_and_grad", &ValueAndGradOf, "(value, gradients) of a grad-mode entry.")
+      .def(
+          "prefetch",
+          [](const PyEntry& e, const py::args& args, const std::string& when) {
+            std::shared_ptr<Engine> engine = e.owner.cast<PyEngine&>().Get();
+            std::vector<Value> values = Arguments(*engine, e.entry.name(), args);
+            Prefetch w = PrefetchWhen(when);
+            py::gil_scoped_release release;
+            e.entry.prefetch(values, w);
+          },
+          py::kw_only(), py::arg("when") = "idle",
+          "Queues the specialization of these arguments' structure in this entry's mode; returns at once.")
+      .def("wait_ready",
+           [](const PyEntry& e, const py::args& args) {
+             std::shared_ptr<Engine> engine = e.owner.cast<PyEngine&>().Get();
+             std::vector<Value> values = Arguments(*engine, e.entry.name(), args);
+             py::gil_scoped_release release;
+             return e.entry.wait_ready(values);
+           })
+      .def("status",
+           [](const PyEntry& e, const py::args& args) {
+             std::shared_ptr<Engine> engine = e.owner.cast<PyEngine&>().Get();
+             return e.entry.status(Arguments(*engine, e.entry.name(), args));
+           })
+      .def("convert",
+           [](const PyEntry& e, const py::args& args) {
+             std::shared_ptr<Engine> engine = e.owner.cast<PyEngine&>().Get();
+             std::vector<Value> values = Arguments(*engine, e.entry.name(), args);
+             py::tuple out(values.size());
+             for (size_t i = 0; i < values.size(); ++i) out[i] = py::cast(PyValue{std::move(values[i])});
+             return out;
+           },
+           "The arguments as pejit.Values of the parameters' types: convert once, pass many times.")
+      .def("stats", [](const PyEntry& e) {
+        e.owner.cast<PyEngine&>().Get();
+        return StatsDict(e.entry.stats());
+      });
+
+  py::class_<PyEngine>(m, "Engine")
+      .def(py::init([](const std::string& policy, int workers, const std::string& log, const std::string& trace,
+                       const std::string& cache_dir, bool generic, bool batch, int worker_nice) {
+             EngineOptions o;
+             o.policy = Policy::Parse(policy);
+             o.workers = workers;
+             o.log_level = log;
+             o.trace_file = trace;
+             o.cache_dir = cache_dir;
+             o.generic = generic;
+             o.batch = batch;
+             o.worker_nice = worker_nice;
+             return PyEngine{std::make_shared<Engine>(std::move(o))};
+           }),
+           py::kw_only(), py::arg("policy") = "eager", py::arg("workers") = 0, py::arg("log") = "",
+           py::arg("trace") = "", py::arg("cache_dir") = "", py::arg("generic") = true, py::arg("batch") = true,
+           py::arg("worker_nice") = EngineOptions{}.worker_nice)
+      .def_property_readonly("module", [](py::object self) { return PyModule{self}; })
+      .def(
+          "entry",
+          [](py::object self, const std::string& name, const std::vector<int>& static_argnums, const py::object& wrt) {
+            std::shared_ptr<Engine> engine = self.cast<PyEngine&>().Get();
+            EntryOptions o;
+            o.static_argnums = static_argnums;
+            bool single = false;
+            o.wrt = WrtFrom(wrt, &single);
+            return PyEntry{self, engine->entry(name, o), single};
+          },
+          py::arg("name"), py::kw_only(), py::arg("static_argnums") = std::vector<int>{}, py::arg("wrt") = py::none())
+      .def("stats",
+           [](const PyEngine& e) {
+             EngineStats s = e.Get()->stats();
+             py::dict d;
+             d["code_bytes"] = s.code_bytes;
+             d["slots"] = s.slots;
+             d["queued"] = s.queued;
+             d["retained_bytes"] = s.retained_bytes;
+             d["workers"] = s.workers;
+             d["generic_cells"] = s.generic_cells;
+             d["generic_segments"] = s.generic_segments;
+             d["generic_variants"] = s.generic_variants;
+             d["generic_native_variants"] = s.generic_native_variants;
+             d["generic_code_bytes"] = s.generic_code_bytes;
+             d["cache_dir"] = s.cache_dir;
+             return d;
+           })
+      .def("drain",
+           [](const PyEngine& e) {
+             std::shared_ptr<Engine> engine = e.Get();
+             py::gil_scoped_release release;
+             engine->drain();
+           },
+           "Blocks until every queued compile is done (and stored, with a cache_dir).")
+      .def("close",
+           [](PyEngine& e) {
+             std::shared_ptr<Engine> engine = std::move(e.engine);
+             py::gil_scoped_release release;
+             engine.reset();  // waits for running jobs, unless a call on another thread still holds it
+           })
+      .def("__enter__", [](py::object self) { return self; })
+      .def("__exit__", [](PyEngine& e, py::args) {
+        std::shared_ptr<Engine> engine = std::move(e.engine);
+        py::gil_scoped_release release;
+        engine.reset();
+      });
+
+  py::class_<Optimizer>(m, "Optimizer", "Updates a parameter structure (a pejit.Value) in place from gradients.")
+      .def(py::init([](const std::string& kind, double learning_rate, double weight_decay, double clip_norm,
+                       double beta1, double beta2, double epsilon) {
+             OptimizerOptions o;
+             o.kind = kind;
+             o.learning_rate = learning_rate;
+             o.weight_decay = weight_decay;
+             o.clip_norm = clip_norm;
+             o.beta1 = beta1;
+             o.beta2 = beta2;
+             o.epsilon = epsilon;
+             return Optimizer::Create(o);
+           }),
+           py::arg("kind") = "adagrad", py::kw_only(), py::arg("learning_rate") = OptimizerOptions{}.learning_rate,
+           py::arg("weight_decay") = 0.0, py::arg("clip_norm") = 0.0, py::arg("beta1") = OptimizerOptions{}.beta1,
+           py::arg("beta2") = OptimizerOptions{}.beta2, py::arg("epsilon") = OptimizerOptions{}.epsilon)
+      .def(
+          "step",
+          [](Optimizer& o, const PyValue& params, py::handle grads) {
+            ReleasePendingReferences();
+            Value g = ToValue(grads, nullptr, nullptr, "grads");
+            py::gil_scoped_release release;
+            return o.Step(params.value, g);
+          },
+          py::arg("params"), py::arg("grads"),
+          "Updates params in place; returns the gradients' global norm before clipping.")
+      .def_property_readonly("kind", &Optimizer::kind);
+}
+
+}  // namespace pejit::python
