@@ -11,6 +11,7 @@
 
 #include "interp/interpreter.h"
 #include "ir/source.h"
+#include "ops/blas.h"
 #include "ops/op.h"
 #include "support/refusal.h"
 #include "python/convert.h"
@@ -162,6 +163,9 @@ PYBIND11_MODULE(pejit, m) {
       (*error)(e.what());
     }
   });
+
+  m.def("set_blas_threads", &SetBlasThreads, py::arg("threads"),
+        "OpenBLAS's thread count (1 for the small GEMMs of models whose parallelism is the engine's own).");
 
   py::class_<PyValue>(m, "Value",
                       "A program value held by pejit: passed again to an entry, it is not converted, and the engine "
