@@ -4,7 +4,8 @@
 // tier 0 — made directly on the Interpreter, and through the Engine with no
 // sink (logging off), a sink that wants no event, the info-level log (calls
 // summed, to a logger that drops its lines) with the statistics, and the
-// JSON-lines trace file.
+// JSON-lines trace file. And an empty compiled entry's call, the C++ side
+// of the Python binding's overhead.
 #include <benchmark/benchmark.h>
 #include <spdlog/sinks/null_sink.h>
 #include <spdlog/spdlog.h>
@@ -23,6 +24,7 @@ namespace {
 
 constexpr char kProgram[] = R"(
 def @scale(%x: Tensor[(?,), f32], %k: Tensor[(), f32]) -> Tensor[(?,), f32] { mul(%x, %k) }
+def @nothing(%x: Tensor[(), f32]) -> Tensor[(), f32] { %x }
 )";
 
 std::vector<Value> Args() {
@@ -80,6 +82,23 @@ void BM_EngineCall(benchmark::State& state) {
   state.SetLabel(names[tracing]);
 }
 BENCHMARK(BM_EngineCall)->Arg(kOff)->Arg(kQuietSink)->Arg(kInfoLog)->Arg(kTraceFile);
+
+// An entry that returns its argument, compiled: the engine's own per-call
+// cost, which bench/python_binding.py subtracts from the same call made
+// from Python to get the binding's.
+void BM_EmptyEntryCall(benchmark::State& state) {
+  EngineOptions options;
+  options.workers = 1;
+  options.log_level = "off";
+  Engine engine(options);
+  engine.module().AddSource(kProgram, "bench.pj");
+  Entry nothing = engine.entry("nothing");
+  std::vector<Value> args = {Value(Tensor::Scalar(1.5f))};
+  if (!nothing.wait_ready(args).ready()) state.SkipWithError("@nothing did not compile");
+  for (auto _ : state) benchmark::DoNotOptimize(nothing.call(args));
+  state.SetLabel(nothing.status(args).tier);
+}
+BENCHMARK(BM_EmptyEntryCall);
 
 }  // namespace
 }  // namespace pejit

@@ -90,8 +90,8 @@ Tensor ToTensor(py::handle obj, std::optional<DType> want, const std::string& wh
   py::dtype target = NumpyDType(*want);
   if (!a.dtype().is(target)) {
     // Same kind or safer (f64 -> f32, i64 -> f32), never float -> integer.
-    py::object can_cast = py::module_::import("numpy").attr("can_cast");
-    if (!can_cast(a.dtype(), target, py::arg("casting") = "same_kind").cast<bool>()) {
+    static auto* can_cast = new py::object(py::module_::import("numpy").attr("can_cast"));  // never freed, as above
+    if (!(*can_cast)(a.dtype(), target, py::arg("casting") = "same_kind").cast<bool>()) {
       throw ConversionError(where + ": expected " + std::string(DTypeName(*want)) + ", got an array of " +
                             std::string(py::str(a.dtype())) + " " + ShapeOf(a));
     }
@@ -147,8 +147,18 @@ Value ToValue(py::handle obj, const Type& type, const ModuleSnapshot* module, co
     return ToTensor(obj, std::nullopt, where);
   }
   switch (type->kind) {
-    case TypeKind::kTensor:
-      return ToTensor(obj, AsTensor(type)->type.dtype, where);
+    case TypeKind::kTensor: {
+      const TensorType& t = AsTensor(type)->type;
+      // A Python number for a scalar: no numpy array on the way.
+      if (t.shape.empty() && (PyFloat_CheckExact(obj.ptr()) || PyLong_CheckExact(obj.ptr()))) {
+        if (PyFloat_CheckExact(obj.ptr()) && !IsFloat(t.dtype)) {
+          throw ConversionError(where + ": expected " + std::string(DTypeName(t.dtype)) + ", got a float");
+        }
+        return Tensor::ScalarOf(t.dtype, PyFloat_CheckExact(obj.ptr()) ? PyFloat_AsDouble(obj.ptr())
+                                                                         : static_cast<double>(obj.cast<int64_t>()));
+      }
+      return ToTensor(obj, t.dtype, where);
+    }
     case TypeKind::kTuple: {
       const TupleTypeNode& tuple = *AsTuple(type);
       const size_t n = tuple.fields.size();

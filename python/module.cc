@@ -65,6 +65,10 @@ std::vector<Value> Arguments(const Engine& engine, const std::string& name, cons
   std::vector<Value> out;
   out.reserve(args.size());
   for (size_t i = 0; i < args.size(); ++i) {
+    if (py::isinstance<PyValue>(args[i])) {  // the loop's common case: no conversion, no message built
+      out.push_back(args[i].cast<const PyValue&>().value);
+      continue;
+    }
     out.push_back(ToValue(args[i], params[i]->annotation, snapshot.get(),
                           "@" + name + " argument " + std::to_string(i) + " (%" + params[i]->name + ")"));
   }

@@ -49,8 +49,9 @@ def listops_value(tree):
         return max(args)
     if op == "MIN":
         return min(args)
-    if op == "MED":
-        return sorted(args)[(len(args) - 1) // 2]
+    if op == "MED":  # the median; of an even count, the middle two's mean rounded down
+        v, n = sorted(args), len(args)
+        return v[n // 2] if n % 2 else (v[n // 2 - 1] + v[n // 2]) // 2
     return sum(args) % 10
 
 

@@ -22,8 +22,11 @@ def test_arrays_and_numbers_become_tensors_of_the_declared_dtype(compiled):
 
 def test_a_float_array_is_not_silently_truncated_to_integers(compiled):
     count_down = compiled.entry("count_down")
-    with pytest.raises(TypeError, match=r"@count_down argument 0 \(%n\): expected i64, got an array of float64"):
+    with pytest.raises(TypeError, match=r"@count_down argument 0 \(%n\): expected i64, got a float"):
         count_down(2.5, 1.0)
+    with pytest.raises(TypeError, match=r"@count_down argument 0 \(%n\): expected i64, got an array of float64"):
+        count_down(np.array(2.0), 1.0)
+    assert count_down(3, 1.5) == np.float32(12.0)
 
 
 def test_results_are_read_only_numpy_arrays_and_scalars(compiled):
