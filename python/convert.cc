@@ -113,7 +113,14 @@ Tensor ToTensor(py::handle obj, std::optional<DType> want, const std::string& wh
 
 bool IsPyValue(py::handle obj) { return py::isinstance<PyValue>(obj); }
 
-Value ListValue(py::handle obj, const Type& element, const ModuleSnapshot* module, const std::string& where) {
+// Python containers nest no deeper than this in one conversion (the C++
+// recursion's bound; a tree deeper than that is built by constructors).
+constexpr int kMaxNesting = 1000;
+
+Value Convert(py::handle obj, const Type& type, const ModuleSnapshot* module, const std::string& where, int depth);
+
+Value ListValue(py::handle obj, const Type& element, const ModuleSnapshot* module, const std::string& where,
+                int depth) {
   TypeDefPtr list = module ? module->FindType("List") : nullptr;
   if (!list) throw ConversionError(where + ": the module defines no List type");
   const int nil = list->FindCtor("Nil"), cons = list->FindCtor("Cons");
@@ -121,7 +128,7 @@ Value ListValue(py::handle obj, const Type& element, const ModuleSnapshot* modul
   std::vector<Value> converted;
   converted.reserve(items.size());
   for (size_t i = 0; i < items.size(); ++i) {
-    converted.push_back(ToValue(items[i], element, module, where + " element " + std::to_string(i)));
+    converted.push_back(Convert(items[i], element, module, where + " element " + std::to_string(i), depth + 1));
   }
   Value out = Value::Adt(list, nil, {});
   for (auto it = converted.rbegin(); it != converted.rend(); ++it) out = Value::Adt(list, cons, {std::move(*it), out});
@@ -130,15 +137,17 @@ Value ListValue(py::handle obj, const Type& element, const ModuleSnapshot* modul
 
 std::string Describe(py::handle obj) { return std::string(py::str(py::type::of(obj).attr("__name__"))); }
 
-}  // namespace
-
-Value ToValue(py::handle obj, const Type& type, const ModuleSnapshot* module, const std::string& where) {
+Value Convert(py::handle obj, const Type& type, const ModuleSnapshot* module, const std::string& where, int depth) {
   if (IsPyValue(obj)) return obj.cast<const PyValue&>().value;
+  if (depth > kMaxNesting) {
+    throw ConversionError(where + ": nested deeper than " + std::to_string(kMaxNesting) +
+                          " containers (build deep trees with the module's constructors)");
+  }
   if (!type || type->kind == TypeKind::kVar) {  // untyped: what the object is
     if (py::isinstance<py::tuple>(obj) || py::isinstance<py::list>(obj)) {
       std::vector<Value> fields;
       size_t i = 0;
-      for (py::handle item : obj) fields.push_back(ToValue(item, nullptr, module, where + " field " + std::to_string(i++)));
+      for (py::handle item : obj) fields.push_back(Convert(item, nullptr, module, where + " field " + std::to_string(i++), depth + 1));
       return Value::Tuple(std::move(fields));
     }
     if (py::isinstance<py::bool_>(obj)) return Tensor::ScalarOf(DType::kBool, obj.cast<bool>());
@@ -170,7 +179,7 @@ Value ToValue(py::handle obj, const Type& type, const ModuleSnapshot* module, co
         py::dict d = py::reinterpret_borrow<py::dict>(obj);
         for (size_t i = 0; i < n; ++i) {
           if (!d.contains(tuple.names[i])) throw ConversionError(where + ": the dict has no field '" + tuple.names[i] + "'");
-          fields.push_back(ToValue(d[py::str(tuple.names[i])], tuple.fields[i], module, field_where(i)));
+          fields.push_back(Convert(d[py::str(tuple.names[i])], tuple.fields[i], module, field_where(i), depth + 1));
         }
         if (d.size() != n) {
           for (auto [key, _] : d) {
@@ -189,13 +198,13 @@ Value ToValue(py::handle obj, const Type& type, const ModuleSnapshot* module, co
         throw ConversionError(where + ": expected a tuple of " + std::to_string(n) + ", got " + std::to_string(items.size()) +
                               " items");
       }
-      for (size_t i = 0; i < n; ++i) fields.push_back(ToValue(items[i], tuple.fields[i], module, field_where(i)));
+      for (size_t i = 0; i < n; ++i) fields.push_back(Convert(items[i], tuple.fields[i], module, field_where(i), depth + 1));
       return Value::Tuple(std::move(fields));
     }
     case TypeKind::kAdt: {
       const AdtTypeNode& adt = *AsAdt(type);
       if (adt.name == "List" && adt.args.size() == 1 && (py::isinstance<py::list>(obj) || py::isinstance<py::tuple>(obj))) {
-        return ListValue(obj, adt.args[0], module, where);
+        return ListValue(obj, adt.args[0], module, where, depth);
       }
       throw ConversionError(where + ": expected a " + adt.name + " value (a pejit.Value made by one of its constructors" +
                             (adt.name == "List" ? ", or a Python list" : "") + "), got " + Describe(obj));
@@ -203,6 +212,12 @@ Value ToValue(py::handle obj, const Type& type, const ModuleSnapshot* module, co
     default:
       throw ConversionError(where + ": a function value is passed as a pejit.Value only");
   }
+}
+
+}  // namespace
+
+Value ToValue(py::handle obj, const Type& type, const ModuleSnapshot* module, const std::string& where) {
+  return Convert(obj, type, module, where, 0);
 }
 
 py::object FromValue(const Value& v) {

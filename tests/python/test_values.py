@@ -103,3 +103,11 @@ def test_an_adt_argument_must_be_built_by_a_constructor(treelstm_source):
             engine.entry("infer")([5], None)
         with pytest.raises(AttributeError, match="no constructor 'Nod'"):
             engine.module.Nod
+
+
+def test_containers_nested_past_the_bound_are_refused_not_recursed_into():
+    deep = ()
+    for _ in range(100_000):
+        deep = (deep,)
+    with pytest.raises(TypeError, match="nested deeper than 1000 containers"):
+        pejit.Value(deep)
