@@ -7,8 +7,9 @@
    initial parameters (a plan written by treelstm_pejit --write-data),
    alternately, `--rounds` times each; Python also with tcmalloc preloaded
    (the allocator the C++ binaries link, which an extension module cannot
-   bring itself). Steady throughput is the median of the second half of the
-   epochs; the losses of the loops must agree.
+   bring itself). Each runs until `--steady-epochs` epochs in a row ran
+   compiled code in every step with no compile ending meanwhile; steady
+   throughput is their median. The losses of the loops must agree.
 2. Per-call overhead: an entry that returns its argument, compiled, called
    from Python (a pejit.Value argument, and a Python float converted on each
    call) beside the same call from C++ (bench/trace's BM_EmptyEntryCall).
@@ -44,15 +45,17 @@ def last_json(text):
     return json.loads(text.strip().splitlines()[-1])
 
 
-def steady(epochs):
-    """The median of the second half of the epochs: compiles done, the same minibatches again."""
-    return statistics.median(e["trees_per_s"] for e in epochs[len(epochs) // 2:])
+def steady(epochs, n):
+    """The median of the last `n` epochs: both loops run until that many in a
+    row were compiled in every step with no compile ending meanwhile."""
+    return statistics.median(e["trees_per_s"] for e in epochs[-n:])
 
 
 def main():
     a = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    a.add_argument("--size", type=int, default=2000, help="ListOps training examples")
-    a.add_argument("--epochs", type=int, default=10)
+    a.add_argument("--size", type=int, default=4000, help="ListOps training examples")
+    a.add_argument("--epochs", type=int, default=2, help="epochs before looking for steady ones")
+    a.add_argument("--steady-epochs", type=int, default=3)
     a.add_argument("--rounds", type=int, default=3, help="alternating runs of each loop")
     a.add_argument("--calls", type=int, default=200000, help="calls timed per-call")
     a.add_argument("--hidden", type=int, default=64)
@@ -79,18 +82,20 @@ def main():
         for r in range(o.rounds):
             for loop in loops:
                 if loop == "cpp":
-                    cmd = [cpp, "--data", data, "--plan", plan, "--epochs", str(o.epochs), "--infer-passes", "0",
-                           *shape]
+                    cmd = [cpp, "--data", data, "--plan", plan, "--infer-passes", "0", "--max-infer-passes", "0"]
                 else:
                     cmd = ["/usr/bin/python3", find("examples/python/treelstm.py"), "--train", data, "--plan", plan,
-                           "--epochs", str(o.epochs), *shape]
+                           "--no-dev"]
+                cmd += ["--epochs", str(o.epochs), "--until-compiled", "--steady-epochs", str(o.steady_epochs),
+                        "--max-epochs", "30", *shape]
                 out = last_json(subprocess.run(cmd, check=True, capture_output=True, text=True,
                                                env=tcmalloc if loop == "python_tcmalloc" else env).stdout)
-                rates[loop].append(steady(out["epochs"]))
+                rates[loop].append(steady(out["epochs"], o.steady_epochs))
                 losses[loop] = [e["loss"] for e in out["epochs"]]
                 print(json.dumps({"measure": "training", "loop": loop, "round": r,
                                   "trees_per_s": [round(e["trees_per_s"]) for e in out["epochs"]],
                                   "steady_trees_per_s": rates[loop][-1]}), flush=True)
+        # Epochs both ran (a loop may need more to become steady).
         agree = max(abs(x - y) / abs(y) for x, y in zip(losses["python"], losses["cpp"]))
         summary["training"] = {loop: statistics.median(rates[loop]) for loop in loops}
         summary["training"]["ratios"] = [p / c for p, c in zip(rates["python"], rates["cpp"])]

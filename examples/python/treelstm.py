@@ -221,6 +221,7 @@ def main():
     a.add_argument("--dev", help="dev file of the same kind")
     a.add_argument("--plan", help="a bench/ plan (treelstm_pejit --write-data): its minibatches of --train "
                                   "and its initial parameters")
+    a.add_argument("--no-dev", action="store_true", help="no evaluation after each epoch")
     a.add_argument("--size", type=int, default=2000, help="generated ListOps training expressions")
     a.add_argument("--dev-size", type=int, default=200, help="generated ListOps dev expressions")
     a.add_argument("--batch", type=int, default=25)
@@ -236,6 +237,11 @@ def main():
     a.add_argument("--log", default="", help="the JIT's log on stderr: off, info, debug or trace")
     a.add_argument("--trace", default="", help="write the JIT's events to this JSON-lines file")
     a.add_argument("--cache-dir", default="", help="keep compiled code here for later runs")
+    a.add_argument("--until-compiled", action="store_true",
+                   help="after --epochs, carry on until --steady-epochs in a row ran compiled code in every step "
+                        "with no compile ending meanwhile (for benchmarks: bench/python_binding.py)")
+    a.add_argument("--steady-epochs", type=int, default=3)
+    a.add_argument("--max-epochs", type=int, default=30, help="--until-compiled stops here")
     o = a.parse_args()
     if o.batch < 1 or o.epochs < 0 or o.size < 1:
         a.error("--batch and --size must be at least 1, --epochs at least 0")
@@ -295,7 +301,7 @@ def main():
                                         np.array([y for _, y in batch], np.int64), params)
         return trees, labels, len(batch)
 
-    dev_values = [batch_values(b) for b in dev_batches]
+    dev_values = [] if o.no_dev else [batch_values(b) for b in dev_batches]
     if plan:
         plan_values = [batch_values(b) for b in train_batches]
     else:
@@ -314,7 +320,19 @@ def main():
     print(f"pejit Tree-LSTM from Python on {o.data}: {len(train)} train / {len(dev)} dev trees, "
           f"batch {o.batch}, embed {o.embed}, hidden {o.hidden}, {o.optimizer} lr {o.lr}, policy {o.policy}, "
           f"{engine.stats()['workers']} workers", file=sys.stderr)
-    for epoch in range(o.epochs):
+    def more():
+        n = len(epochs)
+        if n < o.epochs:
+            return True
+        if not o.until_compiled or n >= o.max_epochs:
+            return False
+        if n < o.steady_epochs:
+            return True
+        return not all(e["compiled_share"] == 1 and e["jobs_ended"] == 0 for e in epochs[-o.steady_epochs:])
+
+    epoch = -1
+    while more():
+        epoch += 1
         if plan:
             batches = plan_values
         else:  # reshuffled every epoch, as real training does
@@ -347,12 +365,14 @@ def main():
         seconds = time.perf_counter() - epoch_start
         after = loss.stats()
         compiled = (after["calls_compiled"] - before["calls_compiled"]) / len(batches)
+        jobs_ended = sum(after[k] - before[k] for k in ("compiled", "failed", "loaded"))
         accuracy = dev_accuracy() if dev_values else float("nan")
         print(f"epoch {epoch}: loss {total_loss / trees_done:.4f}, dev acc {100 * accuracy:.1f}%, "
               f"{trees_done / seconds:.0f} trees/s, {100 * compiled:.0f}% of steps compiled, {seconds:.1f} s",
               flush=True)
         epochs.append({"epoch": epoch, "loss": total_loss / trees_done, "dev_acc": accuracy,
-                       "trees_per_s": trees_done / seconds, "compiled_share": compiled, "seconds": seconds})
+                       "trees_per_s": trees_done / seconds, "compiled_share": compiled, "jobs_ended": jobs_ended,
+                       "seconds": seconds})
     print(json.dumps({"data": o.data, "epochs": epochs, "data_seconds": data_seconds,
                       "seconds": time.perf_counter() - start}))
     engine.close()
