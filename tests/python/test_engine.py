@@ -139,3 +139,17 @@ def test_the_gil_is_released_while_a_call_runs(how):
     thread.join()
     engine.close()
     assert main_ran[0] < tries
+
+
+def test_static_arguments_are_specialized_on_and_removed_definitions_are_gone(compiled):
+    scale = compiled.entry("scale", static_argnums=[1])
+    x = np.ones(3, dtype=np.float32)
+    np.testing.assert_array_equal(scale(x, 2.0), [2, 2, 2])
+    np.testing.assert_array_equal(scale(x, 3.0), [3, 3, 3])
+    assert scale.stats()["compiled"] == 2  # one specialization per static value
+    compiled.module.remove("scale")
+    assert "scale" not in compiled.module.names()
+    with pytest.raises(pejit.EvalError, match="no longer defined"):
+        scale(x, 2.0)
+    with pytest.raises(ValueError, match="static_argnums: @affine takes 2 arguments; there is no argument 5"):
+        compiled.entry("affine", static_argnums=[5])
