@@ -33,10 +33,14 @@ std::shared_ptr<void> KeepAlive(py::object obj) {
 
 py::dtype NumpyDType(DType d) {
   switch (d) {
-    case DType::kF32: return py::dtype::of<float>();
-    case DType::kF64: return py::dtype::of<double>();
-    case DType::kI64: return py::dtype::of<int64_t>();
-    case DType::kBool: return py::dtype::of<bool>();
+    case DType::kF32:
+      return py::dtype::of<float>();
+    case DType::kF64:
+      return py::dtype::of<double>();
+    case DType::kI64:
+      return py::dtype::of<int64_t>();
+    case DType::kBool:
+      return py::dtype::of<bool>();
   }
   throw std::logic_error("unknown dtype");
 }
@@ -84,7 +88,8 @@ Tensor ToTensor(py::handle obj, std::optional<DType> want, const std::string& wh
   }
   if (!want) {
     want = NaturalDType(a.dtype());
-    if (!want) throw ConversionError(where + ": numpy dtype " + std::string(py::str(a.dtype())) + " has no pejit dtype");
+    if (!want)
+      throw ConversionError(where + ": numpy dtype " + std::string(py::str(a.dtype())) + " has no pejit dtype");
   }
   if (std::optional<Tensor> returned = ReturnedTensor(a); returned && returned->dtype() == *want) return *returned;
   py::dtype target = NumpyDType(*want);
@@ -104,8 +109,8 @@ Tensor ToTensor(py::handle obj, std::optional<DType> want, const std::string& wh
     return Tensor::Wrap(data, *want, std::move(shape), KeepAlive(py::reinterpret_borrow<py::object>(a)));
   }
   // A copy: contiguous, in the target dtype, into a buffer of pejit's own.
-  py::array converted = py::array::ensure(a.attr("astype")(target, py::arg("order") = "C", py::arg("copy") = false),
-                                          py::array::c_style);
+  py::array converted =
+      py::array::ensure(a.attr("astype")(target, py::arg("order") = "C", py::arg("copy") = false), py::array::c_style);
   Tensor t = Tensor::Empty(*want, std::move(shape));
   if (t.nbytes() > 0) std::memcpy(t.raw_data(), converted.data(), t.nbytes());
   return t;
@@ -147,7 +152,8 @@ Value Convert(py::handle obj, const Type& type, const ModuleSnapshot* module, co
     if (py::isinstance<py::tuple>(obj) || py::isinstance<py::list>(obj)) {
       std::vector<Value> fields;
       size_t i = 0;
-      for (py::handle item : obj) fields.push_back(Convert(item, nullptr, module, where + " field " + std::to_string(i++), depth + 1));
+      for (py::handle item : obj)
+        fields.push_back(Convert(item, nullptr, module, where + " field " + std::to_string(i++), depth + 1));
       return Value::Tuple(std::move(fields));
     }
     if (py::isinstance<py::bool_>(obj)) return Tensor::ScalarOf(DType::kBool, obj.cast<bool>());
@@ -164,7 +170,7 @@ Value Convert(py::handle obj, const Type& type, const ModuleSnapshot* module, co
           throw ConversionError(where + ": expected " + std::string(DTypeName(t.dtype)) + ", got a float");
         }
         return Tensor::ScalarOf(t.dtype, PyFloat_CheckExact(obj.ptr()) ? PyFloat_AsDouble(obj.ptr())
-                                                                         : static_cast<double>(obj.cast<int64_t>()));
+                                                                       : static_cast<double>(obj.cast<int64_t>()));
       }
       return ToTensor(obj, t.dtype, where);
     }
@@ -178,7 +184,8 @@ Value Convert(py::handle obj, const Type& type, const ModuleSnapshot* module, co
       if (py::isinstance<py::dict>(obj) && !tuple.names.empty()) {
         py::dict d = py::reinterpret_borrow<py::dict>(obj);
         for (size_t i = 0; i < n; ++i) {
-          if (!d.contains(tuple.names[i])) throw ConversionError(where + ": the dict has no field '" + tuple.names[i] + "'");
+          if (!d.contains(tuple.names[i]))
+            throw ConversionError(where + ": the dict has no field '" + tuple.names[i] + "'");
           fields.push_back(Convert(d[py::str(tuple.names[i])], tuple.fields[i], module, field_where(i), depth + 1));
         }
         if (d.size() != n) {
@@ -190,23 +197,26 @@ Value Convert(py::handle obj, const Type& type, const ModuleSnapshot* module, co
         return Value::Tuple(std::move(fields));
       }
       if (!py::isinstance<py::tuple>(obj) && !py::isinstance<py::list>(obj)) {
-        throw ConversionError(where + ": expected a tuple of " + std::to_string(n) + (tuple.names.empty() ? "" : " (or a dict)") +
-                              ", got " + Describe(obj));
+        throw ConversionError(where + ": expected a tuple of " + std::to_string(n) +
+                              (tuple.names.empty() ? "" : " (or a dict)") + ", got " + Describe(obj));
       }
       py::sequence items = py::reinterpret_borrow<py::sequence>(obj);
       if (items.size() != n) {
-        throw ConversionError(where + ": expected a tuple of " + std::to_string(n) + ", got " + std::to_string(items.size()) +
-                              " items");
+        throw ConversionError(where + ": expected a tuple of " + std::to_string(n) + ", got " +
+                              std::to_string(items.size()) + " items");
       }
-      for (size_t i = 0; i < n; ++i) fields.push_back(Convert(items[i], tuple.fields[i], module, field_where(i), depth + 1));
+      for (size_t i = 0; i < n; ++i)
+        fields.push_back(Convert(items[i], tuple.fields[i], module, field_where(i), depth + 1));
       return Value::Tuple(std::move(fields));
     }
     case TypeKind::kAdt: {
       const AdtTypeNode& adt = *AsAdt(type);
-      if (adt.name == "List" && adt.args.size() == 1 && (py::isinstance<py::list>(obj) || py::isinstance<py::tuple>(obj))) {
+      if (adt.name == "List" && adt.args.size() == 1 &&
+          (py::isinstance<py::list>(obj) || py::isinstance<py::tuple>(obj))) {
         return ListValue(obj, adt.args[0], module, where, depth);
       }
-      throw ConversionError(where + ": expected a " + adt.name + " value (a pejit.Value made by one of its constructors" +
+      throw ConversionError(where + ": expected a " + adt.name +
+                            " value (a pejit.Value made by one of its constructors" +
                             (adt.name == "List" ? ", or a Python list" : "") + "), got " + Describe(obj));
     }
     default:

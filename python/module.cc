@@ -13,10 +13,10 @@
 #include "ir/source.h"
 #include "ops/blas.h"
 #include "ops/op.h"
-#include "support/refusal.h"
 #include "python/convert.h"
 #include "scheduler/engine.h"
 #include "scheduler/policy.h"
+#include "support/refusal.h"
 #include "train/optimizer.h"
 
 namespace pejit::python {
@@ -179,11 +179,16 @@ PYBIND11_MODULE(pejit, m) {
       .def_property_readonly("kind",
                              [](const PyValue& v) {
                                switch (v.value.kind()) {
-                                 case Value::Kind::kTensor: return "tensor";
-                                 case Value::Kind::kTuple: return "tuple";
-                                 case Value::Kind::kAdt: return "adt";
-                                 case Value::Kind::kClosure: return "function";
-                                 default: return "none";
+                                 case Value::Kind::kTensor:
+                                   return "tensor";
+                                 case Value::Kind::kTuple:
+                                   return "tuple";
+                                 case Value::Kind::kAdt:
+                                   return "adt";
+                                 case Value::Kind::kClosure:
+                                   return "function";
+                                 default:
+                                   return "none";
                                }
                              })
       .def_property_readonly("ctor",
@@ -197,8 +202,9 @@ PYBIND11_MODULE(pejit, m) {
                                for (size_t i = 0; i < out.size(); ++i) out[i] = FromValue(v.value.fields()[i]);
                                return out;
                              })
-      .def("numpy", [](const PyValue& v) { return FromValue(v.value); },
-           "Tensors as read-only numpy arrays, tuples as tuples.")
+      .def(
+          "numpy", [](const PyValue& v) { return FromValue(v.value); },
+          "Tensors as read-only numpy arrays, tuples as tuples.")
       .def("__repr__", [](const PyValue& v) { return ValueRepr(v.value); });
 
   py::class_<PyConstructor>(m, "Constructor")
@@ -213,7 +219,8 @@ PYBIND11_MODULE(pejit, m) {
              std::vector<Value> fields;
              fields.reserve(args.size());
              for (size_t i = 0; i < args.size(); ++i) {
-               fields.push_back(ToValue(args[i], ctor.fields[i], c.snapshot.get(), ctor.name + " field " + std::to_string(i)));
+               fields.push_back(
+                   ToValue(args[i], ctor.fields[i], c.snapshot.get(), ctor.name + " field " + std::to_string(i)));
              }
              return PyValue{Value::Adt(c.def, c.tag, std::move(fields))};
            })
@@ -227,7 +234,8 @@ PYBIND11_MODULE(pejit, m) {
           [](const PyModule& mod, const std::string& text, const std::string& name) {
             return mod.Engine_()->module().AddSource(text, name);
           },
-          py::arg("text"), py::arg("name") = "<python>", "Adds a .pj text's types and definitions; returns their names.")
+          py::arg("text"), py::arg("name") = "<python>",
+          "Adds a .pj text's types and definitions; returns their names.")
       .def(
           "replace",
           [](const PyModule& mod, const std::string& text, const std::string& name) {
@@ -309,15 +317,16 @@ PYBIND11_MODULE(pejit, m) {
              std::shared_ptr<Engine> engine = e.owner.cast<PyEngine&>().Get();
              return e.entry.status(Arguments(*engine, e.entry.name(), args));
            })
-      .def("convert",
-           [](const PyEntry& e, const py::args& args) {
-             std::shared_ptr<Engine> engine = e.owner.cast<PyEngine&>().Get();
-             std::vector<Value> values = Arguments(*engine, e.entry.name(), args);
-             py::tuple out(values.size());
-             for (size_t i = 0; i < values.size(); ++i) out[i] = py::cast(PyValue{std::move(values[i])});
-             return out;
-           },
-           "The arguments as pejit.Values of the parameters' types: convert once, pass many times.")
+      .def(
+          "convert",
+          [](const PyEntry& e, const py::args& args) {
+            std::shared_ptr<Engine> engine = e.owner.cast<PyEngine&>().Get();
+            std::vector<Value> values = Arguments(*engine, e.entry.name(), args);
+            py::tuple out(values.size());
+            for (size_t i = 0; i < values.size(); ++i) out[i] = py::cast(PyValue{std::move(values[i])});
+            return out;
+          },
+          "The arguments as pejit.Values of the parameters' types: convert once, pass many times.")
       .def("stats", [](const PyEntry& e) {
         e.owner.cast<PyEngine&>().Get();
         return StatsDict(e.entry.stats());
@@ -369,13 +378,14 @@ PYBIND11_MODULE(pejit, m) {
              d["cache_dir"] = s.cache_dir;
              return d;
            })
-      .def("drain",
-           [](const PyEngine& e) {
-             std::shared_ptr<Engine> engine = e.Get();
-             py::gil_scoped_release release;
-             engine->drain();
-           },
-           "Blocks until every queued compile is done (and stored, with a cache_dir).")
+      .def(
+          "drain",
+          [](const PyEngine& e) {
+            std::shared_ptr<Engine> engine = e.Get();
+            py::gil_scoped_release release;
+            engine->drain();
+          },
+          "Blocks until every queued compile is done (and stored, with a cache_dir).")
       .def("close",
            [](PyEngine& e) {
              std::shared_ptr<Engine> engine = std::move(e.engine);

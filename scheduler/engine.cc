@@ -1284,7 +1284,8 @@ Entry Entry::without_grad() const { return Entry(engine_, state_, static_args_, 
 
 Value Entry::call(const std::vector<Value>& args) const {
   if (wrt_) {
-    throw std::logic_error("@" + state_->name + ": call() on a handle made for value_and_grad (wrt); take value mode's with without_grad()");
+    throw std::logic_error("@" + state_->name +
+                           ": call() on a handle made for value_and_grad (wrt); take value mode's with without_grad()");
   }
   EngineImpl::Request r{*state_, static_args_, args, nullptr, {}, {}, false, {}};
   return engine_->Run(r).value;
@@ -1292,7 +1293,8 @@ Value Entry::call(const std::vector<Value>& args) const {
 
 ValueAndGrad Entry::value_and_grad(const std::vector<Value>& args) const {
   if (!wrt_) {
-    throw std::logic_error("@" + state_->name + ": value_and_grad() on a value-mode handle; make it with wrt (EntryOptions::wrt or with_grad())");
+    throw std::logic_error("@" + state_->name +
+                           ": value_and_grad() on a value-mode handle; make it with wrt (EntryOptions::wrt or with_grad())");
   }
   EngineImpl::Request r{*state_, static_args_, args, &*wrt_, {}, {}, false, {}};
   return engine_->Run(r);

@@ -39,7 +39,8 @@ double FinishCompilesIntoCache(Engine& engine) {
   EngineStats stats = engine.stats();
   if (stats.cache_dir.empty()) return 0;
   auto start = std::chrono::steady_clock::now();
-  const int64_t total = static_cast<int64_t>(stats.queued) + stats.workers;  // queued, and at most one running per worker
+  // Queued, and at most one running per worker.
+  const int64_t total = static_cast<int64_t>(stats.queued) + stats.workers;
   ProgressBar bar("compiling into " + stats.cache_dir, "jobs", static_cast<size_t>(total));
   engine.drain([&](int64_t left) {
     bar.Update(static_cast<size_t>(std::max<int64_t>(0, total - left)), std::to_string(left) + " left");

@@ -14,7 +14,8 @@ std::string Describe(const ControlFlowStats& stats) {
 
 }  // namespace
 
-CompileFn CompileNative(std::shared_ptr<JitSession> session, std::function<CompileProgram(const CompileTask&)> regions) {
+CompileFn CompileNative(std::shared_ptr<JitSession> session,
+                        std::function<CompileProgram(const CompileTask&)> regions) {
   return [session = std::move(session), regions = std::move(regions)](const CompileTask& task,
                                                                       CompileNotes& notes) -> ExecutablePtr {
     const Residual& residual = task.residual;

@@ -91,8 +91,8 @@ TEST(EngineDifferentialTest, CompiledCallsAndGradientsMatchTheInterpreterInEvery
       EXPECT_TRUE(value_code.ready()) << CodeStateName(value_code.state) << ": " << value_code.reason;
       native_calls += value_code.tier == "native";
 
-      ExpectTheInterpretersGradients(loss.with_grad(p.wrt).value_and_grad(args), interp.CallWithGrad(*s, p.loss, args, p.wrt),
-                                     p.wrt);
+      ExpectTheInterpretersGradients(loss.with_grad(p.wrt).value_and_grad(args),
+                                     interp.CallWithGrad(*s, p.loss, args, p.wrt), p.wrt);
       // Grad mode too: a dynamic if as native regions with their VJPs.
       CodeStatus grad_code = loss.with_grad(p.wrt).status(args);
       EXPECT_EQ(grad_code.tier, "native") << CodeStateName(grad_code.state) << ": " << grad_code.reason;
@@ -127,8 +127,8 @@ TEST(EngineDifferentialTest, TheGenericTierGivesTheInterpretersAnswersOnRandomPr
       SCOPED_TRACE("input " + std::to_string(input));
       std::vector<Value> args = p.Arguments(*s, input);
       EXPECT_EQ(Mismatch(main.call(args), interp.Call(*s, p.entry, args)), "");
-      ExpectTheInterpretersGradients(loss.with_grad(p.wrt).value_and_grad(args), interp.CallWithGrad(*s, p.loss, args, p.wrt),
-                                     p.wrt);
+      ExpectTheInterpretersGradients(loss.with_grad(p.wrt).value_and_grad(args),
+                                     interp.CallWithGrad(*s, p.loss, args, p.wrt), p.wrt);
     }
     generic_calls += main.stats().calls_generic + loss.stats().calls_generic;
     calls += main.stats().calls() + loss.stats().calls();

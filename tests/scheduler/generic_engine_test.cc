@@ -107,17 +107,17 @@ TEST(GenericEngine, AWorkerWalksPrefetchedMinibatchesAheadAndNoneIsWalkedTwice) 
   engine.module().AddSource(kProgram, "program.pj");
   Snapshot s = engine.module().snapshot();
   Rng rng(6);
-  Entry loss = engine.entry("loss");
+  Entry loss = engine.entry("loss").with_grad({1});
   const int n = 24;
   std::vector<Value> trees;
   for (int b = 0; b < n; ++b) trees.push_back(MakeTree(*s, 2 + b % 6, 60 + b, 10));
   Interpreter interp;
   const int lookahead = 3;
-  for (int b = 0; b < lookahead; ++b) loss.with_grad({1}).prefetch({trees[b], RandomMatrix(rng, 10, 4)}, Prefetch::kNext);
+  for (int b = 0; b < lookahead; ++b) loss.prefetch({trees[b], RandomMatrix(rng, 10, 4)}, Prefetch::kNext);
   for (int b = 0; b < n; ++b) {
-    if (b + lookahead < n) loss.with_grad({1}).prefetch({trees[b + lookahead], RandomMatrix(rng, 10, 4)}, Prefetch::kNext);
+    if (b + lookahead < n) loss.prefetch({trees[b + lookahead], RandomMatrix(rng, 10, 4)}, Prefetch::kNext);
     std::vector<Value> args = {trees[b], RandomMatrix(rng, 10, 4)};
-    ValueAndGrad got = loss.with_grad({1}).value_and_grad(args);
+    ValueAndGrad got = loss.value_and_grad(args);
     ValueAndGrad want = interp.CallWithGrad(*s, "loss", args, {1});
     EXPECT_TRUE(Close(got.value, want.value)) << "minibatch " << b;
     EXPECT_TRUE(Close(got.grads[0], want.grads[0])) << "minibatch " << b;

@@ -107,9 +107,10 @@ TEST_F(PersistentCacheTest, DrainCompilesEveryQueuedSignatureIntoTheCacheForTheN
   EXPECT_EQ(events_->Count(EventKind::kCancel), 0);
   EXPECT_EQ(events_->Count(EventKind::kCacheStore), kShapes);
   std::unique_ptr<Engine> second = Start(Policy::Eager());
-  for (const auto& args : calls) ExpectTheInterpretersGradient(*second, second->entry("loss").with_grad({1}).value_and_grad(args), args);
-  EXPECT_EQ(second->entry("loss").stats().loaded, kShapes);
-  EXPECT_EQ(second->entry("loss").stats().calls_native, kShapes);
+  Entry loss = second->entry("loss").with_grad({1});
+  for (const auto& args : calls) ExpectTheInterpretersGradient(*second, loss.value_and_grad(args), args);
+  EXPECT_EQ(loss.stats().loaded, kShapes);
+  EXPECT_EQ(loss.stats().calls_native, kShapes);
   EXPECT_EQ(events_->Count(EventKind::kEnqueue), 0);
 }
 
@@ -137,7 +138,9 @@ TEST_F(PersistentCacheTest, ControlFlowRegionsAreStoredAndALaterEngineCompilesNo
   const int stored = events_->Count(EventKind::kCacheStore);
   const int asked = stored + events_->Count(EventKind::kCacheLoad);
   int regions = 0;
-  for (const auto& [key, path] : DiskCache(dir_.string(), EngineOptions{}.cache_dir_bytes).List()) regions += key.entry == "control-flow region";
+  for (const auto& [key, path] : DiskCache(dir_.string(), EngineOptions{}.cache_dir_bytes).List()) {
+    regions += key.entry == "control-flow region";
+  }
   EXPECT_GT(regions, 0);
   EXPECT_EQ(regions, stored);  // nothing else of count_down's is native straight-line code
 
