@@ -26,6 +26,7 @@ packages=(
   zlib1g-dev           # gzip: the Fashion-MNIST files of examples/mlp
   python3-dev pybind11-dev  # the `pejit` Python module (python/), for /usr/bin/python3
   python3-numpy python3-pytest
+  libopenmpi-dev openmpi-bin  # data-parallel training (dist/), mpirun in the tests
 )
 for group in "$@"; do
   case "$group" in

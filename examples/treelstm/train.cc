@@ -15,7 +15,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <limits>
+#include <optional>
 
+#include "dist/communicator.h"
 #include "examples/treelstm/trainer.h"
 #include "ops/blas.h"
 #include "scheduler/engine.h"
@@ -56,35 +58,42 @@ std::string Status(const treelstm::EpochResult& r) {
   return text;
 }
 
-int Run(Config c) {
+// `group`: this process's ranks (several under mpirun: data-parallel; rank
+// 0 alone prints, evaluates and saves).
+int Run(Config c, dist::Communicator& group) {
   auto start = Clock::now();
+  const bool lead = group.rank() == 0;
   SetBlasThreads(1);  // small GEMMs, inside the engine's own parallelism
   c.run.train_file = UserPath(c.run.train_file);
   c.run.dev_file = UserPath(c.run.dev_file);
   treelstm::Dataset data = treelstm::LoadDataset(c.run);
-  const size_t shown = 10;
+  const size_t shown = lead ? 10 : 0;
   for (size_t i = 0; i < std::min(shown, data.warnings.size()); ++i) {
     std::fprintf(stderr, "warning: skipped %s\n", data.warnings[i].c_str());
   }
-  if (data.warnings.size() > shown) std::fprintf(stderr, "warning: ... and %zu more lines skipped\n", data.warnings.size() - shown);
+  if (lead && data.warnings.size() > shown) std::fprintf(stderr, "warning: ... and %zu more lines skipped\n", data.warnings.size() - shown);
 
   EngineOptions engine;
   ApplyEngineFlags(c.engine, engine);
   engine.worker_nice = c.worker_nice;
   // A save that would fail is known now, not after the first epoch's work.
   if (!c.save.empty()) CheckCheckpointDestination(UserPath(c.save), {c.run.train_file, c.run.dev_file});
-  treelstm::Trainer trainer(c.run, std::move(data), engine);
+  treelstm::Trainer trainer(c.run, std::move(data), engine, &group);
   const treelstm::Dataset& d = trainer.data();
   if (!c.resume.empty()) {
     trainer.Resume(UserPath(c.resume));
-    std::fprintf(stderr, "resumed %s after epoch %d\n", c.resume.c_str(), trainer.epoch() - 1);
+    if (lead) std::fprintf(stderr, "resumed %s after epoch %d\n", c.resume.c_str(), trainer.epoch() - 1);
   }
-  std::fprintf(stderr,
+  if (lead) std::fprintf(stderr,
                "pejit Tree-LSTM on %s: %zu train / %zu dev trees, %d classes, vocabulary %d, batch %d, embed %d, "
                "hidden %d, %s lr %g, policy %s, %d workers\n",
                d.name.c_str(), d.train.size(), d.dev.size(), d.classes, d.vocabulary, c.run.batch, c.run.embed,
                c.run.hidden, c.run.optimizer.kind.c_str(), c.run.optimizer.learning_rate, c.engine.policy.c_str(),
                trainer.engine().stats().workers);
+  if (lead && group.distributed()) {
+    std::fprintf(stderr, "data-parallel over %d ranks: each takes its share of every minibatch of %d trees\n",
+                 group.size(), c.run.batch);
+  }
 
   nlohmann::json epochs = nlohmann::json::array();
   const int first_epoch = trainer.epoch();
@@ -92,9 +101,10 @@ int Run(Config c) {
   int64_t trees_trained = 0, steps_after_first = 0, compiled_after_first = 0;
   while (trainer.epoch() < c.epochs) {
     const int epoch = trainer.epoch();
-    ProgressBar progress("epoch " + std::to_string(epoch), "steps", trainer.steps_per_epoch());
+    std::optional<ProgressBar> progress;
+    if (lead) progress.emplace("epoch " + std::to_string(epoch), "steps", trainer.steps_per_epoch());
     treelstm::EpochResult r = trainer.TrainEpoch([&](size_t done, const treelstm::EpochResult& so_far) {
-      progress.Update(done, Status(so_far));
+      if (progress) progress->Update(done, Status(so_far));
     });
     train_seconds += r.seconds;
     trees_trained += r.trees;
@@ -103,6 +113,7 @@ int Run(Config c) {
       compiled_after_first += r.compiled_steps;
     }
     final_loss = r.loss;
+    if (!lead) continue;  // the other ranks go on to the next epoch's first all-reduce
     train_acc = trainer.TrainAccuracy();
     dev_acc = trainer.DevAccuracy();
     double compiled_share = static_cast<double>(r.compiled_steps) / static_cast<double>(std::max<int64_t>(1, r.steps));
@@ -126,11 +137,12 @@ int Run(Config c) {
                       {"seconds", r.seconds}});
     if (!c.save.empty()) trainer.Save(UserPath(c.save));
   }
+  const double finishing_seconds = FinishCompilesIntoCache(trainer.engine());
+  if (!lead) return 0;
   if (epochs.empty()) {  // nothing left to train (a resumed run): report the parameters as they are
     train_acc = trainer.TrainAccuracy();
     dev_acc = trainer.DevAccuracy();
   }
-  const double finishing_seconds = FinishCompilesIntoCache(trainer.engine());
   nlohmann::json out = {
       {"data", d.name},
       {"dev_acc", trainer.has_dev() ? nlohmann::json(dev_acc) : nlohmann::json()},
@@ -144,6 +156,9 @@ int Run(Config c) {
       {"first_epoch", first_epoch},
       {"epochs", epochs},
       {"cache_finish_seconds", finishing_seconds},
+      {"ranks", group.size()},
+      {"allreduce_seconds", group.stats().seconds},
+      {"allreduce_bytes", group.stats().bytes},
       {"seconds", Seconds(start)},
   };
   std::printf("%s\n", out.dump().c_str());
@@ -195,9 +210,14 @@ int main(int argc, char** argv) {
   app.add_option("--save", c.save, "write a checkpoint here after every epoch (atomically)")->check(pejit::NonEmptyPath());
   app.add_option("--resume", c.resume, "carry on from this checkpoint (same data and options)")->check(pejit::NonEmptyPath());
   CLI11_PARSE(app, argc, argv);
+  pejit::dist::Communicator* group = nullptr;
   try {
-    return pejit::Run(c);
+    group = &pejit::dist::Communicator::World();
+    return pejit::Run(c, *group);
   } catch (const std::exception& e) {
+    // Under mpirun, one rank's failure ends every rank (none waits forever
+    // in an all-reduce), and the message names the rank.
+    if (group && group->distributed()) group->Abort(std::string("train: ") + e.what());
     std::fprintf(stderr, "train: %s\n", e.what());
     return 1;
   }

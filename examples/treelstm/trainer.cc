@@ -91,6 +91,7 @@ void Lookahead::BeforeStep(size_t step) {
 void Lookahead::Prefetch(size_t step) {
   if (batches_.empty() || (step >= batches_.size() && !wraps_)) return;
   const Batch& b = batches_[step % batches_.size()];
+  if (b.nodes == 0) return;  // a rank's empty share of a minibatch
   loss_.prefetch({b.trees, b.labels, params_}, pejit::Prefetch::kNext);
 }
 
@@ -173,15 +174,20 @@ Dataset LoadDataset(const RunOptions& o) {
   return d;
 }
 
-Trainer::Trainer(RunOptions options, Dataset data, EngineOptions engine)
+Trainer::Trainer(RunOptions options, Dataset data, EngineOptions engine, dist::Communicator* group)
     : options_(std::move(options)),
       data_(std::move(data)),
       train_fingerprint_(DataFingerprint(data_.train)),
+      group_(group && group->distributed() ? group : nullptr),
       engine_(std::make_unique<Engine>(std::move(engine))) {
   engine_->module().AddSource(ModelSource(), "treelstm.pj");
   module_ = engine_->module().snapshot();
   Rng init(options_.seed);
   params_ = InitParams(init, {data_.vocabulary, options_.embed, options_.hidden, data_.classes});
+  if (group_) {
+    std::vector<Tensor> leaves = ParameterLeaves(params_);
+    group_->Broadcast(leaves, 0);
+  }
   optimizer_ = Optimizer::Create(options_.optimizer);
   Rng batches(options_.seed ^ kBatchStream);
   batches_ = MakeBatches(data_.train, options_.batch, batches);
@@ -212,12 +218,54 @@ std::vector<Batch> Trainer::MakeValues(const std::vector<std::vector<const Examp
   return values;
 }
 
+std::vector<Batch> Trainer::MakeShares(const std::vector<std::vector<const Example*>>& batches) const {
+  if (!group_) return MakeValues(batches);
+  std::vector<Batch> values;
+  for (const auto& b : batches) {
+    std::vector<int64_t> nodes;
+    for (const Example* e : b) nodes.push_back(CountNodes(e->tree));
+    std::vector<int> owner = dist::ShardByCost(nodes, group_->size());
+    std::vector<const Example*> mine;
+    for (size_t k = 0; k < b.size(); ++k) {
+      if (owner[k] == group_->rank()) mine.push_back(b[k]);
+    }
+    values.push_back(mine.empty() ? Batch{} : MakeBatch(mine, *module_));
+  }
+  return values;
+}
+
+ValueAndGrad Trainer::GlobalStep(const Batch& share, size_t global_trees) {
+  Entry loss = this->loss();
+  ValueAndGrad vg;
+  if (share.nodes > 0) vg = loss.value_and_grad({share.trees, share.labels, params_});
+  if (!group_) return vg;
+  // Each rank's loss and gradients are means over its share: weighted by its
+  // share of the global minibatch, their sum is the global mean.
+  const int64_t mine = share.nodes > 0 ? share.labels.tensor().numel() : 0;
+  const double weight = static_cast<double>(mine) / static_cast<double>(global_trees);
+  std::vector<Tensor> sums;
+  for (const Tensor& g : ParameterLeaves(share.nodes > 0 ? vg.grads[0] : params_)) {
+    Tensor scaled = share.nodes > 0 ? g.Clone() : Tensor::Zeros(DType::kF32, g.shape());
+    float* x = scaled.data<float>();
+    for (int64_t k = 0; k < scaled.numel(); ++k) x[k] = static_cast<float>(x[k] * weight);
+    sums.push_back(std::move(scaled));
+  }
+  sums.push_back(Tensor::Scalar(share.nodes > 0 ? static_cast<float>(vg.value.tensor().item() * weight) : 0.0f));
+  group_->AllReduceSum(sums);
+  ValueAndGrad global;
+  global.value = Value(sums.back());
+  sums.pop_back();
+  std::vector<Value> leaves(sums.begin(), sums.end());
+  global.grads.push_back(ReplaceTensorLeaves(params_, leaves));
+  return global;
+}
+
 EpochResult Trainer::TrainEpoch(const StepCallback& after_step) {
   if (options_.reshuffle && epoch_ > 0) {
     Rng rng(options_.seed ^ (kBatchStream * static_cast<uint64_t>(epoch_ + 1)));
     batches_ = MakeBatches(data_.train, options_.batch, rng);
   }
-  std::vector<Batch> values = MakeValues(batches_);
+  std::vector<Batch> values = MakeShares(batches_);
   Entry loss = this->loss();
   EpochResult r;
   r.epoch = epoch_;
@@ -230,7 +278,7 @@ EpochResult Trainer::TrainEpoch(const StepCallback& after_step) {
     lookahead.BeforeStep(i);
     double cpu_start = ThreadCpuSeconds();
     int64_t compiled_before = loss.stats().calls_compiled();
-    ValueAndGrad vg = loss.value_and_grad({values[i].trees, values[i].labels, params_});
+    ValueAndGrad vg = GlobalStep(values[i], batches_[i].size());
     r.compiled_steps += loss.stats().calls_compiled() - compiled_before;
     const double step_loss = vg.value.tensor().item();
     // A diverged step stops the run with the parameters before it (and the
@@ -307,6 +355,10 @@ void Trainer::Resume(const std::string& path) {
     optimizer_ = std::move(optimizer);
   } catch (const std::invalid_argument& e) {
     throw std::runtime_error(path + ": " + e.what());
+  }
+  if (group_) {  // every rank read the same file; rank 0's parameters are the run's
+    std::vector<Tensor> leaves = ParameterLeaves(params_);
+    group_->Broadcast(leaves, 0);
   }
   // With reshuffle, TrainEpoch draws epoch e's minibatches from epoch e's
   // stream: the epoch count is all the batching state there is.

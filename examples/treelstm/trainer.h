@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "dist/communicator.h"
 #include "examples/treelstm/data.h"
 #include "examples/treelstm/model.h"
 #include "scheduler/engine.h"
@@ -61,7 +62,11 @@ struct EpochResult {
 class Trainer {
  public:
   // Builds the engine, initial parameters (from the seed) and minibatches.
-  Trainer(RunOptions options, Dataset data, EngineOptions engine = {});
+  // With a `group` of several ranks (dist/), data-parallel: each rank takes
+  // its share of every global minibatch (RunOptions::batch trees, shared by
+  // node count), the gradients are summed across ranks, and every rank makes
+  // the same step; rank 0's initial parameters are broadcast.
+  Trainer(RunOptions options, Dataset data, EngineOptions engine = {}, dist::Communicator* group = nullptr);
   ~Trainer();
 
   int epoch() const { return epoch_; }  // epochs done
@@ -98,11 +103,18 @@ class Trainer {
 
  private:
   std::vector<Batch> MakeValues(const std::vector<std::vector<const Example*>>& batches) const;
+  // This rank's share of each minibatch (all of it alone; empty when a
+  // minibatch has fewer trees than ranks and none fell to this one).
+  std::vector<Batch> MakeShares(const std::vector<std::vector<const Example*>>& batches) const;
+  // The loss and gradients of a global minibatch of `global_trees` trees,
+  // from this rank's share and the other ranks' (summed by the group).
+  ValueAndGrad GlobalStep(const Batch& share, size_t global_trees);
   double Accuracy(const std::vector<Batch>& set) const;
 
   RunOptions options_;
   Dataset data_;
   std::string train_fingerprint_;  // of data_.train, for checkpoints (hashed once, not at every save)
+  dist::Communicator* group_;      // null: this process trains alone
   std::unique_ptr<Engine> engine_;
   Snapshot module_;
   Value params_;

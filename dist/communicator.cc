@@ -1,0 +1,178 @@
+#include "dist/communicator.h"
+
+#include <mpi.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <numeric>
+#include <stdexcept>
+
+namespace pejit::dist {
+namespace {
+
+// Launched by mpirun (Open MPI sets these in every rank's environment).
+bool UnderMpirun() { return std::getenv("OMPI_COMM_WORLD_SIZE") || std::getenv("PMIX_RANK"); }
+
+void Check(int code, const char* what) {
+  if (code == MPI_SUCCESS) return;
+  char text[MPI_MAX_ERROR_STRING];
+  int length = 0;
+  MPI_Error_string(code, text, &length);
+  throw std::runtime_error(std::string(what) + ": " + std::string(text, static_cast<size_t>(length)));
+}
+
+// inout[i] = in[i] + inout[i], `in` holding the lower ranks' partial sum.
+// Registered as non-commutative: MPI then keeps the operands in rank order,
+// so the association, and the bits of the result, do not depend on timing.
+void SumInRankOrder(void* in, void* inout, int* length, MPI_Datatype*) {
+  const float* a = static_cast<const float*>(in);
+  float* b = static_cast<float*>(inout);
+  for (int i = 0; i < *length; ++i) b[i] = a[i] + b[i];
+}
+
+char stop_message[256];
+size_t stop_message_length = 0;
+
+// mpirun sends SIGTERM to the other ranks when one fails: say so on each
+// (async-signal-safe: a prepared message and _exit).
+void OnTerminate(int) {
+  ssize_t ignored = write(STDERR_FILENO, stop_message, stop_message_length);
+  (void)ignored;
+  _exit(143);
+}
+
+// Prepares the message and installs the handler.
+void SayWhyOnTerminate(const std::string& rank, const std::string& size) {
+  int n = std::snprintf(stop_message, sizeof stop_message,
+                        "pejit: rank %s of %s: stopped by mpirun (another rank failed: see its message above, "
+                        "or the job was cancelled)\n",
+                        rank.c_str(), size.c_str());
+  stop_message_length = static_cast<size_t>(std::clamp(n, 0, static_cast<int>(sizeof stop_message) - 1));
+  struct sigaction action = {};
+  action.sa_handler = OnTerminate;
+  sigaction(SIGTERM, &action, nullptr);
+}
+
+}  // namespace
+
+Communicator& Communicator::World() {
+  static Communicator world;
+  return world;
+}
+
+Communicator::Communicator() {
+  if (!UnderMpirun()) return;
+  // Before MPI_Init, from mpirun's environment: a rank that fails as soon as
+  // MPI is up must find the others ready to say why they stop.
+  const char* env_rank = std::getenv("OMPI_COMM_WORLD_RANK");
+  const char* env_size = std::getenv("OMPI_COMM_WORLD_SIZE");
+  SayWhyOnTerminate(env_rank ? env_rank : "?", env_size ? env_size : "?");
+  int provided = 0;
+  Check(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided), "MPI_Init_thread");
+  mpi_ = true;
+  MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+  Check(MPI_Comm_rank(MPI_COMM_WORLD, &rank_), "MPI_Comm_rank");
+  Check(MPI_Comm_size(MPI_COMM_WORLD, &size_), "MPI_Comm_size");
+  SayWhyOnTerminate(std::to_string(rank_), std::to_string(size_));  // MPI's word, and our handler again
+}
+
+Communicator::~Communicator() {
+  int finalized = 0;
+  if (mpi_ && MPI_Finalized(&finalized) == MPI_SUCCESS && !finalized) MPI_Finalize();
+}
+
+void Communicator::set_bucket_bytes(size_t bytes) {
+  if (bytes < sizeof(float)) throw std::invalid_argument("bucket_bytes must hold at least one f32");
+  bucket_bytes_ = bytes;
+}
+
+void Communicator::AllReduceSum(std::vector<Tensor>& tensors) {
+  size_t total = 0;
+  for (const Tensor& t : tensors) {
+    if (t.dtype() != DType::kF32) {
+      throw std::invalid_argument("AllReduceSum: tensors must be f32, got " + t.type().ToString());
+    }
+    total += static_cast<size_t>(t.numel());
+  }
+  if (!mpi_ || size_ == 1 || total == 0) return;
+  const auto start = std::chrono::steady_clock::now();
+  static MPI_Op op = [] {
+    MPI_Op made;
+    Check(MPI_Op_create(&SumInRankOrder, /*commute=*/0, &made), "MPI_Op_create");
+    return made;
+  }();
+  staging_.resize(total);
+  const size_t bucket = std::max<size_t>(1, bucket_bytes_ / sizeof(float));
+  std::vector<MPI_Request> requests;
+  // Pack bucket by bucket, each reduction started once its bucket is full.
+  size_t tensor = 0, offset_in_tensor = 0;
+  for (size_t begin = 0; begin < total; begin += bucket) {
+    const size_t end = std::min(total, begin + bucket);
+    for (size_t at = begin; at < end;) {
+      const Tensor& t = tensors[tensor];
+      const size_t n = std::min(end - at, static_cast<size_t>(t.numel()) - offset_in_tensor);
+      std::memcpy(staging_.data() + at, t.data<float>() + offset_in_tensor, n * sizeof(float));
+      at += n;
+      offset_in_tensor += n;
+      if (offset_in_tensor == static_cast<size_t>(t.numel())) {
+        ++tensor;
+        offset_in_tensor = 0;
+      }
+    }
+    requests.emplace_back();
+    Check(MPI_Iallreduce(MPI_IN_PLACE, staging_.data() + begin, static_cast<int>(end - begin), MPI_FLOAT, op,
+                         MPI_COMM_WORLD, &requests.back()),
+          "MPI_Iallreduce");
+  }
+  Check(MPI_Waitall(static_cast<int>(requests.size()), requests.data(), MPI_STATUSES_IGNORE), "MPI_Waitall");
+  size_t at = 0;
+  for (Tensor& t : tensors) {
+    std::memcpy(t.data<float>(), staging_.data() + at, static_cast<size_t>(t.numel()) * sizeof(float));
+    at += static_cast<size_t>(t.numel());
+  }
+  stats_.calls += 1;
+  stats_.bytes += static_cast<int64_t>(total * sizeof(float));
+  stats_.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+void Communicator::Broadcast(std::vector<Tensor>& tensors, int root) {
+  if (!mpi_ || size_ == 1) return;
+  for (Tensor& t : tensors) {
+    size_t bytes = t.nbytes();
+    for (size_t at = 0; at < bytes;) {  // MPI counts are ints
+      const size_t n = std::min<size_t>(bytes - at, size_t{1} << 30);
+      Check(MPI_Bcast(static_cast<char*>(t.raw_data()) + at, static_cast<int>(n), MPI_BYTE, root, MPI_COMM_WORLD),
+            "MPI_Bcast");
+      at += n;
+    }
+  }
+}
+
+void Communicator::Abort(const std::string& why) {
+  std::fprintf(stderr, "pejit: rank %d of %d: %s\n", rank_, size_, why.c_str());
+  std::fflush(stderr);
+  if (mpi_) MPI_Abort(MPI_COMM_WORLD, 1);
+  std::_Exit(1);
+}
+
+std::vector<int> ShardByCost(const std::vector<int64_t>& costs, int ranks) {
+  if (ranks < 1) throw std::invalid_argument("ShardByCost: ranks must be at least 1");
+  std::vector<size_t> order(costs.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return costs[a] > costs[b]; });
+  std::vector<int64_t> load(static_cast<size_t>(ranks), 0);
+  std::vector<int> owner(costs.size(), 0);
+  for (size_t i : order) {
+    const int r = static_cast<int>(std::min_element(load.begin(), load.end()) - load.begin());
+    owner[i] = r;
+    load[static_cast<size_t>(r)] += costs[i];
+  }
+  return owner;
+}
+
+}  // namespace pejit::dist

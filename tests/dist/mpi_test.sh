@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# tests/dist: data-parallel training across real ranks, `mpirun -np 2` on
+# this machine: the all-reduce; two ranks training as one process does (the
+# same step losses and parameters to 1e-5); a rank that fails ends every
+# rank with a message naming it; a 2-rank checkpoint resumed by one process.
+set -euo pipefail
+if [[ "${1:-}" == "--sanitized" ]]; then
+  echo "skipped: the sanitizer configs do not run mpirun (libmpi is not instrumented)"
+  cat > "${XML_OUTPUT_FILE:-/dev/null}" <<'XML'
+<?xml version="1.0" encoding="UTF-8"?>
+<testsuites><testsuite name="tests/dist" tests="1" skipped="1"><testcase classname="tests.dist" name="mpi_test"><skipped message="sanitizer build"/></testcase></testsuite></testsuites>
+XML
+  exit 0
+fi
+trap 'echo "mpi_test.sh: line $LINENO failed: $BASH_COMMAND" >&2' ERR
+tmp=${TEST_TMPDIR:-$(mktemp -d)}
+export TMPDIR=$tmp
+export OMPI_MCA_btl_vader_single_copy_mechanism=none  # no cross-process memory attach in sandboxes
+export OMPI_MCA_rmaps_base_oversubscribe=1
+root=()
+[[ $(id -u) -eq 0 ]] && root=(--allow-run-as-root)
+mpirun=(mpirun "${root[@]}" --oversubscribe)
+compare=(/usr/bin/python3 tests/dist/compare.py)
+train=(examples/treelstm/train --listops-train-size 200 --listops-dev-size 20 --batch 20 --embed 16 --hidden 16
+       --policy sync --workers 1)
+
+echo "== the all-reduce and broadcast"
+"${mpirun[@]}" -np 2 tests/dist/allreduce_check
+
+echo "== 2 ranks train as 1 process: 20 steps of a global minibatch of 20"
+tests/dist/data_parallel_steps "$tmp/one.ckpt" > "$tmp/one.json"
+"${mpirun[@]}" -np 2 tests/dist/data_parallel_steps "$tmp/two.ckpt" > "$tmp/two.json"
+grep -q '"ranks":2' "$tmp/two.json"
+"${compare[@]}" losses "$tmp/one.json" "$tmp/two.json"
+"${compare[@]}" checkpoints "$tmp/one.ckpt" "$tmp/two.ckpt"
+
+echo "== a rank that fails ends the run on every rank, naming itself"
+status=0
+"${mpirun[@]}" -np 1 "${train[@]}" --epochs 2 : -np 1 "${train[@]}" --epochs 2 --train "$tmp/missing.tsv" \
+  > "$tmp/fail.out" 2> "$tmp/fail.err" || status=$?
+cat "$tmp/fail.err"
+[[ $status -ne 0 ]]
+grep -q "pejit: rank 1 of 2: train: .*missing.tsv" "$tmp/fail.err"
+grep -q "pejit: rank 0 of 2: stopped by mpirun" "$tmp/fail.err"
+
+echo "== a 2-rank checkpoint resumes in 1 process"
+"${mpirun[@]}" -np 2 "${train[@]}" --epochs 2 --save "$tmp/whole.ckpt" > "$tmp/whole.json"
+"${mpirun[@]}" -np 2 "${train[@]}" --epochs 1 --save "$tmp/half.ckpt" > /dev/null
+"${train[@]}" --epochs 2 --resume "$tmp/half.ckpt" --save "$tmp/resumed.ckpt" > "$tmp/resumed.json"
+"${compare[@]}" last-epoch-loss "$tmp/whole.json" "$tmp/resumed.json"
+"${compare[@]}" checkpoints "$tmp/whole.ckpt" "$tmp/resumed.ckpt"
+echo "mpi_test.sh: all passed"
