@@ -160,6 +160,29 @@ void Communicator::Abort(const std::string& why) {
   std::_Exit(1);
 }
 
+GlobalMean SumShares(Communicator& group, const Value* grads, double loss, int64_t share, int64_t global,
+                     const Value& params) {
+  const double weight = global > 0 ? static_cast<double>(share) / static_cast<double>(global) : 0.0;
+  std::vector<Tensor> sums;
+  for (const Tensor& g : TensorLeaves(grads ? *grads : params)) {
+    // Copies: the gradients may be buffers the engine returned to others too.
+    Tensor scaled = grads ? g.Clone() : Tensor::Zeros(g.dtype(), g.shape());
+    if (scaled.dtype() == DType::kF32) {
+      float* x = scaled.data<float>();
+      for (int64_t k = 0; k < scaled.numel(); ++k) x[k] = static_cast<float>(x[k] * weight);
+    }
+    sums.push_back(std::move(scaled));
+  }
+  sums.push_back(Tensor::Scalar(grads ? static_cast<float>(loss * weight) : 0.0f));
+  group.AllReduceSum(sums);
+  GlobalMean out;
+  out.loss = sums.back().item();
+  sums.pop_back();
+  std::vector<Value> leaves(sums.begin(), sums.end());
+  out.grads = ReplaceTensorLeaves(grads ? *grads : params, leaves);
+  return out;
+}
+
 std::vector<int> ShardByCost(const std::vector<int64_t>& costs, int ranks) {
   if (ranks < 1) throw std::invalid_argument("ShardByCost: ranks must be at least 1");
   std::vector<size_t> order(costs.size());

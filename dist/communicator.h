@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "ir/value.h"
 #include "ops/tensor.h"
 
 namespace pejit::dist {
@@ -66,6 +67,18 @@ class Communicator {
   std::vector<float> staging_;  // the packed buckets, kept between calls
   Stats stats_;
 };
+
+// A global minibatch's mean loss and gradients, from this rank's share of
+// it: `share` of its `global` items, whose mean loss and gradients (the
+// structure of `params`) are `loss` and `grads` (null for an empty share).
+// Weighted by share / global and summed across the ranks in one all-reduce,
+// they are the means over the whole minibatch, the same on every rank.
+struct GlobalMean {
+  double loss = 0;
+  Value grads;
+};
+GlobalMean SumShares(Communicator& group, const Value* grads, double loss, int64_t share, int64_t global,
+                     const Value& params);
 
 // Which rank takes each item of a global minibatch, balancing the ranks'
 // total cost (a tree's node count): the costliest items first, each to the

@@ -11,8 +11,10 @@
 #include <chrono>
 #include <cstdio>
 #include <limits>
+#include <optional>
 #include <thread>
 
+#include "dist/communicator.h"
 #include "examples/mlp/fashion_mnist.h"
 #include "examples/mlp/trainer.h"
 #include "ops/blas.h"
@@ -66,8 +68,11 @@ std::string TiersText(const mlp::TierCounts& t) {
   return out.empty() ? "no calls" : out;
 }
 
-int Run(const Config& c) {
+// `group`: this process's ranks (several under mpirun: data-parallel; rank
+// 0 alone prints, evaluates and reports).
+int Run(const Config& c, dist::Communicator& group) {
   auto start = Clock::now();
+  const bool lead = group.rank() == 0;
   SetBlasThreads(c.blas_threads);
   mlp::FashionMnist data = mlp::LoadFashionMnist(UserPath(c.data));
   mlp::Split train = Head(data.train, c.limit), test = Head(data.test, c.limit);
@@ -75,9 +80,9 @@ int Run(const Config& c) {
   EngineOptions options;
   ApplyEngineFlags(c.engine, options);
   options.idle_blas_threads = c.idle_blas_threads;
-  mlp::Trainer trainer(c.run, train, test, options);
+  mlp::Trainer trainer(c.run, train, test, options, &group);
 
-  std::fprintf(stderr, "pejit MLP 784-256-10 on Fashion-MNIST: %lld train / %lld test images, batch %d, %s lr %g, "
+  if (lead) std::fprintf(stderr, "pejit MLP 784-256-10 on Fashion-MNIST: %lld train / %lld test images, batch %d, %s lr %g, "
                "policy %s, %d workers (data read in %.1f s)\n", static_cast<long long>(train.size()),
                static_cast<long long>(test.size()), c.run.batch, c.run.optimizer.kind.c_str(),
                c.run.optimizer.learning_rate, c.engine.policy.c_str(), trainer.engine().stats().workers, Seconds(start));
@@ -89,13 +94,16 @@ int Run(const Config& c) {
   mlp::EpochResult last;
   mlp::EvalResult eval;
   for (int epoch = 0; epoch < c.epochs; ++epoch) {
-    ProgressBar progress("epoch " + std::to_string(epoch), "steps", trainer.steps_per_epoch(), 10);
+    std::optional<ProgressBar> progress;
+    if (lead) progress.emplace("epoch " + std::to_string(epoch), "steps", trainer.steps_per_epoch(), 10);
     last = trainer.TrainEpoch([&](size_t done, const mlp::EpochResult& r) {
+      if (!progress) return;
       char status[96];
       std::snprintf(status, sizeof status, "loss %.3f  %.0f images/s  compiled %3.0f%%", r.loss,
                     static_cast<double>(r.images) / r.seconds, 100 * r.tiers.compiled_share());
-      progress.Update(done, status);
+      progress->Update(done, status);
     });
+    if (!lead) continue;  // the other ranks go on to the next epoch's first all-reduce
     eval = trainer.Evaluate();
     loss_tiers += last.tiers;
     infer_tiers += eval.tiers;
@@ -114,13 +122,14 @@ int Run(const Config& c) {
                       {"train_images_per_s", train_rate}, {"infer_images_per_s", infer_rate},
                       {"loss_tiers", TiersJson(last.tiers)}, {"infer_tiers", TiersJson(eval.tiers)}});
   }
+  const double finishing_seconds = FinishCompilesIntoCache(trainer.engine());
+  if (!lead) return 0;
   if (c.epochs == 0) {  // the initial parameters' accuracy
     eval = trainer.Evaluate();
     infer_tiers += eval.tiers;
     infer_seconds += eval.seconds;
     images_inferred += eval.images;
   }
-  const double finishing_seconds = FinishCompilesIntoCache(trainer.engine());
   nlohmann::json out = {
       {"test_acc", eval.accuracy},
       {"final_loss", last.loss},
@@ -132,6 +141,9 @@ int Run(const Config& c) {
       {"batch", c.run.batch},
       {"epochs", epochs},
       {"cache_finish_seconds", finishing_seconds},
+      {"ranks", group.size()},
+      {"allreduce_seconds", group.stats().seconds},
+      {"allreduce_bytes", group.stats().bytes},
       {"seconds", Seconds(start)},
   };
   std::printf("%s\n", out.dump().c_str());
@@ -171,9 +183,13 @@ int main(int argc, char** argv) {
       ->capture_default_str()
       ->check(pejit::WholeNumber(0, 1024));
   CLI11_PARSE(app, argc, argv);
+  pejit::dist::Communicator* group = nullptr;
   try {
-    return pejit::Run(c);
+    group = &pejit::dist::Communicator::World();
+    return pejit::Run(c, *group);
   } catch (const std::exception& e) {
+    // Under mpirun, one rank's failure ends every rank, naming it.
+    if (group && group->distributed()) group->Abort(std::string("train: ") + e.what());
     std::fprintf(stderr, "train: %s\n", e.what());
     return 1;
   }

@@ -31,13 +31,18 @@ TierCounts& TierCounts::operator+=(const TierCounts& o) {
   return *this;
 }
 
-Trainer::Trainer(RunOptions options, Split train, Split test, EngineOptions engine)
+Trainer::Trainer(RunOptions options, Split train, Split test, EngineOptions engine, dist::Communicator* group)
     : options_(std::move(options)), train_(std::move(train)), rng_(options_.seed) {
+  if (group && group->distributed()) group_ = group;
   if (options_.batch < 1) throw std::invalid_argument("batch size " + std::to_string(options_.batch) + " < 1");
   if (train_.size() == 0) throw std::invalid_argument("no training images");
   engine_ = std::make_unique<Engine>(std::move(engine));
   engine_->module().AddSource(ModelSource(), "mlp.pj");
   params_ = InitParams(rng_);
+  if (group_) {
+    std::vector<Tensor> leaves = ParameterLeaves(params_);
+    group_->Broadcast(leaves, 0);
+  }
   optimizer_ = Optimizer::Create(options_.optimizer);
   std::vector<int64_t> in_order(static_cast<size_t>(test.size()));
   std::iota(in_order.begin(), in_order.end(), 0);
@@ -69,8 +74,22 @@ EpochResult Trainer::TrainEpoch(const StepCallback& after_step) {
   double loss_sum = 0;
   const size_t batch = static_cast<size_t>(options_.batch), steps = steps_per_epoch();
   for (size_t step = 0; step < steps; ++step) {
-    Batch b = MakeBatch(train_, order, step * batch, std::min(batch, order.size() - step * batch));
-    ValueAndGrad vg = loss.value_and_grad({b.images, b.labels, params_});
+    const size_t first = step * batch, global = std::min(batch, order.size() - first);
+    // This rank's contiguous share of the minibatch's images (all of them alone).
+    const int ranks = group_ ? group_->size() : 1, rank = group_ ? group_->rank() : 0;
+    const size_t lo = global * static_cast<size_t>(rank) / static_cast<size_t>(ranks);
+    const size_t hi = global * static_cast<size_t>(rank + 1) / static_cast<size_t>(ranks);
+    Batch b;
+    if (hi > lo) b = MakeBatch(train_, order, first + lo, hi - lo);
+    ValueAndGrad vg;
+    if (hi > lo) vg = loss.value_and_grad({b.images, b.labels, params_});
+    if (group_) {
+      dist::GlobalMean mean = dist::SumShares(*group_, hi > lo ? &vg.grads[0] : nullptr,
+                                              hi > lo ? vg.value.tensor().item() : 0.0, static_cast<int64_t>(hi - lo),
+                                              static_cast<int64_t>(global), params_);
+      vg.value = Value(Tensor::Scalar(static_cast<float>(mean.loss)));
+      vg.grads = {std::move(mean.grads)};
+    }
     optimizer_->Step(params_, vg.grads[0]);
     if (step == 0 && r.epoch == 0) {
       // The other signatures of the run, queued behind this one's: the
@@ -85,8 +104,8 @@ EpochResult Trainer::TrainEpoch(const StepCallback& after_step) {
     }
     double value = vg.value.tensor().item();
     r.losses.push_back(value);
-    loss_sum += value * static_cast<double>(b.size());
-    r.images += b.size();
+    loss_sum += value * static_cast<double>(global);
+    r.images += static_cast<int64_t>(global);
     r.steps += 1;
     r.loss = loss_sum / static_cast<double>(r.images);
     r.seconds = Seconds(start);

@@ -19,6 +19,7 @@
 #include <memory>
 #include <vector>
 
+#include "dist/communicator.h"
 #include "examples/mlp/fashion_mnist.h"
 #include "examples/mlp/model.h"
 #include "scheduler/engine.h"
@@ -63,7 +64,12 @@ class Trainer {
   // Builds the engine (its module holds mlp.pj), the initial parameters and
   // the test minibatches. Throws std::invalid_argument for a batch size
   // below 1 or an empty training split.
-  Trainer(RunOptions options, Split train, Split test, EngineOptions engine = {});
+  // With a `group` of several ranks (dist/), data-parallel: each rank takes
+  // a contiguous share of every minibatch's images, the gradients are summed
+  // across ranks, every rank makes the same step; rank 0's parameters are
+  // broadcast first.
+  Trainer(RunOptions options, Split train, Split test, EngineOptions engine = {},
+          dist::Communicator* group = nullptr);
   ~Trainer();
 
   const RunOptions& options() const { return options_; }
@@ -84,6 +90,7 @@ class Trainer {
  private:
   RunOptions options_;
   Split train_;
+  dist::Communicator* group_ = nullptr;  // null: this process trains alone
   std::unique_ptr<Engine> engine_;
   Value params_;
   std::unique_ptr<Optimizer> optimizer_;

@@ -235,29 +235,17 @@ std::vector<Batch> Trainer::MakeShares(const std::vector<std::vector<const Examp
 }
 
 ValueAndGrad Trainer::GlobalStep(const Batch& share, size_t global_trees) {
-  Entry loss = this->loss();
   ValueAndGrad vg;
-  if (share.nodes > 0) vg = loss.value_and_grad({share.trees, share.labels, params_});
+  if (share.nodes > 0) vg = loss().value_and_grad({share.trees, share.labels, params_});
   if (!group_) return vg;
-  // Each rank's loss and gradients are means over its share: weighted by its
-  // share of the global minibatch, their sum is the global mean.
   const int64_t mine = share.nodes > 0 ? share.labels.tensor().numel() : 0;
-  const double weight = static_cast<double>(mine) / static_cast<double>(global_trees);
-  std::vector<Tensor> sums;
-  for (const Tensor& g : ParameterLeaves(share.nodes > 0 ? vg.grads[0] : params_)) {
-    Tensor scaled = share.nodes > 0 ? g.Clone() : Tensor::Zeros(DType::kF32, g.shape());
-    float* x = scaled.data<float>();
-    for (int64_t k = 0; k < scaled.numel(); ++k) x[k] = static_cast<float>(x[k] * weight);
-    sums.push_back(std::move(scaled));
-  }
-  sums.push_back(Tensor::Scalar(share.nodes > 0 ? static_cast<float>(vg.value.tensor().item() * weight) : 0.0f));
-  group_->AllReduceSum(sums);
-  ValueAndGrad global;
-  global.value = Value(sums.back());
-  sums.pop_back();
-  std::vector<Value> leaves(sums.begin(), sums.end());
-  global.grads.push_back(ReplaceTensorLeaves(params_, leaves));
-  return global;
+  dist::GlobalMean global =
+      dist::SumShares(*group_, mine ? &vg.grads[0] : nullptr, mine ? vg.value.tensor().item() : 0.0, mine,
+                      static_cast<int64_t>(global_trees), params_);
+  ValueAndGrad out;
+  out.value = Value(Tensor::Scalar(static_cast<float>(global.loss)));
+  out.grads.push_back(std::move(global.grads));
+  return out;
 }
 
 EpochResult Trainer::TrainEpoch(const StepCallback& after_step) {

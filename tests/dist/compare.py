@@ -1,5 +1,5 @@
 """mpi_test.sh's comparisons, each to a relative tolerance: `losses A B`
-(data_parallel_steps' step losses), `last-epoch-loss A B` (the trainer's JSON
+(data_parallel_steps' step losses, and its MLP's parameter digest), `last-epoch-loss A B` (the trainer's JSON
 lines) and `checkpoints A B` (every f32 of two checkpoints: parameters and
 optimizer state). Exits 1 naming the first difference."""
 import json
@@ -38,8 +38,13 @@ def last_json(path):
     return json.loads(open(path).read().strip().splitlines()[-1])
 
 
-if kind == "losses":  # data_parallel_steps: every step's
+if kind == "losses":  # data_parallel_steps: every step's, and the parameters' digest when there is one
     close(last_json(a)["losses"], last_json(b)["losses"], f"step losses of {a} and {b}")
+    if "params" in last_json(a):  # each number on its own: RTOL of it, with a floor of 1e-6
+        pa, pb = (np.hstack([np.ravel(x) for x in last_json(p)["params"]]) for p in (a, b))
+        if pa.shape != pb.shape or (np.abs(pa - pb) > RTOL * np.maximum(np.abs(pa), np.abs(pb)) + 1e-6).any():
+            sys.exit(f"parameters of {a} and {b} differ: {pa[:8]} vs {pb[:8]}")
+        print(f"parameter sums and elements of {a} and {b}: {pa.size} values agree to {RTOL}")
 elif kind == "last-epoch-loss":  # the trainer: its last epoch's mean
     close(last_json(a)["epochs"][-1]["loss"], last_json(b)["epochs"][-1]["loss"], f"last epoch's loss of {a} and {b}")
 else:

@@ -27,12 +27,17 @@ train=(examples/treelstm/train --listops-train-size 200 --listops-dev-size 20 --
 echo "== the all-reduce and broadcast"
 "${mpirun[@]}" -np 2 tests/dist/allreduce_check
 
-echo "== 2 ranks train as 1 process: 20 steps of a global minibatch of 20"
-tests/dist/data_parallel_steps "$tmp/one.ckpt" > "$tmp/one.json"
-"${mpirun[@]}" -np 2 tests/dist/data_parallel_steps "$tmp/two.ckpt" > "$tmp/two.json"
+echo "== 2 ranks train as 1 process: 20 steps of a global minibatch of 20 (Tree-LSTM)"
+tests/dist/data_parallel_steps treelstm "$tmp/one.ckpt" > "$tmp/one.json"
+"${mpirun[@]}" -np 2 tests/dist/data_parallel_steps treelstm "$tmp/two.ckpt" > "$tmp/two.json"
 grep -q '"ranks":2' "$tmp/two.json"
 "${compare[@]}" losses "$tmp/one.json" "$tmp/two.json"
 "${compare[@]}" checkpoints "$tmp/one.ckpt" "$tmp/two.ckpt"
+
+echo "== ... and the MLP"
+tests/dist/data_parallel_steps mlp > "$tmp/mlp_one.json"
+"${mpirun[@]}" -np 2 tests/dist/data_parallel_steps mlp > "$tmp/mlp_two.json"
+"${compare[@]}" losses "$tmp/mlp_one.json" "$tmp/mlp_two.json"
 
 echo "== a rank that fails ends the run on every rank, naming itself"
 status=0
