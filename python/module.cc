@@ -36,7 +36,7 @@ struct PyEngine {
 
 struct PyModule {
   py::object owner;  // the PyEngine
-  std::shared_ptr<Engine> Engine_() const { return owner.cast<PyEngine&>().Get(); }
+  std::shared_ptr<Engine> engine() const { return owner.cast<PyEngine&>().Get(); }
 };
 
 // A constructor of an ADT of the module, called as m.Node(...).
@@ -52,9 +52,9 @@ struct PyEntry {
   bool single_wrt = false;  // made with wrt=int: one gradient, not a tuple
 };
 
-std::vector<Value> Arguments(const Engine& engine, const std::string& name, const py::args& args) {
+std::vector<Value> Arguments(Engine& engine, const std::string& name, const py::args& args) {
   ReleasePendingReferences();
-  Snapshot snapshot = const_cast<Engine&>(engine).module().snapshot();
+  Snapshot snapshot = engine.module().snapshot();
   const Definition* def = snapshot->Find(name);
   if (!def) throw EvalError("@" + name + ": no longer defined in the module");
   const auto& params = def->func->params;
@@ -232,24 +232,24 @@ PYBIND11_MODULE(pejit, m) {
       .def(
           "add_source",
           [](const PyModule& mod, const std::string& text, const std::string& name) {
-            return mod.Engine_()->module().AddSource(text, name);
+            return mod.engine()->module().AddSource(text, name);
           },
           py::arg("text"), py::arg("name") = "<python>",
           "Adds a .pj text's types and definitions; returns their names.")
       .def(
           "replace",
           [](const PyModule& mod, const std::string& text, const std::string& name) {
-            return mod.Engine_()->module().AddSource(text, name, /*replace_existing=*/true);
+            return mod.engine()->module().AddSource(text, name, /*replace_existing=*/true);
           },
           py::arg("text"), py::arg("name") = "<python>",
           "Adds or replaces the text's definitions; specializations that used them are invalidated.")
       .def(
-          "remove", [](const PyModule& mod, const std::string& name) { mod.Engine_()->module().Remove(name); },
+          "remove", [](const PyModule& mod, const std::string& name) { mod.engine()->module().Remove(name); },
           py::arg("name"))
-      .def("names", [](const PyModule& mod) { return mod.Engine_()->module().snapshot()->Names(); })
-      .def("text", [](const PyModule& mod) { return mod.Engine_()->module().snapshot()->Print(); })
+      .def("names", [](const PyModule& mod) { return mod.engine()->module().snapshot()->Names(); })
+      .def("text", [](const PyModule& mod) { return mod.engine()->module().snapshot()->Print(); })
       .def("__getattr__", [](const PyModule& mod, const std::string& name) {
-        Snapshot snapshot = mod.Engine_()->module().snapshot();
+        Snapshot snapshot = mod.engine()->module().snapshot();
         for (const auto& [type_name, def] : snapshot->types()) {
           int tag = def->FindCtor(name);
           if (tag >= 0) return PyConstructor{snapshot, def, tag};
