@@ -165,6 +165,11 @@ class EngineImpl {
   CodeStatus WaitReady(Request& r);
   CodeStatus Status(Request& r);
   void Drain(const std::function<void(int64_t)>& progress);
+  // Takes the most urgent waiting work (a walk, a segment compile, a job)
+  // and runs it on the calling thread, at the workers' niceness when
+  // `background`; false when nothing waits. A worker runs one per task
+  // handed to the arena; Drain runs them too.
+  bool RunOneWaiting(bool background);
   std::string CacheDir() const { return disk_ ? disk_->dir() : std::string(); }
   EntryState& State(const std::string& name);
   std::vector<std::shared_ptr<generic::GenericProgram>> GenericPrograms();
@@ -793,6 +798,16 @@ void EngineImpl::Spawn() {
 }
 
 void EngineImpl::WorkerTask() {
+  RunOneWaiting(/*background=*/true);
+  // The last touch of `this`: under the lock, so the destructor cannot see
+  // zero and free the engine before notify_all returns.
+  std::lock_guard<std::mutex> lock(tasks_mu_);
+  jobs_in_flight_.fetch_sub(1, std::memory_order_relaxed);
+  --outstanding_;
+  tasks_cv_.notify_all();  // the destructor waits for 0, Drain for any change
+}
+
+bool EngineImpl::RunOneWaiting(bool background) {
   std::optional<GenericWalk> walk;
   std::optional<GenericCompile> compile;
   {
@@ -806,28 +821,38 @@ void EngineImpl::WorkerTask() {
     take(walks_next_, walk) || take(generic_queue_, compile) || take(walks_idle_, walk);
     if (walk) walking_.emplace_back(walk->entry, walk->structures);
   }
+  const int nice = background ? options.worker_nice : 0;
   if (walk) {
     // At the caller's priority: its call may wait for this walk.
     RunGenericWalk(*walk);
     std::lock_guard<std::mutex> lock(generic_queue_mu_);
     walking_.erase(std::find(walking_.begin(), walking_.end(), std::make_pair(walk->entry, walk->structures)));
     walked_cv_.notify_all();
-  } else if (compile) {
-    ScopedLowerPriority background(options.worker_nice);
-    RunGenericCompile(*compile);
-  } else if (JobPtr job = queue.Pop()) {
-    ScopedLowerPriority background(options.policy.kind == Policy::Kind::kSync ? 0 : options.worker_nice);
-    RunJob(*job);
+    return true;
   }
-  // The last touch of `this`: under the lock, so the destructor cannot see
-  // zero and free the engine before notify_all returns.
-  std::lock_guard<std::mutex> lock(tasks_mu_);
-  jobs_in_flight_.fetch_sub(1, std::memory_order_relaxed);
-  --outstanding_;
-  tasks_cv_.notify_all();  // the destructor waits for 0, Drain for any change
+  if (compile) {
+    ScopedLowerPriority lowered(nice);
+    RunGenericCompile(*compile);
+    return true;
+  }
+  if (JobPtr job = queue.Pop()) {
+    ScopedLowerPriority lowered(options.policy.kind == Policy::Kind::kSync ? 0 : nice);
+    RunJob(*job);
+    return true;
+  }
+  return false;
 }
 
 void EngineImpl::Drain(const std::function<void(int64_t)>& progress) {
+  auto left = [&] {
+    std::lock_guard<std::mutex> lock(tasks_mu_);
+    return outstanding_;
+  };
+  // The caller's core compiles too rather than sleep (the work's own task,
+  // when a worker takes it, finds nothing left and ends).
+  while (!stopping_.load() && RunOneWaiting(/*background=*/false)) {
+    if (progress) progress(left());
+  }
   std::unique_lock<std::mutex> lock(tasks_mu_);
   int64_t seen = outstanding_;
   while (outstanding_ > 0) {

@@ -340,7 +340,8 @@ class Engine {
 
   // Blocks until no job is queued or running: every signature queued so far
   // is compiled (and, with a cache_dir, stored for the next process) or has
-  // failed. `progress`, when given, is called with the number of tasks left
+  // failed; the calling thread compiles too, at its own priority, while it
+  // waits. `progress`, when given, is called with the number of tasks left
   // each time one finishes. Calls from other threads go on meanwhile; jobs
   // they queue are waited for too. A process that wants its successor to
   // start warm calls this before it ends: the destructor cancels what is
