@@ -160,26 +160,33 @@ void Communicator::Abort(const std::string& why) {
   std::_Exit(1);
 }
 
-GlobalMean SumShares(Communicator& group, const Value* grads, double loss, int64_t share, int64_t global,
-                     const Value& params) {
+ValueAndGrad SumShares(Communicator& group, const ValueAndGrad* local, int64_t share, int64_t global,
+                       const std::vector<Value>& wrt_args) {
   const double weight = global > 0 ? static_cast<double>(share) / static_cast<double>(global) : 0.0;
+  const std::vector<Value>& structures = local ? local->grads : wrt_args;
   std::vector<Tensor> sums;
-  for (const Tensor& g : TensorLeaves(grads ? *grads : params)) {
-    // Copies: the gradients may be buffers the engine returned to others too.
-    Tensor scaled = grads ? g.Clone() : Tensor::Zeros(g.dtype(), g.shape());
-    if (scaled.dtype() == DType::kF32) {
-      float* x = scaled.data<float>();
-      for (int64_t k = 0; k < scaled.numel(); ++k) x[k] = static_cast<float>(x[k] * weight);
+  std::vector<size_t> ends;  // where each structure's leaves end in `sums`
+  for (const Value& structure : structures) {
+    for (const Tensor& g : TensorLeaves(structure)) {
+      // Copies: the gradients may be buffers the engine returned to others too.
+      Tensor scaled = local ? g.Clone() : Tensor::Zeros(g.dtype(), g.shape());
+      if (scaled.dtype() == DType::kF32) {
+        float* x = scaled.data<float>();
+        for (int64_t k = 0; k < scaled.numel(); ++k) x[k] = static_cast<float>(x[k] * weight);
+      }
+      sums.push_back(std::move(scaled));
     }
-    sums.push_back(std::move(scaled));
+    ends.push_back(sums.size());
   }
-  sums.push_back(Tensor::Scalar(grads ? static_cast<float>(loss * weight) : 0.0f));
+  sums.push_back(Tensor::Scalar(local ? static_cast<float>(local->value.tensor().item() * weight) : 0.0f));
   group.AllReduceSum(sums);
-  GlobalMean out;
-  out.loss = sums.back().item();
-  sums.pop_back();
-  std::vector<Value> leaves(sums.begin(), sums.end());
-  out.grads = ReplaceTensorLeaves(grads ? *grads : params, leaves);
+  ValueAndGrad out;
+  out.value = Value(sums.back());
+  for (size_t k = 0, begin = 0; k < structures.size(); begin = ends[k++]) {
+    std::vector<Value> leaves(sums.begin() + static_cast<std::ptrdiff_t>(begin),
+                              sums.begin() + static_cast<std::ptrdiff_t>(ends[k]));
+    out.grads.push_back(ReplaceTensorLeaves(structures[k], leaves));
+  }
   return out;
 }
 

@@ -10,10 +10,13 @@
 #include <string>
 #include <vector>
 
+#include "interp/interpreter.h"
 #include "ir/value.h"
 #include "ops/tensor.h"
 
 namespace pejit::dist {
+
+using ValueAndGrad = Interpreter::ValueAndGrad;
 
 class Communicator {
  public:
@@ -69,16 +72,14 @@ class Communicator {
 };
 
 // A global minibatch's mean loss and gradients, from this rank's share of
-// it: `share` of its `global` items, whose mean loss and gradients (the
-// structure of `params`) are `loss` and `grads` (null for an empty share).
-// Weighted by share / global and summed across the ranks in one all-reduce,
-// they are the means over the whole minibatch, the same on every rank.
-struct GlobalMean {
-  double loss = 0;
-  Value grads;
-};
-GlobalMean SumShares(Communicator& group, const Value* grads, double loss, int64_t share, int64_t global,
-                     const Value& params);
+// it: `share` of its `global` items, whose mean loss and gradients `local`
+// holds (one gradient per differentiated argument, as Entry::value_and_grad
+// returns them), or null for an empty share, which adds zeros shaped like
+// `wrt_args` (the differentiated arguments). Weighted by share / global and
+// summed across the ranks in one all-reduce, they are the means over the
+// whole minibatch, the same on every rank.
+ValueAndGrad SumShares(Communicator& group, const ValueAndGrad* local, int64_t share, int64_t global,
+                       const std::vector<Value>& wrt_args);
 
 // Which rank takes each item of a global minibatch, balancing the ranks'
 // total cost (a tree's node count): the costliest items first, each to the

@@ -84,11 +84,8 @@ EpochResult Trainer::TrainEpoch(const StepCallback& after_step) {
     ValueAndGrad vg;
     if (hi > lo) vg = loss.value_and_grad({b.images, b.labels, params_});
     if (group_) {
-      dist::GlobalMean mean = dist::SumShares(*group_, hi > lo ? &vg.grads[0] : nullptr,
-                                              hi > lo ? vg.value.tensor().item() : 0.0, static_cast<int64_t>(hi - lo),
-                                              static_cast<int64_t>(global), params_);
-      vg.value = Value(Tensor::Scalar(static_cast<float>(mean.loss)));
-      vg.grads = {std::move(mean.grads)};
+      vg = dist::SumShares(*group_, hi > lo ? &vg : nullptr, static_cast<int64_t>(hi - lo),
+                           static_cast<int64_t>(global), {params_});
     }
     optimizer_->Step(params_, vg.grads[0]);
     if (step == 0 && r.epoch == 0) {

@@ -239,13 +239,7 @@ ValueAndGrad Trainer::GlobalStep(const Batch& share, size_t global_trees) {
   if (share.nodes > 0) vg = loss().value_and_grad({share.trees, share.labels, params_});
   if (!group_) return vg;
   const int64_t mine = share.nodes > 0 ? share.labels.tensor().numel() : 0;
-  dist::GlobalMean global =
-      dist::SumShares(*group_, mine ? &vg.grads[0] : nullptr, mine ? vg.value.tensor().item() : 0.0, mine,
-                      static_cast<int64_t>(global_trees), params_);
-  ValueAndGrad out;
-  out.value = Value(Tensor::Scalar(static_cast<float>(global.loss)));
-  out.grads.push_back(std::move(global.grads));
-  return out;
+  return dist::SumShares(*group_, mine ? &vg : nullptr, mine, static_cast<int64_t>(global_trees), {params_});
 }
 
 EpochResult Trainer::TrainEpoch(const StepCallback& after_step) {
