@@ -75,6 +75,19 @@ std::vector<Value> Arguments(Engine& engine, const std::string& name, const py::
   return out;
 }
 
+// An entry call's arguments, converted, and the engine they run on: held,
+// so that close() on another thread cannot free it under the call.
+struct CallArguments {
+  std::shared_ptr<Engine> engine;
+  std::vector<Value> values;
+};
+
+CallArguments ArgumentsOf(const PyEntry& e, const py::args& args) {
+  std::shared_ptr<Engine> engine = e.owner.cast<PyEngine&>().Get();
+  std::vector<Value> values = Arguments(*engine, e.entry.name(), args);
+  return {std::move(engine), std::move(values)};
+}
+
 Prefetch PrefetchWhen(const std::string& when) {
   if (when == "next") return Prefetch::kNext;
   if (when == "idle") return Prefetch::kWhenIdle;
@@ -93,12 +106,11 @@ py::tuple ValueAndGradOf(const PyEntry& e, const py::args& args) {
     throw py::type_error("@" + e.entry.name() + ": value_and_grad on an entry made without wrt; use engine.entry(\"" +
                          e.entry.name() + "\", wrt=...)");
   }
-  std::shared_ptr<Engine> engine = e.owner.cast<PyEngine&>().Get();
-  std::vector<Value> values = Arguments(*engine, e.entry.name(), args);
+  CallArguments call = ArgumentsOf(e, args);
   ValueAndGrad r;
   {
     py::gil_scoped_release release;
-    r = e.entry.value_and_grad(values);
+    r = e.entry.value_and_grad(call.values);
   }
   return py::make_tuple(FromValue(r.value), GradsOut(e, r.grads));
 }
@@ -284,12 +296,11 @@ PYBIND11_MODULE(pejit, m) {
       .def("__call__",
            [](const PyEntry& e, const py::args& args) -> py::object {
              if (e.entry.wrt()) return ValueAndGradOf(e, args);
-             std::shared_ptr<Engine> engine = e.owner.cast<PyEngine&>().Get();
-             std::vector<Value> values = Arguments(*engine, e.entry.name(), args);
+             CallArguments call = ArgumentsOf(e, args);
              Value out;
              {
                py::gil_scoped_release release;
-               out = e.entry.call(values);
+               out = e.entry.call(call.values);
              }
              return FromValue(out);
            })
@@ -297,33 +308,29 @@ PYBIND11_MODULE(pejit, m) {
       .def(
           "prefetch",
           [](const PyEntry& e, const py::args& args, const std::string& when) {
-            std::shared_ptr<Engine> engine = e.owner.cast<PyEngine&>().Get();
-            std::vector<Value> values = Arguments(*engine, e.entry.name(), args);
+            CallArguments call = ArgumentsOf(e, args);
             Prefetch w = PrefetchWhen(when);
             py::gil_scoped_release release;
-            e.entry.prefetch(values, w);
+            e.entry.prefetch(call.values, w);
           },
           py::kw_only(), py::arg("when") = "idle",
           "Queues the specialization of these arguments' structure in this entry's mode; returns at once.")
       .def("wait_ready",
            [](const PyEntry& e, const py::args& args) {
-             std::shared_ptr<Engine> engine = e.owner.cast<PyEngine&>().Get();
-             std::vector<Value> values = Arguments(*engine, e.entry.name(), args);
+             CallArguments call = ArgumentsOf(e, args);
              py::gil_scoped_release release;
-             return e.entry.wait_ready(values);
+             return e.entry.wait_ready(call.values);
            })
       .def("status",
            [](const PyEntry& e, const py::args& args) {
-             std::shared_ptr<Engine> engine = e.owner.cast<PyEngine&>().Get();
-             return e.entry.status(Arguments(*engine, e.entry.name(), args));
+             return e.entry.status(ArgumentsOf(e, args).values);
            })
       .def(
           "convert",
           [](const PyEntry& e, const py::args& args) {
-            std::shared_ptr<Engine> engine = e.owner.cast<PyEngine&>().Get();
-            std::vector<Value> values = Arguments(*engine, e.entry.name(), args);
-            py::tuple out(values.size());
-            for (size_t i = 0; i < values.size(); ++i) out[i] = py::cast(PyValue{std::move(values[i])});
+            CallArguments call = ArgumentsOf(e, args);
+            py::tuple out(call.values.size());
+            for (size_t i = 0; i < call.values.size(); ++i) out[i] = py::cast(PyValue{std::move(call.values[i])});
             return out;
           },
           "The arguments as pejit.Values of the parameters' types: convert once, pass many times.")
