@@ -33,6 +33,7 @@ MODEL = os.path.join(HERE, "..", "treelstm", "treelstm.pj")
 
 # ListOps tokens: digits are themselves, operators follow (as listops.h).
 OPERATORS = {"MAX": 10, "MIN": 11, "MED": 12, "SM": 13}
+OPERATOR_NAMES = {token: name for name, token in OPERATORS.items()}
 LISTOPS_VOCABULARY, LISTOPS_CLASSES = 14, 10
 SST_CLASSES, SST_NODE, SST_UNKNOWN = 5, 0, 1
 
@@ -44,7 +45,7 @@ def listops_value(tree):
     if not children:
         return token
     args = [listops_value(c) for c in children]
-    op = {v: k for k, v in OPERATORS.items()}[token]
+    op = OPERATOR_NAMES[token]
     if op == "MAX":
         return max(args)
     if op == "MIN":
@@ -277,9 +278,8 @@ def main():
         for key in ("batch", "embed", "hidden"):
             if plan[key] != getattr(o, key):
                 a.error(f"{o.plan} was written for --{key} {plan[key]}, not {getattr(o, key)}")
-        examples = train
-        train_batches = [[examples[n] for n in b] for b in plan["train_batches"]]
-        dev_batches = [[examples[n] for n in b] for b in plan["infer_batches"]]
+        train_batches = [[train[n] for n in b] for b in plan["train_batches"]]
+        dev_batches = [[train[n] for n in b] for b in plan["infer_batches"]]
     else:
         train_batches = None
         dev_batches = [dev[i:i + o.batch] for i in range(0, len(dev), o.batch)]
