@@ -5,12 +5,8 @@
 # rank with a message naming it; a 2-rank checkpoint resumed by one process.
 set -euo pipefail
 if [[ "${1:-}" == "--sanitized" ]]; then
-  echo "skipped: the sanitizer configs do not run mpirun (libmpi is not instrumented)"
-  cat > "${XML_OUTPUT_FILE:-/dev/null}" <<'XML'
-<?xml version="1.0" encoding="UTF-8"?>
-<testsuites><testsuite name="tests/dist" tests="1" skipped="1"><testcase classname="tests.dist" name="mpi_test"><skipped message="sanitizer build"/></testcase></testsuite></testsuites>
-XML
-  exit 0
+  source tests/support/skip.sh
+  skip_test tests/dist mpi_test "the sanitizer configs do not run mpirun (libmpi is not instrumented)"
 fi
 trap 'echo "mpi_test.sh: line $LINENO failed: $BASH_COMMAND" >&2' ERR
 tmp=${TEST_TMPDIR:-$(mktemp -d)}

@@ -4,12 +4,8 @@
 set -euo pipefail
 xml=${XML_OUTPUT_FILE:-/dev/null}
 if [[ "${1:-}" == "--sanitized" ]]; then
-  echo "skipped: a sanitizer build's pejit.so cannot load into an uninstrumented /usr/bin/python3"
-  cat > "$xml" <<'XML'
-<?xml version="1.0" encoding="UTF-8"?>
-<testsuites><testsuite name="tests/python" tests="1" skipped="1"><testcase classname="tests.python" name="pytest"><skipped message="sanitizer build"/></testcase></testsuite></testsuites>
-XML
-  exit 0
+  source tests/support/skip.sh
+  skip_test tests/python pytest "a sanitizer build's pejit.so cannot load into an uninstrumented /usr/bin/python3"
 fi
 export PYTHONPATH="$PWD/python"
 export PEJIT_TREELSTM="$PWD/examples/treelstm/treelstm.pj"
