@@ -9,6 +9,7 @@
 
 #include <chrono>
 #include <cstring>
+#include <span>
 
 #include "examples/treelstm/listops.h"
 #include "examples/treelstm/model.h"
@@ -16,7 +17,11 @@
 #include "jit/control_flow.h"
 #include "jit/pipeline.h"
 #include "ops/blas.h"
+#include "ops/packed_gemm.h"
 #include "pe/partial_eval.h"
+#include "jit/native_executable.h"
+#include "jit/schedule.h"
+#include "support/team.h"
 
 namespace pejit {
 namespace {
@@ -74,8 +79,34 @@ Func TrainingProgram(const Workload& w, int64_t mode, double* pe_ms, double* bat
   return f;
 }
 
+// Runs executables as the engine's calls do (scheduler/engine.h,
+// step_threads): a team per call, whose helpers come from an arena of
+// `threads` − 1 workers while the call has stages worth dividing.
+class CallThreads {
+ public:
+  explicit CallThreads(int threads)
+      : threads_(threads), arena_(std::max(1, threads - 1)), helpers_(arena_, threads - 1) {}
+  std::vector<Tensor> Run(const Executable& exe, std::span<const Tensor> leaves) {
+    Team team(&helpers_, threads_);
+    ScopedTeam scoped(&team);
+    std::vector<Tensor> out = exe.Run(leaves);
+    ++calls_;
+    helped_ += team.threads_used() > 1;
+    return out;
+  }
+  // The share of calls a helper took part in.
+  double helped() const { return calls_ ? static_cast<double>(helped_) / static_cast<double>(calls_) : 0; }
+
+ private:
+  int threads_;
+  int64_t calls_ = 0, helped_ = 0;
+  tbb::task_arena arena_;
+  ArenaHelpers helpers_;
+};
+
 void BM_TrainStepCompiled(benchmark::State& state) {
   Workload w(static_cast<int>(state.range(0)));
+  CallThreads threads(static_cast<int>(state.range(2)));
   auto session = JitSession::Create();
   double ignored = 0;
   BatchStats stats;
@@ -83,18 +114,36 @@ void BM_TrainStepCompiled(benchmark::State& state) {
   ExecutablePtr exe =
       session->Compile(TrainingProgram(w, state.range(1), &ignored, &ignored, &ignored, &stats), {}, &report);
   std::vector<Tensor> leaves = Flatten(w.args);
-  for (auto _ : state) benchmark::DoNotOptimize(exe->Run(leaves));
+  for (auto _ : state) benchmark::DoNotOptimize(threads.Run(*exe, leaves));
   state.counters["trees_per_s"] = benchmark::Counter(static_cast<double>(state.range(0)), benchmark::Counter::kIsIterationInvariantRate);
   state.counters["batched_groups"] = static_cast<double>(stats.groups);
+  state.counters["helped_calls"] = threads.helped();
   // Bytes the step moves without computing: gathers, concatenations, slices (forward and backward).
   state.counters["copied_KiB"] = static_cast<double>(report.copied_bytes) / 1024;
   state.counters["copy_steps"] = report.copy_steps;
+  // The parallel schedule (jit/schedule.h): stages, those divided, and the
+  // share of the step's estimated cost inside them.
+  if (auto* native = dynamic_cast<const NativeExecutable*>(exe.get())) {
+    const Plan& plan = native->plan();
+    double cost = 0, divided = 0, parallel = 0;
+    for (const PlanStage& stage : plan.stages) {
+      for (int s = stage.begin; s < stage.end; ++s) {
+        double c = StepCostNs(plan, plan.steps[s]);
+        cost += c;
+        if (stage.parallel) divided += c;
+      }
+      parallel += stage.parallel;
+    }
+    state.counters["stages"] = static_cast<double>(plan.stages.size());
+    state.counters["parallel_stages"] = parallel;
+    state.counters["parallel_cost_share"] = cost > 0 ? divided / cost : 0;
+  }
   // Where the step's time goes, from a profiling build of the same program.
   CompileOptions profiling;
   profiling.profile = true;
   ExecutablePtr profiled = session->Compile(TrainingProgram(w, state.range(1), &ignored, &ignored, &ignored, &stats),
                                             profiling);
-  for (int i = 0; i < 20; ++i) profiled->Run(leaves);
+  for (int i = 0; i < 20; ++i) threads.Run(*profiled, leaves);
   double total = 0, gemm = 0, flops = 0, fused = 0, copy = 0;
   for (const ProfileLine& line : profiled->profile()) {
     total += line.seconds;
@@ -102,17 +151,47 @@ void BM_TrainStepCompiled(benchmark::State& state) {
     if (line.step == "fused") fused += line.seconds;
     if (line.step == "copy") copy += line.seconds;
   }
+  // Per step, summed over the threads that ran it.
+  const double runs = static_cast<double>(profiled->profiled_runs());
+  state.counters["busy_ms"] = total / runs * 1e3;
+  state.counters["gemm_ms"] = gemm / runs * 1e3;
   state.counters["fused_share"] = fused / total;
   state.counters["copy_share"] = copy / total;
   state.counters["gemm_share"] = gemm / total;
   state.counters["gemm_GFLOPs"] = gemm > 0 ? flops / gemm * 1e-9 : 0;
 }
+// `threads`: the caller and helpers, as EngineOptions::step_threads; with
+// more than one, gemm_share and the shares are of the threads' summed time.
 BENCHMARK(BM_TrainStepCompiled)
-    ->ArgNames({"trees", "batch"})
-    ->Args({25, kUnbatched})
-    ->Args({25, kBatchBeforeAutodiff})
-    ->Args({25, kBatchAfterAutodiff})
+    ->ArgNames({"trees", "batch", "threads"})
+    ->Args({25, kUnbatched, 1})
+    ->Args({25, kBatchBeforeAutodiff, 1})
+    ->Args({25, kBatchBeforeAutodiff, 2})
+    ->Args({25, kBatchAfterAutodiff, 1})
     ->Unit(benchmark::kMillisecond);
+
+// The team alone (support/team.h): a stage of 8 independent products
+// (rows × 128 by 128 × 384, each its own operands), run by 1 or 2 threads,
+// stage after stage as a plan runs them.
+void BM_TeamStage(benchmark::State& state) {
+  const int64_t rows = state.range(0);
+  const int threads = static_cast<int>(state.range(1));
+  constexpr int kTasks = 8;
+  constexpr int64_t k = 128, n = 384;
+  std::vector<std::vector<float>> a(kTasks, std::vector<float>(rows * k, 0.5f)), c(kTasks, std::vector<float>(rows * n));
+  std::vector<float> packed(NumElements(PackedShape(k, n)), 0.25f);
+  tbb::task_arena arena(std::max(1, threads - 1));
+  ArenaHelpers helpers(arena, threads - 1);
+  std::function<void(int64_t)> task = [&](int64_t i) {
+    GemmPacked(rows, n, k, a[i].data(), k, packed.data(), c[i].data(), n, false);
+  };
+  for (auto _ : state) {
+    Team team(&helpers, threads);
+    for (int stage = 0; stage < 100; ++stage) team.Run(kTasks, task);
+  }
+  state.counters["GFLOPs"] = benchmark::Counter(2.0 * rows * n * k * kTasks * 100, benchmark::Counter::kIsIterationInvariantRate);
+}
+BENCHMARK(BM_TeamStage)->ArgNames({"rows", "threads"})->ArgsProduct({{8, 64}, {1, 2}})->Unit(benchmark::kMicrosecond);
 
 // One specialization of a training step, from arguments to machine code:
 // cold (a fresh session) or warm (the specialization of another minibatch

@@ -36,10 +36,8 @@ double Seconds(Clock::time_point since) { return std::chrono::duration<double>(C
 struct Config {
   std::string data = mlp::kFashionMnistDir;
   int64_t limit = 0;
-  int epochs = 2, batch = 64, blas_threads = 1;
+  int epochs = 2, batch = 64;
   EngineFlags engine;
-  // EngineOptions::idle_blas_threads: all cores once nothing is compiling.
-  int idle_blas_threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   int worker_nice = -1;  // < 0: the engine's default (EngineOptions::worker_nice)
   // Policies eager and hot:N: carry on (up to max_epochs) until an epoch ran
   // compiled code in every training and inference call: the steady state.
@@ -60,7 +58,6 @@ mlp::Split Head(const mlp::Split& s, int64_t n) {
 
 int Measure(const Config& c) {
   const auto start = Clock::now();
-  SetBlasThreads(c.blas_threads);
   mlp::FashionMnist data = mlp::LoadFashionMnist(c.data);
   mlp::Split train = Head(data.train, c.limit), test = Head(data.test, c.limit);
 
@@ -69,7 +66,6 @@ int Measure(const Config& c) {
   ApplyEngineFlags(c.engine, options);
   options.events = compile_stats;
   if (c.worker_nice >= 0) options.worker_nice = c.worker_nice;
-  options.idle_blas_threads = c.idle_blas_threads;
   const int worker_nice = options.worker_nice;
   mlp::RunOptions run;
   run.batch = c.batch;
@@ -125,8 +121,7 @@ int Measure(const Config& c) {
       {"policy", c.engine.policy},
       {"workers", es.workers},
       {"worker_nice", worker_nice},
-      {"blas_threads", c.blas_threads},
-      {"idle_blas_threads", c.idle_blas_threads},
+      {"step_threads", es.step_threads},
       {"blas", BlasConfig()},
 #ifdef NDEBUG
       {"optimized_build", true},
@@ -169,14 +164,6 @@ int main(int argc, char** argv) {
   app.add_option("--max-epochs", c.max_epochs, "--until-compiled stops here")->capture_default_str();
   pejit::AddEngineFlags(app, c.engine);
   app.add_option("--worker-nice", c.worker_nice, "niceness of the compile workers (default: the engine's)");
-  app.add_option("--idle-blas-threads", c.idle_blas_threads,
-                 "OpenBLAS threads while no compile job is in flight (EngineOptions::idle_blas_threads; 0: "
-                 "--blas-threads throughout)")
-      ->capture_default_str()
-      ->check(pejit::WholeNumber(0, kMaxInt));
-  app.add_option("--blas-threads", c.blas_threads, "OpenBLAS threads per GEMM")
-      ->capture_default_str()
-      ->check(pejit::WholeNumber(1, kMaxInt));
   CLI11_PARSE(app, argc, argv);
   try {
     return pejit::Measure(c);

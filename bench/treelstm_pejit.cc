@@ -69,7 +69,6 @@ struct Config {
   int epochs = 3, infer_passes = 2;
   EngineFlags engine;
   int worker_nice = -1;  // < 0: the engine's default (EngineOptions::worker_nice)
-  int idle_blas_threads = 0;  // EngineOptions::idle_blas_threads
   int lookahead = 8;          // as the demo's trainer: minibatches prefetched (Prefetch::kNext) ahead of the step
   // Policies eager and hot:N: carry on (up to these caps) until an epoch, a
   // pass, ran compiled code in every step: the steady state.
@@ -215,7 +214,6 @@ int Measure(const Config& c) {
     data_seconds += Seconds(t);
     return built;
   };
-  SetBlasThreads(1);  // as the demo: small GEMMs, inside the engine's own parallelism
   const listops::FileReport file = loading([&] { return listops::ReadFile(c.data, /*strict=*/true); });
   if (file.examples.empty()) throw std::runtime_error(c.data + ": no examples");
   const Plan plan = loading([&] {
@@ -227,7 +225,6 @@ int Measure(const Config& c) {
   ApplyEngineFlags(c.engine, options);
   options.events = compile_stats;
   if (c.worker_nice >= 0) options.worker_nice = c.worker_nice;
-  options.idle_blas_threads = c.idle_blas_threads;
   const int worker_nice = options.worker_nice;
   Engine engine(std::move(options));
   engine.module().AddSource(treelstm::ModelSource(), "treelstm.pj");
@@ -366,8 +363,7 @@ int Measure(const Config& c) {
       {"policy", c.engine.policy},
       {"workers", es.workers},
       {"worker_nice", worker_nice},
-      {"blas_threads", 1},
-      {"idle_blas_threads", c.idle_blas_threads},
+      {"step_threads", es.step_threads},
       {"lookahead", c.lookahead},
       {"blas", BlasConfig()},
 #ifdef NDEBUG
@@ -456,11 +452,6 @@ int main(int argc, char** argv) {
   app.add_option("--max-infer-passes", c.max_infer_passes, "--until-compiled stops here")->capture_default_str();
   pejit::AddEngineFlags(app, c.engine);
   app.add_option("--worker-nice", c.worker_nice, "niceness of the compile workers (default: the engine's)");
-  app.add_option("--idle-blas-threads", c.idle_blas_threads,
-                 "OpenBLAS threads while no compile job is in flight (EngineOptions::idle_blas_threads; 0: 1 "
-                 "throughout)")
-      ->capture_default_str()
-      ->check(pejit::WholeNumber(0, kMaxInt));
   app.add_option("--lookahead", c.lookahead, "minibatches prefetched ahead of the step, to compile before it gets there (0: none)")
       ->capture_default_str()
       ->check(pejit::WholeNumber(0, kMaxInt));

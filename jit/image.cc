@@ -2,6 +2,7 @@
 
 #include <cstring>
 
+#include "jit/schedule.h"
 #include "ops/op.h"
 
 namespace pejit {
@@ -108,7 +109,10 @@ class Reader {
   size_t at_ = 0;
 };
 
-constexpr uint32_t kMagic = 0x4d494a50;  // "PJIM"
+// Format 2 adds the parallel schedule (stages, each step's parts): a format 1
+// image's memory plan shares bytes between steps format 2 may run at once.
+constexpr uint32_t kMagic = 0x324d4a50;     // "PJM2"
+constexpr uint32_t kMagicV1 = 0x4d494a50;  // "PJIM"
 
 void WriteType(Writer& w, const Type& t) {
   if (const TensorTypeNode* tensor = AsTensor(t)) {
@@ -210,6 +214,13 @@ void WritePlan(Writer& w, const Plan& plan) {
       w.I64(b.to);
       w.I64(b.bytes);
     }
+    w.I64(s.parts);
+  }
+  w.I64(static_cast<int64_t>(plan.stages.size()));
+  for (const PlanStage& st : plan.stages) {
+    w.I32(st.begin);
+    w.I32(st.end);
+    w.U8(st.parallel);
   }
   w.Ints(plan.params);
   w.Ints(plan.results);
@@ -299,6 +310,13 @@ Plan ReadPlan(Reader& r) {
                   Within(b.to, b.bytes, plan.buffers[s.outputs.at(0)].bytes()),
               "a copy block outside its buffers");
     }
+    s.parts = r.I64();
+  }
+  plan.stages.resize(r.Count(9));
+  for (PlanStage& st : plan.stages) {
+    st.begin = r.I32();
+    st.end = r.I32();
+    st.parallel = r.U8() != 0;
   }
   plan.params = r.Ints();
   plan.results = r.Ints();
@@ -332,6 +350,12 @@ Plan ReadPlan(Reader& r) {
       default: break;
     }
   }
+  // Steps run side by side only where they touch disjoint bytes.
+  try {
+    CheckStages(plan);
+  } catch (const JitFailure& e) {
+    throw ImageError(std::string("image: ") + e.what());
+  }
   return plan;
 }
 
@@ -359,7 +383,9 @@ std::string EncodeImage(const NativeExecutable& exe, bool objects) {
 
 Image DecodeImage(std::string_view bytes) {
   Reader r(bytes);
-  if (r.Raw<uint32_t>() != kMagic) throw ImageError("image: not a pejit executable image");
+  const uint32_t magic = r.Raw<uint32_t>();
+  if (magic == kMagicV1) throw ImageError("image: written by an older pejit (format 1, without a parallel schedule)");
+  if (magic != kMagic) throw ImageError("image: not a pejit executable image");
   Image image;
   image.plan = ReadPlan(r);
   image.step_kernel = r.Ints();

@@ -6,6 +6,9 @@
 #include <cstring>
 #include <map>
 
+#include "jit/schedule.h"
+#include "support/team.h"
+
 namespace pejit {
 namespace {
 
@@ -100,6 +103,34 @@ NativeExecutable::NativeExecutable(Plan plan, std::vector<int> step_kernel, std:
     }
   }
   operand_begin_.push_back(operands_.size());
+  // A fused step's part starts its operands that many rows in: each
+  // operand's bytes per row of the outermost loop (0: broadcast along it).
+  operand_row_bytes_.assign(operands_.size(), 0);
+  for (size_t s = 0; s < plan_.steps.size(); ++s) {
+    if (plan_.steps[s].kind != PlanStep::Kind::kFused) continue;
+    const Shape& out = plan_.buffers[plan_.steps[s].outputs[0]].type.shape;
+    if (out.empty() || out[0] <= 1) continue;
+    for (size_t k = operand_begin_[s]; k < operand_begin_[s + 1]; ++k) {
+      const PlanBuffer& buf = plan_.buffers[operands_[k]];
+      if (buf.type.shape.size() == out.size() && buf.type.shape[0] == out[0]) operand_row_bytes_[k] = buf.bytes() / out[0];
+    }
+  }
+  // The stages (jit/schedule.h); a plan made without them runs step by step.
+  if (plan_.stages.empty()) {
+    for (size_t s = 0; s < plan_.steps.size(); ++s) plan_.stages.push_back({static_cast<int>(s), static_cast<int>(s) + 1, false});
+  }
+  try {
+    CheckStages(plan_);
+  } catch (const JitFailure& e) {
+    throw std::invalid_argument(e.what());
+  }
+  for (const PlanStage& stage : plan_.stages) {
+    stage_task_begin_.push_back(tasks_.size());
+    for (int s = stage.begin; s < stage.end; ++s) {
+      for (int64_t part = 0; part < plan_.steps[s].parts; ++part) tasks_.push_back({s, part});
+    }
+  }
+  stage_task_begin_.push_back(tasks_.size());
   // Where each buffer is, resolved once: a run then walks short arrays
   // instead of every buffer's description.
   for (size_t b = 0; b < plan_.buffers.size(); ++b) {
@@ -144,31 +175,91 @@ std::vector<Tensor> NativeExecutable::Run(std::span<const Tensor> inputs) const 
     address[b] = results.back().raw_data();
   }
   for (const View& v : views_) address[v.buffer] = static_cast<char*>(address[v.root]) + v.offset;
-  std::vector<void*> ptrs;
+  // Stage by stage: a parallel one divided among the call's team (the
+  // caller and any helpers it has), any other on this thread, part by part.
+  Team* team = Team::Current();
+  const bool threads = team && team->max_threads() > 1;
+  for (size_t g = 0; g < plan_.stages.size(); ++g) {
+    const PlanStage& stage = plan_.stages[g];
+    const size_t first = stage_task_begin_[g], count = stage_task_begin_[g + 1] - first;
+    if (threads && stage.parallel) {
+      // Thread k of n takes the k-th share of each split step's parts: the
+      // same rows of every step (and of the trees laid out in them), so a
+      // step mostly reads what the same thread wrote into its cache one
+      // stage before. Steps in one part go round the threads.
+      const size_t n = static_cast<size_t>(team->max_threads());
+      thread_local std::vector<int64_t> owner, order, group_end;
+      owner.resize(count);
+      group_end.assign(n, 0);
+      size_t turn = 0;
+      for (size_t t = 0; t < count; ++t) {
+        const Task& task = tasks_[first + t];
+        const int64_t parts = plan_.steps[task.step].parts;
+        owner[t] = parts > 1 ? task.part * static_cast<int64_t>(n) / parts : static_cast<int64_t>(turn++ % n);
+        ++group_end[owner[t]];
+      }
+      for (size_t k = 1; k < n; ++k) group_end[k] += group_end[k - 1];
+      order.resize(count);
+      for (size_t t = count; t-- > 0;) order[--group_end[owner[t]]] = static_cast<int64_t>(t);
+      for (size_t k = 0; k < n; ++k) group_end[k] = k + 1 < n ? group_end[k + 1] : static_cast<int64_t>(count);
+      // By pointer: a lambda names a thread_local, it does not capture it.
+      const int64_t* ordered = order.data();
+      team->Run(group_end, [&](int64_t t) { RunPart(tasks_[first + ordered[t]], address); });
+    } else {
+      for (size_t t = first; t < first + count; ++t) RunPart(tasks_[t], address);
+    }
+    if (poison_) {
+      for (int s = stage.begin; s < stage.end; ++s) Poison(s, address);
+    }
+  }
+  if (!step_ns_.empty()) runs_.fetch_add(1, std::memory_order_relaxed);
+  return results;
+}
+
+void NativeExecutable::RunPart(Task task, const std::vector<void*>& address) const {
+  const size_t s = static_cast<size_t>(task.step);
+  const PlanStep& step = plan_.steps[s];
   const bool profile = !step_ns_.empty();
-  for (size_t s = 0; s < plan_.steps.size(); ++s) {
-    ptrs.clear();
-    for (size_t k = operand_begin_[s]; k < operand_begin_[s + 1]; ++k) ptrs.push_back(address[operands_[k]]);
-    Clock::time_point start;
-    if (profile) start = Clock::now();
-    if (step_fn_[s]) {
-      step_fn_[s](ptrs.data(), outer_[s]);
-    } else if (plan_.steps[s].kind == PlanStep::Kind::kCopy) {
-      char* to = static_cast<char*>(ptrs.back());
-      for (const CopyBlock& b : plan_.steps[s].blocks) {
+  Clock::time_point start;
+  if (profile) start = Clock::now();
+  thread_local std::vector<void*> ptrs;
+  ptrs.clear();
+  for (size_t k = operand_begin_[s]; k < operand_begin_[s + 1]; ++k) ptrs.push_back(address[operands_[k]]);
+  if (step_fn_[s]) {
+    int64_t rows = outer_[s];
+    if (step.parts > 1) {
+      auto [first, last] = PartOf(outer_[s], 1, task.part, step.parts);
+      for (size_t k = operand_begin_[s]; k < operand_begin_[s + 1]; ++k) {
+        ptrs[k - operand_begin_[s]] = static_cast<char*>(ptrs[k - operand_begin_[s]]) + first * operand_row_bytes_[k];
+      }
+      rows = last - first;
+    }
+    if (rows > 0) step_fn_[s](ptrs.data(), rows);
+  } else if (step.kind == PlanStep::Kind::kCopy) {
+    char* to = static_cast<char*>(ptrs.back());
+    if (step.parts == 1) {
+      for (const CopyBlock& b : step.blocks) {
         std::memcpy(to + b.to, static_cast<const char*>(ptrs[b.input]) + b.from, b.bytes);
       }
     } else {
-      RunKernel(plan_.steps[s], ptrs);
+      // This part's range of the output's bytes, from the blocks (in order
+      // of `to`, checked by CheckStages) that overlap it.
+      auto [lo, hi] = PartOf(plan_.buffers[step.outputs[0]].bytes(), 64, task.part, step.parts);
+      auto b = std::partition_point(step.blocks.begin(), step.blocks.end(),
+                                    [lo = lo](const CopyBlock& x) { return x.to + x.bytes <= lo; });
+      for (; b != step.blocks.end() && b->to < hi; ++b) {
+        int64_t from = std::max(lo, b->to), until = std::min(hi, b->to + b->bytes);
+        std::memcpy(to + from, static_cast<const char*>(ptrs[b->input]) + b->from + (from - b->to),
+                    static_cast<size_t>(until - from));
+      }
     }
-    if (profile) {
-      auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - start).count();
-      step_ns_[s].fetch_add(ns, std::memory_order_relaxed);
-    }
-    if (poison_) Poison(static_cast<int>(s), address);
+  } else {
+    RunKernel(step, ptrs, task.part);
   }
-  if (profile) runs_.fetch_add(1, std::memory_order_relaxed);
-  return results;
+  if (profile) {
+    auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - start).count();
+    step_ns_[s].fetch_add(ns, std::memory_order_relaxed);
+  }
 }
 
 std::vector<ProfileLine> NativeExecutable::profile() const {
@@ -202,8 +293,9 @@ double NativeExecutable::GemmFlops(const PlanStep& step) const {
          static_cast<double>(transpose_a ? a[0] : a[1]);
 }
 
-// A registered operator's kernel on views of the buffers (inputs, then outputs).
-void NativeExecutable::RunKernel(const PlanStep& step, const std::vector<void*>& ptrs) const {
+// A registered operator's kernel, or part `part` of it, on views of the
+// buffers (inputs, then outputs).
+void NativeExecutable::RunKernel(const PlanStep& step, const std::vector<void*>& ptrs, int64_t part) const {
   std::vector<Tensor> ins, outs;
   size_t k = 0;
   for (int b : step.inputs) {
@@ -216,7 +308,11 @@ void NativeExecutable::RunKernel(const PlanStep& step, const std::vector<void*>&
   }
   // Nothing to compute when every output is empty.
   if (std::any_of(outs.begin(), outs.end(), [](const Tensor& t) { return t.numel() > 0; })) {
-    step.op->kernel(ins, outs, step.attrs);
+    if (step.parts > 1) {
+      step.op->split.kernel(ins, outs, step.attrs, part, step.parts);
+    } else {
+      step.op->kernel(ins, outs, step.attrs);
+    }
   }
 }
 

@@ -64,8 +64,13 @@ class NativeExecutable final : public Executable {
   const std::vector<std::shared_ptr<const CodeObject>>& objects() const { return objects_; }
 
  private:
+  struct Task {  // part `part` of step `step`
+    int step;
+    int64_t part;
+  };
   double GemmFlops(const PlanStep& step) const;
-  void RunKernel(const PlanStep& step, const std::vector<void*>& ptrs) const;
+  void RunPart(Task task, const std::vector<void*>& address) const;
+  void RunKernel(const PlanStep& step, const std::vector<void*>& ptrs, int64_t part) const;
   void Poison(int step, const std::vector<void*>& address) const;
 
   Plan plan_;
@@ -76,6 +81,10 @@ class NativeExecutable final : public Executable {
   // Step s's operands are operands_[operand_begin_[s] .. operand_begin_[s + 1]).
   std::vector<int> operands_;
   std::vector<size_t> operand_begin_;
+  std::vector<int64_t> operand_row_bytes_;  // per operand of a fused step: bytes per outermost row
+  // Stage g's tasks are tasks_[stage_task_begin_[g] .. stage_task_begin_[g + 1]).
+  std::vector<Task> tasks_;
+  std::vector<size_t> stage_task_begin_;
   std::vector<std::pair<int, int>> params_;       // (buffer, input)
   std::vector<std::pair<int, int64_t>> arena_;    // (buffer, offset in the arena)
   std::vector<std::pair<int, void*>> constants_;  // (buffer, data)

@@ -1,5 +1,7 @@
 #include "jit/plan.h"
 
+#include "jit/schedule.h"
+
 #include <algorithm>
 #include <functional>
 #include <limits>
@@ -10,6 +12,7 @@
 #include <unordered_set>
 
 #include "jit/moves.h"
+#include "jit/schedule.h"
 #include "jit/simplify.h"
 #include "jit/straight.h"
 #include "ops/packed_gemm.h"
@@ -58,6 +61,7 @@ class Lowering {
     ConcatenateInPlace();
     std::erase_if(plan_.steps, [](const PlanStep& step) { return step.outputs.empty(); });
     plan_.result_type = ResultTypeOf(s.result);
+    ScheduleStages(plan_);
     Lifetimes();
     PlanMemory();
     return std::move(plan_);
@@ -352,7 +356,14 @@ class Lowering {
     }
   }
 
+  // Each buffer's first and last step, widened to whole stages: buffers
+  // that share arena bytes then never meet in a stage, whose steps may run
+  // at once (jit/schedule.h).
   void Lifetimes() {
+    std::vector<int> stage_of(plan_.steps.size());
+    for (size_t i = 0; i < plan_.stages.size(); ++i) {
+      for (int s = plan_.stages[i].begin; s < plan_.stages[i].end; ++s) stage_of[s] = static_cast<int>(i);
+    }
     for (size_t s = 0; s < plan_.steps.size(); ++s) {
       int step = static_cast<int>(s);
       for (int b : plan_.steps[s].outputs) {  // written in place of a concatenation: its root
@@ -364,6 +375,10 @@ class Lowering {
         PlanBuffer& root = plan_.buffers[Root(b)];
         root.last_step = std::max(root.last_step, step);
       }
+    }
+    for (PlanBuffer& buf : plan_.buffers) {
+      if (buf.first_step >= 0) buf.first_step = plan_.stages[stage_of[buf.first_step]].begin;
+      if (buf.last_step >= 0) buf.last_step = plan_.stages[stage_of[buf.last_step]].end - 1;
     }
   }
 
@@ -487,7 +502,15 @@ std::string Plan::ToString() const {
     out += "view   " + name(static_cast<int>(b)) + " = " + name(buf.alias_of) +
            (buf.offset ? " + " + std::to_string(buf.offset) + " bytes" : "") + "  " + buf.type.ToString() + "\n";
   }
-  for (const PlanStep& s : steps) {
+  size_t stage = 0;
+  for (size_t i = 0; i < steps.size(); ++i) {
+    const PlanStep& s = steps[i];
+    if (stage < stages.size() && stages[stage].begin == static_cast<int>(i)) {
+      const PlanStage& st = stages[stage++];
+      int64_t tasks = 0;
+      for (int k = st.begin; k < st.end; ++k) tasks += steps[k].parts;
+      out += "stage " + std::to_string(stage - 1) + (st.parallel ? ": parallel, " + std::to_string(tasks) + " tasks" : ": serial") + "\n";
+    }
     std::string outs;
     for (int b : s.outputs) outs += (outs.empty() ? "" : ", ") + name(b) + " [" + where(b) + "]";
     std::string ins;
@@ -502,6 +525,7 @@ std::string Plan::ToString() const {
       for (const std::string& o : s.fused_ops) ops += (ops.empty() ? "" : ", ") + o;
       out += "fused  " + outs + " = {" + ops + "}(" + ins + ")  " + buffers[s.outputs[0]].type.ToString() + "\n";
     }
+    if (s.parts > 1) out.insert(out.size() - 1, "  ×" + std::to_string(s.parts));
   }
   std::string res;
   for (int b : results) res += (res.empty() ? "" : ", ") + name(b);

@@ -80,12 +80,25 @@ struct PlanStep {
   // kCopy: every byte of outputs[0], in order of `to`.
   std::vector<CopyBlock> blocks;
 
+  // Parts it splits into for threads (jit/schedule.h): rows of a fused
+  // kernel's outermost loop, ranges of a copy's output, the operator's
+  // KernelSplit for a kernel. 1: whole.
+  int64_t parts = 1;
+
   int64_t copied_bytes() const;  // of `blocks`
+};
+
+// Steps [begin, end) that touch no bytes another of them writes
+// (jit/schedule.h); `parallel` when they are worth dividing among threads.
+struct PlanStage {
+  int begin = 0, end = 0;
+  bool parallel = false;
 };
 
 struct Plan {
   std::vector<PlanBuffer> buffers;
   std::vector<PlanStep> steps;
+  std::vector<PlanStage> stages;  // cover `steps` in order
   std::vector<int> params;    // buffer per parameter
   std::vector<int> results;   // buffer per result tensor (depth first)
   Type result_type;

@@ -11,6 +11,7 @@
 //     element (what jit/ generates code from).
 #pragma once
 
+#include <algorithm>
 #include <functional>
 #include <span>
 #include <stdexcept>
@@ -132,6 +133,28 @@ using TypeRule =
 using Kernel = std::function<void(std::span<const Tensor> inputs, std::span<Tensor> outputs,
                                   const Attrs& attrs)>;
 
+// How a kernel's work divides among threads (jit/schedule.h splits a
+// compiled step that is worth it). `kernel(..., part, parts)` computes part
+// `part` of `parts`: disjoint pieces of the outputs that together make all
+// of them, each element by the same arithmetic however many parts there
+// are, so that splitting never changes a result.
+struct KernelSplit {
+  // The most parts these operands divide into (1: none).
+  std::function<int64_t(std::span<const TensorType> inputs, std::span<const TensorType> outputs,
+                        const Attrs& attrs)>
+      max_parts;
+  std::function<void(std::span<const Tensor> inputs, std::span<Tensor> outputs, const Attrs& attrs,
+                     int64_t part, int64_t parts)>
+      kernel;
+};
+
+// Part `part` of `parts` of [0, n) in whole units of `unit` (the last may
+// be short): [first, second). Parts beyond the units there are get nothing.
+inline std::pair<int64_t, int64_t> PartOf(int64_t n, int64_t unit, int64_t part, int64_t parts) {
+  const int64_t units = (n + unit - 1) / unit;
+  return {std::min(n, units * part / parts * unit), std::min(n, units * (part + 1) / parts * unit)};
+}
+
 struct OpDef {
   std::string name;
   std::vector<std::string> input_names;  // a single "inputs..." name: variadic
@@ -146,6 +169,7 @@ struct OpDef {
   int same_dtype_from = -1;
   TypeRule infer;
   Kernel kernel;
+  KernelSplit split;  // null members: the kernel runs whole
   GradRule grad;  // null: not differentiable (comparisons, argmax, ...)
 
   bool variadic() const { return input_names.size() == 1 && input_names[0].ends_with("..."); }

@@ -37,6 +37,7 @@
 #include "scheduler/residual_executable.h"
 #include "scheduler/trace_sinks.h"
 #include "support/parallel.h"
+#include "support/team.h"
 #include "support/thread_priority.h"
 
 namespace pejit {
@@ -178,6 +179,7 @@ class EngineImpl {
   Module module;
   const EngineOptions options;
   int workers;
+  int step_threads;  // EngineOptions::step_threads resolved: the caller and up to `workers` helpers
   CodeCache cache;
   JobQueue queue;
   PeCache pe_cache;  // shared by the workers' PE runs
@@ -225,7 +227,6 @@ class EngineImpl {
   bool Promote(Request& r, const SlotPtr& slot, JobPriority priority);
   void Spawn();
   void WorkerTask();
-  void FitBlasThreads();
   void RunJob(Job& job);
   void Cancel(Job& job, const char* why);
   void Wait(const Slot& slot);
@@ -302,12 +303,17 @@ class EngineImpl {
   std::condition_variable tasks_cv_;
   int64_t outstanding_ = 0;
   std::atomic<int64_t> jobs_in_flight_{0};  // outstanding_, read without the lock
-  std::atomic<int> blas_threads_{0};        // what FitBlasThreads last set (0: nothing yet)
   std::atomic<bool> stopping_{false};
 
   // wait_ready and policy sync sleep here until a slot leaves pending.
   std::mutex wait_mu_;
   std::condition_variable wait_cv_;
+
+  // Lends the arena's workers to compiled calls while no job is in flight;
+  // declared last, so destroyed first: it waits for its helpers while the arena and what they read are still there.
+  ArenaHelpers helpers_{arena_, workers, [this] {
+                          return jobs_in_flight_.load(std::memory_order_relaxed) > 0 || stopping_.load(std::memory_order_relaxed);
+                        }};
 };
 
 namespace {
@@ -334,6 +340,10 @@ EngineOptions Checked(EngineOptions o) {
     throw std::invalid_argument("EngineOptions::workers is " + std::to_string(o.workers) + "; it must be 0 (cores - 1) to " +
                                 std::to_string(kMaxWorkers));
   }
+  if (o.step_threads < 0 || o.step_threads > kMaxWorkers + 1) {
+    throw std::invalid_argument("EngineOptions::step_threads is " + std::to_string(o.step_threads) +
+                                "; it must be 0 (workers + 1) to " + std::to_string(kMaxWorkers + 1));
+  }
   return o;
 }
 
@@ -342,6 +352,7 @@ EngineOptions Checked(EngineOptions o) {
 EngineImpl::EngineImpl(EngineOptions opts)
     : options(Checked(std::move(opts))),
       workers(options.workers > 0 ? options.workers : DefaultWorkers()),
+      step_threads(options.step_threads > 0 ? std::min(options.step_threads, workers + 1) : workers + 1),
       cache(CacheLimits{options.code_cache_bytes, std::max(1, options.max_specializations_per_entry),
                         std::max(1, options.max_tracked_signatures_per_entry), options.retained_code_bytes}),
       pe_cache(options.pe_cache),
@@ -352,6 +363,7 @@ EngineImpl::EngineImpl(EngineOptions opts)
       sink_(trace_.sink()),
       started_us_(NowMicros()),
       arena_(workers, /*reserved_for_masters=*/0) {
+  if (step_threads > 1) SetBlasThreads(1);
   // TBB starts at most default_concurrency − 1 workers unless told otherwise
   // (process-wide: the smallest live global_control wins).
   if (workers > tbb::info::default_concurrency() - 1) {
@@ -474,17 +486,11 @@ void EngineImpl::Prepare(Request& r) {
   r.cacheable = true;
 }
 
-void EngineImpl::FitBlasThreads() {
-  if (options.idle_blas_threads <= 0) return;
-  int want = jobs_in_flight_.load(std::memory_order_relaxed) == 0 ? options.idle_blas_threads : 1;
-  // Read first: most calls change nothing, and need not write the shared line.
-  if (blas_threads_.load(std::memory_order_relaxed) == want) return;
-  if (blas_threads_.exchange(want, std::memory_order_relaxed) != want) SetBlasThreads(want);
-}
-
 ValueAndGrad EngineImpl::Run(Request& r) {
   if (sink_) r.start_us = NowMicros();
-  FitBlasThreads();
+  // Compiled code below may divide its stages among idle workers.
+  Team team(&helpers_, step_threads);
+  ScopedTeam scoped_team(&team);
   Prepare(r);
   if (!r.cacheable) return RunInterpreter(r);
   // (3) Look the slot up; one this engine never had may be on disk.
@@ -581,6 +587,7 @@ std::optional<ValueAndGrad> EngineImpl::RunGeneric(Request& r) {
     Event e = Make(EventKind::kCall, r.entry.name, &r.key.signature, start, NowMicros() - start);
     e.fields.push_back({"tier", std::string("generic")});
     e.fields.push_back({"mode", std::string(r.wrt ? "grad" : "value")});
+    e.fields.push_back({"threads", static_cast<int64_t>(Team::Current()->threads_used())});
     e.fields.push_back({"inspect_us", static_cast<int64_t>(schedule.inspect_ms * 1000)});
     if (schedule.kept) e.fields.push_back({"schedule", std::string("prefetched")});
     e.fields.push_back({"runs", static_cast<int64_t>(run.native_runs + run.interpreted_runs)});
@@ -684,6 +691,7 @@ std::optional<ValueAndGrad> EngineImpl::RunCompiled(Request& r, Slot& slot) {
       Event e = Make(EventKind::kCall, r.entry.name, &r.key.signature, start, end - start);
       e.fields.push_back({"tier", slot.tier});
       e.fields.push_back({"mode", std::string(r.wrt ? "grad" : "value")});
+      e.fields.push_back({"threads", static_cast<int64_t>(Team::Current()->threads_used())});
       Emit(e);
     }
   }
@@ -1281,6 +1289,7 @@ EngineStats Engine::stats() const {
   out.queued = impl_->queue.size();
   out.retained_bytes = impl_->cache.retained_bytes();
   out.workers = impl_->workers;
+  out.step_threads = impl_->step_threads;
   out.cache_dir = impl_->CacheDir();
   for (const auto& program : impl_->GenericPrograms()) out.generic_cells += program->cells();
   for (generic::SegmentCode* code : impl_->GenericSegments()->codes()) {

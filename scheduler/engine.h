@@ -116,13 +116,15 @@ struct EngineOptions {
   // policy sync, whose callers wait for the worker.
   int worker_nice = 10;
   Policy policy = Policy::Eager();
-  // OpenBLAS threads for the calls that find no compile job queued or
-  // running: the workers then leave the cores to the calling thread, whose
-  // larger GEMMs (an MLP's, whole minibatches) go faster on all of them.
-  // While a job is in flight, 1 (OpenBLAS's threads would oversubscribe the
-  // cores the workers use). The calling thread sets it on entry, so with
-  // several calling threads leave it 0: BLAS's thread count untouched.
-  int idle_blas_threads = 0;
+  // Threads a compiled call may use, the calling thread included: while no
+  // compile job is queued or running, a call borrows up to this many − 1
+  // workers for the stages of its plan worth dividing (jit/schedule.h), and
+  // a job that arrives takes its worker back after the part it is running.
+  // Results are the same bits whatever the number. 0: workers + 1; 1: each
+  // call on its own thread. With more than 1 the engine sets OpenBLAS to one
+  // thread (process-wide): parts are its unit of parallelism, and BLAS's own
+  // threads would oversubscribe the cores.
+  int step_threads = 0;
   // Sum of Executable::code_bytes() over the ready specializations; past it
   // the least recently used are evicted.
   size_t code_cache_bytes = size_t{256} << 20;
@@ -310,6 +312,7 @@ struct EngineStats {
   size_t queued = 0;      // jobs waiting for a worker
   size_t retained_bytes = 0;  // invalidated code kept for its kernels (EngineOptions::retained_code_bytes)
   int workers = 0;
+  int step_threads = 0;  // EngineOptions::step_threads resolved: threads a compiled step may use
   // The generic tier, over the entries' current programs: cells, distinct
   // segment programs, their variants (segment × row bucket) and how many of
   // those have native code, and its bytes.

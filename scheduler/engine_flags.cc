@@ -16,6 +16,11 @@ void AddEngineFlags(CLI::App& app, EngineFlags& flags) {
   app.add_option("--workers", flags.workers, "background compile workers (0: cores - 1)")
       ->capture_default_str()
       ->check(WholeNumber(0, kMaxWorkers));
+  app.add_option("--step-threads", flags.step_threads,
+                 "threads a compiled step may use while nothing compiles, the caller's included (0: workers + 1; "
+                 "1: the caller's alone)")
+      ->capture_default_str()
+      ->check(WholeNumber(0, kMaxWorkers + 1));
   app.add_option("--policy", flags.policy, "eager, hot:N, interpreter or sync")
       ->capture_default_str()
       ->check(ParsedBy(&Policy::Parse, "POLICY"));
@@ -29,6 +34,7 @@ void AddEngineFlags(CLI::App& app, EngineFlags& flags) {
 
 void ApplyEngineFlags(const EngineFlags& flags, EngineOptions& options) {
   options.workers = flags.workers;
+  options.step_threads = flags.step_threads;
   options.policy = Policy::Parse(flags.policy);
   options.log_level = flags.log_level;
   options.trace_file = UserPath(flags.trace_file);

@@ -1,5 +1,5 @@
 // \file The engine's options as every command-line tool spells them:
-// --workers, --policy, --log, --trace and --cache-dir, declared once so that the demos,
+// --workers, --step-threads, --policy, --log, --trace and --cache-dir, declared once so that the demos,
 // `pejit replay` and the benchmarks check them alike and say the same about
 // them (a bad value is refused when the line is parsed, by the parsers the
 // engine itself uses).
@@ -15,6 +15,7 @@ namespace pejit {
 
 struct EngineFlags {
   int workers = 0;               // 0: cores - 1
+  int step_threads = 0;          // EngineOptions::step_threads (0: workers + 1)
   std::string policy = "eager";  // Policy::Parse
   std::string log_level;         // empty: PEJIT_LOG (docs/tracing.md)
   std::string trace_file;        // empty: PEJIT_TRACE
@@ -25,7 +26,7 @@ struct EngineFlags {
 // defaults shown by --help.
 void AddEngineFlags(CLI::App& app, EngineFlags& flags);
 
-// Sets `options`' workers, policy, log level, trace file and code cache. A
+// Sets `options`' workers, step threads, policy, log level, trace file and code cache. A
 // relative path is the user's (UserPath), not the runfiles directory's.
 void ApplyEngineFlags(const EngineFlags& flags, EngineOptions& options);
 

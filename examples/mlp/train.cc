@@ -33,9 +33,6 @@ struct Config {
   int epochs = 1;
   mlp::RunOptions run;
   EngineFlags engine;
-  int blas_threads = 1;
-  // EngineOptions::idle_blas_threads: all cores once nothing is compiling.
-  int idle_blas_threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
 };
 
 using Clock = std::chrono::steady_clock;
@@ -73,13 +70,11 @@ std::string TiersText(const mlp::TierCounts& t) {
 int Run(const Config& c, dist::Communicator& group) {
   auto start = Clock::now();
   const bool lead = group.rank() == 0;
-  SetBlasThreads(c.blas_threads);
   mlp::FashionMnist data = mlp::LoadFashionMnist(UserPath(c.data));
   mlp::Split train = Head(data.train, c.limit), test = Head(data.test, c.limit);
 
   EngineOptions options;
   ApplyEngineFlags(c.engine, options);
-  options.idle_blas_threads = c.idle_blas_threads;
   mlp::Trainer trainer(c.run, train, test, options, &group);
 
   if (lead) std::fprintf(stderr, "pejit MLP 784-256-10 on Fashion-MNIST: %lld train / %lld test images, batch %d, %s lr %g, "
@@ -175,13 +170,6 @@ int main(int argc, char** argv) {
   app.add_option("--weight-decay", c.run.optimizer.weight_decay)->capture_default_str()->check(pejit::NonNegativeReal());
   app.add_option("--seed", c.run.seed)->capture_default_str();
   pejit::AddEngineFlags(app, c.engine);
-  app.add_option("--blas-threads", c.blas_threads, "OpenBLAS threads per GEMM")
-      ->capture_default_str()
-      ->check(pejit::WholeNumber(1, 1024));
-  app.add_option("--idle-blas-threads", c.idle_blas_threads,
-                 "OpenBLAS threads while no compile job is in flight (0: --blas-threads throughout)")
-      ->capture_default_str()
-      ->check(pejit::WholeNumber(0, 1024));
   CLI11_PARSE(app, argc, argv);
   pejit::dist::Communicator* group = nullptr;
   try {

@@ -53,7 +53,26 @@ std::vector<TensorType> MatmulType(std::span<const TensorType> in, const Attrs& 
   return {{a.dtype, out}};
 }
 
-void MatmulKernel(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& attrs) {
+// Splitting a product among threads (OpDef::split): by rows of the output
+// while there are at least two units of them, else by columns; a batched
+// product by batch entries. Every element is still one dot product over
+// all of k, so the parts sum exactly as the whole does.
+constexpr int64_t kRowUnit = 12;           // whole blocks of the packed micro-kernels (12 rows; 6 with AVX2)
+constexpr int64_t kColUnit = kPackedPanel;  // whole panels
+
+bool SplitsRows(int64_t m) { return m >= 2 * kRowUnit; }
+
+int64_t MaxParts2d(int64_t m, int64_t n) {
+  return SplitsRows(m) ? (m + kRowUnit - 1) / kRowUnit : std::max<int64_t>(1, (n + kColUnit - 1) / kColUnit);
+}
+
+int64_t MatmulMaxParts(std::span<const TensorType>, std::span<const TensorType> out, const Attrs&) {
+  const Shape& c = out[0].shape;
+  if (c.size() == 3) return std::max<int64_t>(1, c[0]);
+  return MaxParts2d(c[0], c[1]);
+}
+
+void MatmulPart(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& attrs, int64_t part, int64_t parts) {
   bool ta = attrs.GetBool("transpose_a"), tb = attrs.GetBool("transpose_b");
   GemmDims d = MatmulDims(in[0].shape(), in[1].shape(), ta, tb);
   int r = in[0].rank();
@@ -61,13 +80,28 @@ void MatmulKernel(std::span<const Tensor> in, std::span<Tensor> out, const Attrs
   DispatchDType(in[0].dtype(), [&](auto zero) {
     using T = decltype(zero);
     if constexpr (std::is_floating_point_v<T>) {
-      for (int64_t i = 0; i < d.batch; ++i) {
-        Gemm(ta, tb, d.m, d.n, d.k, T(1), in[0].data<T>() + i * d.m * d.k, lda,
-             in[1].data<T>() + i * d.k * d.n, ldb, T(0), out[0].data<T>() + i * d.m * d.n, d.n);
+      const T *a = in[0].data<T>(), *b = in[1].data<T>();
+      T* c = out[0].data<T>();
+      if (r == 3) {
+        auto [first, last] = PartOf(d.batch, 1, part, parts);
+        for (int64_t i = first; i < last; ++i) {
+          Gemm(ta, tb, d.m, d.n, d.k, T(1), a + i * d.m * d.k, lda, b + i * d.k * d.n, ldb, T(0), c + i * d.m * d.n, d.n);
+        }
+      } else if (SplitsRows(d.m)) {
+        auto [first, last] = PartOf(d.m, kRowUnit, part, parts);
+        if (first == last) return;
+        // Row i of op(A) starts at a + i·lda, or at column i when A is stored transposed.
+        Gemm(ta, tb, last - first, d.n, d.k, T(1), a + (ta ? first : first * lda), lda, b, ldb, T(0), c + first * d.n, d.n);
+      } else {
+        auto [first, last] = PartOf(d.n, kColUnit, part, parts);
+        if (first == last) return;
+        Gemm(ta, tb, d.m, last - first, d.k, T(1), a, lda, b + (tb ? first * ldb : first), ldb, T(0), c + first, d.n);
       }
     }
   });
 }
+
+void MatmulKernel(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& attrs) { MatmulPart(in, out, attrs, 0, 1); }
 
 std::vector<GradValue> MatmulGrad(GradBuilder& b, const GradContext& c) {
   GradValue A = c.inputs[0], B = c.inputs[1], g = c.output_grads[0];
@@ -126,6 +160,25 @@ std::vector<GradValue> DenseGrad(GradBuilder& b, const GradContext& c) {
           b.Emit("sum", {g}, {{"axes", std::vector<int64_t>{0}}})};
 }
 
+int64_t DenseMaxParts(std::span<const TensorType>, std::span<const TensorType> out, const Attrs&) {
+  return std::max<int64_t>(1, (out[0].shape[0] + kRowUnit - 1) / kRowUnit);
+}
+
+void DensePart(std::span<const Tensor> in, std::span<Tensor> out, const Attrs&, int64_t part, int64_t parts) {
+  const Tensor &x = in[0], &w = in[1], &bias = in[2];
+  int64_t k = x.shape()[1], m = w.shape()[0];
+  auto [first, last] = PartOf(x.shape()[0], kRowUnit, part, parts);
+  if (first == last) return;
+  DispatchDType(x.dtype(), [&](auto zero) {
+    using T = decltype(zero);
+    if constexpr (std::is_floating_point_v<T>) {
+      T* y = out[0].data<T>() + first * m;
+      for (int64_t i = 0; i < last - first; ++i) std::copy_n(bias.data<T>(), m, y + i * m);
+      Gemm(false, true, last - first, m, k, T(1), x.data<T>() + first * k, k, w.data<T>(), k, T(1), y, m);
+    }
+  });
+}
+
 std::vector<TensorType> GemmPackType(std::span<const TensorType> in, const Attrs& attrs) {
   const TensorType& b = in[0];
   RequireDType("gemm_pack", "rhs", b, {DType::kF32});
@@ -173,6 +226,29 @@ void PackedMatmulKernel(std::span<const Tensor> in, std::span<Tensor> out, const
   GemmPacked(m, n, k, a.data<float>(), k, packed.data<float>(), out[0].data<float>(), n, false);
 }
 
+int64_t PackedMaxParts(std::span<const TensorType>, std::span<const TensorType> out, const Attrs&) {
+  return MaxParts2d(out[0].shape[0], out[0].shape[1]);
+}
+
+// Rows [first, last) of the output, or the columns of whole panels [first, last).
+void PackedPart(const Tensor& a, const Tensor& packed, float* c, int64_t n, bool accumulate, int64_t part, int64_t parts) {
+  int64_t m = a.shape()[0], k = a.shape()[1];
+  if (SplitsRows(m)) {
+    auto [first, last] = PartOf(m, kRowUnit, part, parts);
+    if (first < last) GemmPacked(last - first, n, k, a.data<float>() + first * k, k, packed.data<float>(), c + first * n, n, accumulate);
+  } else {
+    auto [first, last] = PartOf(n, kColUnit, part, parts);
+    if (first < last) {
+      GemmPacked(m, last - first, k, a.data<float>(), k, packed.data<float>() + first / kPackedPanel * k * kPackedPanel,
+                 c + first, n, accumulate);
+    }
+  }
+}
+
+void PackedMatmulPart(std::span<const Tensor> in, std::span<Tensor> out, const Attrs&, int64_t part, int64_t parts) {
+  PackedPart(in[0], in[1], out[0].data<float>(), out[0].shape()[1], false, part, parts);
+}
+
 std::vector<TensorType> PackedDenseType(std::span<const TensorType> in, const Attrs&) {
   const TensorType& bias = in[2];
   RequireDType("packed_dense", "bias", bias, {DType::kF32});
@@ -188,6 +264,21 @@ void PackedDenseKernel(std::span<const Tensor> in, std::span<Tensor> out, const 
   GemmPacked(m, n, k, x.data<float>(), k, packed.data<float>(), y, n, true);
 }
 
+void PackedDensePart(std::span<const Tensor> in, std::span<Tensor> out, const Attrs&, int64_t part, int64_t parts) {
+  const Tensor &x = in[0], &bias = in[2];
+  int64_t m = x.shape()[0], n = bias.shape()[0];
+  float* y = out[0].data<float>();
+  // The bias where this part's products land, then the products added.
+  if (SplitsRows(m)) {
+    auto [first, last] = PartOf(m, kRowUnit, part, parts);
+    for (int64_t i = first; i < last; ++i) std::copy_n(bias.data<float>(), n, y + i * n);
+  } else {
+    auto [first, last] = PartOf(n, kColUnit, part, parts);
+    for (int64_t i = 0; i < m; ++i) std::copy(bias.data<float>() + first, bias.data<float>() + last, y + i * n + first);
+  }
+  PackedPart(x, in[1], y, n, true, part, parts);
+}
+
 }  // namespace
 
 void RegisterGemmOps(Registry& r) {
@@ -199,6 +290,7 @@ void RegisterGemmOps(Registry& r) {
   matmul.batch = BatchRule::kGemm;
   matmul.infer = MatmulType;
   matmul.kernel = MatmulKernel;
+  matmul.split = {MatmulMaxParts, MatmulPart};
   matmul.grad = MatmulGrad;
   AddOp(r, std::move(matmul));
 
@@ -209,6 +301,7 @@ void RegisterGemmOps(Registry& r) {
   dense.batch = BatchRule::kGemm;
   dense.infer = DenseType;
   dense.kernel = DenseKernel;
+  dense.split = {DenseMaxParts, DensePart};
   dense.grad = DenseGrad;
   AddOp(r, std::move(dense));
 
@@ -227,6 +320,7 @@ void RegisterGemmOps(Registry& r) {
   packed_matmul.fusion = FusionKind::kGemm;
   packed_matmul.infer = PackedMatmulType;
   packed_matmul.kernel = PackedMatmulKernel;
+  packed_matmul.split = {PackedMaxParts, PackedMatmulPart};
   AddOp(r, std::move(packed_matmul));
 
   OpDef packed_dense;
@@ -235,6 +329,7 @@ void RegisterGemmOps(Registry& r) {
   packed_dense.fusion = FusionKind::kGemm;
   packed_dense.infer = PackedDenseType;
   packed_dense.kernel = PackedDenseKernel;
+  packed_dense.split = {PackedMaxParts, PackedDensePart};
   AddOp(r, std::move(packed_dense));
 }
 

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstring>
 #include <atomic>
 #include <future>
 #include <memory>
@@ -670,35 +671,48 @@ TEST_F(EngineTest, WorkersCompileAtALowerPriorityUnlessTheCallerWaits) {
   }
 }
 
-// EngineOptions::idle_blas_threads: BLAS gets the cores while no compile job
-// is in flight, and gives them back (1 thread) to the workers while one is.
-TEST_F(EngineTest, BlasUsesTheIdleThreadCountOnlyWhileNothingCompiles) {
-  SetBlasThreads(1);
+// EngineOptions::step_threads: a compiled call divides its stages with the
+// idle worker, borrows none while a compile job is in flight, and gives the
+// same bits either way.
+TEST_F(EngineTest, CompiledCallsBorrowTheWorkerOnlyWhileNothingCompiles) {
   std::atomic<bool> compiling{false}, release{false};
   EngineOptions options;
   options.generic = false;  // the per-minibatch tiers (fixtures.h)
   options.workers = 1;
-  options.idle_blas_threads = 2;
-  options.before_compile = [&](const CompileInfo&) {
+  options.step_threads = 2;
+  options.before_compile = [&](const CompileInfo& info) {
+    if (info.entry != "scale") return;
     compiling = true;
     while (!release) std::this_thread::sleep_for(1ms);
   };
-  options.compile = [](const Residual& r) { return CompileWithResidualInterpreter(r); };
   Start(std::move(options));
-  Entry loss = engine_->entry("loss");
-  std::vector<Value> args = TreeArgs(4);
-  loss.call(args);  // nothing in flight when it starts; it queues the job
-  EXPECT_EQ(BlasThreads(), 2);
-  ASSERT_TRUE(Eventually([&] { return compiling.load(); }));
-  loss.call(args);
-  EXPECT_EQ(BlasThreads(), 1) << "a call while the job compiles";
-  release = true;
-  ASSERT_EQ(loss.wait_ready(args).state, State::kReady);
+  EXPECT_EQ(engine_->stats().step_threads, 2);
+  // A product of 33 MFLOP: its stage is divided (jit/schedule.h).
+  Rng rng(5);
+  std::vector<Value> args = {RandomMatrix(rng, 256, 256), RandomMatrix(rng, 256, 256)};
+  Entry other = engine_->entry("other");
+  ASSERT_EQ(other.wait_ready(args).state, State::kReady);
+  auto last_threads = [&] { return events_->Of(EventKind::kCall, "other").back().Text("threads"); };
+  Value alone = other.call(args);
+  const Tensor& y = alone.fields()[0].tensor();
+  // The worker is lent: some call (the first may end before it arrives) has two threads.
   EXPECT_TRUE(Eventually([&] {
-    loss.call(args);
-    return BlasThreads() == 2;
-  })) << "calls after the job finished";
-  SetBlasThreads(1);
+    Value v = other.call(args);
+    EXPECT_EQ(std::memcmp(v.fields()[0].tensor().raw_data(), y.raw_data(), y.nbytes()), 0);
+    return last_threads() == "2";
+  }));
+  // A job in flight: calls run alone, and the same bits.
+  Entry scale = engine_->entry("scale");
+  std::vector<Value> scale_args = {Value(Tensor::FromVector<float>({2}, {1, 2})), Value(Tensor::ScalarOf(DType::kF32, 3))};
+  scale.prefetch(scale_args);
+  ASSERT_TRUE(Eventually([&] { return compiling.load(); }));
+  for (int i = 0; i < 3; ++i) {
+    Value v = other.call(args);
+    EXPECT_EQ(last_threads(), "1") << "a call while a job compiles";
+    EXPECT_EQ(std::memcmp(v.fields()[0].tensor().raw_data(), y.raw_data(), y.nbytes()), 0);
+  }
+  release = true;
+  ASSERT_EQ(scale.wait_ready(scale_args).state, State::kReady);
 }
 
 }  // namespace

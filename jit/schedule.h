@@ -1,0 +1,54 @@
+// \file The parallel schedule of a plan: stages of independent steps, and
+// steps split into parts, decided when the plan is made.
+//
+// A compiled step runs its plan on the calling thread and, while the
+// engine's workers have nothing to compile, on them too (support/team.h).
+// What may run side by side is fixed here, from the plan alone:
+//   - Stages. Steps are ordered as late as their results are needed (ALAP
+//     over the dependences of the bytes they read and write), and the steps
+//     of one depth form a stage: no step of a stage reads or writes bytes
+//     another one writes, so they may run in any order or at once. The
+//     memory plan then counts lifetimes in whole stages, so that buffers
+//     sharing arena bytes never meet in one stage.
+//   - Parts. A step whose cost (estimated from its shapes) is worth several
+//     threads is split: a fused kernel by rows of its outermost loop, a copy
+//     by ranges of its output's bytes, a product by its operator's
+//     KernelSplit (ops/op.h). The number of parts depends on the step
+//     alone, never on how many threads run it, and a part computes each of
+//     its elements as the whole step would: results are the same bits with
+//     one thread or many.
+//   - A stage whose work is below kParallelStageNs runs serially: dividing it
+//     would cost more than it gains.
+#pragma once
+
+#include <cstdint>
+
+#include "jit/plan.h"
+
+namespace pejit {
+
+// Estimated cost below which a stage runs on the calling thread alone, and
+// the least work a part of a split step should have: claiming a task and
+// the cache lines a split shares cost about a microsecond.
+inline constexpr double kParallelStageNs = 20000;
+inline constexpr double kPartNs = 10000;
+// The most parts a step splits into: enough for 8 threads. A constant, so
+// that results never depend on the machine.
+inline constexpr int64_t kMaxParts = 8;
+
+// Estimated nanoseconds `step` takes on one core (GEMM at ~50 GFLOP/s,
+// memory at ~8 GB/s): a coarse model, good enough to tell a 1 µs step from a
+// 50 µs one.
+double StepCostNs(const Plan& plan, const PlanStep& step);
+
+// Orders `plan.steps` by stages and fills `plan.stages` and each step's
+// `parts`. Runs before memory planning (buffers' offsets unassigned).
+void ScheduleStages(Plan& plan);
+
+// Throws JitFailure naming the steps when two steps of one stage touch
+// overlapping bytes (one of them writing), or the stages do not cover the
+// steps in order, or a step's parts are out of range: for plans read back
+// from an image, whose memory plan is already made.
+void CheckStages(const Plan& plan);
+
+}  // namespace pejit

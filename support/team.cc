@@ -1,0 +1,216 @@
+#include "support/team.h"
+
+#include "support/parallel.h"
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <exception>
+#include <mutex>
+#include <stdexcept>
+#include <thread>
+#include <vector>
+
+namespace pejit {
+namespace {
+
+inline void CpuRelax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#endif
+}
+
+// A helper that found no task for this long goes back to its pool (the next
+// stage borrows it again): it spins between stages, which are microseconds
+// apart, but must not hold a core through a long serial stretch.
+constexpr auto kIdleBeforeLeaving = std::chrono::microseconds(200);
+
+thread_local Team* current_team = nullptr;
+
+}  // namespace
+
+// What the caller and its helpers share; helpers hold it, so that one
+// starting after its call ended still reads valid memory.
+struct Team::Shared {
+  // One group's claim word, alone on its cache line: the stage's number in
+  // the high 32 bits, the group's tasks nobody has claimed yet in the low
+  // 32. Claiming one is a compare-and-swap of this word, so a thread
+  // holding a stale stage number claims nothing.
+  struct alignas(64) Group {
+    std::atomic<uint64_t> claim{0};
+    // The group's tasks: written before `claim` publishes the stage, read
+    // only by a thread that claimed one of them (the stage cannot end, and
+    // they cannot change, before that task is done).
+    int64_t first = 0, count = 0;
+  };
+
+  Shared(HelperPool* pool, int groups) : pool(pool), groups(static_cast<size_t>(groups)) {}
+
+  HelperPool* pool;
+  std::vector<Group> groups;
+  const std::function<void(int64_t)>* task = nullptr;
+  uint64_t stage = 0;  // the caller's alone
+  alignas(64) std::atomic<int64_t> done{0};
+  std::atomic<bool> ended{false};
+  std::atomic<int> helpers{0};      // lent and not yet returned
+  std::atomic<int> helped{0};       // helpers that ran a task of this call
+  std::atomic<int> next_helper{0};  // numbers the helpers that arrive
+  std::mutex error_mu;
+  std::exception_ptr error;
+
+  // Claims and runs one task of group g; false when it has none left.
+  bool RunOneOf(Group& g) {
+    uint64_t word = g.claim.load(std::memory_order_acquire);
+    while ((word & 0xffffffffu) != 0) {
+      if (g.claim.compare_exchange_weak(word, word - 1, std::memory_order_acq_rel, std::memory_order_acquire)) {
+        const int64_t index = g.first + g.count - static_cast<int64_t>(word & 0xffffffffu);
+        try {
+          (*task)(index);
+        } catch (...) {
+          std::lock_guard<std::mutex> lock(error_mu);
+          if (!error) error = std::current_exception();
+        }
+        done.fetch_add(1, std::memory_order_release);
+        return true;
+      }
+    }
+    return false;
+  }
+
+  // One task, of thread `self`'s group if it has any left, else of the next
+  // group that does; false when no group has.
+  bool RunOne(size_t self) {
+    for (size_t k = 0; k < groups.size(); ++k) {
+      if (RunOneOf(groups[(self + k) % groups.size()])) return true;
+    }
+    return false;
+  }
+
+  void Help() {
+    using Clock = std::chrono::steady_clock;
+    // Threads 1 .. groups − 1; a helper lent after another left may share
+    // its number (it then prefers the same group: only locality suffers).
+    const size_t self = 1 + static_cast<size_t>(next_helper.fetch_add(1, std::memory_order_relaxed)) % (groups.size() - 1);
+    Clock::time_point idle_since = Clock::now();
+    int spins = 0;
+    bool counted = false;
+    while (!ended.load(std::memory_order_acquire) && !pool->recalled()) {
+      if (RunOne(self)) {
+        if (!counted) helped.fetch_add(1, std::memory_order_relaxed);
+        counted = true;
+        spins = 0;
+        idle_since = Clock::now();
+        continue;
+      }
+      CpuRelax();
+      if (++spins % 256 == 0 && Clock::now() - idle_since > kIdleBeforeLeaving) break;
+    }
+    helpers.fetch_sub(1, std::memory_order_release);
+  }
+};
+
+ArenaHelpers::ArenaHelpers(tbb::task_arena& arena, int capacity, std::function<bool()> recalled)
+    : arena_(arena), capacity_(capacity), recalled_(std::move(recalled)) {}
+
+ArenaHelpers::~ArenaHelpers() {
+  std::unique_lock<std::mutex> lock(mu_);
+  returned_.wait(lock, [&] { return out_ == 0; });
+}
+
+void ArenaHelpers::Lend(int count, std::function<void()> help) {
+  for (int i = 0; i < count; ++i) {
+    {
+      // Through a queue of ours, not the task's captures: TBB is not built
+      // for ThreadSanitizer, which would not see the hand-off of a capture.
+      std::lock_guard<std::mutex> lock(mu_);
+      ++out_;
+      pending_.push_back(help);
+    }
+    TsanRelease(this);
+    arena_.enqueue([this] {
+      TsanAcquire(this);
+      std::function<void()> next;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        next = std::move(pending_.front());
+        pending_.pop_front();
+      }
+      next();
+      std::lock_guard<std::mutex> lock(mu_);
+      --out_;
+      returned_.notify_all();
+    });
+  }
+}
+
+Team::Team(HelperPool* pool, int max_threads)
+    : pool_(pool), max_threads_(pool ? std::max(1, std::min(max_threads, pool->capacity() + 1)) : 1) {}
+
+Team::~Team() {
+  if (shared_) shared_->ended.store(true, std::memory_order_release);
+}
+
+void Team::Run(int64_t tasks, const std::function<void(int64_t)>& task) {
+  std::vector<int64_t> group_end(static_cast<size_t>(max_threads_));
+  for (size_t g = 0; g < group_end.size(); ++g) {
+    group_end[g] = tasks * static_cast<int64_t>(g + 1) / max_threads_;
+  }
+  Run(group_end, task);
+}
+
+void Team::Run(std::span<const int64_t> group_end, const std::function<void(int64_t)>& task) {
+  if (static_cast<int>(group_end.size()) != max_threads_) {
+    throw std::invalid_argument("Team::Run: " + std::to_string(group_end.size()) + " groups for a team of " +
+                                std::to_string(max_threads_));
+  }
+  const int64_t tasks = group_end.back();
+  if (tasks <= 0) return;
+  if (max_threads_ <= 1 || tasks == 1) {
+    for (int64_t i = 0; i < tasks; ++i) task(i);
+    return;
+  }
+  if (!shared_) {  // most calls never get here: made at their first divided stage
+    shared_ = std::make_shared<Shared>(pool_, max_threads_);
+  }
+  Shared& s = *shared_;
+  // Borrow helpers when none is here (none lent yet, or all went back idle)
+  // and the pool has no work of its own.
+  if (s.helpers.load(std::memory_order_acquire) == 0 && !pool_->recalled()) {
+    const int count = max_threads_ - 1;
+    s.helpers.store(count, std::memory_order_relaxed);
+    pool_->Lend(count, [shared = shared_] { shared->Help(); });
+  }
+  s.task = &task;
+  s.done.store(0, std::memory_order_relaxed);
+  ++s.stage;
+  int64_t first = 0;
+  for (size_t g = 0; g < s.groups.size(); ++g) {
+    const int64_t count = group_end[g] - first;
+    if (count < 0 || count > 0xffffffffLL) throw std::invalid_argument("Team::Run: a group of " + std::to_string(count) + " tasks");
+    s.groups[g].first = first;
+    s.groups[g].count = count;
+    first = group_end[g];
+  }
+  for (Shared::Group& g : s.groups) {
+    g.claim.store((s.stage << 32) | static_cast<uint64_t>(g.count), std::memory_order_release);
+  }
+  while (s.RunOne(0)) {
+  }
+  // Tasks helpers claimed may still run: each is one step's part, short.
+  while (s.done.load(std::memory_order_acquire) != tasks) CpuRelax();
+  std::exception_ptr error;
+  {
+    std::lock_guard<std::mutex> lock(s.error_mu);
+    std::swap(error, s.error);
+  }
+  if (error) std::rethrow_exception(error);
+}
+
+int Team::threads_used() const { return 1 + (shared_ ? shared_->helped.load(std::memory_order_relaxed) : 0); }
+
+Team* Team::Current() { return current_team; }
+
+ScopedTeam::ScopedTeam(Team* team) : previous_(current_team) { current_team = team; }
+ScopedTeam::~ScopedTeam() { current_team = previous_; }
+
+}  // namespace pejit

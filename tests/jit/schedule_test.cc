@@ -1,0 +1,144 @@
+// The parallel schedule (jit/schedule.h): stages of steps that touch
+// disjoint bytes, steps split into parts, and the same bits from a compiled
+// step whatever the number of threads that run it.
+#include "jit/schedule.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "examples/treelstm/listops.h"
+#include "examples/treelstm/model.h"
+#include "ir/parser.h"
+#include "jit/native_executable.h"
+#include "jit/pipeline.h"
+#include "ops/random.h"
+#include "pe/partial_eval.h"
+#include "support/team.h"
+#include "tests/support/thread_pool.h"
+
+namespace pejit {
+namespace {
+
+using testing_support::ThreadPool;
+
+// Runs `exe` as an engine call with `threads` threads does.
+std::vector<Tensor> RunWith(const Executable& exe, const std::vector<Tensor>& inputs, int threads) {
+  ThreadPool pool(threads - 1);
+  Team team(&pool, threads);
+  ScopedTeam scoped(&team);
+  return exe.Run(inputs);
+}
+
+void ExpectSameBits(const std::vector<Tensor>& a, const std::vector<Tensor>& b, const std::string& what) {
+  ASSERT_EQ(a.size(), b.size()) << what;
+  for (size_t i = 0; i < a.size(); ++i) {
+    ASSERT_EQ(a[i].type(), b[i].type()) << what << ", result " << i;
+    EXPECT_EQ(std::memcmp(a[i].raw_data(), b[i].raw_data(), a[i].nbytes()), 0) << what << ", result " << i;
+  }
+}
+
+const Plan& PlanOf(const ExecutablePtr& exe) {
+  auto* native = dynamic_cast<const NativeExecutable*>(exe.get());
+  if (!native) throw std::logic_error("not a native executable");
+  return native->plan();
+}
+
+int ParallelStages(const Plan& plan) {
+  int n = 0;
+  for (const PlanStage& s : plan.stages) n += s.parallel;
+  return n;
+}
+
+// A Tree-LSTM minibatch's training step (loss and gradients) and inference
+// step: big enough that some stages are divided and some steps split.
+TEST(Schedule, ATreeLstmStepGivesTheSameBitsOnOneTwoAndFourThreads) {
+  Module module;
+  module.AddSource(treelstm::ModelSource(), "treelstm.pj");
+  Snapshot snapshot = module.snapshot();
+  treelstm::Batch b = treelstm::GeneratedListOpsBatch(7, 16, *snapshot);
+  Rng rng(3);
+  std::vector<Value> args = {b.trees, b.labels, treelstm::InitParams(rng, {listops::kVocabularySize, 64, 128, listops::kClasses})};
+  auto session = JitSession::Create();
+  for (bool grad : {true, false}) {
+    SCOPED_TRACE(grad ? "training" : "inference");
+    PipelineOptions options;
+    if (grad) options.wrt_leaves = FloatWrtLeaves(args, std::vector<int>{2});
+    ExecutablePtr exe = CompileResidual(*session, PartialEvaluate(*snapshot, "loss", args).main, options);
+    const Plan& plan = PlanOf(exe);
+    EXPECT_NO_THROW(CheckStages(plan));
+    EXPECT_GT(ParallelStages(plan), 0) << plan.ToString();
+    std::vector<Tensor> inputs = Flatten(args);
+    std::vector<Tensor> alone = exe->Run(inputs);
+    for (int threads : {1, 2, 4}) {
+      for (int run = 0; run < 3; ++run) ExpectSameBits(alone, RunWith(*exe, inputs, threads), std::to_string(threads) + " threads");
+    }
+  }
+}
+
+// A product too big for one thread is split, and prints so; its parts give
+// the bits of any number of threads.
+TEST(Schedule, ALargeProductIsSplitIntoParts) {
+  Module module;
+  module.AddSource(R"(
+def @f(%x: Tensor[(256, 512), f32], %w: Tensor[(512, 384), f32], %v: Tensor[(384, 64), f32]) -> Tensor[(256, 64), f32] {
+  matmul(tanh(matmul(%x, %w)), %v)
+}
+)", "f.pj");
+  Rng rng(1);
+  std::vector<Value> args = {Value(RandomNormal(rng, {256, 512}, 0, 1)), Value(RandomNormal(rng, {512, 384}, 0, 1)),
+                             Value(RandomNormal(rng, {384, 64}, 0, 1))};
+  auto session = JitSession::Create();
+  ExecutablePtr exe = CompileResidual(*session, PartialEvaluate(*module.snapshot(), "f", args).main, {});
+  const Plan& plan = PlanOf(exe);
+  int64_t most = 1;
+  for (const PlanStep& s : plan.steps) most = std::max(most, s.parts);
+  EXPECT_EQ(most, kMaxParts) << plan.ToString();
+  EXPECT_NE(plan.ToString().find("×" + std::to_string(kMaxParts)), std::string::npos);
+  std::vector<Tensor> inputs = Flatten(args);
+  std::vector<Tensor> alone = exe->Run(inputs);
+  for (int threads : {2, 4}) ExpectSameBits(alone, RunWith(*exe, inputs, threads), std::to_string(threads) + " threads");
+}
+
+// Small steps stay whole and their stages serial: dividing them would cost
+// more than it gains.
+TEST(Schedule, SmallStepsStayWholeAndSerial) {
+  Module module;
+  module.AddSource(R"(
+def @g(%x: Tensor[(4, 8), f32], %w: Tensor[(8, 8), f32]) -> Tensor[(4, 8), f32] { tanh(matmul(%x, %w)) }
+)", "g.pj");
+  Rng rng(1);
+  std::vector<Value> args = {Value(RandomNormal(rng, {4, 8}, 0, 1)), Value(RandomNormal(rng, {8, 8}, 0, 1))};
+  auto session = JitSession::Create();
+  ExecutablePtr exe = CompileResidual(*session, PartialEvaluate(*module.snapshot(), "g", args).main, {});
+  const Plan& plan = PlanOf(exe);
+  EXPECT_EQ(ParallelStages(plan), 0) << plan.ToString();
+  for (const PlanStep& s : plan.steps) EXPECT_EQ(s.parts, 1);
+}
+
+// Steps that depend on each other in one stage are refused, as an image
+// (jit/image.h) holding such a stage would be.
+TEST(Schedule, CheckStagesRefusesDependentStepsInOneStage) {
+  Module module;
+  module.AddSource(R"(
+def @h(%x: Tensor[(64, 64), f32]) -> Tensor[(64, 64), f32] { tanh(matmul(exp(%x), %x)) }
+)", "h.pj");
+  Rng rng(1);
+  std::vector<Value> args = {Value(RandomNormal(rng, {64, 64}, 0, 1))};
+  auto session = JitSession::Create();
+  Plan plan = PlanOf(CompileResidual(*session, PartialEvaluate(*module.snapshot(), "h", args).main, {}));
+  ASSERT_GE(plan.stages.size(), 2u) << plan.ToString();
+  EXPECT_NO_THROW(CheckStages(plan));
+  // exp, then the product reading it: one stage would race.
+  plan.stages[0].end = plan.stages[1].end;
+  plan.stages.erase(plan.stages.begin() + 1);
+  EXPECT_THROW(CheckStages(plan), JitFailure);
+  Plan gap = plan;
+  gap.stages.pop_back();
+  EXPECT_THROW(CheckStages(gap), JitFailure);
+}
+
+}  // namespace
+}  // namespace pejit
