@@ -39,6 +39,7 @@ PYTHON = "/usr/bin/python3"  # Debian's: python3-torch is installed for it only
 TREELSTM_MODES = [
     ("interpreter", "pejit", "interpreter", None),
     ("eager", "pejit", "eager", None),
+    ("eager_1t", "pejit", "eager", None),
     ("eager_no_lookahead", "pejit", "eager", None),
     ("sync", "pejit", "sync", None),
     ("torch_recursive", "torch", "recursive", 1),
@@ -62,6 +63,7 @@ ISSUE22_MODES = [label for pair in EPOCH_PAIRS for label in pair]
 MLP_MODES = [
     ("interpreter", "pejit", "interpreter", None),
     ("eager", "pejit", "eager", None),
+    ("eager_1t", "pejit", "eager", None),
     ("sync", "pejit", "sync", None),
     ("torch", "torch", None, 1),
     ("torch", "torch", None, 2),
@@ -82,7 +84,7 @@ TREELSTM_SIZES = {"batch": 25, "embed": 64, "hidden": 128, "lr": 0.05}
 # figure is over the last --steady-epochs epochs (inference passes) together
 # (eager: that many in a row steady). The interpreter's and the recursive
 # peer's take 9-17 s each; theirs is the last one.
-WINDOWED = {"eager", "eager_no_lookahead", "sync", "torch_batched"}
+WINDOWED = {"eager", "eager_1t", "eager_no_lookahead", "sync", "torch_batched"}
 # --issue22: the data issue 22 asks for; steady_epochs 9 makes the fixed
 # modes run (at least) as many epochs as the reshuffled ones.
 PRESETS = {
@@ -288,7 +290,8 @@ def mlp_derived(label, threads, rep, r, window=1):
 # default); `eager_no_lookahead` shows what that buys in epoch 0.
 # The reshuffled modes also evaluate on the dev set after every epoch, as
 # training does: the time to reach an accuracy (time_to_accuracy).
-PEJIT_OPTIONS = {"eager_no_lookahead": ["--lookahead", "0"], "eager_reshuffled": ["--reshuffle", "--eval-each-epoch"]}
+PEJIT_OPTIONS = {"eager_no_lookahead": ["--lookahead", "0"], "eager_reshuffled": ["--reshuffle", "--eval-each-epoch"],
+                 "eager_1t": ["--step-threads", "1"]}
 
 
 def command_for(suite, label, kind, what, threads, args, data):
@@ -550,6 +553,8 @@ def summarize(suite, rows, unit):
                          infer_key: m("eager", f"infer_first_{unit}_per_s")},
         "eager_steady": {train_key: m("eager", f"train_steady_{unit}_per_s"),
                          infer_key: m("eager", f"infer_steady_{unit}_per_s")},
+        "eager_steady_1t": {train_key: m("eager_1t", f"train_steady_{unit}_per_s"),
+                            infer_key: m("eager_1t", f"infer_steady_{unit}_per_s")},
         "sync": {train_key: m("sync", f"train_steady_{unit}_per_s"),
                  infer_key: m("sync", f"infer_steady_{unit}_per_s")},
     }
@@ -575,9 +580,17 @@ def goals(suite, rows, summary, unit, args, flops=None, gflops=None):
             "last_epoch": med([r["steady_epoch"] for r in last]),
             "met": all(r["train_steady_compiled_share"] >= 1.0 and r["infer_steady_compiled_share"] >= 1.0
                        for r in last)}
+    # Issue 29: compiled steps on the engine's cores once nothing compiles,
+    # against the same steps on the calling thread alone.
+    one = summary.get("eager_steady_1t", {})
+    if one.get(f"train_{unit}_per_s"):
+        g["steady_2_threads_over_1"] = {
+            kind: {"ratio": summary["eager_steady"][f"{kind}_{unit}_per_s"] / one[f"{kind}_{unit}_per_s"], "goal": 1.6,
+                   "met": summary["eager_steady"][f"{kind}_{unit}_per_s"] / one[f"{kind}_{unit}_per_s"] >= 1.6}
+            for kind in ("train", "infer") if one.get(f"{kind}_{unit}_per_s")}
     if suite == "treelstm":
         eager = summary["eager_steady"]["train_trees_per_s"]
-        for peer, target in (("torch_recursive", 20.0), ("torch_batched", 2.0)):
+        for peer, target in (("torch_recursive", 20.0), ("torch_batched", 4.0)):
             best = best_threads(rows, peer, "train_steady_trees_per_s")
             g[f"eager_steady_over_{peer}"] = {"ratio": eager / best[1]["median"], "goal": target,
                                               "peer_threads": best[0], "met": eager / best[1]["median"] >= target}
@@ -586,15 +599,18 @@ def goals(suite, rows, summary, unit, args, flops=None, gflops=None):
             # repetition's SGEMM rate (older outputs: the preflight's), median.
             eager_rows = group(rows, "eager")
             rates = [r.get("sgemm_gflops_rep", gflops) for r in eager_rows]
-            fractions = [r["train_steady_trees_per_s"] * flops / (rate * 1e9) for r, rate in zip(eager_rows, rates)]
+            # Against the 2-core peak (twice one core's SGEMM rate): the
+            # steady state uses both cores (issue 29).
+            cores = 2
+            fractions = [r["train_steady_trees_per_s"] * flops / (cores * rate * 1e9) for r, rate in zip(eager_rows, rates)]
             fraction = med(fractions)
             rate = statistics.median(rates)
             g["gemm_bound"] = {"train_mflop_per_tree": flops / 1e6,
                                "sgemm_gflops_1thread": rate, "sgemm_gflops_min_max": [min(rates), max(rates)],
-                               "limit_trees_per_s": rate * 1e9 / flops,
+                               "cores": cores, "limit_trees_per_s": cores * rate * 1e9 / flops,
                                "eager_steady_fraction": fraction["median"],
-                               "eager_steady_fraction_min_max": [fraction["min"], fraction["max"]], "goal": 0.4,
-                               "met": fraction["median"] >= 0.4}
+                               "eager_steady_fraction_min_max": [fraction["min"], fraction["max"]], "goal": 0.45,
+                               "met": fraction["median"] >= 0.45}
         e0 = med([r["epoch0_seconds"] for r in group(rows, "eager")])
         i0 = med([r["epoch0_seconds"] for r in group(rows, "interpreter")])
         g["eager_epoch0_vs_interpreter"] = {"eager_epoch0_s": e0["median"], "interpreter_epoch0_s": i0["median"],
@@ -607,6 +623,9 @@ def goals(suite, rows, summary, unit, args, flops=None, gflops=None):
             key = f"{kind}_images_per_s"
             ratio = summary["eager_steady"][key] / summary["torch"][key]
             g[f"eager_steady_over_torch_{kind}"] = {"ratio": ratio, "goal": 1.0, "met": ratio >= 1.0}
+            two = med([r[f"{kind}_steady_images_per_s"] for r in group(rows, "torch", 2)])
+            if two:
+                g[f"eager_steady_over_torch_2_threads_{kind}"] = {"ratio": summary["eager_steady"][key] / two["median"]}
     return g
 
 

@@ -1,15 +1,22 @@
 // The compiled tier against the interpreter on the Tree-LSTM (hidden 128,
 // embed 64, 25 ListOps trees): a training step (loss and gradients) each way,
 // compiled without batching, batched before autodiff (what the engine does)
-// and batched after it; the compile time of one specialization split by
+// and batched after it, the batched one on 1 and 2 threads (a team per
+// call, as EngineOptions::step_threads); the team alone on independent
+// products (BM_TeamStage), and what one cache line takes to go from one core
+// to the other and back (BM_CoreToCore: on a VM, its vCPUs' placement, which
+// decides how much a divided step pays for data the other thread wrote);
+// the compile time of one specialization split by
 // stage; a fused elementwise kernel's throughput beside memcpy of the
 // same bytes; and a loop the data ends, its regions native, against the
 // interpreter.
 #include <benchmark/benchmark.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstring>
 #include <span>
+#include <thread>
 
 #include "examples/treelstm/listops.h"
 #include "examples/treelstm/model.h"
@@ -192,6 +199,34 @@ void BM_TeamStage(benchmark::State& state) {
   state.counters["GFLOPs"] = benchmark::Counter(2.0 * rows * n * k * kTasks * 100, benchmark::Counter::kIsIterationInvariantRate);
 }
 BENCHMARK(BM_TeamStage)->ArgNames({"rows", "threads"})->ArgsProduct({{8, 64}, {1, 2}})->Unit(benchmark::kMicrosecond);
+
+// One cache line bounced between two threads (on a 2-core machine, the two
+// cores): the round trip in ns. A divided step reads rows the other thread
+// wrote; this is what each line of them costs.
+void BM_CoreToCore(benchmark::State& state) {
+  constexpr int64_t kRounds = 100000;
+  double ns = 0;
+  for (auto _ : state) {
+    std::atomic<int64_t> ball{0};
+    std::thread other([&] {
+      for (int64_t i = 0; i < kRounds; ++i) {
+        while (ball.load(std::memory_order_acquire) != 2 * i + 1) {
+        }
+        ball.store(2 * i + 2, std::memory_order_release);
+      }
+    });
+    auto start = std::chrono::steady_clock::now();
+    for (int64_t i = 0; i < kRounds; ++i) {
+      ball.store(2 * i + 1, std::memory_order_release);
+      while (ball.load(std::memory_order_acquire) != 2 * i + 2) {
+      }
+    }
+    ns = std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - start).count() / kRounds;
+    other.join();
+  }
+  state.counters["round_trip_ns"] = ns;
+}
+BENCHMARK(BM_CoreToCore)->Iterations(3)->Unit(benchmark::kMillisecond);
 
 // One specialization of a training step, from arguments to machine code:
 // cold (a fresh session) or warm (the specialization of another minibatch

@@ -186,16 +186,16 @@ std::vector<Tensor> NativeExecutable::Run(std::span<const Tensor> inputs) const 
       // Thread k of n takes the k-th share of each split step's parts: the
       // same rows of every step (and of the trees laid out in them), so a
       // step mostly reads what the same thread wrote into its cache one
-      // stage before. Steps in one part go round the threads.
+      // stage before. Steps in one part are the caller's, as are serial
+      // stages: helpers take them only once their own share is done.
       const size_t n = static_cast<size_t>(team->max_threads());
       thread_local std::vector<int64_t> owner, order, group_end;
       owner.resize(count);
       group_end.assign(n, 0);
-      size_t turn = 0;
       for (size_t t = 0; t < count; ++t) {
         const Task& task = tasks_[first + t];
         const int64_t parts = plan_.steps[task.step].parts;
-        owner[t] = parts > 1 ? task.part * static_cast<int64_t>(n) / parts : static_cast<int64_t>(turn++ % n);
+        owner[t] = parts > 1 ? task.part * static_cast<int64_t>(n) / parts : 0;
         ++group_end[owner[t]];
       }
       for (size_t k = 1; k < n; ++k) group_end[k] += group_end[k - 1];
