@@ -14,9 +14,9 @@
 //     threads is split: a fused kernel by rows of its outermost loop, a copy
 //     by ranges of its output's bytes, a product by its operator's
 //     KernelSplit (ops/op.h). The number of parts depends on the step
-//     alone, never on how many threads run it, and a part computes each of
-//     its elements as the whole step would: results are the same bits with
-//     one thread or many.
+//     alone, never on how many threads run it, and which thread runs a part
+//     does not change its bits: results are the same bits with one thread
+//     or many.
 //   - A stage whose work is below kParallelStageNs runs serially: dividing it
 //     would cost more than it gains.
 #pragma once

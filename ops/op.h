@@ -136,8 +136,11 @@ using Kernel = std::function<void(std::span<const Tensor> inputs, std::span<Tens
 // How a kernel's work divides among threads (jit/schedule.h splits a
 // compiled step that is worth it). `kernel(..., part, parts)` computes part
 // `part` of `parts`: disjoint pieces of the outputs that together make all
-// of them, each element by the same arithmetic however many parts there
-// are, so that splitting never changes a result.
+// of them, whichever thread runs which. Each element's bits may depend on
+// `parts` (OpenBLAS may order a dot product's terms by the shape it is
+// given; pejit's packed products and row-wise kernels give the whole
+// kernel's bits), which is why the schedule fixes `parts` when the plan is
+// made, never from the number of threads.
 struct KernelSplit {
   // The most parts these operands divide into (1: none).
   std::function<int64_t(std::span<const TensorType> inputs, std::span<const TensorType> outputs,
@@ -147,6 +150,14 @@ struct KernelSplit {
                      int64_t part, int64_t parts)>
       kernel;
 };
+
+// The split of a row-wise kernel: one whose output rows are each computed
+// from the same row of every input, all of one leading extent (a split or
+// chunk along an inner axis). Part p runs `kernel` on views of rows
+// PartOf(rows, 1, p, parts) of every operand. `applies` says for which
+// attributes and input types the kernel is row-wise.
+KernelSplit RowWiseSplit(Kernel kernel,
+                         std::function<bool(std::span<const TensorType> inputs, const Attrs& attrs)> applies);
 
 // Part `part` of `parts` of [0, n) in whole units of `unit` (the last may
 // be short): [first, second). Parts beyond the units there are get nothing.

@@ -40,6 +40,37 @@ OpDef& AddOp(Registry& registry, OpDef op) {
   return it->second;
 }
 
+KernelSplit RowWiseSplit(Kernel kernel, std::function<bool(std::span<const TensorType>, const Attrs&)> applies) {
+  KernelSplit split;
+  split.max_parts = [applies](std::span<const TensorType> in, std::span<const TensorType> out, const Attrs& attrs) -> int64_t {
+    if (in.empty() || out.empty() || in[0].rank() == 0 || !applies(in, attrs)) return 1;
+    const int64_t rows = in[0].shape[0];
+    for (const auto* side : {&in, &out}) {
+      for (const TensorType& t : *side) {
+        if (t.rank() == 0 || t.shape[0] != rows) return 1;
+      }
+    }
+    return std::max<int64_t>(1, rows);
+  };
+  split.kernel = [kernel](std::span<const Tensor> in, std::span<Tensor> out, const Attrs& attrs, int64_t part,
+                          int64_t parts) {
+    auto [first, last] = PartOf(in[0].shape()[0], 1, part, parts);
+    if (first == last) return;
+    auto rows = [&](const Tensor& t) {
+      Shape shape = t.shape();
+      const int64_t row_bytes = t.nbytes() / shape[0];
+      shape[0] = last - first;
+      return Tensor::Wrap(static_cast<char*>(const_cast<void*>(t.raw_data())) + first * row_bytes, t.dtype(),
+                          std::move(shape), nullptr);
+    };
+    std::vector<Tensor> ins, outs;
+    for (const Tensor& t : in) ins.push_back(rows(t));
+    for (const Tensor& t : out) outs.push_back(rows(t));
+    kernel(ins, outs, attrs);
+  };
+  return split;
+}
+
 const OpDef* FindOp(std::string_view name) {
   const auto& ops = Global().ops;
   auto it = ops.find(name);

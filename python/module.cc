@@ -341,7 +341,7 @@ PYBIND11_MODULE(pejit, m) {
 
   py::class_<PyEngine>(m, "Engine")
       .def(py::init([](const std::string& policy, int workers, const std::string& log, const std::string& trace,
-                       const std::string& cache_dir, bool generic, bool batch, int worker_nice) {
+                       const std::string& cache_dir, bool generic, bool batch, int worker_nice, int step_threads) {
              EngineOptions o;
              o.policy = Policy::Parse(policy);
              o.workers = workers;
@@ -351,11 +351,12 @@ PYBIND11_MODULE(pejit, m) {
              o.generic = generic;
              o.batch = batch;
              o.worker_nice = worker_nice;
+             o.step_threads = step_threads;
              return PyEngine{std::make_shared<Engine>(std::move(o))};
            }),
            py::kw_only(), py::arg("policy") = "eager", py::arg("workers") = 0, py::arg("log") = "",
            py::arg("trace") = "", py::arg("cache_dir") = "", py::arg("generic") = true, py::arg("batch") = true,
-           py::arg("worker_nice") = EngineOptions{}.worker_nice)
+           py::arg("worker_nice") = EngineOptions{}.worker_nice, py::arg("step_threads") = 0)
       .def_property_readonly("module", [](py::object self) { return PyModule{self}; })
       .def(
           "entry",
@@ -377,6 +378,7 @@ PYBIND11_MODULE(pejit, m) {
              d["queued"] = s.queued;
              d["retained_bytes"] = s.retained_bytes;
              d["workers"] = s.workers;
+             d["step_threads"] = s.step_threads;
              d["generic_cells"] = s.generic_cells;
              d["generic_segments"] = s.generic_segments;
              d["generic_variants"] = s.generic_variants;

@@ -55,8 +55,9 @@ std::vector<TensorType> MatmulType(std::span<const TensorType> in, const Attrs& 
 
 // Splitting a product among threads (OpDef::split): by rows of the output
 // while there are at least two units of them, else by columns; a batched
-// product by batch entries. Every element is still one dot product over
-// all of k, so the parts sum exactly as the whole does.
+// product by batch entries. No dot product is divided: every element is
+// still one sum over all of k (with the packed kernels, in the whole
+// product's order; OpenBLAS may order it by the part's shape, ops/op.h).
 constexpr int64_t kRowUnit = 12;           // whole blocks of the packed micro-kernels (12 rows; 6 with AVX2)
 constexpr int64_t kColUnit = kPackedPanel;  // whole panels
 

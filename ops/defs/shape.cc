@@ -516,12 +516,19 @@ void RegisterShapeOps(Registry& r) {
         return SliceBack(b, c.output_grads[0], c.inputs, axis, true);
       });
   stack.moves = MoveKind::kConcat;
-  add("split", {"x"}, {{"axis", AttrKind::kInt, int64_t{0}}, {"sizes", AttrKind::kInts, std::nullopt}}, SplitType,
-      SplitKernel, SplitGrad)
-      .batch = BatchRule::kAxis;
-  add("chunk", {"x"}, {{"chunks", AttrKind::kInt, std::nullopt}, {"axis", AttrKind::kInt, int64_t{0}}}, ChunkType,
-      SplitKernel, SplitGrad)
-      .batch = BatchRule::kAxis;
+  // Along an inner axis, each row of the pieces is the same row of x.
+  auto inner_axis = [](std::span<const TensorType> in, const Attrs& attrs) {
+    const int64_t axis = attrs.GetInt("axis");
+    return in[0].rank() > 1 && axis != 0 && axis != -in[0].rank();
+  };
+  OpDef& split = add("split", {"x"}, {{"axis", AttrKind::kInt, int64_t{0}}, {"sizes", AttrKind::kInts, std::nullopt}},
+                     SplitType, SplitKernel, SplitGrad);
+  split.batch = BatchRule::kAxis;
+  split.split = RowWiseSplit(SplitKernel, inner_axis);
+  OpDef& chunk = add("chunk", {"x"}, {{"chunks", AttrKind::kInt, std::nullopt}, {"axis", AttrKind::kInt, int64_t{0}}},
+                     ChunkType, SplitKernel, SplitGrad);
+  chunk.batch = BatchRule::kAxis;
+  chunk.split = RowWiseSplit(SplitKernel, inner_axis);
   add("slice", {"x"},
       {{"axes", AttrKind::kInts, std::nullopt}, {"begins", AttrKind::kInts, std::nullopt},
        {"ends", AttrKind::kInts, std::nullopt}},

@@ -153,3 +153,12 @@ def test_static_arguments_are_specialized_on_and_removed_definitions_are_gone(co
         scale(x, 2.0)
     with pytest.raises(ValueError, match="static_argnums: @affine takes 2 arguments; there is no argument 5"):
         compiled.entry("affine", static_argnums=[5])
+
+
+def test_step_threads_default_to_the_workers_and_the_caller():
+    with pejit.Engine(workers=1) as engine:
+        assert engine.stats()["step_threads"] == 2
+    with pejit.Engine(workers=1, step_threads=1) as engine:
+        assert engine.stats()["step_threads"] == 1
+    with pytest.raises(ValueError, match="step_threads"):
+        pejit.Engine(step_threads=-1)
