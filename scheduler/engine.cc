@@ -363,7 +363,9 @@ EngineImpl::EngineImpl(EngineOptions opts)
       sink_(trace_.sink()),
       started_us_(NowMicros()),
       arena_(workers, /*reserved_for_masters=*/0) {
-  if (step_threads > 1) SetBlasThreads(1);
+  // The plan's parts are the parallelism (jit/schedule.h); OpenBLAS's own
+  // threads would oversubscribe the cores the team and the workers use.
+  SetBlasThreads(1);
   // TBB starts at most default_concurrency − 1 workers unless told otherwise
   // (process-wide: the smallest live global_control wins).
   if (workers > tbb::info::default_concurrency() - 1) {

@@ -121,8 +121,8 @@ struct EngineOptions {
   // workers for the stages of its plan worth dividing (jit/schedule.h), and
   // a job that arrives takes its worker back after the part it is running.
   // Results are the same bits whatever the number. 0: workers + 1; 1: each
-  // call on its own thread. With more than 1 the engine sets OpenBLAS to one
-  // thread (process-wide): parts are its unit of parallelism, and BLAS's own
+  // call on its own thread. The engine sets OpenBLAS to one thread
+  // (process-wide): parts are its unit of parallelism, and BLAS's own
   // threads would oversubscribe the cores.
   int step_threads = 0;
   // Sum of Executable::code_bytes() over the ready specializations; past it
