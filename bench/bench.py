@@ -384,8 +384,10 @@ def table_rows(suite, rows, unit):
         seen.append(key)
         g = group(rows, *key)
         col = lambda k: med([x[k] for x in g])  # noqa: E731
-        threads = {"interpreter": "1", "eager": "1 + 1 compiling", "eager_no_lookahead": "1 + 1 compiling",
-                   "sync": "1 (waits for 1 compiling)"}.get(
+        # pejit's compiled steps borrow the worker once it has nothing to
+        # compile (EngineOptions::step_threads); eager_1t's never do.
+        threads = {"interpreter": "1", "eager": "1 + 1 compiling, then 2", "eager_1t": "1 + 1 compiling",
+                   "eager_no_lookahead": "1 + 1 compiling, then 2", "sync": "1 (waits for 1 compiling), then 2"}.get(
             r["mode"], str(r["threads"]))
         share, ishare, last = col("train_steady_compiled_share"), col("infer_steady_compiled_share"), col("steady_epoch")
         compiled = "–" if r["mode"].startswith("torch") else (
@@ -799,8 +801,8 @@ def report(args, rows, modes, data, gflops, started, load_before):
          f"training trees"] if reshuffled else []))
     print(f"{what}; per process {window}; {args.reps} repetitions; "
           f"medians (min–max). pejit: 1 training thread, 1 background compile worker (nice "
-          f"{'10, the default' if args.worker_nice is None else args.worker_nice}: EngineOptions::worker_nice), "
-          f"OpenBLAS at 1 thread.")
+          f"{'10, the default' if args.worker_nice is None else args.worker_nice}: EngineOptions::worker_nice) "
+          f"that compiled steps borrow while it has nothing to compile (eager_1t: never), OpenBLAS at 1 thread.")
     if fixed:
         print()
         print("\n".join(table_rows(args.suite, fixed, unit)))
