@@ -28,8 +28,12 @@
 namespace pejit {
 
 // Estimated cost below which a stage runs on the calling thread alone, and
-// the least work a part of a split step should have: claiming a task and
-// the cache lines a split shares cost about a microsecond.
+// the least work a part of a split step should have. A divided stage reads
+// rows the other thread wrote: where a cache line takes ~450 ns between
+// cores (this project's VMs, at times), a fused kernel or copy reading them
+// runs 2-4x slower, and smaller thresholds lost a Tree-LSTM step 13% there
+// while gaining little where lines cross in ~200 ns (bench/RESULTS.md,
+// issue 29). Estimated, so ~8 us and ~4 us of real product work.
 inline constexpr double kParallelStageNs = 20000;
 inline constexpr double kPartNs = 10000;
 // The most parts a step splits into: enough for 8 threads. A constant, so

@@ -1,7 +1,5 @@
 #include "support/team.h"
 
-#include "support/parallel.h"
-
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -10,6 +8,8 @@
 #include <stdexcept>
 #include <thread>
 #include <vector>
+
+#include "support/parallel.h"
 
 namespace pejit {
 namespace {
