@@ -16,7 +16,6 @@
 #include <cstdio>
 #include <limits>
 #include <memory>
-#include <thread>
 
 #include "bench/compile_stats.h"
 #include "examples/mlp/fashion_mnist.h"

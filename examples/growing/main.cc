@@ -20,7 +20,6 @@
 
 #include "examples/growing/growing.h"
 #include "examples/mlp/model.h"
-#include "ops/blas.h"
 #include "scheduler/engine_flags.h"
 #include "support/cli_checks.h"
 #include "support/cpu_clock.h"
@@ -166,7 +165,6 @@ struct Phase {
 };
 
 int Run(const Config& c) {
-  SetBlasThreads(1);
   auto start = Clock::now();
   // The data: Fashion-MNIST when its package is installed, else synthetic.
   mlp::Split train, test;

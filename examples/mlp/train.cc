@@ -12,12 +12,10 @@
 #include <cstdio>
 #include <limits>
 #include <optional>
-#include <thread>
 
 #include "dist/communicator.h"
 #include "examples/mlp/fashion_mnist.h"
 #include "examples/mlp/trainer.h"
-#include "ops/blas.h"
 #include "scheduler/engine.h"
 #include "scheduler/engine_flags.h"
 #include "support/cli_checks.h"

@@ -19,7 +19,6 @@
 
 #include "dist/communicator.h"
 #include "examples/treelstm/trainer.h"
-#include "ops/blas.h"
 #include "scheduler/engine.h"
 #include "scheduler/engine_flags.h"
 #include "support/cli_checks.h"
@@ -63,7 +62,6 @@ std::string Status(const treelstm::EpochResult& r) {
 int Run(Config c, dist::Communicator& group) {
   auto start = Clock::now();
   const bool lead = group.rank() == 0;
-  SetBlasThreads(1);  // small GEMMs, inside the engine's own parallelism
   c.run.train_file = UserPath(c.run.train_file);
   c.run.dev_file = UserPath(c.run.dev_file);
   treelstm::Dataset data = treelstm::LoadDataset(c.run);
