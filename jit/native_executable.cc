@@ -115,10 +115,7 @@ NativeExecutable::NativeExecutable(Plan plan, std::vector<int> step_kernel, std:
       if (buf.type.shape.size() == out.size() && buf.type.shape[0] == out[0]) operand_row_bytes_[k] = buf.bytes() / out[0];
     }
   }
-  // The stages (jit/schedule.h); a plan made without them runs step by step.
-  if (plan_.stages.empty()) {
-    for (size_t s = 0; s < plan_.steps.size(); ++s) plan_.stages.push_back({static_cast<int>(s), static_cast<int>(s) + 1, false});
-  }
+  // The stages (jit/schedule.h): from Lower, or an image's, checked.
   try {
     CheckStages(plan_);
   } catch (const JitFailure& e) {
@@ -273,24 +270,12 @@ std::vector<ProfileLine> NativeExecutable::profile() const {
     line.step = kind;
     ++line.steps;
     line.seconds += static_cast<double>(step_ns_[s].load(std::memory_order_relaxed)) * 1e-9;
-    line.flops += GemmFlops(step);
+    line.flops += GemmFlops(plan_, step);
   }
   std::vector<ProfileLine> lines;
   for (auto& [kind, line] : by_kind) lines.push_back(std::move(line));
   std::sort(lines.begin(), lines.end(), [](const auto& a, const auto& b) { return a.seconds > b.seconds; });
   return lines;
-}
-
-// 2·m·n·k of a matrix product step, 0 for others.
-double NativeExecutable::GemmFlops(const PlanStep& step) const {
-  if (step.kind != PlanStep::Kind::kKernel || step.op->fusion != FusionKind::kGemm) return 0;
-  const Shape& a = plan_.buffers[step.inputs[0]].type.shape;
-  const Shape& out = plan_.buffers[step.outputs[0]].type.shape;
-  if (a.size() != 2 || out.size() != 2) return 0;
-  const AttrValue* transposed = step.attrs.Find("transpose_a");
-  bool transpose_a = transposed && std::get<bool>(*transposed);
-  return 2.0 * static_cast<double>(out[0]) * static_cast<double>(out[1]) *
-         static_cast<double>(transpose_a ? a[0] : a[1]);
 }
 
 // A registered operator's kernel, or part `part` of it, on views of the

@@ -68,7 +68,6 @@ class NativeExecutable final : public Executable {
     int step;
     int64_t part;
   };
-  double GemmFlops(const PlanStep& step) const;
   void RunPart(Task task, const std::vector<void*>& address) const;
   void RunKernel(const PlanStep& step, const std::vector<void*>& ptrs, int64_t part) const;
   void Poison(int step, const std::vector<void*>& address) const;

@@ -1,7 +1,5 @@
 #include "jit/plan.h"
 
-#include "jit/schedule.h"
-
 #include <algorithm>
 #include <functional>
 #include <limits>

@@ -78,19 +78,26 @@ double StepCostNs(const Plan& plan, const PlanStep& step) {
              elements * static_cast<double>(step.nodes.size()) / kElementOpsPerNs;
     }
     case PlanStep::Kind::kKernel: {
-      if (step.op->fusion == FusionKind::kGemm && !step.inputs.empty() && !step.outputs.empty()) {
-        // 2·k per output element, k the left operand's inner extent.
-        const Shape& a = plan.buffers[step.inputs[0]].type.shape;
-        const AttrValue* transposed = step.attrs.Find("transpose_a");
-        const bool ta = transposed && std::get<bool>(*transposed);
-        const int64_t k = a.size() < 2 ? 1 : ta ? a[a.size() - 2] : a.back();
-        double out = static_cast<double>(NumElements(plan.buffers[step.outputs[0]].type.shape));
-        return 2.0 * out * static_cast<double>(k) / kFlopsPerNs;
-      }
+      if (const double flops = GemmFlops(plan, step); flops > 0) return flops / kFlopsPerNs;
       return (bytes(step.inputs) + bytes(step.outputs)) / kBytesPerNs;
     }
   }
   return 0;
+}
+
+double GemmFlops(const Plan& plan, const PlanStep& step) {
+  if (step.kind != PlanStep::Kind::kKernel || step.op->fusion != FusionKind::kGemm || step.inputs.empty() ||
+      step.outputs.empty()) {
+    return 0;
+  }
+  // 2·k per output element, k the left operand's inner extent.
+  const Shape& a = plan.buffers[step.inputs[0]].type.shape;
+  if (a.size() < 2) return 0;
+  const AttrValue* transposed = step.attrs.Find("transpose_a");
+  const bool ta = transposed && std::get<bool>(*transposed);
+  const int64_t k = ta ? a[a.size() - 2] : a.back();
+  const double out = static_cast<double>(NumElements(plan.buffers[step.outputs[0]].type.shape));
+  return 2.0 * out * static_cast<double>(k);
 }
 
 void ScheduleStages(Plan& plan) {

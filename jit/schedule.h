@@ -44,6 +44,9 @@ inline constexpr int64_t kMaxParts = 8;
 // memory at ~8 GB/s): a coarse model, good enough to tell a 1 µs step from a
 // 50 µs one.
 double StepCostNs(const Plan& plan, const PlanStep& step);
+// 2·m·n·k of a matrix product step (batched: summed over its entries), 0
+// for others: the cost model's and the profile's (jit/executable.h) FLOPs.
+double GemmFlops(const Plan& plan, const PlanStep& step);
 
 // Orders `plan.steps` by stages and fills `plan.stages` and each step's
 // `parts`. Runs before memory planning (buffers' offsets unassigned).

@@ -140,20 +140,6 @@ std::vector<TensorType> DenseType(std::span<const TensorType> in, const Attrs&) 
   return {{x.dtype, {x.shape[0], w.shape[0]}}};
 }
 
-void DenseKernel(std::span<const Tensor> in, std::span<Tensor> out, const Attrs&) {
-  const Tensor &x = in[0], &w = in[1], &bias = in[2];
-  int64_t batch = x.shape()[0], k = x.shape()[1], m = w.shape()[0];
-  DispatchDType(x.dtype(), [&](auto zero) {
-    using T = decltype(zero);
-    if constexpr (std::is_floating_point_v<T>) {
-      T* y = out[0].data<T>();
-      const T* pb = bias.data<T>();
-      for (int64_t i = 0; i < batch; ++i) std::copy_n(pb, m, y + i * m);
-      Gemm(false, true, batch, m, k, T(1), x.data<T>(), k, w.data<T>(), k, T(1), y, m);
-    }
-  });
-}
-
 std::vector<GradValue> DenseGrad(GradBuilder& b, const GradContext& c) {
   GradValue x = c.inputs[0], w = c.inputs[1], g = c.output_grads[0];
   return {b.Emit("matmul", {g, w}),
@@ -179,6 +165,8 @@ void DensePart(std::span<const Tensor> in, std::span<Tensor> out, const Attrs&, 
     }
   });
 }
+
+void DenseKernel(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& attrs) { DensePart(in, out, attrs, 0, 1); }
 
 std::vector<TensorType> GemmPackType(std::span<const TensorType> in, const Attrs& attrs) {
   const TensorType& b = in[0];
@@ -221,12 +209,6 @@ std::vector<TensorType> PackedMatmulType(std::span<const TensorType> in, const A
   return {{DType::kF32, {CheckPacked("packed_matmul", in[0], in[1], n), n}}};
 }
 
-void PackedMatmulKernel(std::span<const Tensor> in, std::span<Tensor> out, const Attrs&) {
-  const Tensor &a = in[0], &packed = in[1];
-  int64_t m = a.shape()[0], k = a.shape()[1], n = out[0].shape()[1];
-  GemmPacked(m, n, k, a.data<float>(), k, packed.data<float>(), out[0].data<float>(), n, false);
-}
-
 int64_t PackedMaxParts(std::span<const TensorType>, std::span<const TensorType> out, const Attrs&) {
   return MaxParts2d(out[0].shape[0], out[0].shape[1]);
 }
@@ -250,19 +232,15 @@ void PackedMatmulPart(std::span<const Tensor> in, std::span<Tensor> out, const A
   PackedPart(in[0], in[1], out[0].data<float>(), out[0].shape()[1], false, part, parts);
 }
 
+void PackedMatmulKernel(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& attrs) {
+  PackedMatmulPart(in, out, attrs, 0, 1);
+}
+
 std::vector<TensorType> PackedDenseType(std::span<const TensorType> in, const Attrs&) {
   const TensorType& bias = in[2];
   RequireDType("packed_dense", "bias", bias, {DType::kF32});
   if (bias.rank() != 1) throw OpError("packed_dense", "bias must be rank 1: got " + ShapeToString(bias.shape));
   return {{DType::kF32, {CheckPacked("packed_dense", in[0], in[1], bias.shape[0]), bias.shape[0]}}};
-}
-
-void PackedDenseKernel(std::span<const Tensor> in, std::span<Tensor> out, const Attrs&) {
-  const Tensor &x = in[0], &packed = in[1], &bias = in[2];
-  int64_t m = x.shape()[0], k = x.shape()[1], n = bias.shape()[0];
-  float* y = out[0].data<float>();
-  for (int64_t i = 0; i < m; ++i) std::copy_n(bias.data<float>(), n, y + i * n);
-  GemmPacked(m, n, k, x.data<float>(), k, packed.data<float>(), y, n, true);
 }
 
 void PackedDensePart(std::span<const Tensor> in, std::span<Tensor> out, const Attrs&, int64_t part, int64_t parts) {
@@ -278,6 +256,10 @@ void PackedDensePart(std::span<const Tensor> in, std::span<Tensor> out, const At
     for (int64_t i = 0; i < m; ++i) std::copy(bias.data<float>() + first, bias.data<float>() + last, y + i * n + first);
   }
   PackedPart(x, in[1], y, n, true, part, parts);
+}
+
+void PackedDenseKernel(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& attrs) {
+  PackedDensePart(in, out, attrs, 0, 1);
 }
 
 }  // namespace
