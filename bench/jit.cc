@@ -175,6 +175,8 @@ BENCHMARK(BM_TrainStepCompiled)
     ->Args({25, kBatchBeforeAutodiff, 1})
     ->Args({25, kBatchBeforeAutodiff, 2})
     ->Args({25, kBatchAfterAutodiff, 1})
+    ->Args({100, kBatchBeforeAutodiff, 1})
+    ->Args({100, kBatchBeforeAutodiff, 2})
     ->Unit(benchmark::kMillisecond);
 
 // The team alone (support/team.h): a stage of 8 independent products

@@ -11,6 +11,10 @@ struct SourceLoc {
   std::shared_ptr<const std::string> file;  // null for programs built in C++
   int line = 0;                             // 1-based; 0 when unknown
   int col = 0;
+  // Which lane of a minibatch's work the operation belongs to (jit/lanes.h):
+  // set by batching, kept by the passes after it, -1 for work of no lane.
+  // Where it runs, never what it computes.
+  int lane = -1;
 
   bool known() const { return line > 0; }
   // "treelstm.pj:14:9", "<builder>" when unknown.

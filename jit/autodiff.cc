@@ -109,7 +109,9 @@ class IrGradBuilder final : public GradBuilder {
                                 const Attrs& attrs) override {
     // Rules pass attributes normalized already; normalizing again is cheap and
     // keeps the IR's invariant even for a careless rule.
-    return Apply(op, inputs, NormalizeAttrs(op, attrs), SourceLoc{}, nullptr);
+    SourceLoc loc;
+    loc.lane = lane_;
+    return Apply(op, inputs, NormalizeAttrs(op, attrs), loc, nullptr);
   }
 
   // One-element constants inline, larger ones let-bound: what the partial
@@ -127,6 +129,9 @@ class IrGradBuilder final : public GradBuilder {
   const std::vector<std::pair<Var, Expr>>& lets() const { return lets_; }
   // Variables made from here on are named `hint` (the printer numbers them).
   void set_name_hint(std::string hint) { hint_ = std::move(hint); }
+  // Operations emitted from here on are in this lane (jit/lanes.h): a
+  // gradient is computed where the value it differentiates was.
+  void set_lane(int lane) { lane_ = lane; }
 
  private:
   struct Slot {
@@ -141,6 +146,7 @@ class IrGradBuilder final : public GradBuilder {
   std::vector<Slot> slots_;
   std::vector<std::pair<Var, Expr>> lets_;
   std::string hint_ = "t";
+  int lane_ = -1;
 };
 
 // A value of the forward program: a tensor, or a tuple of values.
@@ -204,6 +210,7 @@ class Differentiator {
     grads_.assign(builder_.size(), kNoGrad);
     if (IsActive(loss)) grads_[loss] = builder_.ScalarConstant(1, DType::kF32);
     for (auto app = tape_.rbegin(); app != tape_.rend(); ++app) Backward(*app);
+    builder_.set_lane(-1);
 
     // 4. The result tuple.
     std::vector<Expr> fields = {builder_.Atom(loss)};
@@ -343,6 +350,7 @@ class Differentiator {
       any |= grads_[out] != kNoGrad;
     }
     if (!any) return;
+    builder_.set_lane(app.loc.lane);
     std::vector<GradValue> in_grads;
     try {
       in_grads = app.op->grad(builder_, GradContext{app.inputs, app.outputs, out_grads, app.attrs});

@@ -13,6 +13,7 @@
 #include <variant>
 
 #include "jit/batch_rules.h"
+#include "jit/lanes.h"
 #include "jit/straight.h"
 #include "ops/op.h"
 
@@ -125,7 +126,13 @@ Ref AtomRef(Expr atom) {
 
 class Batcher {
  public:
-  Batcher(Straight in, BatchStats& stats) : in_(std::move(in)), stats_(stats) {}
+  Batcher(Straight in, BatchStats& stats, int max_lanes) : in_(std::move(in)), stats_(stats) {
+    LaneSplit split = SplitIntoLanes(in_, max_lanes);
+    lane_of_ = std::move(split.lane_of);
+    stats_.lanes = split.lanes;
+    stats_.lane_cut_bytes = split.cut_bytes;
+    stats_.why_one_lane = std::move(split.why_one);
+  }
 
   Func Run() {
     for (const Var& p : in_.params) refs_[p.get()] = AtomRef(p);
@@ -144,7 +151,8 @@ class Batcher {
   BatchStats& stats_;
   StraightEmitter out_;
 
-  // Per input binding: its group and the bindings it waits for.
+  // Per input binding: its lane (jit/lanes.h), its group and the bindings it waits for.
+  std::vector<int> lane_of_;
   std::vector<int> group_of_;
   std::vector<Rule> rule_of_;
   std::vector<std::vector<int>> members_;  // per group, ascending
@@ -153,6 +161,7 @@ class Batcher {
 
   struct Batch {
     std::vector<Var> outputs;  // stacked: [rows, ...member shape]
+    int lane;
   };
   std::vector<Batch> batches_;
   std::unordered_map<const ExprNode*, Ref> refs_;
@@ -187,7 +196,7 @@ class Batcher {
     pending_.assign(n, 0);
     std::unordered_map<const ExprNode*, int> binding_of;
     std::unordered_map<std::string, int> key_ids;
-    std::map<std::pair<int, int64_t>, int> group_ids;  // (key, level) → group
+    std::map<std::tuple<int, int64_t, int>, int> group_ids;  // (key, level, lane) → group
     // levels[i]: for every batchable key among binding i's ancestors (itself
     // included), the largest level there; sorted by key.
     std::vector<std::vector<std::pair<int, int64_t>>> levels(n);
@@ -277,7 +286,8 @@ class Batcher {
           } else {
             merged.insert(it, {key, level});
           }
-          auto [g, inserted] = group_ids.emplace(std::make_pair(key, level), static_cast<int>(members_.size()));
+          auto [g, inserted] =
+              group_ids.emplace(std::make_tuple(key, level, lane_of_[i]), static_cast<int>(members_.size()));
           if (inserted) members_.emplace_back();
           group = g->second;
         }
@@ -367,7 +377,8 @@ class Batcher {
         if (it != rows_.end()) return it->second;
         const Var& stacked = batches_[ref.batch].outputs[ref.output];
         // One row of a batch, read as it lies: lowering views it.
-        Var row = NewBinding("take", {stacked, MakeConstant(Tensor::ScalarOf(DType::kI64, ref.row))}, {}, stacked->loc);
+        Var row = NewBinding("take", {stacked, MakeConstant(Tensor::ScalarOf(DType::kI64, ref.row))}, {},
+                             InLane(stacked->loc, batches_[ref.batch].lane));
         rows_.emplace(key, row);
         return row;
       }
@@ -500,7 +511,7 @@ class Batcher {
       auto* call = As<OpCallNode>(b.value);
       std::vector<Expr> args;
       for (const Expr& a : call->args) args.push_back(Materialize(RefOf(a)));
-      out_.Append(b.var, std::make_shared<OpCallNode>(call->op, std::move(args), call->attrs, call->loc));
+      out_.Append(b.var, std::make_shared<OpCallNode>(call->op, std::move(args), call->attrs, InLane(call->loc, lane_of_[i])));
       refs_[var] = AtomRef(b.var);
     }
   }
@@ -574,16 +585,17 @@ class Batcher {
       return;
     }
     const int64_t k = static_cast<int64_t>(members.size());
-    const SourceLoc& loc = first->loc;
+    const SourceLoc loc = InLane(first->loc, lane_of_[members[0]]);
     std::vector<Expr> args;
     for (size_t p = 0; p < arity; ++p) {
       TensorType member = TensorTypeOf(first->args[p]);
       args.push_back(stacked[p] ? Stack(operands[p], member, loc) : Materialize(operands[p][0]));
     }
-    std::vector<Var> outputs = EmitBatched(*first, rule, std::move(args), stacked, k);
+    const OpCallNode in_lane(first->op, first->args, first->attrs, loc);
+    std::vector<Var> outputs = EmitBatched(in_lane, rule, std::move(args), stacked, k);
 
     int batch = static_cast<int>(batches_.size());
-    batches_.push_back({outputs});
+    batches_.push_back({outputs, lane_of_[members[0]]});
     for (int64_t j = 0; j < k; ++j) {
       const Var& var = in_.bindings[members[j]].var;
       Ref row;
@@ -617,18 +629,18 @@ class Batcher {
 
 std::string BatchStats::ToString() const {
   char buf[160];
-  std::snprintf(buf, sizeof buf, "groups=%lld (%lld ops) ops %lld -> %lld copied=%.1fKiB",
+  std::snprintf(buf, sizeof buf, "groups=%lld (%lld ops) ops %lld -> %lld copied=%.1fKiB lanes=%d",
                 static_cast<long long>(groups), static_cast<long long>(batched_ops),
-                static_cast<long long>(ops_before), static_cast<long long>(ops_after), copied_bytes / 1024.0);
+                static_cast<long long>(ops_before), static_cast<long long>(ops_after), copied_bytes / 1024.0, lanes);
   return buf;
 }
 
-Func Batch(const Func& program, BatchStats* stats) {
+Func Batch(const Func& program, BatchStats* stats, int max_lanes) {
   auto start = std::chrono::steady_clock::now();
   BatchStats local;
   BatchStats& s = stats ? *stats : local;
   s = BatchStats{};
-  Func out = Batcher(Decompose(program), s).Run();
+  Func out = Batcher(Decompose(program), s, max_lanes).Run();
   s.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return out;
 }

@@ -43,13 +43,20 @@ struct BatchStats {
   int64_t groups = 0;         // batched calls emitted (two instances or more)
   int64_t batched_ops = 0;    // instances merged into them
   int64_t copied_bytes = 0;   // bytes moved per run by gathers and concatenations (views are free)
+  int lanes = 1;              // jit/lanes.h
+  int64_t lane_cut_bytes = 0;  // ... bytes one lane reads of another's values
+  std::string why_one_lane;   // ... why one, when one
   double seconds = 0;
 
-  std::string ToString() const;  // "groups=41 ops 6666 -> 520 copied=1.2MiB"
+  std::string ToString() const;  // "groups=41 (3000 ops) ops 6666 -> 520 copied=1.2KiB lanes=2"
 };
 
+// Instances are merged within a lane only: the program's bindings are first
+// cut into at most `max_lanes` lanes (jit/lanes.h), each batched operation
+// carrying its lane in its SourceLoc.
+//
 // Throws JitFailure when `program` is not straight-line tensor code (see
 // jit/straight.h).
-Func Batch(const Func& program, BatchStats* stats = nullptr);
+Func Batch(const Func& program, BatchStats* stats = nullptr, int max_lanes = 1);
 
 }  // namespace pejit

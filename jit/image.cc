@@ -111,8 +111,13 @@ class Reader {
 
 // Format 2 adds the parallel schedule (stages, each step's parts): a format 1
 // image's memory plan shares bytes between steps format 2 may run at once.
-constexpr uint32_t kMagic = 0x324d4a50;     // "PJM2"
+// Format 3 adds each step's lane (jit/lanes.h); a format 2 image reads as
+// steps of no lane (they run as well, only not placed by lane).
+constexpr uint32_t kMagic = 0x334d4a50;    // "PJM3"
+constexpr uint32_t kMagicV2 = 0x324d4a50;  // "PJM2"
 constexpr uint32_t kMagicV1 = 0x4d494a50;  // "PJIM"
+// Lanes a step may name: far more than any plan cuts (jit/lanes.h).
+constexpr int kMaxLanes = 1024;
 
 void WriteType(Writer& w, const Type& t) {
   if (const TensorTypeNode* tensor = AsTensor(t)) {
@@ -215,6 +220,7 @@ void WritePlan(Writer& w, const Plan& plan) {
       w.I64(b.bytes);
     }
     w.I64(s.parts);
+    w.I32(s.lane);
   }
   w.I64(static_cast<int64_t>(plan.stages.size()));
   for (const PlanStage& st : plan.stages) {
@@ -238,7 +244,7 @@ bool Within(int64_t offset, int64_t bytes, int64_t limit) {
   return offset >= 0 && bytes >= 0 && offset <= limit && bytes <= limit - offset;
 }
 
-Plan ReadPlan(Reader& r) {
+Plan ReadPlan(Reader& r, bool with_lanes) {
   Plan plan;
   plan.buffers.resize(r.Count(30));
   const int nbuffers = static_cast<int>(plan.buffers.size());
@@ -311,6 +317,10 @@ Plan ReadPlan(Reader& r) {
               "a copy block outside its buffers");
     }
     s.parts = r.I64();
+    if (with_lanes) {
+      s.lane = r.I32();
+      Require(s.lane >= -1 && s.lane < kMaxLanes, "a step of lane " + std::to_string(s.lane));
+    }
   }
   plan.stages.resize(r.Count(9));
   for (PlanStage& st : plan.stages) {
@@ -385,9 +395,9 @@ Image DecodeImage(std::string_view bytes) {
   Reader r(bytes);
   const uint32_t magic = r.Raw<uint32_t>();
   if (magic == kMagicV1) throw ImageError("image: written by an older pejit (format 1, without a parallel schedule)");
-  if (magic != kMagic) throw ImageError("image: not a pejit executable image");
+  if (magic != kMagic && magic != kMagicV2) throw ImageError("image: not a pejit executable image");
   Image image;
-  image.plan = ReadPlan(r);
+  image.plan = ReadPlan(r, /*with_lanes=*/magic == kMagic);
   image.step_kernel = r.Ints();
   image.outer = r.Int64s();
   image.kernels.resize(r.Count(20));

@@ -121,13 +121,15 @@ NativeExecutable::NativeExecutable(Plan plan, std::vector<int> step_kernel, std:
   } catch (const JitFailure& e) {
     throw std::invalid_argument(e.what());
   }
-  for (const PlanStage& stage : plan_.stages) {
-    stage_task_begin_.push_back(tasks_.size());
-    for (int s = stage.begin; s < stage.end; ++s) {
-      for (int64_t part = 0; part < plan_.steps[s].parts; ++part) tasks_.push_back({s, part});
-    }
+  for (size_t st = 0; st < plan_.steps.size(); ++st) {
+    for (int64_t part = 0; part < plan_.steps[st].parts; ++part) tasks_.push_back({static_cast<int>(st), part});
   }
-  stage_task_begin_.push_back(tasks_.size());
+  for (const std::vector<int>& preds : StepDependences(plan_)) {
+    pred_begin_.push_back(preds_.size());
+  for (const PlanStep& step : plan_.steps) lanes_ = std::max(lanes_, step.lane + 1);
+    preds_.insert(preds_.end(), preds.begin(), preds.end());
+  }
+  pred_begin_.push_back(preds_.size());
   // Where each buffer is, resolved once: a run then walks short arrays
   // instead of every buffer's description.
   for (size_t b = 0; b < plan_.buffers.size(); ++b) {
@@ -172,45 +174,101 @@ std::vector<Tensor> NativeExecutable::Run(std::span<const Tensor> inputs) const 
     address[b] = results.back().raw_data();
   }
   for (const View& v : views_) address[v.buffer] = static_cast<char*>(address[v.root]) + v.offset;
-  // Stage by stage: a parallel one divided among the call's team (the
-  // caller and any helpers it has), any other on this thread, part by part.
+  // With a team, every step runs as soon as the steps it depends on are
+  // done, on the thread that owns it (GroupsFor); alone (or poisoning
+  // buffers after their last use, which needs the plan's order), step by
+  // step.
   Team* team = Team::Current();
-  const bool threads = team && team->max_threads() > 1;
-  for (size_t g = 0; g < plan_.stages.size(); ++g) {
-    const PlanStage& stage = plan_.stages[g];
-    const size_t first = stage_task_begin_[g], count = stage_task_begin_[g + 1] - first;
-    if (threads && stage.parallel) {
-      // Thread k of n takes the k-th share of each split step's parts: the
-      // same rows of every step (and of the trees laid out in them), so a
-      // step mostly reads what the same thread wrote into its cache one
-      // stage before. Steps in one part are the caller's, as are serial
-      // stages: helpers take them only once their own share is done.
-      const size_t n = static_cast<size_t>(team->max_threads());
-      thread_local std::vector<int64_t> owner, order, group_end;
-      owner.resize(count);
-      group_end.assign(n, 0);
-      for (size_t t = 0; t < count; ++t) {
-        const Task& task = tasks_[first + t];
-        const int64_t parts = plan_.steps[task.step].parts;
-        owner[t] = parts > 1 ? task.part * static_cast<int64_t>(n) / parts : 0;
-        ++group_end[owner[t]];
+  if (team && team->max_threads() > 1 && !poison_ && tasks_.size() > 1) {
+    const Groups& groups = GroupsFor(team->max_threads());
+    std::unique_ptr<std::atomic<int64_t>[]> done(new std::atomic<int64_t>[plan_.steps.size()]());  // parts per step
+    std::atomic<int64_t>* finished = done.get();
+    team->Run(
+        groups.group_end, groups.order.data(),
+        [&](int64_t t) {
+          RunPart(tasks_[static_cast<size_t>(t)], address);
+          finished[tasks_[static_cast<size_t>(t)].step].fetch_add(1, std::memory_order_release);
+        },
+        [&](int64_t t) {
+          const size_t s = static_cast<size_t>(tasks_[static_cast<size_t>(t)].step);
+          for (size_t k = pred_begin_[s]; k < pred_begin_[s + 1]; ++k) {
+            const int p = preds_[k];
+            if (finished[p].load(std::memory_order_acquire) != plan_.steps[p].parts) return false;
+          }
+          return true;
+        });
+  } else if (poison_) {
+    for (const PlanStage& stage : plan_.stages) {
+      for (int s = stage.begin; s < stage.end; ++s) {
+        for (int64_t part = 0; part < plan_.steps[s].parts; ++part) RunPart({s, part}, address);
       }
-      for (size_t k = 1; k < n; ++k) group_end[k] += group_end[k - 1];
-      order.resize(count);
-      for (size_t t = count; t-- > 0;) order[--group_end[owner[t]]] = static_cast<int64_t>(t);
-      for (size_t k = 0; k < n; ++k) group_end[k] = k + 1 < n ? group_end[k + 1] : static_cast<int64_t>(count);
-      // By pointer: a lambda names a thread_local, it does not capture it.
-      const int64_t* ordered = order.data();
-      team->Run(group_end, [&](int64_t t) { RunPart(tasks_[first + ordered[t]], address); });
-    } else {
-      for (size_t t = first; t < first + count; ++t) RunPart(tasks_[t], address);
-    }
-    if (poison_) {
       for (int s = stage.begin; s < stage.end; ++s) Poison(s, address);
     }
+  } else {
+    RunAlone(address);
   }
   if (!step_ns_.empty()) runs_.fetch_add(1, std::memory_order_relaxed);
   return results;
+}
+
+// One thread runs the lanes (jit/lanes.h) one after another as far as they
+// allow, as that many threads would, each to its next step that cannot run
+// yet: one lane's buffers are in the caches at a time, not every lane's.
+void NativeExecutable::RunAlone(const std::vector<void*>& address) const {
+  const Groups& groups = GroupsFor(lanes_);
+  if (lanes_ == 1) {
+    for (const Task& task : tasks_) RunPart(task, address);
+    return;
+  }
+  std::vector<int64_t> finished(plan_.steps.size(), 0), next(groups.group_end.size(), 0);
+  for (size_t k = 1; k < next.size(); ++k) next[k] = groups.group_end[k - 1];
+  auto ready = [&](const Task& task) {
+    const size_t s = static_cast<size_t>(task.step);
+    for (size_t k = pred_begin_[s]; k < pred_begin_[s + 1]; ++k) {
+      if (finished[preds_[k]] != plan_.steps[preds_[k]].parts) return false;
+    }
+    return true;
+  };
+  // The lowest task not run is always ready: every pass runs one at least.
+  for (size_t left = tasks_.size(); left > 0;) {
+    for (size_t k = 0; k < next.size(); ++k) {
+      for (; next[k] < groups.group_end[k]; ++next[k], --left) {
+        const Task& task = tasks_[static_cast<size_t>(groups.order[static_cast<size_t>(next[k])])];
+        if (!ready(task)) break;
+        RunPart(task, address);
+        ++finished[task.step];
+      }
+    }
+  }
+}
+
+// A step of lane l is thread l's (modulo the team's size): its lane's
+// buffers stay in that core's caches, step after step and call after call
+// (jit/lanes.h). Of a step of no lane, thread k of n takes the k-th share of
+// its parts: the same rows of every step, so a step mostly reads what the
+// same thread wrote before. Steps of no lane in one part are the caller's.
+const NativeExecutable::Groups& NativeExecutable::GroupsFor(int threads) const {
+  std::lock_guard<std::mutex> lock(groups_mu_);
+  std::unique_ptr<const Groups>& cached = groups_[threads];
+  if (cached) return *cached;
+  const auto n = static_cast<size_t>(threads);
+  std::vector<int64_t> owner(tasks_.size());
+  auto groups = std::make_unique<Groups>();
+  groups->group_end.assign(n, 0);
+  for (size_t t = 0; t < tasks_.size(); ++t) {
+    const PlanStep& step = plan_.steps[static_cast<size_t>(tasks_[t].step)];
+    owner[t] = step.lane >= 0   ? step.lane % static_cast<int64_t>(n)
+               : step.parts > 1 ? tasks_[t].part * static_cast<int64_t>(n) / step.parts
+                                : 0;
+    ++groups->group_end[static_cast<size_t>(owner[t])];
+  }
+  for (size_t k = 1; k < n; ++k) groups->group_end[k] += groups->group_end[k - 1];
+  groups->order.resize(tasks_.size());
+  std::vector<int64_t> next(n, 0);
+  for (size_t k = 1; k < n; ++k) next[k] = groups->group_end[k - 1];
+  for (size_t t = 0; t < tasks_.size(); ++t) groups->order[static_cast<size_t>(next[static_cast<size_t>(owner[t])]++)] = static_cast<int64_t>(t);
+  cached = std::move(groups);
+  return *cached;
 }
 
 void NativeExecutable::RunPart(Task task, const std::vector<void*>& address) const {

@@ -12,7 +12,9 @@
 
 #include <atomic>
 #include <cstdint>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <span>
 #include <string>
 #include <vector>
@@ -69,6 +71,7 @@ class NativeExecutable final : public Executable {
     int64_t part;
   };
   void RunPart(Task task, const std::vector<void*>& address) const;
+  void RunAlone(const std::vector<void*>& address) const;
   void RunKernel(const PlanStep& step, const std::vector<void*>& ptrs, int64_t part) const;
   void Poison(int step, const std::vector<void*>& address) const;
 
@@ -81,9 +84,20 @@ class NativeExecutable final : public Executable {
   std::vector<int> operands_;
   std::vector<size_t> operand_begin_;
   std::vector<int64_t> operand_row_bytes_;  // per operand of a fused step: bytes per outermost row
-  // Stage g's tasks are tasks_[stage_task_begin_[g] .. stage_task_begin_[g + 1]).
+  // Every step's parts, in the order of the steps.
   std::vector<Task> tasks_;
-  std::vector<size_t> stage_task_begin_;
+  // Step s waits for steps preds_[pred_begin_[s] .. pred_begin_[s + 1]) (jit/schedule.h).
+  std::vector<int> preds_;
+  std::vector<size_t> pred_begin_;
+  int lanes_ = 1;  // the plan's (jit/lanes.h)
+  // The tasks by thread, for a team of n threads (built at its first call).
+  struct Groups {
+    std::vector<int64_t> order;      // tasks, group by group
+    std::vector<int64_t> group_end;  // per thread
+  };
+  const Groups& GroupsFor(int threads) const;
+  mutable std::mutex groups_mu_;
+  mutable std::map<int, std::unique_ptr<const Groups>> groups_;
   std::vector<std::pair<int, int>> params_;       // (buffer, input)
   std::vector<std::pair<int, int64_t>> arena_;    // (buffer, offset in the arena)
   std::vector<std::pair<int, void*>> constants_;  // (buffer, data)

@@ -26,7 +26,7 @@ Func PrepareResidual(const Func& residual, const PipelineOptions& options, Pipel
   if (options.batch && r.batch_skipped.empty()) {
     r.stage = "batch";
     auto start = std::chrono::steady_clock::now();
-    program = Batch(program, &r.batch);
+    program = Batch(program, &r.batch, options.lanes);
     r.batched = true;
     r.batch_ms = MillisecondsSince(start);
     print("batch", program);

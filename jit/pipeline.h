@@ -30,6 +30,10 @@ namespace pejit {
 
 struct PipelineOptions {
   bool batch = true;
+  // Batching cuts a large program into at most this many lanes, one thread's
+  // each (jit/lanes.h); fixed here, not by the threads a call finds, so that
+  // results do not depend on them.
+  int lanes = 2;
   // Grad mode: the residual parameters (dynamic leaves) to differentiate for;
   // the program's result must then be a scalar f32 loss. Empty: value mode.
   std::optional<std::vector<int>> wrt_leaves;

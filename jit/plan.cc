@@ -209,6 +209,7 @@ class Lowering {
     buffers_of_[var] = outs;
 
     PlanStep step;
+    step.lane = call->loc.lane;
     if (options_.fuse && Fusible(call)) {
       step.kind = PlanStep::Kind::kFused;
       step.outputs = outs;
@@ -366,6 +367,11 @@ class Lowering {
       int step = static_cast<int>(s);
       for (int b : plan_.steps[s].outputs) {  // written in place of a concatenation: its root
         PlanBuffer& buf = plan_.buffers[Root(b)];
+        if (buf.first_step < 0) {
+          buf.lane = plan_.steps[s].lane;
+        } else if (buf.lane != plan_.steps[s].lane) {
+          buf.lane = -1;  // written by several lanes
+        }
         if (buf.first_step < 0) buf.first_step = step;
         buf.last_step = std::max(buf.last_step, step);
       }
@@ -380,20 +386,37 @@ class Lowering {
     }
   }
 
-  // Buffers in order of definition; each takes the lowest free range of the
-  // arena that fits (first fit), and gives it back after its last use.
-  // Free ranges are kept merged, so this is O(n log n) in buffers.
+  // Each lane's buffers in a region of the arena of their own (jit/lanes.h),
+  // so that bytes one thread writes are never another's in a later step or
+  // call; the buffers of no lane first. Regions start on a page.
   void PlanMemory() {
-    std::vector<int> order;
+    std::map<int, std::vector<int>> by_lane;
     for (size_t b = 0; b < plan_.buffers.size(); ++b) {
       const PlanBuffer& buf = plan_.buffers[b];
-      if (buf.kind == PlanBuffer::Kind::kArena && buf.first_step >= 0) order.push_back(static_cast<int>(b));
+      if (buf.kind == PlanBuffer::Kind::kArena && buf.first_step >= 0) by_lane[buf.lane].push_back(static_cast<int>(b));
     }
+    constexpr int64_t kRegionAlign = 4096;
+    int64_t top = 0;
+    for (auto& [lane, buffers] : by_lane) {
+      const int64_t base = (top + kRegionAlign - 1) / kRegionAlign * kRegionAlign;
+      const int64_t size = PlanRegion(buffers);
+      for (int b : buffers) plan_.buffers[b].offset += base;
+      top = base + size;
+      if (top > kMaxTensorBytes) throw JitFailure("plan: the intermediates need an arena of more than 2^56 bytes");
+    }
+    plan_.arena_bytes = top;
+  }
+
+  // `buffers` in order of definition; each takes the lowest free range of the
+  // region that fits (first fit), and gives it back after its last use.
+  // Free ranges are kept merged, so this is O(n log n) in buffers. Returns
+  // the region's size.
+  int64_t PlanRegion(std::vector<int>& order) {
     std::stable_sort(order.begin(), order.end(),
                      [&](int a, int b) { return plan_.buffers[a].first_step < plan_.buffers[b].first_step; });
     auto size_of = [&](int b) { return std::max<int64_t>(64, (plan_.buffers[b].bytes() + 63) / 64 * 64); };
     std::map<int64_t, int64_t> free_ranges;  // offset → size, merged
-    int64_t top = 0;                         // the arena's end
+    int64_t top = 0;                         // the region's end
     using Expiry = std::pair<int, int>;      // (last step, buffer)
     std::priority_queue<Expiry, std::vector<Expiry>, std::greater<>> alive;
     auto release = [&](int b) {
@@ -429,7 +452,7 @@ class Lowering {
         free_ranges.erase(fit);
         if (rest > 0) free_ranges.emplace(buf.offset + size, rest);
       } else {
-        // Grow the arena, reusing a free range that ends at the top.
+        // Grow the region, reusing a free range that ends at the top.
         buf.offset = top;
         if (!free_ranges.empty()) {
           auto last = std::prev(free_ranges.end());
@@ -445,7 +468,7 @@ class Lowering {
       }
       alive.push({buf.last_step, b});
     }
-    plan_.arena_bytes = top;
+    return top;
   }
 };
 
@@ -524,6 +547,7 @@ std::string Plan::ToString() const {
       out += "fused  " + outs + " = {" + ops + "}(" + ins + ")  " + buffers[s.outputs[0]].type.ToString() + "\n";
     }
     if (s.parts > 1) out.insert(out.size() - 1, "  ×" + std::to_string(s.parts));
+    if (s.lane >= 0) out.insert(out.size() - 1, "  lane " + std::to_string(s.lane));
   }
   std::string res;
   for (int b : results) res += (res.empty() ? "" : ", ") + name(b);

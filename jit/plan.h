@@ -48,6 +48,7 @@ struct PlanBuffer {
   int result = -1;        // kResult: index among the result tensors
   int alias_of = -1;      // kAlias: buffer whose bytes it views
   int first_step = -1, last_step = -1;  // lifetime, in steps
+  int lane = -1;          // kArena: the lane of the steps writing it (-1: none, or several)
   std::string name;       // for printing
 
   int64_t bytes() const { return NumBytes(type); }
@@ -84,6 +85,10 @@ struct PlanStep {
   // kernel's outermost loop, ranges of a copy's output, the operator's
   // KernelSplit for a kernel. 1: whole.
   int64_t parts = 1;
+  // The lane of the minibatch's work it belongs to (jit/lanes.h), -1 for
+  // none: lane k's steps are thread k's, its buffers in an arena region of
+  // its own.
+  int lane = -1;
 
   int64_t copied_bytes() const;  // of `blocks`
 };

@@ -1,6 +1,8 @@
 #include "jit/schedule.h"
 
 #include <algorithm>
+#include <limits>
+#include <map>
 #include <tuple>
 #include <unordered_map>
 
@@ -159,16 +161,91 @@ void ScheduleStages(Plan& plan) {
     const int level = alap[order[i]];
     double cost = 0;
     int64_t tasks = 0;
+    std::map<int, double> lane_cost;  // of the steps in a lane
     for (; i < n && alap[order[i]] == level; ++i) {
       PlanStep& step = plan.steps[i];
       step.parts = PartsOf(plan, step);
-      cost += StepCostNs(plan, step);
+      const double c = StepCostNs(plan, step);
+      cost += c;
       tasks += step.parts;
+      if (step.lane >= 0) lane_cost[step.lane] += c;
     }
     stage.end = i;
-    stage.parallel = tasks >= 2 && cost >= kParallelStageNs;
+    // Lanes divide with no data crossing between threads: worth it for far
+    // less work than rows of one step divided.
+    double least_lane = lane_cost.size() >= 2 ? std::numeric_limits<double>::max() : 0;
+    for (const auto& [lane, c] : lane_cost) least_lane = std::min(least_lane, c);
+    stage.parallel = tasks >= 2 && (cost >= kParallelStageNs || least_lane >= kLaneStageNs);
     plan.stages.push_back(stage);
   }
+}
+
+std::vector<std::vector<int>> StepDependences(const Plan& plan) {
+  // Per memory, disjoint byte ranges, each with the step that last wrote
+  // it and the steps that read it since.
+  struct Range {
+    int64_t end;
+    int writer = -1;
+    std::vector<int> readers;
+  };
+  using Ranges = std::map<int64_t, Range>;  // by first byte
+  std::unordered_map<int, Ranges> memories;
+  // Makes `at` the start of a range when a range spans it.
+  auto cut = [](Ranges& ranges, int64_t at) {
+    auto it = ranges.upper_bound(at);
+    if (it == ranges.begin()) return;
+    --it;
+    if (it->first < at && at < it->second.end) {
+      Range right = it->second;
+      it->second.end = at;
+      ranges.emplace(at, std::move(right));
+    }
+  };
+  const int n = static_cast<int>(plan.steps.size());
+  std::vector<std::vector<int>> preds(static_cast<size_t>(n));
+  std::vector<Access> mine;
+  for (int j = 0; j < n; ++j) {
+    mine.clear();
+    ForEachAccess(plan, j, /*planned=*/true, [&](const Access& a) {
+      if (a.begin < a.end) mine.push_back(a);
+    });
+    std::vector<int>& p = preds[static_cast<size_t>(j)];
+    for (const Access& a : mine) {
+      Ranges& ranges = memories[a.memory];
+      cut(ranges, a.begin);
+      cut(ranges, a.end);
+      for (auto it = ranges.lower_bound(a.begin); it != ranges.end() && it->first < a.end; ++it) {
+        if (it->second.writer >= 0) p.push_back(it->second.writer);
+        if (a.write) p.insert(p.end(), it->second.readers.begin(), it->second.readers.end());
+      }
+    }
+    // Reads first: a step reading and writing the same bytes is their writer.
+    std::stable_partition(mine.begin(), mine.end(), [](const Access& a) { return !a.write; });
+    for (const Access& a : mine) {
+      Ranges& ranges = memories[a.memory];
+      if (a.write) {
+        ranges.erase(ranges.lower_bound(a.begin), ranges.lower_bound(a.end));
+        ranges.emplace(a.begin, Range{a.end, j, {}});
+        continue;
+      }
+      // Every byte read gets a range recording the reader, gaps included.
+      int64_t at = a.begin;
+      auto it = ranges.lower_bound(a.begin);
+      while (at < a.end) {
+        if (it == ranges.end() || it->first > at) {
+          const int64_t gap_end = it == ranges.end() ? a.end : std::min(a.end, it->first);
+          it = ranges.emplace_hint(it, at, Range{gap_end, -1, {}});
+        }
+        it->second.readers.push_back(j);
+        at = it->second.end;
+        ++it;
+      }
+    }
+    std::sort(p.begin(), p.end());
+    p.erase(std::unique(p.begin(), p.end()), p.end());
+    std::erase(p, j);
+  }
+  return preds;
 }
 
 void CheckStages(const Plan& plan) {

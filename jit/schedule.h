@@ -18,10 +18,13 @@
 //     does not change its bits: results are the same bits with one thread
 //     or many.
 //   - A stage whose work is below kParallelStageNs runs serially: dividing it
-//     would cost more than it gains.
+//     would cost more than it gains; unless it holds the work of several
+//     lanes (jit/lanes.h), each at least kLaneStageNs: lane k's steps are
+//     thread k's, whose own data they read.
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "jit/plan.h"
 
@@ -36,6 +39,11 @@ namespace pejit {
 // issue 29). Estimated, so ~8 us and ~4 us of real product work.
 inline constexpr double kParallelStageNs = 20000;
 inline constexpr double kPartNs = 10000;
+// A stage whose steps are in two lanes or more (jit/lanes.h), each lane's
+// with at least this estimated cost, is divided whatever its total: each
+// thread then reads what it wrote itself, and pays only the stage's
+// hand-off.
+inline constexpr double kLaneStageNs = 3000;
 // The most parts a step splits into: enough for 8 threads. A constant, so
 // that results never depend on the machine.
 inline constexpr int64_t kMaxParts = 8;
@@ -51,6 +59,13 @@ double GemmFlops(const Plan& plan, const PlanStep& step);
 // Orders `plan.steps` by stages and fills `plan.stages` and each step's
 // `parts`. Runs before memory planning (buffers' offsets unassigned).
 void ScheduleStages(Plan& plan);
+
+// Each step's predecessors on the memory as planned (buffers sharing arena
+// bytes included): the earlier steps that wrote bytes it reads or writes,
+// or read bytes it overwrites. Steps run on several threads as soon as
+// their predecessors are done (native_executable.h); derived from the plan,
+// never trusted from an image.
+std::vector<std::vector<int>> StepDependences(const Plan& plan);
 
 // Throws JitFailure naming the steps when two steps of one stage touch
 // overlapping bytes (one of them writing), or the stages do not cover the

@@ -209,13 +209,15 @@ Func CombineSums(const Func& program) {
   }
   std::vector<Binding> out;
   int fresh = 0;
-  auto emit = [&](std::string_view op, std::vector<Expr> args, const Attrs& attrs) -> Expr {
+  auto emit = [&](std::string_view op, std::vector<Expr> args, const Attrs& attrs, int lane = -1) -> Expr {
     const OpDef& def = LookupOp(op);
     Attrs normalized = NormalizeAttrs(def, attrs);
     std::vector<TensorType> in;
     for (const Expr& a : args) in.push_back(TensorTypeOf(a));
     Var v = MakeVar("sum" + std::to_string(fresh++), TensorTy(InferTypes(def, in, normalized)[0]));
-    out.push_back({v, std::make_shared<OpCallNode>(&def, std::move(args), normalized, SourceLoc{})});
+    SourceLoc loc;
+    loc.lane = lane;
+    out.push_back({v, std::make_shared<OpCallNode>(&def, std::move(args), normalized, loc)});
     return v;
   };
   for (const Binding& b : s.bindings) {
@@ -225,9 +227,13 @@ Func CombineSums(const Func& program) {
       continue;
     }
     const TensorType type = TensorTypeOf(b.var);
-    // The sum's terms, by kind.
+    // The sum's terms, by kind; products and scatters by lane (jit/lanes.h):
+    // each lane's are combined on their own, and the lanes' sums added in
+    // lane order, so that no lane reads another's rows.
     std::vector<Expr> others;
-    std::vector<std::pair<Expr, const OpCallNode*>> scatters, products;  // (term, its call)
+    using Terms = std::vector<std::pair<Expr, const OpCallNode*>>;  // (term, its call)
+    std::map<int, Terms> scatters, products;
+    size_t scatter_terms = 0, product_terms = 0;
     // Depth first, left to right, with an explicit stack: a sum chains as
     // many adds as the data has elements (a list of 100,000).
     std::vector<Expr> pending(add->args.rbegin(), add->args.rend());
@@ -238,50 +244,58 @@ Func CombineSums(const Func& program) {
         pending.insert(pending.end(), a->args.rbegin(), a->args.rend());
       } else if (const OpCallNode* sc = call_of(term, "scatter_add");
                  sc && sc->args[1]->kind == ExprKind::kConstant) {
-        scatters.emplace_back(term, sc);
+        scatters[sc->loc.lane].emplace_back(term, sc);
+        ++scatter_terms;
       } else if (const OpCallNode* mm = call_of(term, "matmul");
                  mm && mm->attrs.GetBool("transpose_a") && !mm->attrs.GetBool("transpose_b") &&
                  TensorTypeOf(mm->args[0]).rank() == 2 && TensorTypeOf(mm->args[1]).rank() == 2) {
-        products.emplace_back(term, mm);
+        products[mm->loc.lane].emplace_back(term, mm);
+        ++product_terms;
       } else {
         others.push_back(term);
       }
     }
-    if (scatters.size() < 2 && products.size() < 2) {
+    if (scatter_terms < 2 && product_terms < 2) {
       out.push_back(b);
       continue;
     }
-    auto concat = [&](std::vector<Expr> values) {
-      return values.size() == 1 ? values[0] : emit("concat", std::move(values), {{"axis", int64_t{0}}});
+    auto concat = [&](std::vector<Expr> values, int lane) {
+      return values.size() == 1 ? values[0] : emit("concat", std::move(values), {{"axis", int64_t{0}}}, lane);
     };
     std::vector<Expr> terms;
-    if (scatters.size() >= 2) {
+    for (const auto& [lane, lane_scatters] : scatters) {
+      if (lane_scatters.size() < 2) {
+        for (const auto& [term, sc] : lane_scatters) others.push_back(term);
+        continue;
+      }
       std::vector<Expr> values;
       std::vector<int64_t> indices;
-      for (const auto& [term, sc] : scatters) {
+      for (const auto& [term, sc] : lane_scatters) {
         const Tensor& idx = As<ConstantNode>(sc->args[1])->value;
         for (int64_t k = 0; k < idx.numel(); ++k) indices.push_back(idx.data<int64_t>()[k]);
         Shape flat = TensorTypeOf(sc->args[0]).shape;
         flat.erase(flat.begin(), flat.begin() + idx.rank());
         flat.insert(flat.begin(), idx.numel());
-        values.push_back(emit("reshape", {sc->args[0]}, {{"shape", flat}}));
+        values.push_back(emit("reshape", {sc->args[0]}, {{"shape", flat}}, lane));
       }
       auto count_indices = static_cast<int64_t>(indices.size());
       terms.push_back(emit("scatter_add",
-                           {concat(std::move(values)), MakeConstant(Tensor::FromVector<int64_t>({count_indices}, indices))},
-                           scatters[0].second->attrs));
-    } else {
-      for (const auto& [term, sc] : scatters) others.push_back(term);
+                           {concat(std::move(values), lane),
+                            MakeConstant(Tensor::FromVector<int64_t>({count_indices}, indices))},
+                           lane_scatters[0].second->attrs, lane));
     }
-    if (products.size() >= 2) {
+    for (const auto& [lane, lane_products] : products) {
+      if (lane_products.size() < 2) {
+        for (const auto& [term, mm] : lane_products) others.push_back(term);
+        continue;
+      }
       std::vector<Expr> a, c;
-      for (const auto& [term, mm] : products) {
+      for (const auto& [term, mm] : lane_products) {
         a.push_back(mm->args[0]);
         c.push_back(mm->args[1]);
       }
-      terms.push_back(emit("matmul", {concat(std::move(a)), concat(std::move(c))}, products[0].second->attrs));
-    } else {
-      for (const auto& [term, mm] : products) others.push_back(term);
+      terms.push_back(emit("matmul", {concat(std::move(a), lane), concat(std::move(c), lane)},
+                           lane_products[0].second->attrs, lane));
     }
     terms.insert(terms.end(), others.begin(), others.end());
     Expr sum = terms[0];

@@ -79,7 +79,7 @@ class DiskCache {
   std::string PathOf(const DiskKey& key) const;  // where its entry is
 
   // The format and pejit version written into every header.
-  static constexpr uint32_t kFormat = 2;  // 2: images with a parallel schedule (jit/image.cc)
+  static constexpr uint32_t kFormat = 3;  // 2: images with a parallel schedule; 3: with lanes (jit/image.cc)
   static const char* Version();
 
  private:

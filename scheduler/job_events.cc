@@ -35,6 +35,12 @@ void JobEvents::Batch(int64_t start, int64_t us, const BatchStats& stats) const 
   e.fields.push_back({"ops_before", stats.ops_before});
   e.fields.push_back({"ops_after", stats.ops_after});
   e.fields.push_back({"copied_bytes", stats.copied_bytes});
+  e.fields.push_back({"lanes", static_cast<int64_t>(stats.lanes)});
+  if (stats.lanes > 1) {
+    e.fields.push_back({"lane_cut_bytes", stats.lane_cut_bytes});
+  } else {
+    e.fields.push_back({"one_lane", stats.why_one_lane});
+  }
   EmitQuietly(*sink_, e);
 }
 

@@ -32,25 +32,32 @@ thread_local Team* current_team = nullptr;
 // What the caller and its helpers share; helpers hold it, so that one
 // starting after its call ended still reads valid memory.
 struct Team::Shared {
-  // One group's claim word, alone on its cache line: the stage's number in
+  // One group's claim word, alone on its cache line: the run's number in
   // the high 32 bits, the group's tasks nobody has claimed yet in the low
-  // 32. Claiming one is a compare-and-swap of this word, so a thread
-  // holding a stale stage number claims nothing.
+  // 32 (claimed in order). Claiming one is a compare-and-swap of this word,
+  // so a thread holding a stale run number claims nothing.
   struct alignas(64) Group {
     std::atomic<uint64_t> claim{0};
-    // The group's tasks: written before `claim` publishes the stage, read
-    // only by a thread that claimed one of them (the stage cannot end, and
-    // they cannot change, before that task is done).
+    // The group's tasks: written before `claim` publishes the run, read
+    // only while `peeking` counts the reader (see Run).
     int64_t first = 0, count = 0;
+    std::atomic<int> helpers{0};  // helpers of this group's number, here now
   };
 
   Shared(HelperPool* pool, int groups) : pool(pool), groups(static_cast<size_t>(groups)) {}
 
   HelperPool* pool;
   std::vector<Group> groups;
+  // The run's: set before its claim words are published.
   const std::function<void(int64_t)>* task = nullptr;
-  uint64_t stage = 0;  // the caller's alone
+  const std::function<bool(int64_t)>* ready = nullptr;
+  const int64_t* order = nullptr;  // group positions to tasks
+  uint64_t run = 0;  // the caller's alone
   alignas(64) std::atomic<int64_t> done{0};
+  // Threads reading a run's groups or `ready` before claiming a task: the
+  // caller changes them only when none is (a task may be claimed, done and
+  // the run over while a slower thread still looks at it).
+  alignas(64) std::atomic<int> peeking{0};
   std::atomic<bool> ended{false};
   std::atomic<int> helpers{0};      // lent and not yet returned
   std::atomic<int> helped{0};       // helpers that ran a task of this call
@@ -58,30 +65,48 @@ struct Team::Shared {
   std::mutex error_mu;
   std::exception_ptr error;
 
-  // Claims and runs one task of group g; false when it has none left.
-  bool RunOneOf(Group& g) {
-    uint64_t word = g.claim.load(std::memory_order_acquire);
+  enum class Claim { kRan, kNotReady, kNone };
+
+  // Claims and runs group g's next task if it is ready.
+  Claim RunOneOf(Group& g) {
+    peeking.fetch_add(1, std::memory_order_seq_cst);
+    uint64_t word = g.claim.load(std::memory_order_seq_cst);
+    int64_t index = -1;
     while ((word & 0xffffffffu) != 0) {
+      const int64_t position = g.first + g.count - static_cast<int64_t>(word & 0xffffffffu);
+      const int64_t t = order ? order[position] : position;
+      if (*ready && !(*ready)(t)) {
+        peeking.fetch_sub(1, std::memory_order_release);
+        return Claim::kNotReady;
+      }
       if (g.claim.compare_exchange_weak(word, word - 1, std::memory_order_acq_rel, std::memory_order_acquire)) {
-        const int64_t index = g.first + g.count - static_cast<int64_t>(word & 0xffffffffu);
-        try {
-          (*task)(index);
-        } catch (...) {
-          std::lock_guard<std::mutex> lock(error_mu);
-          if (!error) error = std::current_exception();
-        }
-        done.fetch_add(1, std::memory_order_release);
-        return true;
+        index = t;
+        break;
       }
     }
-    return false;
+    peeking.fetch_sub(1, std::memory_order_release);
+    if (index < 0) return Claim::kNone;
+    try {
+      (*task)(index);
+    } catch (...) {
+      std::lock_guard<std::mutex> lock(error_mu);
+      if (!error) error = std::current_exception();
+    }
+    done.fetch_add(1, std::memory_order_release);
+    return Claim::kRan;
   }
 
-  // One task, of thread `self`'s group if it has any left, else of the next
-  // group that does; false when no group has.
+  // One task for thread `self`: its own group's next if ready; another
+  // group's only when its own has none left, or when no thread of that
+  // group's number is here to take it (a helper not come yet, or gone): a
+  // lane's rows then stay on their thread until the work runs out.
   bool RunOne(size_t self) {
-    for (size_t k = 0; k < groups.size(); ++k) {
-      if (RunOneOf(groups[(self + k) % groups.size()])) return true;
+    const Claim own = RunOneOf(groups[self]);
+    if (own == Claim::kRan) return true;
+    for (size_t k = 1; k < groups.size(); ++k) {
+      const size_t g = (self + k) % groups.size();
+      const bool unattended = g != 0 && groups[g].helpers.load(std::memory_order_acquire) == 0;
+      if ((own == Claim::kNone || unattended) && RunOneOf(groups[g]) == Claim::kRan) return true;
     }
     return false;
   }
@@ -91,6 +116,7 @@ struct Team::Shared {
     // Threads 1 .. groups − 1; a helper lent after another left may share
     // its number (it then prefers the same group: only locality suffers).
     const size_t self = 1 + static_cast<size_t>(next_helper.fetch_add(1, std::memory_order_relaxed)) % (groups.size() - 1);
+    groups[self].helpers.fetch_add(1, std::memory_order_acq_rel);
     Clock::time_point idle_since = Clock::now();
     int spins = 0;
     bool counted = false;
@@ -105,7 +131,12 @@ struct Team::Shared {
       CpuRelax();
       if (++spins % 256 == 0 && Clock::now() - idle_since > kIdleBeforeLeaving) break;
     }
+    groups[self].helpers.fetch_sub(1, std::memory_order_acq_rel);
     helpers.fetch_sub(1, std::memory_order_release);
+  }
+
+  void WaitForPeekers() const {
+    while (peeking.load(std::memory_order_seq_cst) != 0) CpuRelax();
   }
 };
 
@@ -159,6 +190,11 @@ void Team::Run(int64_t tasks, const std::function<void(int64_t)>& task) {
 }
 
 void Team::Run(std::span<const int64_t> group_end, const std::function<void(int64_t)>& task) {
+  Run(group_end, nullptr, task, {});
+}
+
+void Team::Run(std::span<const int64_t> group_end, const int64_t* order, const std::function<void(int64_t)>& task,
+               const std::function<bool(int64_t)>& ready) {
   if (static_cast<int>(group_end.size()) != max_threads_) {
     throw std::invalid_argument("Team::Run: " + std::to_string(group_end.size()) + " groups for a team of " +
                                 std::to_string(max_threads_));
@@ -166,23 +202,33 @@ void Team::Run(std::span<const int64_t> group_end, const std::function<void(int6
   const int64_t tasks = group_end.back();
   if (tasks <= 0) return;
   if (max_threads_ <= 1 || tasks == 1) {
-    for (int64_t i = 0; i < tasks; ++i) task(i);
+    // One thread: in the order of the tasks, which readiness respects.
+    std::vector<int64_t> sequence(static_cast<size_t>(tasks));
+    for (int64_t i = 0; i < tasks; ++i) sequence[static_cast<size_t>(i)] = order ? order[i] : i;
+    std::sort(sequence.begin(), sequence.end());
+    for (int64_t t : sequence) task(t);
     return;
   }
-  if (!shared_) {  // most calls never get here: made at their first divided stage
+  if (!shared_) {  // most calls never get here: made at their first divided run
     shared_ = std::make_shared<Shared>(pool_, max_threads_);
   }
   Shared& s = *shared_;
   // Borrow helpers when none is here (none lent yet, or all went back idle)
   // and the pool has no work of its own.
-  if (s.helpers.load(std::memory_order_acquire) == 0 && !pool_->recalled()) {
-    const int count = max_threads_ - 1;
-    s.helpers.store(count, std::memory_order_relaxed);
-    pool_->Lend(count, [shared = shared_] { shared->Help(); });
-  }
+  auto borrow = [&] {
+    if (s.helpers.load(std::memory_order_acquire) == 0 && !pool_->recalled()) {
+      const int count = max_threads_ - 1;
+      s.helpers.store(count, std::memory_order_relaxed);
+      pool_->Lend(count, [shared = shared_] { shared->Help(); });
+    }
+  };
+  borrow();
+  s.WaitForPeekers();  // of the previous run
   s.task = &task;
+  s.ready = &ready;
+  s.order = order;
   s.done.store(0, std::memory_order_relaxed);
-  ++s.stage;
+  ++s.run;
   int64_t first = 0;
   for (size_t g = 0; g < s.groups.size(); ++g) {
     const int64_t count = group_end[g] - first;
@@ -192,12 +238,21 @@ void Team::Run(std::span<const int64_t> group_end, const std::function<void(int6
     first = group_end[g];
   }
   for (Shared::Group& g : s.groups) {
-    g.claim.store((s.stage << 32) | static_cast<uint64_t>(g.count), std::memory_order_release);
+    g.claim.store((s.run << 32) | static_cast<uint64_t>(g.count), std::memory_order_seq_cst);
   }
-  while (s.RunOne(0)) {
+  int64_t idle = 0;
+  while (s.done.load(std::memory_order_acquire) != tasks) {
+    // Helpers that went back (idle while the caller ran a long task alone,
+    // or recalled by a job since done) are borrowed again while work is left.
+    if (s.RunOne(0)) {
+      idle = 0;
+      borrow();
+      continue;
+    }
+    CpuRelax();
+    if (++idle % 1024 == 0) borrow();
   }
-  // Tasks helpers claimed may still run: each is one step's part, short.
-  while (s.done.load(std::memory_order_acquire) != tasks) CpuRelax();
+  s.WaitForPeekers();  // `ready` and `order` are the caller's: they end with the run
   std::exception_ptr error;
   {
     std::lock_guard<std::mutex> lock(s.error_mu);

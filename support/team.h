@@ -80,6 +80,18 @@ class Team {
   // takes tasks of groups whose thread is busy or absent. The first
   // exception a task throws is rethrown here, once no task runs any more.
   void Run(std::span<const int64_t> group_end, const std::function<void(int64_t)>& task);
+  // The same for tasks that depend on one another: group g holds the tasks
+  // order[group_end[g - 1]] .. order[group_end[g] - 1] (order null: the
+  // positions themselves), each group in increasing task number; a thread
+  // takes a group's next task only once ready(task) is true. A task may
+  // depend only on tasks numbered below it (ready must turn true once they
+  // are all done), so that the lowest task not done is always ready and
+  // nothing waits forever. Thread g takes another group's tasks only when
+  // its own has none left, or when no thread of that group's number is
+  // there: one thread keeps its group's data in its caches (jit/lanes.h).
+  // With one thread, the tasks run in increasing number.
+  void Run(std::span<const int64_t> group_end, const int64_t* order, const std::function<void(int64_t)>& task,
+           const std::function<bool(int64_t)>& ready);
   // The same with `tasks` in max_threads() groups of consecutive tasks.
   void Run(int64_t tasks, const std::function<void(int64_t)>& task);
 

@@ -78,6 +78,70 @@ TEST(Schedule, ATreeLstmStepGivesTheSameBitsOnOneTwoAndFourThreads) {
   }
 }
 
+// Every pair of steps touching the same planned bytes (arena bytes two
+// buffers share included), one of them writing, is ordered by the
+// dependences the executable waits on: directly or through other steps.
+TEST(Schedule, StepDependencesOrderEveryPairOfStepsSharingBytes) {
+  Module module;
+  module.AddSource(treelstm::ModelSource(), "treelstm.pj");
+  Snapshot snapshot = module.snapshot();
+  treelstm::Batch b = treelstm::GeneratedListOpsBatch(5, 8, *snapshot);
+  Rng rng(3);
+  std::vector<Value> args = {b.trees, b.labels, treelstm::InitParams(rng, {listops::kVocabularySize, 16, 32, listops::kClasses})};
+  PipelineOptions options;
+  options.wrt_leaves = FloatWrtLeaves(args, std::vector<int>{2});
+  auto session = JitSession::Create();
+  ExecutablePtr exe = CompileResidual(*session, PartialEvaluate(*snapshot, "loss", args).main, options);
+  const Plan& plan = PlanOf(exe);
+  const std::vector<std::vector<int>> preds = StepDependences(plan);
+  const size_t n = plan.steps.size();
+  ASSERT_EQ(preds.size(), n);
+  // before[j][i]: step i must be done before step j starts.
+  std::vector<std::vector<bool>> before(n, std::vector<bool>(n, false));
+  for (size_t j = 0; j < n; ++j) {
+    for (int p : preds[j]) {
+      ASSERT_LT(static_cast<size_t>(p), j) << "a step waits for a later one";
+      before[j][static_cast<size_t>(p)] = true;
+      for (size_t i = 0; i < n; ++i) before[j][i] = before[j][i] || before[static_cast<size_t>(p)][i];
+    }
+  }
+  // Planned bytes of each step, by brute force.
+  struct Bytes {
+    int memory;
+    int64_t begin, end;
+    bool write;
+  };
+  auto bytes_of = [&](size_t s) {
+    std::vector<Bytes> out;
+    auto add = [&](int buffer, bool write) {
+      auto [root, offset] = plan.ViewOf(buffer);
+      const PlanBuffer& r = plan.buffers[static_cast<size_t>(root)];
+      const bool arena = r.kind == PlanBuffer::Kind::kArena;
+      const int64_t begin = offset + (arena ? r.offset : 0);
+      out.push_back({arena ? -1 : root, begin, begin + plan.buffers[static_cast<size_t>(buffer)].bytes(), write});
+    };
+    for (int buffer : plan.steps[s].inputs) add(buffer, false);
+    for (int buffer : plan.steps[s].outputs) add(buffer, true);
+    return out;
+  };
+  int hazards = 0;
+  for (size_t j = 0; j < n; ++j) {
+    for (size_t i = 0; i < j; ++i) {
+      bool conflict = false;
+      for (const Bytes& a : bytes_of(i)) {
+        for (const Bytes& c : bytes_of(j)) {
+          conflict |= a.memory == c.memory && a.begin < c.end && c.begin < a.end && a.begin < a.end &&
+                      c.begin < c.end && (a.write || c.write);
+        }
+      }
+      if (!conflict) continue;
+      ++hazards;
+      EXPECT_TRUE(before[j][i]) << "step " << j << " does not wait for step " << i;
+    }
+  }
+  EXPECT_GT(hazards, static_cast<int>(n) / 2);
+}
+
 // A product too big for one thread is split, and prints so; its parts give
 // the bits of any number of threads.
 TEST(Schedule, ALargeProductIsSplitIntoParts) {

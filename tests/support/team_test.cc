@@ -9,6 +9,7 @@
 #include <chrono>
 #include <functional>
 #include <mutex>
+#include <random>
 #include <set>
 #include <stdexcept>
 #include <thread>
@@ -56,6 +57,57 @@ TEST(Team, RunsEveryTaskOnceWhateverTheNumberOfThreads) {
         std::vector<std::atomic<int>> runs(static_cast<size_t>(tasks));
         team.Run(tasks, [&](int64_t i) { runs[static_cast<size_t>(i)].fetch_add(1); });
         for (int64_t i = 0; i < tasks; ++i) ASSERT_EQ(runs[static_cast<size_t>(i)].load(), 1) << threads << " threads, task " << i;
+      }
+    }
+  }
+}
+
+// Tasks that depend on earlier ones (a random graph, in random groups): each
+// runs once, after every task it depends on, on any number of threads, and
+// with a pool that lends nobody (the caller then takes every group).
+TEST(Team, TasksRunOnceTheirDependencesAreDone) {
+  constexpr int64_t kTasks = 300;
+  std::mt19937 random(7);
+  std::vector<std::vector<int64_t>> deps(kTasks);
+  for (int64_t t = 1; t < kTasks; ++t) {
+    for (int k = 0; k < 3; ++k) deps[static_cast<size_t>(t)].push_back(static_cast<int64_t>(random() % static_cast<uint32_t>(t)));
+  }
+  struct NoHelpers final : HelperPool {
+    int capacity() const override { return 3; }
+    void Lend(int, std::function<void()>) override {}
+    bool recalled() const override { return false; }
+  } nobody;
+  for (int threads : {1, 2, 4}) {
+    for (bool lent : {true, false}) {
+      ThreadPool pool(3);
+      Team team(lent ? static_cast<HelperPool*>(&pool) : &nobody, threads);
+      // Random groups, each in increasing task number.
+      std::vector<std::vector<int64_t>> by_group(static_cast<size_t>(threads));
+      for (int64_t t = 0; t < kTasks; ++t) by_group[random() % static_cast<uint32_t>(threads)].push_back(t);
+      std::vector<int64_t> order, group_end;
+      for (const auto& g : by_group) {
+        order.insert(order.end(), g.begin(), g.end());
+        group_end.push_back(static_cast<int64_t>(order.size()));
+      }
+      for (int round = 0; round < 20; ++round) {
+        std::vector<std::atomic<int>> runs(kTasks);
+        std::vector<std::atomic<bool>> done(kTasks);
+        std::atomic<int> late{0};
+        team.Run(
+            group_end, order.data(),
+            [&](int64_t t) {
+              for (int64_t d : deps[static_cast<size_t>(t)]) late += !done[static_cast<size_t>(d)].load();
+              runs[static_cast<size_t>(t)].fetch_add(1);
+              done[static_cast<size_t>(t)].store(true);
+            },
+            [&](int64_t t) {
+              for (int64_t d : deps[static_cast<size_t>(t)]) {
+                if (!done[static_cast<size_t>(d)].load()) return false;
+              }
+              return true;
+            });
+        ASSERT_EQ(late.load(), 0) << threads << " threads";
+        for (int64_t t = 0; t < kTasks; ++t) ASSERT_EQ(runs[static_cast<size_t>(t)].load(), 1) << "task " << t;
       }
     }
   }
