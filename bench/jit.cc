@@ -128,22 +128,19 @@ void BM_TrainStepCompiled(benchmark::State& state) {
   // Bytes the step moves without computing: gathers, concatenations, slices (forward and backward).
   state.counters["copied_KiB"] = static_cast<double>(report.copied_bytes) / 1024;
   state.counters["copy_steps"] = report.copy_steps;
-  // The parallel schedule (jit/schedule.h): stages, those divided, and the
-  // share of the step's estimated cost inside them.
+  // The parallel schedule: lanes (jit/lanes.h), and the share of the
+  // step's estimated cost in steps of a lane or split into parts (what
+  // threads other than the caller may take).
+  state.counters["lanes"] = stats.lanes;
   if (auto* native = dynamic_cast<const NativeExecutable*>(exe.get())) {
     const Plan& plan = native->plan();
-    double cost = 0, divided = 0, parallel = 0;
-    for (const PlanStage& stage : plan.stages) {
-      for (int s = stage.begin; s < stage.end; ++s) {
-        double c = StepCostNs(plan, plan.steps[s]);
-        cost += c;
-        if (stage.parallel) divided += c;
-      }
-      parallel += stage.parallel;
+    double cost = 0, divided = 0;
+    for (const PlanStep& step : plan.steps) {
+      const double c = StepCostNs(plan, step);
+      cost += c;
+      if (step.lane >= 0 || step.parts > 1) divided += c;
     }
-    state.counters["stages"] = static_cast<double>(plan.stages.size());
-    state.counters["parallel_stages"] = parallel;
-    state.counters["parallel_cost_share"] = cost > 0 ? divided / cost : 0;
+    state.counters["divided_cost_share"] = cost > 0 ? divided / cost : 0;
   }
   // Where the step's time goes, from a profiling build of the same program.
   CompileOptions profiling;

@@ -111,8 +111,9 @@ class Reader {
 
 // Format 2 adds the parallel schedule (stages, each step's parts): a format 1
 // image's memory plan shares bytes between steps format 2 may run at once.
-// Format 3 adds each step's lane (jit/lanes.h); a format 2 image reads as
-// steps of no lane (they run as well, only not placed by lane).
+// Format 3 adds each step's lane (jit/lanes.h) and drops whether a stage is
+// divided (steps now run as their inputs are ready); a format 2 image reads
+// as steps of no lane (they run as well, only not placed by lane).
 constexpr uint32_t kMagic = 0x334d4a50;    // "PJM3"
 constexpr uint32_t kMagicV2 = 0x324d4a50;  // "PJM2"
 constexpr uint32_t kMagicV1 = 0x4d494a50;  // "PJIM"
@@ -226,7 +227,6 @@ void WritePlan(Writer& w, const Plan& plan) {
   for (const PlanStage& st : plan.stages) {
     w.I32(st.begin);
     w.I32(st.end);
-    w.U8(st.parallel);
   }
   w.Ints(plan.params);
   w.Ints(plan.results);
@@ -322,11 +322,11 @@ Plan ReadPlan(Reader& r, bool with_lanes) {
       Require(s.lane >= -1 && s.lane < kMaxLanes, "a step of lane " + std::to_string(s.lane));
     }
   }
-  plan.stages.resize(r.Count(9));
+  plan.stages.resize(r.Count(with_lanes ? 8 : 9));
   for (PlanStage& st : plan.stages) {
     st.begin = r.I32();
     st.end = r.I32();
-    st.parallel = r.U8() != 0;
+    if (!with_lanes) r.U8();  // format 2: whether the stage was divided (now decided at run time)
   }
   plan.params = r.Ints();
   plan.results = r.Ints();

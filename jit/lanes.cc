@@ -63,7 +63,7 @@ SourceLoc InLane(SourceLoc loc, int lane) {
 LaneSplit SplitIntoLanes(const Straight& program, int max_lanes) {
   LaneSplit split;
   const size_t n = program.bindings.size();
-  split.lane_of.assign(n, 0);
+  split.lane_of.assign(n, -1);
   std::vector<double> before(n + 1, 0);  // work of bindings [0, p)
   for (size_t i = 0; i < n; ++i) before[i + 1] = before[i] + WorkOf(program.bindings[i]);
   split.work = before[n];

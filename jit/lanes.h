@@ -39,7 +39,7 @@ inline constexpr double kMinLaneWork = 4e6;
 
 struct LaneSplit {
   int lanes = 1;
-  std::vector<int> lane_of;  // per binding of the program
+  std::vector<int> lane_of;  // per binding of the program; -1 (no lane) when one lane
   double work = 0;           // estimated, in total
   int64_t cut_bytes = 0;     // bytes one lane reads of values another computed
   std::string why_one;       // why one lane, when lanes == 1

@@ -530,7 +530,7 @@ std::string Plan::ToString() const {
       const PlanStage& st = stages[stage++];
       int64_t tasks = 0;
       for (int k = st.begin; k < st.end; ++k) tasks += steps[k].parts;
-      out += "stage " + std::to_string(stage - 1) + (st.parallel ? ": parallel, " + std::to_string(tasks) + " tasks" : ": serial") + "\n";
+      out += "stage " + std::to_string(stage - 1) + (tasks > 1 ? ": " + std::to_string(tasks) + " tasks" : "") + "\n";
     }
     std::string outs;
     for (int b : s.outputs) outs += (outs.empty() ? "" : ", ") + name(b) + " [" + where(b) + "]";

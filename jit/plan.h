@@ -94,10 +94,10 @@ struct PlanStep {
 };
 
 // Steps [begin, end) that touch no bytes another of them writes
-// (jit/schedule.h); `parallel` when they are worth dividing among threads.
+// (jit/schedule.h): the steps of one depth, whose buffers the memory plan
+// never lets share bytes.
 struct PlanStage {
   int begin = 0, end = 0;
-  bool parallel = false;
 };
 
 struct Plan {

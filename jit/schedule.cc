@@ -1,7 +1,6 @@
 #include "jit/schedule.h"
 
 #include <algorithm>
-#include <limits>
 #include <map>
 #include <tuple>
 #include <unordered_map>
@@ -159,23 +158,8 @@ void ScheduleStages(Plan& plan) {
     PlanStage stage;
     stage.begin = i;
     const int level = alap[order[i]];
-    double cost = 0;
-    int64_t tasks = 0;
-    std::map<int, double> lane_cost;  // of the steps in a lane
-    for (; i < n && alap[order[i]] == level; ++i) {
-      PlanStep& step = plan.steps[i];
-      step.parts = PartsOf(plan, step);
-      const double c = StepCostNs(plan, step);
-      cost += c;
-      tasks += step.parts;
-      if (step.lane >= 0) lane_cost[step.lane] += c;
-    }
+    for (; i < n && alap[order[i]] == level; ++i) plan.steps[i].parts = PartsOf(plan, plan.steps[i]);
     stage.end = i;
-    // Lanes divide with no data crossing between threads: worth it for far
-    // less work than rows of one step divided.
-    double least_lane = lane_cost.size() >= 2 ? std::numeric_limits<double>::max() : 0;
-    for (const auto& [lane, c] : lane_cost) least_lane = std::min(least_lane, c);
-    stage.parallel = tasks >= 2 && (cost >= kParallelStageNs || least_lane >= kLaneStageNs);
     plan.stages.push_back(stage);
   }
 }

@@ -1,5 +1,5 @@
-// \file The parallel schedule of a plan: stages of independent steps, and
-// steps split into parts, decided when the plan is made.
+// \file The parallel schedule of a plan: stages, steps split into parts,
+// and the dependences threads wait on, decided when the plan is made.
 //
 // A compiled step runs its plan on the calling thread and, while the
 // engine's workers have nothing to compile, on them too (support/team.h).
@@ -7,9 +7,9 @@
 //   - Stages. Steps are ordered as late as their results are needed (ALAP
 //     over the dependences of the bytes they read and write), and the steps
 //     of one depth form a stage: no step of a stage reads or writes bytes
-//     another one writes, so they may run in any order or at once. The
-//     memory plan then counts lifetimes in whole stages, so that buffers
-//     sharing arena bytes never meet in one stage.
+//     another one writes. The memory plan counts lifetimes in whole stages,
+//     so that buffers sharing arena bytes are never needed at once by steps
+//     that could run side by side.
 //   - Parts. A step whose cost (estimated from its shapes) is worth several
 //     threads is split: a fused kernel by rows of its outermost loop, a copy
 //     by ranges of its output's bytes, a product by its operator's
@@ -17,10 +17,9 @@
 //     alone, never on how many threads run it, and which thread runs a part
 //     does not change its bits: results are the same bits with one thread
 //     or many.
-//   - A stage whose work is below kParallelStageNs runs serially: dividing it
-//     would cost more than it gains; unless it holds the work of several
-//     lanes (jit/lanes.h), each at least kLaneStageNs: lane k's steps are
-//     thread k's, whose own data they read.
+//   - Dependences (StepDependences). A step runs as soon as the steps whose
+//     bytes it needs are done, on the thread that owns it: lane k's steps
+//     (jit/lanes.h) on thread k, the parts of a step of no lane shared out.
 #pragma once
 
 #include <cstdint>
@@ -30,20 +29,13 @@
 
 namespace pejit {
 
-// Estimated cost below which a stage runs on the calling thread alone, and
-// the least work a part of a split step should have. A divided stage reads
-// rows the other thread wrote: where a cache line takes ~450 ns between
-// cores (this project's VMs, at times), a fused kernel or copy reading them
-// runs 2-4x slower, and smaller thresholds lost a Tree-LSTM step 13% there
-// while gaining little where lines cross in ~200 ns (bench/RESULTS.md,
-// issue 29). Estimated, so ~8 us and ~4 us of real product work.
-inline constexpr double kParallelStageNs = 20000;
+// The least estimated work a part of a split step should have. A part run
+// by another thread than the one that wrote its inputs reads them from that
+// core: where a cache line takes ~450 ns between cores (this project's VMs,
+// at times), a fused kernel or copy doing so runs 2-4x slower, and smaller
+// parts lost a Tree-LSTM step 13% there (bench/RESULTS.md, issue 29).
+// Estimated, so ~4 us of real product work.
 inline constexpr double kPartNs = 10000;
-// A stage whose steps are in two lanes or more (jit/lanes.h), each lane's
-// with at least this estimated cost, is divided whatever its total: each
-// thread then reads what it wrote itself, and pays only the stage's
-// hand-off.
-inline constexpr double kLaneStageNs = 3000;
 // The most parts a step splits into: enough for 8 threads. A constant, so
 // that results never depend on the machine.
 inline constexpr int64_t kMaxParts = 8;

@@ -46,9 +46,10 @@ const Plan& PlanOf(const ExecutablePtr& exe) {
   return native->plan();
 }
 
-int ParallelStages(const Plan& plan) {
+// Steps other threads may take: of a lane (jit/lanes.h) or split.
+int DividedSteps(const Plan& plan) {
   int n = 0;
-  for (const PlanStage& s : plan.stages) n += s.parallel;
+  for (const PlanStep& s : plan.steps) n += s.lane >= 0 || s.parts > 1;
   return n;
 }
 
@@ -69,7 +70,7 @@ TEST(Schedule, ATreeLstmStepGivesTheSameBitsOnOneTwoAndFourThreads) {
     ExecutablePtr exe = CompileResidual(*session, PartialEvaluate(*snapshot, "loss", args).main, options);
     const Plan& plan = PlanOf(exe);
     EXPECT_NO_THROW(CheckStages(plan));
-    EXPECT_GT(ParallelStages(plan), 0) << plan.ToString();
+    EXPECT_GT(DividedSteps(plan), 0) << plan.ToString();
     std::vector<Tensor> inputs = Flatten(args);
     std::vector<Tensor> alone = exe->Run(inputs);
     for (int threads : {1, 2, 4}) {
@@ -166,8 +167,8 @@ def @f(%x: Tensor[(256, 512), f32], %w: Tensor[(512, 384), f32], %v: Tensor[(384
   for (int threads : {2, 4}) ExpectSameBits(alone, RunWith(*exe, inputs, threads), std::to_string(threads) + " threads");
 }
 
-// Small steps stay whole and their stages serial: dividing them would cost
-// more than it gains.
+// Small steps stay whole and in no lane: dividing them would cost more
+// than it gains.
 TEST(Schedule, SmallStepsStayWholeAndSerial) {
   Module module;
   module.AddSource(R"(
@@ -178,7 +179,7 @@ def @g(%x: Tensor[(4, 8), f32], %w: Tensor[(8, 8), f32]) -> Tensor[(4, 8), f32] 
   auto session = JitSession::Create();
   ExecutablePtr exe = CompileResidual(*session, PartialEvaluate(*module.snapshot(), "g", args).main, {});
   const Plan& plan = PlanOf(exe);
-  EXPECT_EQ(ParallelStages(plan), 0) << plan.ToString();
+  EXPECT_EQ(DividedSteps(plan), 0) << plan.ToString();
   for (const PlanStep& s : plan.steps) EXPECT_EQ(s.parts, 1);
 }
 
