@@ -100,8 +100,12 @@ LaneSplit SplitIntoLanes(const Straight& program, int max_lanes) {
     }
   }
   for (size_t p = 1; p <= n; ++p) crossing[p] += crossing[p - 1];
-  // Each cut: within the window around its even share, where the fewest
-  // bytes cross (the nearest such place to the share on a tie).
+  // Each cut: within the window around its even share, where the bytes
+  // crossing plus the work away from the share are least: a byte moved
+  // between cores costs about what a multiply-add does, so a cut moves off
+  // the share to fall between two trees rather than inside one, but not to
+  // save a few bytes (the values an end-of-program join reads, which cross
+  // wherever the cut is, grow along the program).
   const int lanes = max_lanes;
   const double share = split.work / lanes;
   std::vector<size_t> cuts;
@@ -113,10 +117,8 @@ LaneSplit SplitIntoLanes(const Straight& program, int max_lanes) {
     for (size_t p = previous + 1; p < n; ++p) {
       if (before[p] < target - kCutWindow * share) continue;
       if (before[p] > target + kCutWindow * share) break;
-      if (!found || crossing[p] < crossing[best] ||
-          (crossing[p] == crossing[best] && std::abs(before[p] - target) < std::abs(before[best] - target))) {
-        best = p, found = true;
-      }
+      auto cost = [&](size_t q) { return static_cast<double>(crossing[q]) + std::abs(before[q] - target); };
+      if (!found || cost(p) < cost(best)) best = p, found = true;
     }
     if (!found) {
       split.why_one = "no place to cut near an even share of the work (one operation holds most of it)";
