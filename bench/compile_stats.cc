@@ -20,6 +20,7 @@ bool CompileStatsSink::Wants(EventKind kind) const {
     case EventKind::kSwap:
     case EventKind::kRefused:
     case EventKind::kFailed:
+    case EventKind::kCancel:
       return true;
     default:
       return false;
@@ -34,6 +35,7 @@ void CompileStatsSink::Emit(const Event& e) {
     case EventKind::kPrefetch:
     case EventKind::kEnqueue:
       first_seen_us_.try_emplace(key, e.start_us);
+      enqueued_ += e.kind == EventKind::kEnqueue;
       break;
     case EventKind::kSwap: {
       const FieldValue* bytes = e.Find("code_bytes");
@@ -49,6 +51,9 @@ void CompileStatsSink::Emit(const Event& e) {
     case EventKind::kFailed:
       ++failed_;
       break;
+    case EventKind::kCancel:
+      ++cancelled_;
+      break;
     default:
       break;
   }
@@ -57,6 +62,11 @@ void CompileStatsSink::Emit(const Event& e) {
 int64_t CompileStatsSink::jobs_ended() const {
   std::lock_guard lock(mu_);
   return static_cast<int64_t>(swaps_.size()) + refused_ + failed_;
+}
+
+int64_t CompileStatsSink::jobs_in_flight() const {
+  std::lock_guard lock(mu_);
+  return enqueued_ - static_cast<int64_t>(swaps_.size()) - refused_ - failed_ - cancelled_;
 }
 
 nlohmann::json CompileStatsSink::Summary() const {

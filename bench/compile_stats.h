@@ -31,6 +31,8 @@ class CompileStatsSink final : public EventSink {
   // Jobs that have ended so far (swapped, refused or failed): a difference of
   // two readings says whether the compiler finished anything in between.
   int64_t jobs_ended() const;
+  // Jobs enqueued and not ended (nor cancelled): queued or compiling now.
+  int64_t jobs_in_flight() const;
 
  private:
   struct Swap {
@@ -40,7 +42,7 @@ class CompileStatsSink final : public EventSink {
   mutable std::mutex mu_;
   std::map<std::string, int64_t> first_seen_us_;  // entry + '/' + signature
   std::vector<Swap> swaps_;
-  int64_t refused_ = 0, failed_ = 0;
+  int64_t refused_ = 0, failed_ = 0, cancelled_ = 0, enqueued_ = 0;
 };
 
 // Nearest-rank percentile, q in (0, 1]; 0 for no values.

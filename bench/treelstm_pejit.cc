@@ -277,12 +277,16 @@ int Measure(const Config& c) {
     const int n = static_cast<int>(done.size());
     if (n < wanted) return true;
     if (!c.until_compiled || n >= cap) return false;
-    // Steady: every step compiled, and no compile finishing meanwhile (a
-    // compile on the other core slows the steps down, through the shared
-    // cache); the last --steady-epochs of them.
+    // Steady: every step compiled, no compile finishing meanwhile nor still
+    // running at the end (a compile on the other core slows the steps down,
+    // through the shared cache, and keeps them from borrowing it); the last
+    // --steady-epochs of them.
     if (n < c.steady_epochs) return true;
     for (int i = n - c.steady_epochs; i < n; ++i) {
-      if (done[i]["compiled_share"].get<double>() < 1.0 || done[i]["jobs_ended"].get<int64_t>() > 0) return true;
+      if (done[i]["compiled_share"].get<double>() < 1.0 || done[i]["jobs_ended"].get<int64_t>() > 0 ||
+          done[i]["jobs_in_flight"].get<int64_t>() > 0) {
+        return true;
+      }
     }
     return false;
   };
@@ -317,6 +321,7 @@ int Measure(const Config& c) {
                       {"compiled_share", static_cast<double>(loss.stats().calls_compiled() - compiled_before) /
                                              static_cast<double>(batches.size())},
                       {"jobs_ended", compile_stats->jobs_ended() - jobs_before},
+                      {"jobs_in_flight", compile_stats->jobs_in_flight()},
                       {"step_ms_p50", bench::Percentile(step_ms, 0.5)},
                       {"step_ms_p99", bench::Percentile(step_ms, 0.99)},
                       {"step_ms_max", bench::Percentile(step_ms, 1.0)},
@@ -353,6 +358,7 @@ int Measure(const Config& c) {
                       {"compiled_share", static_cast<double>(infer.stats().calls_compiled() - compiled_before) /
                                              static_cast<double>(batches.size())},
                       {"jobs_ended", compile_stats->jobs_ended() - jobs_before},
+                      {"jobs_in_flight", compile_stats->jobs_in_flight()},
                       {"wall_since_start_s", Seconds(start) - data_seconds}});
   }
 

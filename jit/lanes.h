@@ -34,8 +34,14 @@
 namespace pejit {
 
 // A program below this estimated work (multiply-adds and elements written,
-// jit/lanes.cc) stays in one lane: its steps are too short to divide.
-inline constexpr double kMinLaneWork = 4e6;
+// jit/lanes.cc) stays in one lane: a couple of ListOps trees (a Tree-LSTM
+// training step of ~0.1 ms). Lanes cost at compile time (twice the batched
+// operations to differentiate, lower and compile) and gain little on short
+// steps (0.7-1.5 ms: 1.08x on two threads); but a step in one lane on two
+// threads loses more (0.85-0.9x: its split steps' parts cross cores), and
+// the large programs, which hold most of the compile time, are in lanes
+// anyway.
+inline constexpr double kMinLaneWork = 5e6;
 
 struct LaneSplit {
   int lanes = 1;

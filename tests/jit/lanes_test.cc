@@ -68,8 +68,8 @@ int LaneOfUse(const Straight& s, const LaneSplit& split, const Var& operand) {
 }
 
 TEST(Lanes, IndependentExamplesAreCutBetweenThem) {
-  std::vector<Value> args = ChainArgs(64, 256);
-  Straight s = ResidualOf(TwoChains(64, 256, 3), args);
+  std::vector<Value> args = ChainArgs(128, 256);
+  Straight s = ResidualOf(TwoChains(128, 256, 3), args);
   LaneSplit split = SplitIntoLanes(s, 2);
   ASSERT_EQ(split.lanes, 2) << split.why_one;
   // Each chain's first product is in a lane of its own; the lanes are in
@@ -77,14 +77,14 @@ TEST(Lanes, IndependentExamplesAreCutBetweenThem) {
   EXPECT_EQ(LaneOfUse(s, split, s.params[0]), 0);
   EXPECT_EQ(LaneOfUse(s, split, s.params[1]), 1);
   for (size_t i = 1; i < s.bindings.size(); ++i) EXPECT_LE(split.lane_of[i - 1], split.lane_of[i]);
-  // What crosses: the first chain's result, read by the join (64 x 256 floats).
-  EXPECT_EQ(split.cut_bytes, 64 * 256 * 4);
+  // What crosses: the first chain's result, read by the join (128 x 256 floats).
+  EXPECT_EQ(split.cut_bytes, 128 * 256 * 4);
 }
 
 TEST(Lanes, OneLaneWhenAskedSmallOrIndivisible) {
   {
-    std::vector<Value> args = ChainArgs(64, 256);
-    EXPECT_EQ(SplitIntoLanes(ResidualOf(TwoChains(64, 256, 3), args), 1).lanes, 1);
+    std::vector<Value> args = ChainArgs(128, 256);
+    EXPECT_EQ(SplitIntoLanes(ResidualOf(TwoChains(128, 256, 3), args), 1).lanes, 1);
   }
   {
     std::vector<Value> args = ChainArgs(2, 8);
@@ -96,7 +96,7 @@ TEST(Lanes, OneLaneWhenAskedSmallOrIndivisible) {
     // One chain: the second half waits for the end of the first.
     Module module;
     module.AddSource(R"(
-def @f(%x: Tensor[(64, 256), f32], %w: Tensor[(256, 256), f32]) -> Tensor[(), f32] {
+def @f(%x: Tensor[(128, 256), f32], %w: Tensor[(256, 256), f32]) -> Tensor[(), f32] {
   let %a = tanh(matmul(%x, %w));
   let %b = tanh(matmul(%a, %w));
   let %c = tanh(matmul(%b, %w));
@@ -104,7 +104,7 @@ def @f(%x: Tensor[(64, 256), f32], %w: Tensor[(256, 256), f32]) -> Tensor[(), f3
   sum(%d)
 })", "chain.pj");
     Rng rng(2);
-    std::vector<Value> args = {Value(RandomNormal(rng, {64, 256}, 0, 1)), Value(RandomNormal(rng, {256, 256}, 0, 0.1f))};
+    std::vector<Value> args = {Value(RandomNormal(rng, {128, 256}, 0, 1)), Value(RandomNormal(rng, {256, 256}, 0, 0.1f))};
     LaneSplit split = SplitIntoLanes(Decompose(PartialEvaluate(*module.snapshot(), "f", args).main), 2);
     EXPECT_EQ(split.lanes, 1);
     EXPECT_NE(split.why_one.find("would wait for each other"), std::string::npos) << split.why_one;
@@ -120,7 +120,7 @@ struct TreeLstmStep {
   TreeLstmStep() {
     module.AddSource(treelstm::ModelSource(), "treelstm.pj");
     snapshot = module.snapshot();
-    treelstm::Batch b = treelstm::GeneratedListOpsBatch(7, 16, *snapshot);
+    treelstm::Batch b = treelstm::GeneratedListOpsBatch(7, 24, *snapshot);
     Rng rng(3);
     args = {b.trees, b.labels, treelstm::InitParams(rng, {listops::kVocabularySize, 64, 128, listops::kClasses})};
     residual = PartialEvaluate(*snapshot, "loss", args).main;
