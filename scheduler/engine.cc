@@ -1176,6 +1176,17 @@ void EngineImpl::RunGenericWalk(GenericWalk& walk) {
 void EngineImpl::Prefetch(Request& r, pejit::Prefetch when) {
   Prepare(r);
   if (!r.cacheable) return;
+  // Its specialization is ready: the call will run that, there is nothing
+  // to prepare (a walk would only keep the worker from helping the steps).
+  if (SlotPtr slot = cache.Find(r.key, /*touch=*/false); slot && slot->Load() == SlotState::kReady) {
+    if (On(EventKind::kPrefetch)) {
+      Event e = Make(EventKind::kPrefetch, r.entry.name, &r.key.signature);
+      e.fields.push_back({"state", std::string(SlotStateName(SlotState::kReady))});
+      e.fields.push_back({"priority", std::string(JobPriorityName(PriorityOf(when)))});
+      Emit(e);
+    }
+    return;
+  }
   // Stored by an earlier run: a job loads it on a worker before the call.
   if (disk_ && !cache.Find(r.key, /*touch=*/false) && disk_->Has(DiskKeyOf(r.entry, *r.snapshot, r.key))) {
     return PrefetchSpecialized(r, when);
