@@ -126,10 +126,10 @@ NativeExecutable::NativeExecutable(Plan plan, std::vector<int> step_kernel, std:
   }
   for (const std::vector<int>& preds : StepDependences(plan_)) {
     pred_begin_.push_back(preds_.size());
-  for (const PlanStep& step : plan_.steps) lanes_ = std::max(lanes_, step.lane + 1);
     preds_.insert(preds_.end(), preds.begin(), preds.end());
   }
   pred_begin_.push_back(preds_.size());
+  for (const PlanStep& step : plan_.steps) lanes_ = std::max(lanes_, step.lane + 1);
   // Where each buffer is, resolved once: a run then walks short arrays
   // instead of every buffer's description.
   for (size_t b = 0; b < plan_.buffers.size(); ++b) {

@@ -38,8 +38,14 @@ struct Team::Shared {
   // so a thread holding a stale run number claims nothing.
   struct alignas(64) Group {
     std::atomic<uint64_t> claim{0};
+    // Threads reading the run's tasks (this group's, `order`, `ready`)
+    // before claiming one of this group: the caller changes them only when
+    // no group has any (a task may be claimed, done and the run over while
+    // a slower thread still looks at it). On the claim word's line, which
+    // the reader loads next.
+    std::atomic<int> peeking{0};
     // The group's tasks: written before `claim` publishes the run, read
-    // only while `peeking` counts the reader (see Run).
+    // only while `peeking` counts the reader.
     int64_t first = 0, count = 0;
     std::atomic<int> helpers{0};  // helpers of this group's number, here now
   };
@@ -54,10 +60,6 @@ struct Team::Shared {
   const int64_t* order = nullptr;  // group positions to tasks
   uint64_t run = 0;  // the caller's alone
   alignas(64) std::atomic<int64_t> done{0};
-  // Threads reading a run's groups or `ready` before claiming a task: the
-  // caller changes them only when none is (a task may be claimed, done and
-  // the run over while a slower thread still looks at it).
-  alignas(64) std::atomic<int> peeking{0};
   std::atomic<bool> ended{false};
   std::atomic<int> helpers{0};      // lent and not yet returned
   std::atomic<int> helped{0};       // helpers that ran a task of this call
@@ -69,14 +71,14 @@ struct Team::Shared {
 
   // Claims and runs group g's next task if it is ready.
   Claim RunOneOf(Group& g) {
-    peeking.fetch_add(1, std::memory_order_seq_cst);
+    g.peeking.fetch_add(1, std::memory_order_seq_cst);
     uint64_t word = g.claim.load(std::memory_order_seq_cst);
     int64_t index = -1;
     while ((word & 0xffffffffu) != 0) {
       const int64_t position = g.first + g.count - static_cast<int64_t>(word & 0xffffffffu);
       const int64_t t = order ? order[position] : position;
       if (*ready && !(*ready)(t)) {
-        peeking.fetch_sub(1, std::memory_order_release);
+        g.peeking.fetch_sub(1, std::memory_order_release);
         return Claim::kNotReady;
       }
       if (g.claim.compare_exchange_weak(word, word - 1, std::memory_order_acq_rel, std::memory_order_acquire)) {
@@ -84,7 +86,7 @@ struct Team::Shared {
         break;
       }
     }
-    peeking.fetch_sub(1, std::memory_order_release);
+    g.peeking.fetch_sub(1, std::memory_order_release);
     if (index < 0) return Claim::kNone;
     try {
       (*task)(index);
@@ -136,7 +138,9 @@ struct Team::Shared {
   }
 
   void WaitForPeekers() const {
-    while (peeking.load(std::memory_order_seq_cst) != 0) CpuRelax();
+    for (const Group& g : groups) {
+      while (g.peeking.load(std::memory_order_seq_cst) != 0) CpuRelax();
+    }
   }
 };
 
