@@ -183,11 +183,24 @@ std::vector<Tensor> NativeExecutable::Run(std::span<const Tensor> inputs) const 
     const Groups& groups = GroupsFor(team->max_threads());
     std::unique_ptr<std::atomic<int64_t>[]> done(new std::atomic<int64_t>[plan_.steps.size()]());  // parts per step
     std::atomic<int64_t>* finished = done.get();
+    // After a step fails, the others are only marked done (their inputs may
+    // be garbage): the steps waiting for them end, and Run rethrows the error.
+    std::atomic<bool> failed{false};
     team->Run(
         groups.group_end, groups.order.data(),
         [&](int64_t t) {
-          RunPart(tasks_[static_cast<size_t>(t)], address);
-          finished[tasks_[static_cast<size_t>(t)].step].fetch_add(1, std::memory_order_release);
+          const Task& task = tasks_[static_cast<size_t>(t)];
+          struct Finish {
+            std::atomic<int64_t>& parts;
+            ~Finish() { parts.fetch_add(1, std::memory_order_release); }
+          } finish{finished[task.step]};
+          if (failed.load(std::memory_order_relaxed)) return;
+          try {
+            RunPart(task, address);
+          } catch (...) {
+            failed.store(true, std::memory_order_relaxed);
+            throw;
+          }
         },
         [&](int64_t t) {
           const size_t s = static_cast<size_t>(tasks_[static_cast<size_t>(t)].step);

@@ -143,6 +143,33 @@ TEST(Schedule, StepDependencesOrderEveryPairOfStepsSharingBytes) {
   EXPECT_GT(hazards, static_cast<int>(n) / 2);
 }
 
+// A step that fails (an index out of range, from the call's own input)
+// ends the call with its error, on any number of threads: the steps after
+// it do not wait for it forever.
+TEST(Schedule, AFailingStepEndsTheCallWithItsErrorOnAnyThreads) {
+  Module module;
+  module.AddSource(R"(
+def @f(%emb: Tensor[(16, 256), f32], %idx: Tensor[(512,), i64], %w: Tensor[(256, 256), f32]) -> Tensor[(), f32] {
+  sum(tanh(matmul(take(%emb, %idx), %w)))
+}
+)", "f.pj");
+  Rng rng(1);
+  Tensor idx = Tensor::Empty(DType::kI64, {512});
+  for (int64_t i = 0; i < 512; ++i) idx.data<int64_t>()[i] = i % 16;
+  std::vector<Value> args = {Value(RandomNormal(rng, {16, 256}, 0, 1)), Value(idx), Value(RandomNormal(rng, {256, 256}, 0, 0.1f))};
+  auto session = JitSession::Create();
+  ExecutablePtr exe = CompileResidual(*session, PartialEvaluate(*module.snapshot(), "f", args).main, {});
+  std::vector<Tensor> inputs = Flatten(args);
+  const std::vector<Tensor> good = exe->Run(inputs);
+  inputs[1] = Tensor::Empty(DType::kI64, {512});
+  for (int64_t i = 0; i < 512; ++i) inputs[1].data<int64_t>()[i] = i == 300 ? 99 : i % 16;
+  for (int threads : {1, 2, 4}) {
+    EXPECT_THROW(RunWith(*exe, inputs, threads), OpError) << threads << " threads";
+  }
+  // The executable still works.
+  ExpectSameBits(good, RunWith(*exe, Flatten(args), 2), "after the error");
+}
+
 // A product too big for one thread is split, and prints so; its parts give
 // the bits of any number of threads.
 TEST(Schedule, ALargeProductIsSplitIntoParts) {
