@@ -112,8 +112,8 @@ class Reader {
 // Format 2 adds the parallel schedule (stages, each step's parts): a format 1
 // image's memory plan shares bytes between steps format 2 may run at once.
 // Format 3 adds each step's lane (jit/lanes.h) and drops whether a stage is
-// divided (steps now run as their inputs are ready); a format 2 image reads
-// as steps of no lane (they run as well, only not placed by lane).
+// divided (steps now run as their inputs are ready). Older formats are
+// refused by name: compiling again is what gives their programs lanes.
 constexpr uint32_t kMagic = 0x334d4a50;    // "PJM3"
 constexpr uint32_t kMagicV2 = 0x324d4a50;  // "PJM2"
 constexpr uint32_t kMagicV1 = 0x4d494a50;  // "PJIM"
@@ -244,7 +244,7 @@ bool Within(int64_t offset, int64_t bytes, int64_t limit) {
   return offset >= 0 && bytes >= 0 && offset <= limit && bytes <= limit - offset;
 }
 
-Plan ReadPlan(Reader& r, bool with_lanes) {
+Plan ReadPlan(Reader& r) {
   Plan plan;
   plan.buffers.resize(r.Count(30));
   const int nbuffers = static_cast<int>(plan.buffers.size());
@@ -317,16 +317,13 @@ Plan ReadPlan(Reader& r, bool with_lanes) {
               "a copy block outside its buffers");
     }
     s.parts = r.I64();
-    if (with_lanes) {
-      s.lane = r.I32();
-      Require(s.lane >= -1 && s.lane < kMaxLanes, "a step of lane " + std::to_string(s.lane));
-    }
+    s.lane = r.I32();
+    Require(s.lane >= -1 && s.lane < kMaxLanes, "a step of lane " + std::to_string(s.lane));
   }
-  plan.stages.resize(r.Count(with_lanes ? 8 : 9));
+  plan.stages.resize(r.Count(8));
   for (PlanStage& st : plan.stages) {
     st.begin = r.I32();
     st.end = r.I32();
-    if (!with_lanes) r.U8();  // format 2: whether the stage was divided (now decided at run time)
   }
   plan.params = r.Ints();
   plan.results = r.Ints();
@@ -395,9 +392,10 @@ Image DecodeImage(std::string_view bytes) {
   Reader r(bytes);
   const uint32_t magic = r.Raw<uint32_t>();
   if (magic == kMagicV1) throw ImageError("image: written by an older pejit (format 1, without a parallel schedule)");
-  if (magic != kMagic && magic != kMagicV2) throw ImageError("image: not a pejit executable image");
+  if (magic == kMagicV2) throw ImageError("image: written by an older pejit (format 2, without lanes)");
+  if (magic != kMagic) throw ImageError("image: not a pejit executable image");
   Image image;
-  image.plan = ReadPlan(r, /*with_lanes=*/magic == kMagic);
+  image.plan = ReadPlan(r);
   image.step_kernel = r.Ints();
   image.outer = r.Int64s();
   image.kernels.resize(r.Count(20));

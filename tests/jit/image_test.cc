@@ -123,5 +123,22 @@ TEST_F(ImageTest, MalformedBytesAreRefusedNotRun) {
   EXPECT_THROW(DecodeImage(huge), ImageError);
 }
 
+// Images of older formats are refused by name (their plans have no lanes,
+// the first none of a parallel schedule): compiling again is the remedy.
+TEST_F(ImageTest, OlderFormatsAreRefusedByName) {
+  auto session = JitSession::Create();
+  std::string image = EncodeImage(dynamic_cast<const NativeExecutable&>(*Compile(*session)));
+  for (const auto& [magic, format] : {std::make_pair("PJIM", "format 1"), std::make_pair("PJM2", "format 2")}) {
+    std::string old = image;
+    std::memcpy(old.data(), magic, 4);
+    try {
+      DecodeImage(old);
+      ADD_FAILURE() << magic << " was read";
+    } catch (const ImageError& e) {
+      EXPECT_NE(std::string(e.what()).find(format), std::string::npos) << e.what();
+    }
+  }
+}
+
 }  // namespace
 }  // namespace pejit
