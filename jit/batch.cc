@@ -207,15 +207,11 @@ class Batcher {
 
     auto producers_of = [&](const Expr& value) {
       std::vector<int> out;
-      auto add = [&](const Expr& a) {
+      ForEachOperand(value, [&](const Expr& a) {
         if (a->kind != ExprKind::kVar) return;
         auto it = binding_of.find(a.get());
         if (it != binding_of.end()) out.push_back(it->second);
-      };
-      if (IsAtom(value)) add(value);
-      if (auto* c = As<OpCallNode>(value)) for (const Expr& a : c->args) add(a);
-      if (auto* t = As<TupleNode>(value)) for (const Expr& f : t->fields) add(f);
-      if (auto* p = As<ProjNode>(value)) add(p->tuple);
+      });
       std::sort(out.begin(), out.end());
       out.erase(std::unique(out.begin(), out.end()), out.end());
       return out;

@@ -82,15 +82,10 @@ LaneSplit SplitIntoLanes(const Straight& program, int max_lanes) {
   std::vector<std::vector<size_t>> producers_of(n);
   for (size_t i = 0; i < n; ++i) {
     std::vector<size_t>& producers = producers_of[i];
-    auto add = [&](const Expr& a) {
+    ForEachOperand(program.bindings[i].value, [&](const Expr& a) {
       if (a->kind != ExprKind::kVar) return;
       if (auto it = index.find(a.get()); it != index.end()) producers.push_back(it->second);
-    };
-    const Expr& value = program.bindings[i].value;
-    if (IsAtom(value)) add(value);
-    if (auto* c = As<OpCallNode>(value)) for (const Expr& a : c->args) add(a);
-    if (auto* t = As<TupleNode>(value)) for (const Expr& f : t->fields) add(f);
-    if (auto* p = As<ProjNode>(value)) add(p->tuple);
+    });
     std::sort(producers.begin(), producers.end());
     producers.erase(std::unique(producers.begin(), producers.end()), producers.end());
     for (size_t u : producers) {

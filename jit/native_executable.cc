@@ -203,12 +203,8 @@ std::vector<Tensor> NativeExecutable::Run(std::span<const Tensor> inputs) const 
           }
         },
         [&](int64_t t) {
-          const size_t s = static_cast<size_t>(tasks_[static_cast<size_t>(t)].step);
-          for (size_t k = pred_begin_[s]; k < pred_begin_[s + 1]; ++k) {
-            const int p = preds_[k];
-            if (finished[p].load(std::memory_order_acquire) != plan_.steps[p].parts) return false;
-          }
-          return true;
+          return Ready(tasks_[static_cast<size_t>(t)].step,
+                       [&](int p) { return finished[p].load(std::memory_order_acquire); });
         });
   } else if (poison_) {
     for (const PlanStage& stage : plan_.stages) {
@@ -235,19 +231,12 @@ void NativeExecutable::RunAlone(const std::vector<void*>& address) const {
   }
   std::vector<int64_t> finished(plan_.steps.size(), 0), next(groups.group_end.size(), 0);
   for (size_t k = 1; k < next.size(); ++k) next[k] = groups.group_end[k - 1];
-  auto ready = [&](const Task& task) {
-    const size_t s = static_cast<size_t>(task.step);
-    for (size_t k = pred_begin_[s]; k < pred_begin_[s + 1]; ++k) {
-      if (finished[preds_[k]] != plan_.steps[preds_[k]].parts) return false;
-    }
-    return true;
-  };
   // The lowest task not run is always ready: every pass runs one at least.
   for (size_t left = tasks_.size(); left > 0;) {
     for (size_t k = 0; k < next.size(); ++k) {
       for (; next[k] < groups.group_end[k]; ++next[k], --left) {
         const Task& task = tasks_[static_cast<size_t>(groups.order[static_cast<size_t>(next[k])])];
-        if (!ready(task)) break;
+        if (!Ready(task.step, [&](int p) { return finished[p]; })) break;
         RunPart(task, address);
         ++finished[task.step];
       }

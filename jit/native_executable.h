@@ -72,6 +72,16 @@ class NativeExecutable final : public Executable {
   };
   void RunPart(Task task, const std::vector<void*>& address) const;
   void RunAlone(const std::vector<void*>& address) const;
+  // Whether every step `step` depends on is done: all its parts, as
+  // `parts_done(p)` counts them for step p.
+  template <typename PartsDone>
+  bool Ready(int step, PartsDone&& parts_done) const {
+    const size_t s = static_cast<size_t>(step);
+    for (size_t k = pred_begin_[s]; k < pred_begin_[s + 1]; ++k) {
+      if (parts_done(preds_[k]) != plan_.steps[static_cast<size_t>(preds_[k])].parts) return false;
+    }
+    return true;
+  }
   void RunKernel(const PlanStep& step, const std::vector<void*>& ptrs, int64_t part) const;
   void Poison(int step, const std::vector<void*>& address) const;
 

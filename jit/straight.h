@@ -29,6 +29,17 @@ struct Straight {
 
 bool IsAtom(const Expr& e);
 
+// Calls fn on every atom a binding's value reads: an operator call's
+// arguments, a tuple's fields, the tuple a projection reads, or the atom
+// itself.
+template <typename Fn>
+void ForEachOperand(const Expr& value, Fn&& fn) {
+  if (IsAtom(value)) fn(value);
+  if (auto* c = As<OpCallNode>(value)) for (const Expr& a : c->args) fn(a);
+  if (auto* t = As<TupleNode>(value)) for (const Expr& f : t->fields) fn(f);
+  if (auto* p = As<ProjNode>(value)) fn(p->tuple);
+}
+
 // Throws JitFailure naming the first construct that is not straight-line
 // tensor code (a dynamic if, a call, a match), or a parameter whose shape is
 // not fully known.

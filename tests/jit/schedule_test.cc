@@ -53,15 +53,27 @@ int DividedSteps(const Plan& plan) {
   return n;
 }
 
+// `trees` generated ListOps trees (seed `seed`) and Tree-LSTM parameters:
+// the arguments of treelstm.pj's `loss`.
+struct TreeLstmMinibatch {
+  Module module;
+  Snapshot snapshot;
+  std::vector<Value> args;
+  TreeLstmMinibatch(uint64_t seed, int trees, int embed, int hidden) {
+    module.AddSource(treelstm::ModelSource(), "treelstm.pj");
+    snapshot = module.snapshot();
+    treelstm::Batch b = treelstm::GeneratedListOpsBatch(seed, trees, *snapshot);
+    Rng rng(3);
+    args = {b.trees, b.labels, treelstm::InitParams(rng, {listops::kVocabularySize, embed, hidden, listops::kClasses})};
+  }
+};
+
 // A Tree-LSTM minibatch's training step (loss and gradients) and inference
 // step: big enough that some stages are divided and some steps split.
 TEST(Schedule, ATreeLstmStepGivesTheSameBitsOnOneTwoAndFourThreads) {
-  Module module;
-  module.AddSource(treelstm::ModelSource(), "treelstm.pj");
-  Snapshot snapshot = module.snapshot();
-  treelstm::Batch b = treelstm::GeneratedListOpsBatch(7, 16, *snapshot);
-  Rng rng(3);
-  std::vector<Value> args = {b.trees, b.labels, treelstm::InitParams(rng, {listops::kVocabularySize, 64, 128, listops::kClasses})};
+  TreeLstmMinibatch m(7, 16, 64, 128);
+  const Snapshot& snapshot = m.snapshot;
+  const std::vector<Value>& args = m.args;
   auto session = JitSession::Create();
   for (bool grad : {true, false}) {
     SCOPED_TRACE(grad ? "training" : "inference");
@@ -83,12 +95,9 @@ TEST(Schedule, ATreeLstmStepGivesTheSameBitsOnOneTwoAndFourThreads) {
 // buffers share included), one of them writing, is ordered by the
 // dependences the executable waits on: directly or through other steps.
 TEST(Schedule, StepDependencesOrderEveryPairOfStepsSharingBytes) {
-  Module module;
-  module.AddSource(treelstm::ModelSource(), "treelstm.pj");
-  Snapshot snapshot = module.snapshot();
-  treelstm::Batch b = treelstm::GeneratedListOpsBatch(5, 8, *snapshot);
-  Rng rng(3);
-  std::vector<Value> args = {b.trees, b.labels, treelstm::InitParams(rng, {listops::kVocabularySize, 16, 32, listops::kClasses})};
+  TreeLstmMinibatch m(5, 8, 16, 32);
+  const Snapshot& snapshot = m.snapshot;
+  const std::vector<Value>& args = m.args;
   PipelineOptions options;
   options.wrt_leaves = FloatWrtLeaves(args, std::vector<int>{2});
   auto session = JitSession::Create();
