@@ -181,8 +181,12 @@ std::vector<Tensor> NativeExecutable::Run(std::span<const Tensor> inputs) const 
   Team* team = Team::Current();
   if (team && team->max_threads() > 1 && !poison_ && tasks_.size() > 1) {
     const Groups& groups = GroupsFor(team->max_threads());
-    std::unique_ptr<std::atomic<int64_t>[]> done(new std::atomic<int64_t>[plan_.steps.size()]());  // parts per step
-    std::atomic<int64_t>* finished = done.get();
+    // Parts done per step, where Groups::counter puts them.
+    auto lines = std::make_unique<CounterLine[]>(groups.counter_lines);
+    auto finished = [&](int step) -> std::atomic<int64_t>& {
+      const int64_t c = groups.counter[static_cast<size_t>(step)];
+      return lines[static_cast<size_t>(c / CounterLine::kCounters)].parts[c % CounterLine::kCounters];
+    };
     // After a step fails, the others are only marked done (their inputs may
     // be garbage): the steps waiting for them end, and Run rethrows the error.
     std::atomic<bool> failed{false};
@@ -193,7 +197,7 @@ std::vector<Tensor> NativeExecutable::Run(std::span<const Tensor> inputs) const 
           struct Finish {
             std::atomic<int64_t>& parts;
             ~Finish() { parts.fetch_add(1, std::memory_order_release); }
-          } finish{finished[task.step]};
+          } finish{finished(task.step)};
           if (failed.load(std::memory_order_relaxed)) return;
           try {
             RunPart(task, address);
@@ -204,7 +208,7 @@ std::vector<Tensor> NativeExecutable::Run(std::span<const Tensor> inputs) const 
         },
         [&](int64_t t) {
           return Ready(tasks_[static_cast<size_t>(t)].step,
-                       [&](int p) { return finished[p].load(std::memory_order_acquire); });
+                       [&](int p) { return finished(p).load(std::memory_order_acquire); });
         });
   } else if (poison_) {
     for (const PlanStage& stage : plan_.stages) {
@@ -269,6 +273,31 @@ const NativeExecutable::Groups& NativeExecutable::GroupsFor(int threads) const {
   std::vector<int64_t> next(n, 0);
   for (size_t k = 1; k < n; ++k) next[k] = groups->group_end[k - 1];
   for (size_t t = 0; t < tasks_.size(); ++t) groups->order[static_cast<size_t>(next[static_cast<size_t>(owner[t])]++)] = static_cast<int64_t>(t);
+  // Counters: each thread's steps' on lines of their own (a step's is
+  // written by the thread running it, read by threads waiting for it), a
+  // step divided between threads on a line alone.
+  constexpr int64_t kLine = CounterLine::kCounters;
+  groups->counter.assign(plan_.steps.size(), -1);
+  int64_t used = 0;
+  for (size_t k = 0; k < n; ++k) {
+    for (int64_t i = k == 0 ? 0 : groups->group_end[k - 1]; i < groups->group_end[k]; ++i) {
+      const int step = tasks_[static_cast<size_t>(groups->order[static_cast<size_t>(i)])].step;
+      if (groups->counter[static_cast<size_t>(step)] >= 0) continue;
+      if (plan_.steps[static_cast<size_t>(step)].parts > 1) {
+        used = (used + kLine - 1) / kLine * kLine;
+        groups->counter[static_cast<size_t>(step)] = used;
+        used += kLine;
+      } else {
+        groups->counter[static_cast<size_t>(step)] = used++;
+      }
+    }
+    used = (used + kLine - 1) / kLine * kLine;
+  }
+  for (int64_t& c : groups->counter) {
+    if (c < 0) c = used++;  // a step of no parts: its counter stays 0
+  }
+  used = (used + kLine - 1) / kLine * kLine;
+  groups->counter_lines = std::max<int64_t>(1, used / kLine);
   cached = std::move(groups);
   return *cached;
 }

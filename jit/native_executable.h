@@ -104,6 +104,12 @@ class NativeExecutable final : public Executable {
   struct Groups {
     std::vector<int64_t> order;      // tasks, group by group
     std::vector<int64_t> group_end;  // per thread
+    std::vector<int64_t> counter;    // per step: its parts-done counter, numbered over CounterLines
+    int64_t counter_lines = 0;
+  };
+  struct alignas(64) CounterLine {
+    static constexpr int64_t kCounters = 8;
+    std::atomic<int64_t> parts[kCounters];
   };
   const Groups& GroupsFor(int threads) const;
   mutable std::mutex groups_mu_;

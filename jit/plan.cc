@@ -363,20 +363,27 @@ class Lowering {
     for (size_t i = 0; i < plan_.stages.size(); ++i) {
       for (int s = plan_.stages[i].begin; s < plan_.stages[i].end; ++s) stage_of[s] = static_cast<int>(i);
     }
+    std::vector<bool> touched(plan_.buffers.size(), false);
+    auto touch = [&](int root, int lane) {
+      PlanBuffer& buf = plan_.buffers[root];
+      if (!touched[root]) {
+        touched[root] = true;
+        buf.lane = lane;
+      } else if (buf.lane != lane) {
+        buf.lane = PlanBuffer::kSeveralLanes;
+      }
+    };
     for (size_t s = 0; s < plan_.steps.size(); ++s) {
       int step = static_cast<int>(s);
       for (int b : plan_.steps[s].outputs) {  // written in place of a concatenation: its root
         PlanBuffer& buf = plan_.buffers[Root(b)];
-        if (buf.first_step < 0) {
-          buf.lane = plan_.steps[s].lane;
-        } else if (buf.lane != plan_.steps[s].lane) {
-          buf.lane = -1;  // written by several lanes
-        }
+        touch(Root(b), plan_.steps[s].lane);
         if (buf.first_step < 0) buf.first_step = step;
         buf.last_step = std::max(buf.last_step, step);
       }
       for (int b : plan_.steps[s].inputs) {
         PlanBuffer& root = plan_.buffers[Root(b)];
+        touch(Root(b), plan_.steps[s].lane);
         root.last_step = std::max(root.last_step, step);
       }
     }
@@ -388,7 +395,11 @@ class Lowering {
 
   // Each lane's buffers in a region of the arena of their own (jit/lanes.h),
   // so that bytes one thread writes are never another's in a later step or
-  // call; the buffers of no lane first. Regions start on a page.
+  // call; the buffers of no lane next, then those of several lanes, which
+  // share their bytes with no other buffer: two buffers sharing bytes make
+  // the second's writer wait for the first's last reader (jit/schedule.h),
+  // which would otherwise put threads running different lanes in step where
+  // the program's data does not. Regions start on a page.
   void PlanMemory() {
     std::map<int, std::vector<int>> by_lane;
     for (size_t b = 0; b < plan_.buffers.size(); ++b) {
@@ -399,7 +410,7 @@ class Lowering {
     int64_t top = 0;
     for (auto& [lane, buffers] : by_lane) {
       const int64_t base = (top + kRegionAlign - 1) / kRegionAlign * kRegionAlign;
-      const int64_t size = PlanRegion(buffers);
+      const int64_t size = PlanRegion(buffers, /*reuse=*/lane != PlanBuffer::kSeveralLanes);
       for (int b : buffers) plan_.buffers[b].offset += base;
       top = base + size;
       if (top > kMaxTensorBytes) throw JitFailure("plan: the intermediates need an arena of more than 2^56 bytes");
@@ -408,10 +419,10 @@ class Lowering {
   }
 
   // `buffers` in order of definition; each takes the lowest free range of the
-  // region that fits (first fit), and gives it back after its last use.
-  // Free ranges are kept merged, so this is O(n log n) in buffers. Returns
-  // the region's size.
-  int64_t PlanRegion(std::vector<int>& order) {
+  // region that fits (first fit), and gives it back after its last use
+  // (with `reuse`; otherwise keeps it). Free ranges are kept merged, so this
+  // is O(n log n) in buffers. Returns the region's size.
+  int64_t PlanRegion(std::vector<int>& order, bool reuse) {
     std::stable_sort(order.begin(), order.end(),
                      [&](int a, int b) { return plan_.buffers[a].first_step < plan_.buffers[b].first_step; });
     auto size_of = [&](int b) { return std::max<int64_t>(64, (plan_.buffers[b].bytes() + 63) / 64 * 64); };
@@ -466,7 +477,7 @@ class Lowering {
           throw JitFailure("plan: the intermediates need an arena of more than 2^56 bytes");
         }
       }
-      alive.push({buf.last_step, b});
+      if (reuse) alive.push({buf.last_step, b});
     }
     return top;
   }

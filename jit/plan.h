@@ -48,7 +48,10 @@ struct PlanBuffer {
   int result = -1;        // kResult: index among the result tensors
   int alias_of = -1;      // kAlias: buffer whose bytes it views
   int first_step = -1, last_step = -1;  // lifetime, in steps
-  int lane = -1;          // kArena: the lane of the steps writing it (-1: none, or several)
+  // kArena: the lane of every step reading or writing it (-1: none has a
+  // lane), or kSeveralLanes.
+  static constexpr int kSeveralLanes = -2;
+  int lane = -1;
   std::string name;       // for printing
 
   int64_t bytes() const { return NumBytes(type); }

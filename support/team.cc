@@ -20,6 +20,14 @@ inline void CpuRelax() {
 #endif
 }
 
+// A thread that found nothing to run looks again after a pause growing with
+// its misses, up to a few hundred nanoseconds: each look reads lines the
+// other threads are writing, and every read makes their next write wait for
+// the line to come back.
+inline void Backoff(int misses) {
+  for (int i = std::min(misses, 32); i > 0; --i) CpuRelax();
+}
+
 // A helper that found no task for this long goes back to its pool (the next
 // stage borrows it again): it spins between stages, which are microseconds
 // apart, but must not hold a core through a long serial stretch.
@@ -36,6 +44,10 @@ struct Team::Shared {
   // the high 32 bits, the group's tasks nobody has claimed yet in the low
   // 32 (claimed in order). Claiming one is a compare-and-swap of this word,
   // so a thread holding a stale run number claims nothing.
+  //
+  // The line is its thread's: on cores far apart a line changing hands
+  // costs about what a small task does, so other threads touch it only when
+  // they have nothing to run, and then seldom (Backoff).
   struct alignas(64) Group {
     std::atomic<uint64_t> claim{0};
     // Threads reading the run's tasks (this group's, `order`, `ready`)
@@ -44,23 +56,31 @@ struct Team::Shared {
     // a slower thread still looks at it). On the claim word's line, which
     // the reader loads next.
     std::atomic<int> peeking{0};
+    // Tasks of the run that threads of this group's number ran (of any
+    // group): the caller sums them to see the run end.
+    std::atomic<int64_t> done{0};
     // The group's tasks: written before `claim` publishes the run, read
     // only while `peeking` counts the reader.
     int64_t first = 0, count = 0;
-    std::atomic<int> helpers{0};  // helpers of this group's number, here now
+  };
+  // Helpers of a group's number here now: read at every claim of another
+  // group, written as helpers come and go, so on a line of its own.
+  struct alignas(64) Presence {
+    std::atomic<int> helpers{0};
   };
 
-  Shared(HelperPool* pool, int groups) : pool(pool), groups(static_cast<size_t>(groups)) {}
+  Shared(HelperPool* pool, int groups) : pool(pool), groups(static_cast<size_t>(groups)), presence(static_cast<size_t>(groups)) {}
 
   HelperPool* pool;
   std::vector<Group> groups;
+  std::vector<Presence> presence;  // per group
   // The run's: set before its claim words are published.
   const std::function<void(int64_t)>* task = nullptr;
   const std::function<bool(int64_t)>* ready = nullptr;
   const int64_t* order = nullptr;  // group positions to tasks
   uint64_t run = 0;  // the caller's alone
-  alignas(64) std::atomic<int64_t> done{0};
-  std::atomic<bool> ended{false};
+  // Read by helpers at every turn, written once or twice a call.
+  alignas(64) std::atomic<bool> ended{false};
   std::atomic<int> helpers{0};      // lent and not yet returned
   std::atomic<int> helped{0};       // helpers that ran a task of this call
   std::atomic<int> next_helper{0};  // numbers the helpers that arrive
@@ -69,8 +89,12 @@ struct Team::Shared {
 
   enum class Claim { kRan, kNotReady, kNone };
 
-  // Claims and runs group g's next task if it is ready.
-  Claim RunOneOf(Group& g) {
+  // Claims and runs group g's next task if it is ready; thread `self`
+  // counts it done.
+  Claim RunOneOf(Group& g, size_t self) {
+    if (&g != &groups[self] && (g.claim.load(std::memory_order_relaxed) & 0xffffffffu) == 0) {
+      return Claim::kNone;  // another thread's line, not taken from it for nothing
+    }
     g.peeking.fetch_add(1, std::memory_order_seq_cst);
     uint64_t word = g.claim.load(std::memory_order_seq_cst);
     int64_t index = -1;
@@ -94,8 +118,14 @@ struct Team::Shared {
       std::lock_guard<std::mutex> lock(error_mu);
       if (!error) error = std::current_exception();
     }
-    done.fetch_add(1, std::memory_order_release);
+    groups[self].done.fetch_add(1, std::memory_order_release);
     return Claim::kRan;
+  }
+
+  int64_t Done() const {
+    int64_t sum = 0;
+    for (const Group& g : groups) sum += g.done.load(std::memory_order_acquire);
+    return sum;
   }
 
   // One task for thread `self`: its own group's next if ready; another
@@ -103,12 +133,12 @@ struct Team::Shared {
   // group's number is here to take it (a helper not come yet, or gone): a
   // lane's rows then stay on their thread until the work runs out.
   bool RunOne(size_t self) {
-    const Claim own = RunOneOf(groups[self]);
+    const Claim own = RunOneOf(groups[self], self);
     if (own == Claim::kRan) return true;
     for (size_t k = 1; k < groups.size(); ++k) {
       const size_t g = (self + k) % groups.size();
-      const bool unattended = g != 0 && groups[g].helpers.load(std::memory_order_acquire) == 0;
-      if ((own == Claim::kNone || unattended) && RunOneOf(groups[g]) == Claim::kRan) return true;
+      const bool unattended = g != 0 && presence[g].helpers.load(std::memory_order_acquire) == 0;
+      if ((own == Claim::kNone || unattended) && RunOneOf(groups[g], self) == Claim::kRan) return true;
     }
     return false;
   }
@@ -118,22 +148,22 @@ struct Team::Shared {
     // Threads 1 .. groups − 1; a helper lent after another left may share
     // its number (it then prefers the same group: only locality suffers).
     const size_t self = 1 + static_cast<size_t>(next_helper.fetch_add(1, std::memory_order_relaxed)) % (groups.size() - 1);
-    groups[self].helpers.fetch_add(1, std::memory_order_acq_rel);
+    presence[self].helpers.fetch_add(1, std::memory_order_acq_rel);
     Clock::time_point idle_since = Clock::now();
-    int spins = 0;
+    int misses = 0;
     bool counted = false;
     while (!ended.load(std::memory_order_acquire) && !pool->recalled()) {
       if (RunOne(self)) {
         if (!counted) helped.fetch_add(1, std::memory_order_relaxed);
         counted = true;
-        spins = 0;
+        misses = 0;
         idle_since = Clock::now();
         continue;
       }
-      CpuRelax();
-      if (++spins % 256 == 0 && Clock::now() - idle_since > kIdleBeforeLeaving) break;
+      Backoff(++misses);
+      if (misses % 64 == 0 && Clock::now() - idle_since > kIdleBeforeLeaving) break;
     }
-    groups[self].helpers.fetch_sub(1, std::memory_order_acq_rel);
+    presence[self].helpers.fetch_sub(1, std::memory_order_acq_rel);
     helpers.fetch_sub(1, std::memory_order_release);
   }
 
@@ -231,7 +261,7 @@ void Team::Run(std::span<const int64_t> group_end, const int64_t* order, const s
   s.task = &task;
   s.ready = &ready;
   s.order = order;
-  s.done.store(0, std::memory_order_relaxed);
+  for (Shared::Group& g : s.groups) g.done.store(0, std::memory_order_relaxed);
   ++s.run;
   int64_t first = 0;
   for (size_t g = 0; g < s.groups.size(); ++g) {
@@ -244,17 +274,18 @@ void Team::Run(std::span<const int64_t> group_end, const int64_t* order, const s
   for (Shared::Group& g : s.groups) {
     g.claim.store((s.run << 32) | static_cast<uint64_t>(g.count), std::memory_order_seq_cst);
   }
-  int64_t idle = 0;
-  while (s.done.load(std::memory_order_acquire) != tasks) {
+  int misses = 0;
+  for (;;) {
     // Helpers that went back (idle while the caller ran a long task alone,
     // or recalled by a job since done) are borrowed again while work is left.
     if (s.RunOne(0)) {
-      idle = 0;
+      misses = 0;
       borrow();
       continue;
     }
-    CpuRelax();
-    if (++idle % 1024 == 0) borrow();
+    if (s.Done() == tasks) break;
+    Backoff(++misses);
+    if (misses % 256 == 0) borrow();
   }
   s.WaitForPeekers();  // `ready` and `order` are the caller's: they end with the run
   std::exception_ptr error;
