@@ -18,6 +18,7 @@ bool CompileStatsSink::Wants(EventKind kind) const {
     case EventKind::kPrefetch:
     case EventKind::kEnqueue:
     case EventKind::kSwap:
+    case EventKind::kCacheLoad:
     case EventKind::kRefused:
     case EventKind::kFailed:
     case EventKind::kCancel:
@@ -45,6 +46,9 @@ void CompileStatsSink::Emit(const Event& e) {
                         bytes && std::holds_alternative<int64_t>(*bytes) ? std::get<int64_t>(*bytes) : 0});
       break;
     }
+    case EventKind::kCacheLoad:
+      loaded_by_jobs_ += e.Find("job") != nullptr;  // a job that loaded instead of compiling ends here
+      break;
     case EventKind::kRefused:
       ++refused_;
       break;
@@ -61,12 +65,12 @@ void CompileStatsSink::Emit(const Event& e) {
 
 int64_t CompileStatsSink::jobs_ended() const {
   std::lock_guard lock(mu_);
-  return static_cast<int64_t>(swaps_.size()) + refused_ + failed_;
+  return static_cast<int64_t>(swaps_.size()) + loaded_by_jobs_ + refused_ + failed_;
 }
 
 int64_t CompileStatsSink::jobs_in_flight() const {
   std::lock_guard lock(mu_);
-  return enqueued_ - static_cast<int64_t>(swaps_.size()) - refused_ - failed_ - cancelled_;
+  return enqueued_ - static_cast<int64_t>(swaps_.size()) - loaded_by_jobs_ - refused_ - failed_ - cancelled_;
 }
 
 nlohmann::json CompileStatsSink::Summary() const {

@@ -28,8 +28,9 @@ class CompileStatsSink final : public EventSink {
   //  "code_bytes_p50"/"_max", "by_entry": {entry: specializations}};
   // percentiles are nearest-rank, 0 when nothing was compiled.
   nlohmann::json Summary() const;
-  // Jobs that have ended so far (swapped, refused or failed): a difference of
-  // two readings says whether the compiler finished anything in between.
+  // Jobs that have ended so far (swapped, loaded from the code cache, refused
+  // or failed): a difference of two readings says whether the compiler
+  // finished anything in between.
   int64_t jobs_ended() const;
   // Jobs enqueued and not ended (nor cancelled): queued or compiling now.
   int64_t jobs_in_flight() const;
@@ -42,7 +43,7 @@ class CompileStatsSink final : public EventSink {
   mutable std::mutex mu_;
   std::map<std::string, int64_t> first_seen_us_;  // entry + '/' + signature
   std::vector<Swap> swaps_;
-  int64_t refused_ = 0, failed_ = 0, cancelled_ = 0, enqueued_ = 0;
+  int64_t refused_ = 0, failed_ = 0, cancelled_ = 0, enqueued_ = 0, loaded_by_jobs_ = 0;
 };
 
 // Nearest-rank percentile, q in (0, 1]; 0 for no values.
