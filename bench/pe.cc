@@ -9,6 +9,7 @@
 #include "examples/treelstm/listops.h"
 #include "examples/treelstm/model.h"
 #include "pe/partial_eval.h"
+#include "pe/signature.h"
 #include "support/cpu_clock.h"
 
 namespace pejit {
@@ -102,6 +103,35 @@ void BM_SignatureAndFlatten(benchmark::State& state) {
   state.counters["nodes"] = w.nodes;
 }
 BENCHMARK(BM_SignatureAndFlatten)->Unit(benchmark::kMicrosecond);
+
+// A minibatch's first sight, as a training loop that builds its minibatches
+// each epoch has it: the signature and leaves of minibatches walked one after
+// another, 64 of them (several MB), so that each is out of the core's caches
+// when its turn comes. The cost is memory latency: `nodes` per minibatch.
+void BM_SignatureOfAMinibatchNotInCache(benchmark::State& state) {
+  Module module;
+  module.AddSource(treelstm::ModelSource(), "treelstm.pj");
+  Snapshot snapshot = module.snapshot();
+  Rng rng(1);
+  const Value params = treelstm::InitParams(rng, {listops::kVocabularySize, 64, 128, listops::kClasses});
+  std::vector<std::vector<Value>> batches;
+  int64_t nodes = 0;
+  for (uint64_t seed = 1; seed <= 64; ++seed) {
+    treelstm::Batch b = treelstm::GeneratedListOpsBatch(seed, static_cast<int>(state.range(0)), *snapshot);
+    batches.push_back({b.trees, b.labels, params});
+    nodes += b.nodes;
+  }
+  size_t next = 0;
+  std::vector<size_t> first;
+  for (auto _ : state) {
+    SignatureCache cache;  // as the engine's on a value it has not seen
+    const std::vector<Value>& args = batches[next++ % batches.size()];
+    benchmark::DoNotOptimize(cache.Compute(args));
+    benchmark::DoNotOptimize(cache.Flatten(args, {}, &first));
+  }
+  state.counters["nodes"] = static_cast<double>(nodes) / static_cast<double>(batches.size());
+}
+BENCHMARK(BM_SignatureOfAMinibatchNotInCache)->Arg(25)->Arg(100)->Unit(benchmark::kMicrosecond);
 
 }  // namespace
 }  // namespace pejit

@@ -59,6 +59,9 @@ class Value {
   // other kinds): caches keyed by a value's identity hold it weakly, so that
   // an entry dies with its value (pe/signature.h's SignatureCache).
   std::weak_ptr<const std::vector<Value>> fields_identity() const { return fields_; }
+  // The fields of a tuple or ADT value, null for other kinds: for walks that
+  // fetch ahead (ForEachNode), which must not pay for fields()'s check.
+  const std::vector<Value>* fields_or_null() const { return fields_.get(); }
   const TypeDefPtr& adt() const { return adt_; }
   int tag() const { return tag_; }
   const std::string& ctor_name() const { return adt_->ctors[tag_].name; }
@@ -104,17 +107,43 @@ class Value {
 
 // Calls visit(const Value&) on every node of `root`, a node before its
 // fields, fields left to right.
+//
+// A structure built node by node lies all over the heap, and a depth-first
+// walk is one cache miss after another (a node, its fields' array, a field,
+// ...): about 200 ns a node for a minibatch of trees not in cache. So the
+// nodes are found first, a level at a time, each level's reads asked for
+// together (they come in about as fast as one), then visited in order.
 template <typename Visit>
 void ForEachNode(const Value& root, Visit&& visit) {
-  std::vector<const Value*> stack = {&root};
-  while (!stack.empty()) {
-    const Value* v = stack.back();
-    stack.pop_back();
-    visit(*v);
-    if (v->kind() == Value::Kind::kTuple || v->kind() == Value::Kind::kAdt) {
-      const std::vector<Value>& fields = v->fields();
-      for (size_t k = fields.size(); k-- > 0;) stack.push_back(&fields[k]);  // the first field on top
+  struct Node {
+    const Value* value;
+    size_t first_field = 0, fields = 0;  // in `nodes`
+  };
+  std::vector<Node> nodes = {{&root}};
+  for (size_t level = 0; level < nodes.size();) {
+    const size_t end = nodes.size();
+    for (size_t n = level; n < end; ++n) {  // the fields' vectors
+      if (const std::vector<Value>* f = nodes[n].value->fields_or_null()) __builtin_prefetch(f);
     }
+    for (size_t n = level; n < end; ++n) {  // their arrays: the next level's nodes
+      const std::vector<Value>* f = nodes[n].value->fields_or_null();
+      if (!f || f->empty()) continue;
+      const char* first = reinterpret_cast<const char*>(f->data());
+      for (const char* line = first; line < reinterpret_cast<const char*>(f->data() + f->size()); line += 64) {
+        __builtin_prefetch(line);
+      }
+      nodes[n].first_field = nodes.size();
+      nodes[n].fields = f->size();
+      for (const Value& field : *f) nodes.push_back({&field});
+    }
+    level = end;
+  }
+  std::vector<size_t> stack = {0};
+  while (!stack.empty()) {
+    const Node& n = nodes[stack.back()];
+    stack.pop_back();
+    visit(*n.value);
+    for (size_t k = n.fields; k-- > 0;) stack.push_back(n.first_field + k);  // the first field on top
   }
 }
 

@@ -41,6 +41,34 @@ TEST(TensorLeavesTest, AreTheTensorsDepthFirstFieldsLeftToRight) {
   EXPECT_TRUE(TensorLeaves(Value::Adt(list, 0, {})).empty());
 }
 
+// Nested tuples of random widths (empty ones included), tensors at every depth.
+Value RandomNest(uint64_t& state, int depth) {
+  state = state * 6364136223846793005ull + 1442695040888963407ull;
+  const int width = static_cast<int>(state >> 61);  // 0 .. 7
+  if (depth == 0 || width == 7) return F32(static_cast<float>(state >> 40));
+  std::vector<Value> fields;
+  for (int k = 0; k < width; ++k) fields.push_back(RandomNest(state, depth - 1));
+  return Value::Tuple(std::move(fields));
+}
+
+void Preorder(const Value& v, std::vector<const Value*>& out) {
+  out.push_back(&v);
+  if (v.kind() == Value::Kind::kTuple || v.kind() == Value::Kind::kAdt) {
+    for (const Value& f : v.fields()) Preorder(f, out);
+  }
+}
+
+TEST(ForEachNodeTest, VisitsEveryNodeBeforeItsFieldsFieldsLeftToRight) {
+  uint64_t state = 7;
+  for (int trial = 0; trial < 20; ++trial) {
+    Value v = RandomNest(state, 6);
+    std::vector<const Value*> want, got;
+    Preorder(v, want);
+    ForEachNode(v, [&](const Value& node) { got.push_back(&node); });
+    EXPECT_EQ(got, want) << "trial " << trial << ": " << v.Describe();
+  }
+}
+
 TEST(ReplaceTensorLeavesTest, KeepsTheStructureAndPutsEachLeafInItsPlace) {
   TypeDefPtr list = ListType();
   Value v = Value::Tuple({F32(1), List(list, 2), Value::Tuple({})});
