@@ -10,6 +10,11 @@
 #include "support/team.h"
 
 namespace pejit {
+
+// The most estimated work (jit/schedule.h's costs) one claim of a team runs:
+// a thread runs its steps in order anyway, so a chunk only makes what
+// another thread may take from it coarser.
+constexpr double kChunkNs = 20000;
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -192,23 +197,25 @@ std::vector<Tensor> NativeExecutable::Run(std::span<const Tensor> inputs) const 
     std::atomic<bool> failed{false};
     team->Run(
         groups.group_end, groups.order.data(),
-        [&](int64_t t) {
-          const Task& task = tasks_[static_cast<size_t>(t)];
-          struct Finish {
-            std::atomic<int64_t>& parts;
-            ~Finish() { parts.fetch_add(1, std::memory_order_release); }
-          } finish{finished(task.step)};
-          if (failed.load(std::memory_order_relaxed)) return;
-          try {
-            RunPart(task, address);
-          } catch (...) {
-            failed.store(true, std::memory_order_relaxed);
-            throw;
+        [&](int64_t c) {
+          std::exception_ptr error;
+          for (int64_t i = groups.chunk_begin[static_cast<size_t>(c)]; i < groups.chunk_begin[static_cast<size_t>(c) + 1]; ++i) {
+            const Task& task = tasks_[static_cast<size_t>(groups.chunk_tasks[static_cast<size_t>(i)])];
+            if (!failed.load(std::memory_order_relaxed)) {
+              try {
+                RunPart(task, address);
+              } catch (...) {
+                failed.store(true, std::memory_order_relaxed);
+                error = std::current_exception();
+              }
+            }
+            finished(task.step).fetch_add(1, std::memory_order_release);
           }
+          if (error) std::rethrow_exception(error);
         },
-        [&](int64_t t) {
-          return Ready(tasks_[static_cast<size_t>(t)].step,
-                       [&](int p) { return finished(p).load(std::memory_order_acquire); });
+        [&](int64_t c) {
+          return groups.ChunkReady(static_cast<size_t>(c), plan_,
+                                   [&](int p) { return finished(p).load(std::memory_order_acquire); });
         });
   } else if (poison_) {
     for (const PlanStage& stage : plan_.stages) {
@@ -235,14 +242,17 @@ void NativeExecutable::RunAlone(const std::vector<void*>& address) const {
   }
   std::vector<int64_t> finished(plan_.steps.size(), 0), next(groups.group_end.size(), 0);
   for (size_t k = 1; k < next.size(); ++k) next[k] = groups.group_end[k - 1];
-  // The lowest task not run is always ready: every pass runs one at least.
-  for (size_t left = tasks_.size(); left > 0;) {
+  // The lowest chunk not run is always ready: every pass runs one at least.
+  for (size_t left = groups.order.size(); left > 0;) {
     for (size_t k = 0; k < next.size(); ++k) {
       for (; next[k] < groups.group_end[k]; ++next[k], --left) {
-        const Task& task = tasks_[static_cast<size_t>(groups.order[static_cast<size_t>(next[k])])];
-        if (!Ready(task.step, [&](int p) { return finished[p]; })) break;
-        RunPart(task, address);
-        ++finished[task.step];
+        const size_t c = static_cast<size_t>(groups.order[static_cast<size_t>(next[k])]);
+        if (!groups.ChunkReady(c, plan_, [&](int p) { return finished[p]; })) break;
+        for (int64_t i = groups.chunk_begin[c]; i < groups.chunk_begin[c + 1]; ++i) {
+          const Task& task = tasks_[static_cast<size_t>(groups.chunk_tasks[static_cast<size_t>(i)])];
+          RunPart(task, address);
+          ++finished[task.step];
+        }
       }
     }
   }
@@ -260,19 +270,95 @@ const NativeExecutable::Groups& NativeExecutable::GroupsFor(int threads) const {
   const auto n = static_cast<size_t>(threads);
   std::vector<int64_t> owner(tasks_.size());
   auto groups = std::make_unique<Groups>();
-  groups->group_end.assign(n, 0);
+  std::vector<int64_t> task_end(n, 0);  // per thread, in by_group
   for (size_t t = 0; t < tasks_.size(); ++t) {
     const PlanStep& step = plan_.steps[static_cast<size_t>(tasks_[t].step)];
     owner[t] = step.lane >= 0   ? step.lane % static_cast<int64_t>(n)
                : step.parts > 1 ? tasks_[t].part * static_cast<int64_t>(n) / step.parts
                                 : 0;
-    ++groups->group_end[static_cast<size_t>(owner[t])];
+    ++task_end[static_cast<size_t>(owner[t])];
+  }
+  for (size_t k = 1; k < n; ++k) task_end[k] += task_end[k - 1];
+  std::vector<int64_t> next(n, 0);
+  for (size_t k = 1; k < n; ++k) next[k] = task_end[k - 1];
+  std::vector<int64_t> by_group(tasks_.size());  // tasks, group by group
+  for (size_t t = 0; t < tasks_.size(); ++t) by_group[static_cast<size_t>(next[static_cast<size_t>(owner[t])]++)] = static_cast<int64_t>(t);
+  // Chunks. A step is its group's alone when it has one part, there.
+  std::vector<int64_t> step_owner(plan_.steps.size(), -1);
+  for (size_t t = 0; t < tasks_.size(); ++t) {
+    if (plan_.steps[static_cast<size_t>(tasks_[t].step)].parts == 1) step_owner[static_cast<size_t>(tasks_[t].step)] = owner[t];
+  }
+  struct Chunk {
+    int64_t first_task;
+    size_t group;
+    std::vector<int64_t> tasks;
+  };
+  std::vector<Chunk> chunks;
+  for (size_t k = 0; k < n; ++k) {
+    double cost = 0;
+    for (int64_t i = k == 0 ? 0 : task_end[k - 1]; i < task_end[k]; ++i) {
+      const int64_t t = by_group[static_cast<size_t>(i)];
+      const int step = tasks_[static_cast<size_t>(t)].step;
+      const PlanStep& s = plan_.steps[static_cast<size_t>(step)];
+      bool alone = s.parts > 1 || chunks.empty() || chunks.back().group != k ||
+                   plan_.steps[static_cast<size_t>(tasks_[static_cast<size_t>(chunks.back().tasks[0])].step)].parts > 1;
+      for (size_t p = pred_begin_[static_cast<size_t>(step)]; !alone && p < pred_begin_[static_cast<size_t>(step) + 1]; ++p) {
+        alone = step_owner[static_cast<size_t>(preds_[p])] != static_cast<int64_t>(k);
+      }
+      const double step_cost = StepCostNs(plan_, s);
+      if (alone || cost + step_cost > kChunkNs) {
+        chunks.push_back({t, k, {}});
+        cost = 0;
+      }
+      chunks.back().tasks.push_back(t);
+      cost += step_cost;
+    }
+  }
+  std::sort(chunks.begin(), chunks.end(), [](const Chunk& a, const Chunk& b) { return a.first_task < b.first_task; });
+  groups->group_end.assign(n, 0);
+  groups->chunk_begin = {0};
+  groups->chunk_pred_begin = {0};
+  for (const Chunk& c : chunks) {
+    ++groups->group_end[c.group];
+    groups->chunk_tasks.insert(groups->chunk_tasks.end(), c.tasks.begin(), c.tasks.end());
+    groups->chunk_begin.push_back(static_cast<int64_t>(groups->chunk_tasks.size()));
+    std::vector<int> preds;  // of its steps, not its own
+    for (int64_t t : c.tasks) {
+      const size_t step = static_cast<size_t>(tasks_[static_cast<size_t>(t)].step);
+      for (size_t p = pred_begin_[step]; p < pred_begin_[step + 1]; ++p) preds.push_back(preds_[p]);
+    }
+    std::sort(preds.begin(), preds.end());
+    preds.erase(std::unique(preds.begin(), preds.end()), preds.end());
+    for (int p : preds) {
+      const bool inside = std::any_of(c.tasks.begin(), c.tasks.end(), [&](int64_t t) { return tasks_[static_cast<size_t>(t)].step == p; });
+      if (!inside) groups->chunk_preds.push_back(p);
+    }
+    groups->chunk_pred_begin.push_back(groups->chunk_preds.size());
+  }
+  // What Team::Run needs to finish: a chunk waits only for chunks numbered
+  // below it (its steps' predecessors come before them, and only its first
+  // step waits for another thread's). Checked, as a wait that cannot end
+  // would hang the call.
+  std::vector<int64_t> chunk_of_step(plan_.steps.size(), -1);
+  for (size_t c = 0; c < chunks.size(); ++c) {
+    for (int64_t t : chunks[c].tasks) {
+      int64_t& at = chunk_of_step[static_cast<size_t>(tasks_[static_cast<size_t>(t)].step)];
+      at = std::max(at, static_cast<int64_t>(c));
+    }
+  }
+  for (size_t c = 0; c < chunks.size(); ++c) {
+    for (size_t k = groups->chunk_pred_begin[c]; k < groups->chunk_pred_begin[c + 1]; ++k) {
+      if (chunk_of_step[static_cast<size_t>(groups->chunk_preds[k])] >= static_cast<int64_t>(c)) {
+        throw JitFailure("executable: chunk " + std::to_string(c) + " waits for step " +
+                         std::to_string(groups->chunk_preds[k]) + " of a chunk not before it");
+      }
+    }
   }
   for (size_t k = 1; k < n; ++k) groups->group_end[k] += groups->group_end[k - 1];
-  groups->order.resize(tasks_.size());
-  std::vector<int64_t> next(n, 0);
+  groups->order.resize(chunks.size());
+  next.assign(n, 0);
   for (size_t k = 1; k < n; ++k) next[k] = groups->group_end[k - 1];
-  for (size_t t = 0; t < tasks_.size(); ++t) groups->order[static_cast<size_t>(next[static_cast<size_t>(owner[t])]++)] = static_cast<int64_t>(t);
+  for (size_t c = 0; c < chunks.size(); ++c) groups->order[static_cast<size_t>(next[chunks[c].group]++)] = static_cast<int64_t>(c);
   // Counters: each thread's steps' on lines of their own (a step's is
   // written by the thread running it, read by threads waiting for it), a
   // step divided between threads on a line alone.
@@ -280,8 +366,8 @@ const NativeExecutable::Groups& NativeExecutable::GroupsFor(int threads) const {
   groups->counter.assign(plan_.steps.size(), -1);
   int64_t used = 0;
   for (size_t k = 0; k < n; ++k) {
-    for (int64_t i = k == 0 ? 0 : groups->group_end[k - 1]; i < groups->group_end[k]; ++i) {
-      const int step = tasks_[static_cast<size_t>(groups->order[static_cast<size_t>(i)])].step;
+    for (int64_t i = k == 0 ? 0 : task_end[k - 1]; i < task_end[k]; ++i) {
+      const int step = tasks_[static_cast<size_t>(by_group[static_cast<size_t>(i)])].step;
       if (groups->counter[static_cast<size_t>(step)] >= 0) continue;
       if (plan_.steps[static_cast<size_t>(step)].parts > 1) {
         used = (used + kLine - 1) / kLine * kLine;
