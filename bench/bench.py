@@ -590,12 +590,13 @@ def goals(suite, rows, summary, unit, args, flops=None, gflops=None):
             kind: {"ratio": summary["eager_steady"][f"{kind}_{unit}_per_s"] / one[f"{kind}_{unit}_per_s"], "goal": 1.6,
                    "met": summary["eager_steady"][f"{kind}_{unit}_per_s"] / one[f"{kind}_{unit}_per_s"] >= 1.6}
             for kind in ("train", "infer") if one.get(f"{kind}_{unit}_per_s")}
-    if suite == "treelstm":
+    if suite == "treelstm" and summary["eager_steady"]["train_trees_per_s"]:
         eager = summary["eager_steady"]["train_trees_per_s"]
         for peer, target in (("torch_recursive", 20.0), ("torch_batched", 4.0)):
             best = best_threads(rows, peer, "train_steady_trees_per_s")
-            g[f"eager_steady_over_{peer}"] = {"ratio": eager / best[1]["median"], "goal": target,
-                                              "peer_threads": best[0], "met": eager / best[1]["median"] >= target}
+            if best:
+                g[f"eager_steady_over_{peer}"] = {"ratio": eager / best[1]["median"], "goal": target,
+                                                  "peer_threads": best[0], "met": eager / best[1]["median"] >= target}
         if flops and gflops:
             # Each repetition's eager steady figure over the limit at that
             # repetition's SGEMM rate (older outputs: the preflight's), median.
@@ -615,12 +616,13 @@ def goals(suite, rows, summary, unit, args, flops=None, gflops=None):
                                "met": fraction["median"] >= 0.45}
         e0 = med([r["epoch0_seconds"] for r in group(rows, "eager")])
         i0 = med([r["epoch0_seconds"] for r in group(rows, "interpreter")])
-        g["eager_epoch0_vs_interpreter"] = {"eager_epoch0_s": e0["median"], "interpreter_epoch0_s": i0["median"],
-                                            "ratio": e0["median"] / i0["median"], "met": e0["median"] <= i0["median"]}
-        n0 = med([r["epoch0_seconds"] for r in group(rows, "eager_no_lookahead")])
-        if n0:
-            g["eager_epoch0_vs_interpreter"]["eager_no_lookahead_epoch0_s"] = n0["median"]
-    else:
+        if e0 and i0:
+            g["eager_epoch0_vs_interpreter"] = {"eager_epoch0_s": e0["median"], "interpreter_epoch0_s": i0["median"],
+                                                "ratio": e0["median"] / i0["median"], "met": e0["median"] <= i0["median"]}
+            n0 = med([r["epoch0_seconds"] for r in group(rows, "eager_no_lookahead")])
+            if n0:
+                g["eager_epoch0_vs_interpreter"]["eager_no_lookahead_epoch0_s"] = n0["median"]
+    elif summary["eager_steady"]["train_images_per_s"] and summary["torch"]["train_images_per_s"]:
         for kind in ("train", "infer"):
             key = f"{kind}_images_per_s"
             ratio = summary["eager_steady"][key] / summary["torch"][key]
@@ -827,8 +829,8 @@ def report(args, rows, modes, data, gflops, started, load_before):
     summary = summarize(args.suite, rows, unit)
     flops = treelstm_flops(data, args.embed, args.hidden, train=args.size if dev else None) \
         if args.suite == "treelstm" and data else None
-    g = goals(args.suite, rows, summary, unit, args, flops, gflops) if set(
-        m[0] for m in modes) >= set(m[0] for m in (TREELSTM_MODES if args.suite == "treelstm" else MLP_MODES)) else {}
+    # Each goal whose modes ran (a run of some modes reports theirs).
+    g = goals(args.suite, rows, summary, unit, args, flops, gflops)
     if args.suite == "treelstm":
         g["same_model_check"] = same_model_check(rows)
     if tta:
