@@ -2,15 +2,17 @@
 //
 // A compiled step runs on the thread that called it. While nothing is being
 // compiled, the engine's workers sit idle; a Team lets the call borrow them
-// for the stages of its plan that are worth splitting (jit/schedule.h), and
-// gives them back the moment their pool recalls them (a compile job
-// arrived): a helper leaves after the task it is running, and the caller
-// does whatever is left. The caller never waits for a helper to arrive, so a
-// busy pool costs a call nothing but the work it does alone.
+// for its plan's lanes and divided steps (jit/schedule.h), and gives them
+// back the moment their pool recalls them (a compile job arrived): a helper
+// leaves after the task it is running, and the caller does whatever is left.
+// The caller never waits for a helper to arrive, so a busy pool costs a call
+// nothing but the work it does alone.
 //
-// A stage is `tasks` independent tasks, each writing its own bytes; which
-// thread runs which task does not change any result, so a call gives the
-// same bits with one thread or many.
+// Tasks each write their own bytes, and wait for the tasks whose bytes they
+// read; which thread runs which task does not change any result, so a call
+// gives the same bits with one thread or many. What the threads share sits
+// on cache lines each thread writes alone: on cores far apart a line that
+// changes hands costs about what a small task does.
 #pragma once
 
 #include <tbb/task_arena.h>
