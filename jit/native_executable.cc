@@ -266,11 +266,14 @@ void NativeExecutable::RunAlone(const std::vector<void*>& address) const {
 const NativeExecutable::Groups& NativeExecutable::GroupsFor(int threads) const {
   std::lock_guard<std::mutex> lock(groups_mu_);
   std::unique_ptr<const Groups>& cached = groups_[threads];
-  if (cached) return *cached;
-  const auto n = static_cast<size_t>(threads);
-  std::vector<int64_t> owner(tasks_.size());
-  auto groups = std::make_unique<Groups>();
-  std::vector<int64_t> task_end(n, 0);  // per thread, in by_group
+  if (!cached) cached = MakeGroups(static_cast<size_t>(threads));
+  return *cached;
+}
+
+std::unique_ptr<const NativeExecutable::Groups> NativeExecutable::MakeGroups(size_t n) const {
+  // Each task's thread, and the tasks thread by thread (task_end[k]: where
+  // thread k's end in by_group).
+  std::vector<int64_t> owner(tasks_.size()), task_end(n, 0);
   for (size_t t = 0; t < tasks_.size(); ++t) {
     const PlanStep& step = plan_.steps[static_cast<size_t>(tasks_[t].step)];
     owner[t] = step.lane >= 0   ? step.lane % static_cast<int64_t>(n)
@@ -279,11 +282,18 @@ const NativeExecutable::Groups& NativeExecutable::GroupsFor(int threads) const {
     ++task_end[static_cast<size_t>(owner[t])];
   }
   for (size_t k = 1; k < n; ++k) task_end[k] += task_end[k - 1];
-  std::vector<int64_t> next(n, 0);
+  std::vector<int64_t> next(n, 0), by_group(tasks_.size());
   for (size_t k = 1; k < n; ++k) next[k] = task_end[k - 1];
-  std::vector<int64_t> by_group(tasks_.size());  // tasks, group by group
   for (size_t t = 0; t < tasks_.size(); ++t) by_group[static_cast<size_t>(next[static_cast<size_t>(owner[t])]++)] = static_cast<int64_t>(t);
-  // Chunks. A step is its group's alone when it has one part, there.
+  auto groups = std::make_unique<Groups>();
+  MakeChunks(n, owner, by_group, task_end, *groups);
+  LayOutCounters(n, by_group, task_end, *groups);
+  return groups;
+}
+
+void NativeExecutable::MakeChunks(size_t n, const std::vector<int64_t>& owner, const std::vector<int64_t>& by_group,
+                                  const std::vector<int64_t>& task_end, Groups& groups) const {
+  // A step of one part is its thread's alone.
   std::vector<int64_t> step_owner(plan_.steps.size(), -1);
   for (size_t t = 0; t < tasks_.size(); ++t) {
     if (plan_.steps[static_cast<size_t>(tasks_[t].step)].parts == 1) step_owner[static_cast<size_t>(tasks_[t].step)] = owner[t];
@@ -300,6 +310,7 @@ const NativeExecutable::Groups& NativeExecutable::GroupsFor(int threads) const {
       const int64_t t = by_group[static_cast<size_t>(i)];
       const int step = tasks_[static_cast<size_t>(t)].step;
       const PlanStep& s = plan_.steps[static_cast<size_t>(step)];
+      // A divided step's parts go alone; so does a step waiting for another thread's.
       bool alone = s.parts > 1 || chunks.empty() || chunks.back().group != k ||
                    plan_.steps[static_cast<size_t>(tasks_[static_cast<size_t>(chunks.back().tasks[0])].step)].parts > 1;
       for (size_t p = pred_begin_[static_cast<size_t>(step)]; !alone && p < pred_begin_[static_cast<size_t>(step) + 1]; ++p) {
@@ -315,30 +326,6 @@ const NativeExecutable::Groups& NativeExecutable::GroupsFor(int threads) const {
     }
   }
   std::sort(chunks.begin(), chunks.end(), [](const Chunk& a, const Chunk& b) { return a.first_task < b.first_task; });
-  groups->group_end.assign(n, 0);
-  groups->chunk_begin = {0};
-  groups->chunk_pred_begin = {0};
-  for (const Chunk& c : chunks) {
-    ++groups->group_end[c.group];
-    groups->chunk_tasks.insert(groups->chunk_tasks.end(), c.tasks.begin(), c.tasks.end());
-    groups->chunk_begin.push_back(static_cast<int64_t>(groups->chunk_tasks.size()));
-    std::vector<int> preds;  // of its steps, not its own
-    for (int64_t t : c.tasks) {
-      const size_t step = static_cast<size_t>(tasks_[static_cast<size_t>(t)].step);
-      for (size_t p = pred_begin_[step]; p < pred_begin_[step + 1]; ++p) preds.push_back(preds_[p]);
-    }
-    std::sort(preds.begin(), preds.end());
-    preds.erase(std::unique(preds.begin(), preds.end()), preds.end());
-    for (int p : preds) {
-      const bool inside = std::any_of(c.tasks.begin(), c.tasks.end(), [&](int64_t t) { return tasks_[static_cast<size_t>(t)].step == p; });
-      if (!inside) groups->chunk_preds.push_back(p);
-    }
-    groups->chunk_pred_begin.push_back(groups->chunk_preds.size());
-  }
-  // What Team::Run needs to finish: a chunk waits only for chunks numbered
-  // below it (its steps' predecessors come before them, and only its first
-  // step waits for another thread's). Checked, as a wait that cannot end
-  // would hang the call.
   std::vector<int64_t> chunk_of_step(plan_.steps.size(), -1);
   for (size_t c = 0; c < chunks.size(); ++c) {
     for (int64_t t : chunks[c].tasks) {
@@ -346,46 +333,67 @@ const NativeExecutable::Groups& NativeExecutable::GroupsFor(int threads) const {
       at = std::max(at, static_cast<int64_t>(c));
     }
   }
+  groups.group_end.assign(n, 0);
+  groups.chunk_begin = {0};
+  groups.chunk_pred_begin = {0};
   for (size_t c = 0; c < chunks.size(); ++c) {
-    for (size_t k = groups->chunk_pred_begin[c]; k < groups->chunk_pred_begin[c + 1]; ++k) {
-      if (chunk_of_step[static_cast<size_t>(groups->chunk_preds[k])] >= static_cast<int64_t>(c)) {
-        throw JitFailure("executable: chunk " + std::to_string(c) + " waits for step " +
-                         std::to_string(groups->chunk_preds[k]) + " of a chunk not before it");
+    ++groups.group_end[chunks[c].group];
+    groups.chunk_tasks.insert(groups.chunk_tasks.end(), chunks[c].tasks.begin(), chunks[c].tasks.end());
+    groups.chunk_begin.push_back(static_cast<int64_t>(groups.chunk_tasks.size()));
+    std::vector<int> preds;  // of its steps, outside it
+    for (int64_t t : chunks[c].tasks) {
+      const size_t step = static_cast<size_t>(tasks_[static_cast<size_t>(t)].step);
+      for (size_t p = pred_begin_[step]; p < pred_begin_[step + 1]; ++p) {
+        if (chunk_of_step[static_cast<size_t>(preds_[p])] != static_cast<int64_t>(c)) preds.push_back(preds_[p]);
       }
     }
+    std::sort(preds.begin(), preds.end());
+    preds.erase(std::unique(preds.begin(), preds.end()), preds.end());
+    for (int p : preds) {
+      // What Team::Run needs to finish: a chunk waits only for chunks
+      // numbered below it. Checked, as a wait that cannot end would hang.
+      if (chunk_of_step[static_cast<size_t>(p)] > static_cast<int64_t>(c)) {
+        throw JitFailure("executable: chunk " + std::to_string(c) + " waits for step " + std::to_string(p) +
+                         " of a chunk after it");
+      }
+      groups.chunk_preds.push_back(p);
+    }
+    groups.chunk_pred_begin.push_back(groups.chunk_preds.size());
   }
-  for (size_t k = 1; k < n; ++k) groups->group_end[k] += groups->group_end[k - 1];
-  groups->order.resize(chunks.size());
-  next.assign(n, 0);
-  for (size_t k = 1; k < n; ++k) next[k] = groups->group_end[k - 1];
-  for (size_t c = 0; c < chunks.size(); ++c) groups->order[static_cast<size_t>(next[chunks[c].group]++)] = static_cast<int64_t>(c);
-  // Counters: each thread's steps' on lines of their own (a step's is
-  // written by the thread running it, read by threads waiting for it), a
-  // step divided between threads on a line alone.
+  for (size_t k = 1; k < n; ++k) groups.group_end[k] += groups.group_end[k - 1];
+  groups.order.resize(chunks.size());
+  std::vector<int64_t> next(n, 0);
+  for (size_t k = 1; k < n; ++k) next[k] = groups.group_end[k - 1];
+  for (size_t c = 0; c < chunks.size(); ++c) groups.order[static_cast<size_t>(next[chunks[c].group]++)] = static_cast<int64_t>(c);
+}
+
+// Each thread's steps' counters on lines of their own (a step's is written
+// by the thread running it, read by threads waiting for it), a step divided
+// between threads on a line alone.
+void NativeExecutable::LayOutCounters(size_t n, const std::vector<int64_t>& by_group, const std::vector<int64_t>& task_end,
+                                      Groups& groups) const {
   constexpr int64_t kLine = CounterLine::kCounters;
-  groups->counter.assign(plan_.steps.size(), -1);
+  auto next_line = [](int64_t at) { return (at + kLine - 1) / kLine * kLine; };
+  groups.counter.assign(plan_.steps.size(), -1);
   int64_t used = 0;
   for (size_t k = 0; k < n; ++k) {
     for (int64_t i = k == 0 ? 0 : task_end[k - 1]; i < task_end[k]; ++i) {
       const int step = tasks_[static_cast<size_t>(by_group[static_cast<size_t>(i)])].step;
-      if (groups->counter[static_cast<size_t>(step)] >= 0) continue;
+      if (groups.counter[static_cast<size_t>(step)] >= 0) continue;
       if (plan_.steps[static_cast<size_t>(step)].parts > 1) {
-        used = (used + kLine - 1) / kLine * kLine;
-        groups->counter[static_cast<size_t>(step)] = used;
+        used = next_line(used);
+        groups.counter[static_cast<size_t>(step)] = used;
         used += kLine;
       } else {
-        groups->counter[static_cast<size_t>(step)] = used++;
+        groups.counter[static_cast<size_t>(step)] = used++;
       }
     }
-    used = (used + kLine - 1) / kLine * kLine;
+    used = next_line(used);
   }
-  for (int64_t& c : groups->counter) {
+  for (int64_t& c : groups.counter) {
     if (c < 0) c = used++;  // a step of no parts: its counter stays 0
   }
-  used = (used + kLine - 1) / kLine * kLine;
-  groups->counter_lines = std::max<int64_t>(1, used / kLine);
-  cached = std::move(groups);
-  return *cached;
+  groups.counter_lines = std::max<int64_t>(1, next_line(used) / kLine);
 }
 
 void NativeExecutable::RunPart(Task task, const std::vector<void*>& address) const {

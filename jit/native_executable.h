@@ -122,6 +122,11 @@ class NativeExecutable final : public Executable {
     std::atomic<int64_t> parts[kCounters];
   };
   const Groups& GroupsFor(int threads) const;
+  std::unique_ptr<const Groups> MakeGroups(size_t threads) const;
+  void MakeChunks(size_t threads, const std::vector<int64_t>& owner, const std::vector<int64_t>& by_group,
+                  const std::vector<int64_t>& task_end, Groups& groups) const;
+  void LayOutCounters(size_t threads, const std::vector<int64_t>& by_group, const std::vector<int64_t>& task_end,
+                      Groups& groups) const;
   mutable std::mutex groups_mu_;
   mutable std::map<int, std::unique_ptr<const Groups>> groups_;
   std::vector<std::pair<int, int>> params_;       // (buffer, input)
