@@ -395,11 +395,11 @@ class Lowering {
 
   // Each lane's buffers in a region of the arena of their own (jit/lanes.h),
   // so that bytes one thread writes are never another's in a later step or
-  // call; the buffers of no lane next, then those of several lanes, which
-  // share their bytes with no other buffer: two buffers sharing bytes make
-  // the second's writer wait for the first's last reader (jit/schedule.h),
-  // which would otherwise put threads running different lanes in step where
-  // the program's data does not. Regions start on a page.
+  // call, after the buffers of several lanes and those of none. Buffers of
+  // several lanes share their bytes with no other buffer: two buffers
+  // sharing bytes make the second's writer wait for the first's last reader
+  // (jit/schedule.h), which would otherwise put threads running different
+  // lanes in step where the program's data does not. Regions start on a page.
   void PlanMemory() {
     std::map<int, std::vector<int>> by_lane;
     for (size_t b = 0; b < plan_.buffers.size(); ++b) {
