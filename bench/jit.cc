@@ -366,7 +366,9 @@ void BM_DataEndedLoopGradCompiled(benchmark::State& state) {
   Residual r = PartialEvaluate(*w.module.snapshot(), "run", w.args);
   auto session = JitSession::Create();
   ControlFlowStats stats;
-  ExecutablePtr exe = CompileControlFlow(*session, r.main, r.functions, {{}, std::vector<int>{0, 1}}, &stats);
+  ControlFlowOptions options;
+  options.wrt = std::vector<int>{0, 1};
+  ExecutablePtr exe = CompileControlFlow(*session, r.main, r.functions, options, &stats);
   std::vector<Tensor> leaves = Flatten(w.args, {});
   for (auto _ : state) benchmark::DoNotOptimize(exe->Run(leaves));
   state.counters["regions"] = stats.regions;

@@ -177,7 +177,10 @@ int Compile(const std::string& file, const std::string& entry, const std::string
     // regions and the driver between them (jit/control_flow.h), as the engine runs it.
     ControlFlowStats stats;
     auto t1 = std::chrono::steady_clock::now();
-    exe = CompileControlFlow(*session, r.main, r.functions, {options.compile, options.wrt_leaves}, &stats);
+    ControlFlowOptions control_flow;
+    control_flow.compile = options.compile;
+    control_flow.wrt = options.wrt_leaves;
+    exe = CompileControlFlow(*session, r.main, r.functions, control_flow, &stats);
     double compile_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t1).count();
     std::string vjps = grad ? " (" + std::to_string(stats.vjp_regions) + " with a compiled VJP)" : "";
     std::printf("# %s for %s: control flow: %d native regions%s between %d branches and %d residual calls, "
