@@ -192,6 +192,8 @@ class EngineImpl {
   std::shared_ptr<generic::GenericProgram> GenericFor(Request& r);
   bool PrefetchGeneric(Request& r, pejit::Prefetch when);
   void PrefetchSpecialized(Request& r, pejit::Prefetch when);
+  // The `prefetch` event (docs/tracing.md): what the prefetch found or did.
+  void EmitPrefetch(const Request& r, const std::string& state, JobPriority priority);
   void RefuseGeneric(Request& r, const std::string& reason);
   void QueueGenericCompile(const std::string& entry, std::shared_ptr<generic::GenericProgram> program,
                            generic::SegmentCode* code, generic::SegmentCode::Variant* variant);
@@ -1176,30 +1178,16 @@ void EngineImpl::RunGenericWalk(GenericWalk& walk) {
 void EngineImpl::Prefetch(Request& r, pejit::Prefetch when) {
   Prepare(r);
   if (!r.cacheable) return;
+  const SlotPtr slot = cache.Find(r.key, /*touch=*/false);
   // Its specialization is ready: the call will run that, there is nothing
   // to prepare (a walk would only keep the worker from helping the steps).
-  if (SlotPtr slot = cache.Find(r.key, /*touch=*/false); slot && slot->Load() == SlotState::kReady) {
-    if (On(EventKind::kPrefetch)) {
-      Event e = Make(EventKind::kPrefetch, r.entry.name, &r.key.signature);
-      e.fields.push_back({"state", std::string(SlotStateName(SlotState::kReady))});
-      e.fields.push_back({"priority", std::string(JobPriorityName(PriorityOf(when)))});
-      Emit(e);
-    }
-    return;
-  }
+  if (slot && slot->Load() == SlotState::kReady) return EmitPrefetch(r, SlotStateName(SlotState::kReady), PriorityOf(when));
   // Stored by an earlier run: a job loads it on a worker before the call.
-  if (disk_ && !cache.Find(r.key, /*touch=*/false) && disk_->Has(DiskKeyOf(r.entry, *r.snapshot, r.key))) {
-    return PrefetchSpecialized(r, when);
-  }
+  if (disk_ && !slot && disk_->Has(DiskKeyOf(r.entry, *r.snapshot, r.key))) return PrefetchSpecialized(r, when);
   // The generic tier serves the call: walk its structure and compile what
   // it will run, on a worker (policy sync: now, as it compiles now).
   if (options.generic && jit_ && GenericFor(r)) {
-    if (On(EventKind::kPrefetch)) {
-      Event e = Make(EventKind::kPrefetch, r.entry.name, &r.key.signature);
-      e.fields.push_back({"state", std::string("generic")});
-      e.fields.push_back({"priority", std::string(JobPriorityName(PriorityOf(when)))});
-      Emit(e);
-    }
+    EmitPrefetch(r, "generic", PriorityOf(when));
     if (options.policy.kind != Policy::Kind::kSync) return QueueGenericWalk(r, when);
     if (PrefetchGeneric(r, when)) return;
   }
@@ -1220,15 +1208,20 @@ void EngineImpl::PrefetchSpecialized(Request& r, pejit::Prefetch when) {
     requeued = queue.Requeue(slot.get(), priority);
   }
   if (queued) Count(r.entry.prefetched);
-  if (On(EventKind::kPrefetch)) {
-    Event e = Make(EventKind::kPrefetch, r.entry.name, &r.key.signature);
-    e.fields.push_back({"state", std::string(queued     ? "queued"
-                                             : requeued ? "requeued"
-                                             : slot     ? SlotStateName(slot->Load())
-                                                        : "stale")});
-    e.fields.push_back({"priority", std::string(JobPriorityName(priority))});
-    Emit(e);
-  }
+  EmitPrefetch(r,
+               queued     ? "queued"
+               : requeued ? "requeued"
+               : slot     ? SlotStateName(slot->Load())
+                          : "stale",
+               priority);
+}
+
+void EngineImpl::EmitPrefetch(const Request& r, const std::string& state, JobPriority priority) {
+  if (!On(EventKind::kPrefetch)) return;
+  Event e = Make(EventKind::kPrefetch, r.entry.name, &r.key.signature);
+  e.fields.push_back({"state", state});
+  e.fields.push_back({"priority", std::string(JobPriorityName(priority))});
+  Emit(e);
 }
 
 CodeStatus EngineImpl::WaitReady(Request& r) {
