@@ -19,6 +19,21 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+// Positions 0 .. key.size() - 1 ordered by their key (0 .. n - 1), each
+// key's in increasing order, and where each key's end in that order.
+struct ByKey {
+  std::vector<int64_t> order, end;
+};
+ByKey OrderByKey(const std::vector<int64_t>& key, size_t n) {
+  ByKey out{std::vector<int64_t>(key.size()), std::vector<int64_t>(n, 0)};
+  for (int64_t k : key) ++out.end[static_cast<size_t>(k)];
+  for (size_t k = 1; k < n; ++k) out.end[k] += out.end[k - 1];
+  std::vector<int64_t> next(n, 0);
+  for (size_t k = 1; k < n; ++k) next[k] = out.end[k - 1];
+  for (size_t i = 0; i < key.size(); ++i) out.order[static_cast<size_t>(next[static_cast<size_t>(key[i])]++)] = static_cast<int64_t>(i);
+  return out;
+}
+
 // The calling thread's arena for the intermediate buffers of one compiled
 // call, grown to the largest call it ran and kept (for the thread's life):
 // instead of a malloc and free of megabytes per step (a minibatch of trees),
@@ -271,23 +286,18 @@ const NativeExecutable::Groups& NativeExecutable::GroupsFor(int threads) const {
 }
 
 std::unique_ptr<const NativeExecutable::Groups> NativeExecutable::MakeGroups(size_t n) const {
-  // Each task's thread, and the tasks thread by thread (task_end[k]: where
-  // thread k's end in by_group).
-  std::vector<int64_t> owner(tasks_.size()), task_end(n, 0);
+  // Each task's thread, and the tasks thread by thread.
+  std::vector<int64_t> owner(tasks_.size());
   for (size_t t = 0; t < tasks_.size(); ++t) {
     const PlanStep& step = plan_.steps[static_cast<size_t>(tasks_[t].step)];
     owner[t] = step.lane >= 0   ? step.lane % static_cast<int64_t>(n)
                : step.parts > 1 ? tasks_[t].part * static_cast<int64_t>(n) / step.parts
                                 : 0;
-    ++task_end[static_cast<size_t>(owner[t])];
   }
-  for (size_t k = 1; k < n; ++k) task_end[k] += task_end[k - 1];
-  std::vector<int64_t> next(n, 0), by_group(tasks_.size());
-  for (size_t k = 1; k < n; ++k) next[k] = task_end[k - 1];
-  for (size_t t = 0; t < tasks_.size(); ++t) by_group[static_cast<size_t>(next[static_cast<size_t>(owner[t])]++)] = static_cast<int64_t>(t);
+  const ByKey by_thread = OrderByKey(owner, n);
   auto groups = std::make_unique<Groups>();
-  MakeChunks(n, owner, by_group, task_end, *groups);
-  LayOutCounters(n, by_group, task_end, *groups);
+  MakeChunks(n, owner, by_thread.order, by_thread.end, *groups);
+  LayOutCounters(n, by_thread.order, by_thread.end, *groups);
   return groups;
 }
 
@@ -333,11 +343,11 @@ void NativeExecutable::MakeChunks(size_t n, const std::vector<int64_t>& owner, c
       at = std::max(at, static_cast<int64_t>(c));
     }
   }
-  groups.group_end.assign(n, 0);
   groups.chunk_begin = {0};
   groups.chunk_pred_begin = {0};
+  std::vector<int64_t> chunk_group(chunks.size());
   for (size_t c = 0; c < chunks.size(); ++c) {
-    ++groups.group_end[chunks[c].group];
+    chunk_group[c] = static_cast<int64_t>(chunks[c].group);
     groups.chunk_tasks.insert(groups.chunk_tasks.end(), chunks[c].tasks.begin(), chunks[c].tasks.end());
     groups.chunk_begin.push_back(static_cast<int64_t>(groups.chunk_tasks.size()));
     std::vector<int> preds;  // of its steps, outside it
@@ -360,11 +370,9 @@ void NativeExecutable::MakeChunks(size_t n, const std::vector<int64_t>& owner, c
     }
     groups.chunk_pred_begin.push_back(groups.chunk_preds.size());
   }
-  for (size_t k = 1; k < n; ++k) groups.group_end[k] += groups.group_end[k - 1];
-  groups.order.resize(chunks.size());
-  std::vector<int64_t> next(n, 0);
-  for (size_t k = 1; k < n; ++k) next[k] = groups.group_end[k - 1];
-  for (size_t c = 0; c < chunks.size(); ++c) groups.order[static_cast<size_t>(next[chunks[c].group]++)] = static_cast<int64_t>(c);
+  ByKey by_thread = OrderByKey(chunk_group, n);
+  groups.order = std::move(by_thread.order);
+  groups.group_end = std::move(by_thread.end);
 }
 
 // Each thread's steps' counters on lines of their own (a step's is written

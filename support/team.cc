@@ -28,9 +28,10 @@ inline void Backoff(int misses) {
   for (int i = std::min(misses, 32); i > 0; --i) CpuRelax();
 }
 
-// A helper that found no task for this long goes back to its pool (the next
-// stage borrows it again): it spins between stages, which are microseconds
-// apart, but must not hold a core through a long serial stretch.
+// A helper that found no task for this long goes back to its pool (the
+// caller borrows it again when work is left): it spins while the tasks it
+// waits for finish, microseconds apart, but must not hold a core through a
+// long serial stretch.
 constexpr auto kIdleBeforeLeaving = std::chrono::microseconds(200);
 
 thread_local Team* current_team = nullptr;
