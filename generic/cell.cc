@@ -1,6 +1,7 @@
 #include "generic/cell.h"
 
 #include <cstring>
+#include <optional>
 #include <unordered_map>
 
 #include "ir/printer.h"
@@ -38,6 +39,13 @@ class Reader {
     std::memcpy(&value, bytes_.data() + pos_, sizeof value);
     pos_ += sizeof value;
     return value;
+  }
+  std::string String() {
+    auto n = static_cast<size_t>(Get<int32_t>());
+    if (pos_ + n > bytes_.size()) throw std::logic_error("generic: truncated key");
+    std::string s(bytes_.substr(pos_, n));
+    pos_ += n;
+    return s;
   }
   TensorType TensorTypeAt(int32_t* share) {
     TensorType t;
@@ -130,6 +138,15 @@ class Builder {
       if (leaf_kind == Source::Kind::kCall) throw Refusal("generic: a cell returning a structure value is not served");
       v.kind = ValueTree::Kind::kStructure;
       v.value = structures_++;
+    } else if (tag == 'F') {  // instance keys only: results and patterns never hold one (TypeOf, EncodeValue)
+      v.kind = ValueTree::Kind::kFunction;
+      if (r.Tag() == 'G') {
+        v.global = r.String();
+      } else {
+        v.lambda = reinterpret_cast<const FuncNode*>(r.Get<uintptr_t>());
+        int n = r.Get<int32_t>();
+        for (int i = 0; i < n; ++i) v.fields.push_back(Decode(r, leaf_kind, call, leaf));
+      }
     } else if (tag == 'U') {
       v.kind = ValueTree::Kind::kTuple;
       int n = r.Get<int32_t>();
@@ -172,7 +189,7 @@ class Builder {
         return true;
       }
       case TypeKind::kAdt: return v.kind == ValueTree::Kind::kStructure;
-      case TypeKind::kFunc: return false;
+      case TypeKind::kFunc: return v.kind == ValueTree::Kind::kFunction;
       case TypeKind::kVar: return true;
     }
     return false;
@@ -239,8 +256,26 @@ class Builder {
         throw Refusal("generic: an `if`" + Where(e->loc) + " (control flow on tensor values is not the structure's)");
       case ExprKind::kCtor:
         throw Refusal("generic: a constructor built at run time" + Where(e->loc) + " (only the arguments' structure is walked)");
-      case ExprKind::kFunc:
-      case ExprKind::kGlobal: throw Refusal("generic: a function value" + Where(e->loc));
+      case ExprKind::kFunc: {
+        const auto& f = static_cast<const FuncNode&>(*e);
+        ValueTree v;
+        v.kind = ValueTree::Kind::kFunction;
+        v.lambda = &f;
+        for (const VarNode* x : FreeVars(f)) {
+          auto it = env_.find(x);
+          if (it == env_.end()) throw Refusal("generic: %" + x->name + ", captured by the function" + Where(e->loc) + ", is not bound in the cell");
+          v.fields.push_back(it->second);
+        }
+        return v;
+      }
+      case ExprKind::kGlobal: {
+        const auto& g = static_cast<const GlobalNode&>(*e);
+        if (!module_.Find(g.name)) throw Refusal("generic: unknown function @" + g.name + Where(e->loc));
+        ValueTree v;
+        v.kind = ValueTree::Kind::kFunction;
+        v.global = g.name;
+        return v;
+      }
     }
     throw Refusal("generic: unknown expression");
   }
@@ -267,7 +302,7 @@ class Builder {
       int v = NewValue(out[o], Source{Source::Kind::kSegment});
       values_[v].op = op;
       node.outputs.push_back(v);
-      if (out.size() > 1) result.fields.push_back(ValueTree{ValueTree::Kind::kTensor, v, {}});
+      if (out.size() > 1) result.fields.emplace_back().value = v;  // a tensor
       else result.value = v;
     }
     ops_.push_back(std::move(node));
@@ -290,29 +325,79 @@ class Builder {
         Put(out, static_cast<int32_t>(v.fields.size()));
         for (const ValueTree& f : v.fields) EncodeArg(f, out, structures);
         break;
+      case ValueTree::Kind::kFunction:
+        out.push_back('F');
+        if (v.lambda) {
+          // The `fn` by its node: keys live as long as the GenericProgram,
+          // which holds the module snapshot the node belongs to.
+          out.push_back('L');
+          Put(out, reinterpret_cast<uintptr_t>(v.lambda));
+          Put(out, static_cast<int32_t>(v.fields.size()));
+          for (const ValueTree& f : v.fields) EncodeArg(f, out, structures);
+        } else {
+          out.push_back('G');
+          Put(out, static_cast<int32_t>(v.global.size()));
+          out += v.global;
+        }
+        break;
     }
   }
 
+  // Evaluates `f`'s body here, its captures and parameters bound to `captured`
+  // and `args`. What they were bound to before is restored after: a `fn`
+  // called where another instance of its own body is being evaluated binds
+  // the same variables.
+  ValueTree Inline(const FuncNode& f, const std::vector<const VarNode*>& captures, const std::vector<ValueTree>& captured,
+                   const std::vector<ValueTree>& args, const std::string& what, const SourceLoc& loc) {
+    if (args.size() != f.params.size()) throw Refusal("generic: " + what + " called with " + std::to_string(args.size()) + " arguments" + Where(loc));
+    if (++inline_depth_ > 256) throw Refusal("generic: functions inlined more than 256 deep" + Where(loc));
+    std::vector<std::pair<const VarNode*, std::optional<ValueTree>>> saved;
+    auto bind = [&](const VarNode* var, const ValueTree& v) {
+      auto it = env_.find(var);
+      saved.emplace_back(var, it == env_.end() ? std::nullopt : std::optional<ValueTree>(it->second));
+      env_[var] = v;
+    };
+    for (size_t i = 0; i < captures.size(); ++i) bind(captures[i], captured.at(i));
+    for (size_t i = 0; i < args.size(); ++i) {
+      if (f.params[i]->annotation && !Fits(args[i], f.params[i]->annotation)) {
+        throw Refusal("generic: argument " + std::to_string(i) + " of " + what + Where(loc) + " does not have its declared type " + TypeToString(f.params[i]->annotation));
+      }
+      bind(f.params[i].get(), args[i]);
+    }
+    ValueTree result = Eval(f.body);
+    if (f.ret_type && !Fits(result, f.ret_type)) {
+      throw Refusal("generic: the result of " + what + " does not have its declared type " + TypeToString(f.ret_type) + Where(f.loc));
+    }
+    for (auto it = saved.rbegin(); it != saved.rend(); ++it) {
+      if (it->second) env_[it->first] = std::move(*it->second);
+      else env_.erase(it->first);
+    }
+    --inline_depth_;
+    return result;
+  }
+
   ValueTree EvalCall(const CallNode& call) {
-    auto* global = As<GlobalNode>(call.callee);
-    if (!global) throw Refusal("generic: a call of a function value" + Where(call.loc));
-    const Definition* def = module_.Find(global->name);
-    if (!def) throw Refusal("generic: unknown function @" + global->name + Where(call.loc));
+    ValueTree callee;  // the function called: a definition by name, or a function value
+    if (auto* global = As<GlobalNode>(call.callee)) {
+      callee.kind = ValueTree::Kind::kFunction;
+      callee.global = global->name;
+    } else {
+      callee = Eval(call.callee);
+      if (callee.kind != ValueTree::Kind::kFunction) throw Refusal("generic: a call of a value that is not a function" + Where(call.loc));
+    }
     std::vector<ValueTree> args;
     for (const Expr& a : call.args) args.push_back(Eval(a));
-    if (!cells_.count(global->name)) {  // straight-line: inlined
-      if (++inline_depth_ > 256) throw Refusal("generic: functions inlined more than 256 deep" + Where(call.loc));
-      for (size_t i = 0; i < args.size(); ++i) env_[def->func->params[i].get()] = args[i];
-      ValueTree result = Eval(def->func->body);
-      CheckResult(result, *def->func, global->name);
-      --inline_depth_;
-      return result;
-    }
+    if (callee.lambda) return Inline(*callee.lambda, FreeVars(*callee.lambda), callee.fields, args, "a function", call.loc);
+    const std::string& name = callee.global;
+    const Definition* def = module_.Find(name);
+    if (!def) throw Refusal("generic: unknown function @" + name + Where(call.loc));
+    if (args.size() != def->func->params.size()) throw Refusal("generic: @" + name + " called with " + std::to_string(args.size()) + " arguments" + Where(call.loc));
+    if (!cells_.count(name)) return Inline(*def->func, {}, {}, args, "@" + name, call.loc);  // straight-line
     Question q;
     q.kind = Question::Kind::kCall;
     std::string encoded;
     for (const ValueTree& a : args) EncodeArg(a, encoded, q.structure_args);
-    q.callee_key = InstanceKey(global->name, encoded);
+    q.callee_key = InstanceKey(name, encoded);
     const Answer& answer = NextAnswer(q);
     int site = static_cast<int>(calls_.size());
     calls_.push_back({std::move(args)});
@@ -352,6 +437,7 @@ class Builder {
 
   Type TypeOf(const ValueTree& v) {
     if (v.kind == ValueTree::Kind::kStructure) throw Refusal("generic: @" + function_ + " returns a structure value");
+    if (v.kind == ValueTree::Kind::kFunction) throw Refusal("generic: @" + function_ + " returns a function value");
     if (v.kind == ValueTree::Kind::kTensor) return TensorTy(values_[v.value].type);
     std::vector<Type> fields;
     for (const ValueTree& f : v.fields) fields.push_back(TypeOf(f));

@@ -22,7 +22,8 @@
 // Tree-LSTM's gate arithmetic) are inlined into the segments. What the tier
 // does not serve is refused with a reason naming the construct and its
 // location (an `if` on a tensor, a constructor built at run time, a
-// closure): such programs keep today's tiers.
+// function value inside a structure or returned by a cell): such programs
+// keep today's tiers.
 #pragma once
 
 #include <cstdint>
@@ -57,13 +58,21 @@ struct Source {
   int output = 0;  // kSegment: output; kCall: tensor leaf of the callee's result
 };
 
-// A value passed or returned: tensors (by value id) in tuples, or a
-// structure (ADT) value, by its index among the instance's structures.
+// A value passed or returned: tensors (by value id) in tuples, a structure
+// (ADT) value, by its index among the instance's structures, or a function
+// value. A function value is known at build time: a definition named as a
+// value, or a `fn` of the program with what it captured (its `fields`, in
+// FreeVars order). A cell that takes one is a cell of that function (its
+// identity is part of the instance key, its captures are arguments), so a
+// `@fold` over a minibatch with a closure is specialized for that closure,
+// and calling it inlines its body.
 struct ValueTree {
-  enum class Kind : uint8_t { kTensor, kTuple, kStructure };
+  enum class Kind : uint8_t { kTensor, kTuple, kStructure, kFunction };
   Kind kind = Kind::kTensor;
   int value = -1;  // kTensor: value id in the cell; kStructure: structure index
-  std::vector<ValueTree> fields;
+  std::vector<ValueTree> fields;  // kTuple: its fields; kFunction: what the `fn` captured
+  const FuncNode* lambda = nullptr;  // kFunction: a `fn` of the program...
+  std::string global;                // ... or a definition's name
 };
 
 struct Segment {
@@ -118,7 +127,9 @@ struct Answer {
 };
 
 // Binary encodings (compared and hashed whole) of the types keys are made of:
-// 'T' dtype rank dims... | 'U' count fields... | 'S' (a structure value).
+// 'T' dtype rank dims... | 'U' count fields... | 'S' (a structure value) |
+// 'F' then 'G' length name, or 'L' the `fn`'s address, count, captures...
+// (a function value: instance keys only, never answers).
 void EncodeType(const Type& type, std::string& out);
 void EncodeValue(const Value& value, std::string& out);
 // A tensor argument of an instance key, with its share class.

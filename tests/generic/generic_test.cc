@@ -322,10 +322,88 @@ TEST(GenericTier, RunsBatchNodesOfOneHeightWhateverTheirChildCounts) {
   EXPECT_TRUE(ValueAllClose(ArgumentGradient(args, got.root_grads, 2), want.grads[0], 1e-4, 1e-5));
 }
 
+// How a minibatch loss is written does not change how its trees batch: the
+// prelude's `@fold` with a closure runs every program that multiplies
+// matrices as often as the plain recursion over the list does, no more than
+// the longest chain of its instances (the tallest tree) requires.
+TEST(GenericTier, AFoldWithAClosureBatchesTheTreesAsThePlainRecursionDoes) {
+  Snapshot plain = Load("tests/tools/testdata/tree_rnn.pj"), fold = Load("tests/generic/models/tree_rnn_fold.pj");
+  auto calls = Calls(*fold, "loss", "tests/generic/tree_rnn_calls.jsonl");
+  auto plain_calls = Calls(*plain, "loss", "tests/generic/tree_rnn_calls.jsonl");
+  GenericProgram plain_program(plain, "loss"), fold_program(fold, "loss");
+  auto product_runs = [](const Schedule& s) {
+    std::map<std::string, int> runs, fewest;
+    auto fewest_by_code = FewestRuns(s);
+    for (const generic::Run& run : s.runs) {
+      const std::string text = PrintFunction("segment", run.code->program);
+      if (text.find("dense(") == std::string::npos && text.find("matmul(") == std::string::npos) continue;
+      ++runs[text];
+      fewest[text] = fewest_by_code[run.code];
+    }
+    EXPECT_EQ(runs, fewest);
+    return runs;
+  };
+  for (size_t c = 0; c < 6; ++c) {
+    SCOPED_TRACE("call " + std::to_string(c));
+    std::map<std::string, int> want = product_runs(plain_program.Inspect(plain_calls[c]));
+    EXPECT_FALSE(want.empty());
+    EXPECT_EQ(product_runs(fold_program.Inspect(calls[c])), want);
+  }
+}
+
+// A function value the tier cannot resolve when it builds a cell is refused
+// with where it is, and the program keeps the other tiers.
+TEST(GenericTier, RefusesAFunctionValueInsideAStructureWithItsPlace) {
+  Module m;
+  m.AddSource(R"(
+type Tree { Leaf(Tensor[(), f32]), Node(Tree, Tree) }
+def @sum(%t: Tree) -> Tensor[(), f32] {
+  match (%t) {
+    Leaf(%x) => %x,
+    Node(%l, %r) => add(@sum(%l), @sum(%r)),
+  }
+}
+def @loss(%t: Tree, %w: Tensor[(), f32]) -> Tensor[(), f32] {
+  let %f = fn (%x: Tensor[(), f32]) -> Tensor[(), f32] { mul(%x, %w) };
+  let %pair = (%f, @sum(%t));
+  %pair.0(%pair.1)
+}
+def @returns(%t: Tree, %w: Tensor[(), f32]) -> Tensor[(), f32] {
+  let %g = @make(%t, %w);
+  %g(%w)
+}
+def @make(%t: Tree, %w: Tensor[(), f32]) -> fn(Tensor[(), f32]) -> Tensor[(), f32] {
+  match (%t) {
+    Leaf(%x) => fn (%y: Tensor[(), f32]) -> Tensor[(), f32] { mul(%x, %y) },
+    Node(%l, _) => @make(%l, %w),
+  }
+}
+)", "closures.pj");
+  Snapshot module = m.snapshot();
+  TypeDefPtr tree = module->FindType("Tree");
+  auto leaf = [&](float x) { return Value::Adt(tree, 0, {Value(Tensor::FromVector<float>({}, {x}))}); };
+  Value t = Value::Adt(tree, 1, {leaf(2), Value::Adt(tree, 1, {leaf(3), leaf(4)})});
+  Value w(Tensor::FromVector<float>({}, {0.5f}));
+  // A tuple holding a closure is an ordinary value: served.
+  GenericProgram served(module, "loss");
+  Execution got = Execute(served.Inspect({t, w}), ExecuteOptions{});
+  EXPECT_TRUE(ValueAllClose(got.value, Interpreter().Call(*module, "loss", {t, w}), 1e-6, 1e-6));
+  // A cell returning a function value is refused, naming the function.
+  GenericProgram refused(module, "returns");
+  try {
+    refused.Inspect({t, w});
+    FAIL() << "served a cell returning a function value";
+  } catch (const Refusal& e) {
+    EXPECT_NE(std::string(e.what()).find("@make returns a function value"), std::string::npos) << e.what();
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Models, GenericTest,
                          ::testing::Values(Model{"treelstm", "examples/treelstm/treelstm.pj", "tests/generic/treelstm_calls.jsonl", {2}},
                                            Model{"seq_lstm", "tests/tools/testdata/seq_lstm.pj", "tests/generic/seq_lstm_calls.jsonl", {2, 3}},
-                                           Model{"tree_rnn", "tests/tools/testdata/tree_rnn.pj", "tests/generic/tree_rnn_calls.jsonl", {1}}),
+                                           Model{"tree_rnn", "tests/tools/testdata/tree_rnn.pj", "tests/generic/tree_rnn_calls.jsonl", {1}},
+                                           Model{"tree_rnn_fold", "tests/generic/models/tree_rnn_fold.pj", "tests/generic/tree_rnn_calls.jsonl", {1}},
+                                           Model{"tree_rnn_closures", "tests/generic/models/tree_rnn_closures.pj", "tests/generic/tree_rnn_calls.jsonl", {1}}),
                          [](const auto& info) { return info.param.name; });
 
 }  // namespace
