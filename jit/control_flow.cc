@@ -9,6 +9,7 @@
 #include "ir/value.h"
 #include "ir/visitor.h"
 #include "jit/pipeline.h"
+#include "jit/refine_shapes.h"
 #include "jit/straight.h"
 #include "jit/vjp.h"
 #include "ops/eager.h"
@@ -628,8 +629,12 @@ ExecutablePtr CompileControlFlow(JitSession& session, const Func& main,
                                  const ControlFlowOptions& options, ControlFlowStats* stats) {
   if (!HasControlFlow(main)) throw JitFailure("control flow: the program is straight-line code");
   auto program = std::make_shared<ControlFlowProgram>(session, options);
-  program->Build(main, functions);
-  if (stats) *stats = program->stats();
+  RefinedProgram refined = RefineShapes(main, functions);
+  program->Build(refined.main, refined.functions);
+  if (stats) {
+    *stats = program->stats();
+    stats->refined = refined.refined;
+  }
   return program;
 }
 

@@ -48,6 +48,7 @@ struct ControlFlowStats {
   int vjp_regions = 0;  // grad mode: regions a gradient passes, with a compiled VJP
   int branches = 0;  // dynamic `if`s
   int calls = 0;     // calls of residual functions
+  int refined = 0;   // variables whose shape the program determines beyond its declarations (refine_shapes.h)
 };
 
 // `main` and the residual functions it calls (by name, as MakeGlobal spells

@@ -35,8 +35,14 @@ std::string ResultProblem(const Expr& e, const SourceLoc& def) {
 std::string TryDecompose(const Func& f, Straight* s) {
   if (s) s->params = f->params;
   for (const Var& p : f->params) {
-    if (!AsTensor(p->annotation) || !AsTensor(p->annotation)->type.IsFullyKnown()) {
-      return "parameter %" + p->name + " is not a tensor of known shape";
+    if (!AsTensor(p->annotation)) return "parameter %" + p->name + " is not a tensor";
+    if (!AsTensor(p->annotation)->type.IsFullyKnown()) {
+      // Shapes the program determines are known by now (refine_shapes.h):
+      // this one it leaves open, so only its declaration can say it.
+      return (p->loc.known() ? p->loc.ToString() + ": " : std::string()) + "%" + p->name + " is " +
+             TypeToString(p->annotation) + ", a size the program does not determine (the values it may hold differ "
+             "in it, or only a declaration with `?` gives it): write the size in the declaration of the value computed "
+             "here";
     }
   }
   Expr e = f->body;

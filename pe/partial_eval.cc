@@ -392,15 +392,17 @@ class PartialEvaluator {
 
   // ---- Building the residual ---------------------------------------------------
 
-  // Named after the source variable it stands for; the printer makes names unique.
-  Var NewVar(const Type& type) {
-    Var v = MakeVar(hint_ && !hint_->empty() ? *hint_ : std::string("t"), type);
+  // Named after the source variable it stands for (the printer makes names
+  // unique), and placed where its value is computed in the source, so that
+  // a later stage's complaint about it can say where.
+  Var NewVar(const Type& type, const SourceLoc& loc) {
+    Var v = MakeVar(hint_ && !hint_->empty() ? *hint_ : std::string("t"), type, loc);
     hint_ = nullptr;
     return v;
   }
 
   Var Emit(Expr value, const Type& type) {
-    Var v = NewVar(type);
+    Var v = NewVar(type, value->loc);
     scopes_.back().lets.push_back({v, std::move(value)});
     if (options_.record_instances) scopes_.back().let_instances.push_back(current_instance_);
     return v;

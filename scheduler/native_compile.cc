@@ -9,7 +9,9 @@ namespace {
 std::string Describe(const ControlFlowStats& stats) {
   std::string out = "compiled as " + std::to_string(stats.regions) + " native regions";
   if (stats.vjp_regions > 0) out += " (" + std::to_string(stats.vjp_regions) + " with a compiled VJP)";
-  return out + " between " + std::to_string(stats.branches) + " branches and " + std::to_string(stats.calls) + " calls";
+  out += " between " + std::to_string(stats.branches) + " branches and " + std::to_string(stats.calls) + " calls";
+  if (stats.refined > 0) out += "; " + std::to_string(stats.refined) + " sizes from what the program computes";
+  return out;
 }
 
 }  // namespace

@@ -429,8 +429,9 @@ TEST_F(AutodiffTest, CallsToResidualFunctionsAreRefused) {
 TEST_F(AutodiffTest, ANonScalarLossIsRefused) {
   Rng rng(15);
   Residual r = PartialEvaluate(*snap(), "square", {F32(rng, {3})});
+  // The residual's result is placed where the source computes it.
   EXPECT_EQ(FailureOf([&] { Differentiate(r.main, {0}); }),
-            "autodiff: the result must be a scalar f32 loss (Tensor[(), f32]), got Tensor[(3,), f32]");
+            "autodiff: ad.pj:66:3: the result must be a scalar f32 loss (Tensor[(), f32]), got Tensor[(3,), f32]");
   // In a module's function the result has a location.
   EXPECT_EQ(FailureOf([&] { Differentiate(snap()->Get("square").func, {0}); }),
             "autodiff: ad.pj:66:3: the result must be a scalar f32 loss (Tensor[(), f32]), "

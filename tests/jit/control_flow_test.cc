@@ -65,6 +65,32 @@ def @nest(%x: Tensor[(3,), f32], %w: Tensor[(3,), f32], %n: Tensor[(), i64]) -> 
 def @nest_loss(%x: Tensor[(3,), f32], %w: Tensor[(3,), f32], %n: Tensor[(), i64]) -> Tensor[(), f32] {
   sum(@nest(%x, %w, %n))
 }
+
+# Sizes declared open, as models write them: what the program computes
+# decides them (the branches of an `if` agree; a loop keeps its state's).
+type Row = Tensor[(1, ?), f32];
+def @branch(%x: Row, %w: Tensor[(?, ?), f32]) -> Row {
+  if (greater(sum(%x), 0f32)) { tanh(matmul(%x, %w)) } else { mul(%x, 2f32) }
+}
+def @branch_loss(%x: Row, %w: Tensor[(?, ?), f32]) -> Tensor[(), f32] {
+  let %y = @branch(%x, %w);
+  sum(mul(%y, matmul(%y, %w)))
+}
+# Adaptive computation time's loop: a step until the halting sum passes 0.9.
+def @ponder(%h: Row, %w: Tensor[(?, ?), f32], %u: Tensor[(?, ?), f32], %halt: Tensor[(), f32], %n: Tensor[(), i64]) -> Row {
+  let %next = tanh(matmul(%h, %w));
+  let %total = add(%halt, sigmoid(sum(matmul(%next, %u))));
+  if (logical_or(greater(%total, 0.9f32), less_equal(%n, 0))) { %next } else { @ponder(%next, %w, %u, %total, sub(%n, 1)) }
+}
+def @ponder_loss(%h: Row, %w: Tensor[(?, ?), f32], %u: Tensor[(?, ?), f32]) -> Tensor[(), f32] {
+  let %out = @ponder(%h, %w, %u, 0f32, 30);
+  sum(mul(%out, %out))
+}
+# Sizes the program leaves open: the two sides of the `if` differ.
+def @ragged(%x: Row, %c: Tensor[(), f32]) -> Tensor[(), f32] {
+  let %y: Row = if (greater(%c, 0f32)) { %x } else { concat(%x, %x, axis=1) };
+  sum(tanh(%y))
+}
 )";
 
 class ControlFlowTest : public testing::Test {
@@ -204,6 +230,50 @@ TEST_F(ControlFlowTest, GradientsThroughARecursionThatReturnsIntoItsCaller) {
     ControlFlowStats stats = CheckGrad("nest_loss", {x, w, Value(Tensor::FromVector<int64_t>({}, {n}))}, {0, 1},
                                        /*finite_differences=*/n == 3);
     EXPECT_GE(stats.calls, 2);
+  }
+}
+
+// `Row = Tensor[(1, ?), f32]`: the residual `if` and the loop's result are
+// (1, 16) because every value they may hold is; both compile, values and
+// gradients the interpreter's.
+TEST_F(ControlFlowTest, SizesDeclaredOpenAreTheOnesTheProgramComputes) {
+  Rng rng(5);
+  Value x(RandomUniform(rng, {1, 16}, -1, 1)), w(RandomUniform(rng, {16, 16}, -0.5f, 0.5f)),
+      u(RandomUniform(rng, {16, 4}, -0.3f, 0.3f));
+  for (float sign : {1.0f, -1.0f}) {  // both sides of the branch
+    Value signed_x(Tensor::FromVector<float>({1, 16}, [&] {
+      std::vector<float> v(x.tensor().data<float>(), x.tensor().data<float>() + 16);
+      v[0] = sign * 100;
+      return v;
+    }()));
+    ControlFlowStats stats = CheckGrad("branch_loss", {signed_x, w}, {0, 1});
+    EXPECT_GT(stats.refined, 0);
+  }
+  for (float scale : {0.05f, 1.0f}) {  // halts at once; ponders several steps
+    Value uu(Tensor::FromVector<float>({16, 4}, [&] {
+      std::vector<float> v(u.tensor().data<float>(), u.tensor().data<float>() + 64);
+      for (float& e : v) e *= scale;
+      return v;
+    }()));
+    ControlFlowStats stats = CheckGrad("ponder_loss", {x, w, uu}, {0, 1, 2}, /*finite_differences=*/scale == 1.0f);
+    EXPECT_GE(stats.calls, 2);
+  }
+}
+
+// A size the program does not determine is refused with where the value is
+// computed and what to write.
+TEST_F(ControlFlowTest, ASizeTheProgramLeavesOpenIsRefusedWithItsPlace) {
+  Snapshot s = module_.snapshot();
+  Value x(Tensor::FromVector<float>({1, 3}, {0.1f, 0.2f, 0.3f}));
+  Residual r = PartialEvaluate(*s, "ragged", {x, Value(Tensor::Scalar(1.0f))});
+  try {
+    CompileControlFlow(*session_, r.main, r.functions);
+    FAIL() << "compiled a region over a value of unknown size";
+  } catch (const JitFailure& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("cf.pj:72:"), std::string::npos) << what;
+    EXPECT_NE(what.find("Tensor[(1, ?), f32]"), std::string::npos) << what;
+    EXPECT_NE(what.find("write the size"), std::string::npos) << what;
   }
 }
 
