@@ -122,6 +122,8 @@ py::dict StatsDict(const EntryStats& s) {
   d["calls_residual_interpreter"] = s.calls_residual_interpreter;
   d["calls_native"] = s.calls_native;
   d["calls_generic"] = s.calls_generic;
+  d["calls_generic_native"] = s.calls_generic_native;
+  d["calls_generic_interpreted"] = s.calls_generic_interpreted();
   d["calls_compiled"] = s.calls_compiled();
   d["generic_runs"] = s.generic_runs;
   d["generic_native_runs"] = s.generic_native_runs;

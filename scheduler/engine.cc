@@ -46,7 +46,7 @@ struct EntryState {
   explicit EntryState(std::string n) : name(std::move(n)) {}
   const std::string name;
 
-  std::atomic<int64_t> calls_interpreter{0}, calls_residual{0}, calls_native{0}, calls_generic{0};
+  std::atomic<int64_t> calls_interpreter{0}, calls_residual{0}, calls_native{0}, calls_generic{0}, calls_generic_native{0};
   std::atomic<int64_t> generic_runs{0}, generic_native_runs{0};
   std::atomic<int64_t> hits{0}, misses{0}, compiled{0}, failed{0}, evicted{0}, invalidated{0}, cancelled{0},
       prefetched{0}, loaded{0};
@@ -585,6 +585,7 @@ std::optional<ValueAndGrad> EngineImpl::RunGeneric(Request& r) {
     }
   }
   Count(r.entry.calls_generic);
+  if (run.interpreted_runs == 0) Count(r.entry.calls_generic_native);
   Count(r.entry.generic_runs, run.native_runs + run.interpreted_runs);
   Count(r.entry.generic_native_runs, run.native_runs);
   if (On(EventKind::kCall)) {
@@ -1363,6 +1364,7 @@ EntryStats Entry::stats() const {
   out.calls_residual_interpreter = get(s.calls_residual);
   out.calls_native = get(s.calls_native);
   out.calls_generic = get(s.calls_generic);
+  out.calls_generic_native = get(s.calls_generic_native);
   out.generic_runs = get(s.generic_runs);
   out.generic_native_runs = get(s.generic_native_runs);
   out.hits = get(s.hits);

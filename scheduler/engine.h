@@ -204,6 +204,7 @@ struct EntryStats {
   int64_t calls_residual_interpreter = 0;  // residual programs in the interpreter
   int64_t calls_native = 0;                // any other compiled tier (LLVM)
   int64_t calls_generic = 0;               // the structure-generic tier
+  int64_t calls_generic_native = 0;        // ... of which every run was native code
   int64_t generic_runs = 0;                // ... batched segment runs it made
   int64_t generic_native_runs = 0;         // ... of which native code (the others interpreted, while compiling)
   int64_t hits = 0;                        // calls that found ready code
@@ -217,7 +218,13 @@ struct EntryStats {
   int64_t loaded = 0;                      // specializations loaded from the persistent code cache
 
   int64_t calls() const { return calls_interpreter + calls_residual_interpreter + calls_native + calls_generic; }
-  int64_t calls_compiled() const { return calls_residual_interpreter + calls_native + calls_generic; }
+  // Calls that ran native code only: compiled specializations, and generic
+  // calls none of whose runs took the interpreter. What a "compiled share"
+  // counts.
+  int64_t calls_compiled() const { return calls_native + calls_generic_native; }
+  // Generic calls some of whose runs took the (batched) interpreter while
+  // their code compiled: faster than tier 0, but not compiled.
+  int64_t calls_generic_interpreted() const { return calls_generic - calls_generic_native; }
 };
 
 // Where one signature's code stands.

@@ -21,7 +21,7 @@ TierCounts TierCounts::Between(const EntryStats& before, const EntryStats& after
 }
 
 double TierCounts::compiled_share() const {
-  return total() ? static_cast<double>(residual_interpreter + native) / static_cast<double>(total()) : 0.0;
+  return total() ? static_cast<double>(native) / static_cast<double>(total()) : 0.0;
 }
 
 TierCounts& TierCounts::operator+=(const TierCounts& o) {

@@ -39,7 +39,7 @@ struct TierCounts {
 
   static TierCounts Between(const EntryStats& before, const EntryStats& after);
   int64_t total() const { return interpreter + residual_interpreter + native; }
-  double compiled_share() const;  // residual interpreter and native; 0 when no calls
+  double compiled_share() const;  // native code only (EntryStats::calls_compiled); 0 when no calls
   TierCounts& operator+=(const TierCounts& o);
 };
 

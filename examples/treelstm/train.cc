@@ -115,11 +115,14 @@ int Run(Config c, dist::Communicator& group) {
     train_acc = trainer.TrainAccuracy();
     dev_acc = trainer.DevAccuracy();
     double compiled_share = static_cast<double>(r.compiled_steps) / static_cast<double>(std::max<int64_t>(1, r.steps));
+    double interpreted_share =
+        static_cast<double>(r.generic_interpreted_steps) / static_cast<double>(std::max<int64_t>(1, r.steps));
     double trees_per_s = static_cast<double>(r.trees) / r.seconds;
     double p50 = Percentile(r.step_ms, 0.5), p99 = Percentile(r.step_ms, 0.99);
-    std::printf("epoch %d: loss %.4f, train acc %.1f%%, dev acc %.1f%%, %.0f trees/s, %.0f%% of steps compiled, "
-                "step p50 %.1f ms p99 %.1f ms, %.1f s\n",
-                epoch, r.loss, 100 * train_acc, 100 * dev_acc, trees_per_s, 100 * compiled_share, p50, p99, r.seconds);
+    std::printf("epoch %d: loss %.4f, train acc %.1f%%, dev acc %.1f%%, %.0f trees/s, %.0f%% of steps compiled "
+                "(%.0f%% generic with interpreted runs), step p50 %.1f ms p99 %.1f ms, %.1f s\n",
+                epoch, r.loss, 100 * train_acc, 100 * dev_acc, trees_per_s, 100 * compiled_share, 100 * interpreted_share,
+                p50, p99, r.seconds);
     std::fflush(stdout);
     epochs.push_back({{"epoch", epoch},
                       {"loss", r.loss},
@@ -127,6 +130,7 @@ int Run(Config c, dist::Communicator& group) {
                       {"dev_acc", dev_acc},
                       {"trees_per_s", trees_per_s},
                       {"compiled_share", compiled_share},
+                      {"generic_interpreted_share", interpreted_share},
                       {"step_ms_p50", p50},
                       {"step_ms_p99", p99},
                       {"step_ms_max", Percentile(r.step_ms, 1.0)},

@@ -259,9 +259,11 @@ EpochResult Trainer::TrainEpoch(const StepCallback& after_step) {
     auto step_start = Clock::now();
     lookahead.BeforeStep(i);
     double cpu_start = ThreadCpuSeconds();
-    int64_t compiled_before = loss.stats().calls_compiled();
+    const EntryStats before = loss.stats();
     ValueAndGrad vg = GlobalStep(values[i], batches_[i].size());
-    r.compiled_steps += loss.stats().calls_compiled() - compiled_before;
+    const EntryStats after = loss.stats();
+    r.compiled_steps += after.calls_compiled() - before.calls_compiled();
+    r.generic_interpreted_steps += after.calls_generic_interpreted() - before.calls_generic_interpreted();
     const double step_loss = vg.value.tensor().item();
     // A diverged step stops the run with the parameters before it (and the
     // last checkpoint as it was), rather than training on NaN.

@@ -55,7 +55,9 @@ struct EpochResult {
   std::vector<double> losses;  // each step's (the mean over its minibatch)
   std::vector<double> step_ms; // each step's loss, gradients and update, wall time
   std::vector<double> step_cpu_ms;  // ... CPU time of the training thread: wall >> CPU is a stall
-  int64_t trees = 0, steps = 0, compiled_steps = 0;
+  int64_t trees = 0, steps = 0;
+  int64_t compiled_steps = 0;            // ran native code only (EntryStats::calls_compiled)
+  int64_t generic_interpreted_steps = 0;  // generic, some runs in the batched interpreter
   double seconds = 0;
 };
 

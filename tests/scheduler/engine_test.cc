@@ -93,7 +93,8 @@ TEST_F(EngineTest, CallsDuringASlowCompileRunInTheInterpreterThenCompiledCodeTak
   EXPECT_TRUE(ValueAllClose(loss.call(args), expected, 1e-6));
   s = loss.stats();
   EXPECT_EQ(s.calls_interpreter, 6);
-  EXPECT_EQ(s.calls_compiled(), 1);
+  EXPECT_EQ(s.calls_residual_interpreter, 1);
+  EXPECT_EQ(s.calls_compiled(), 0);  // a residual program in the interpreter is not native code
   EXPECT_EQ(s.hits, 1);
   EXPECT_EQ(s.compiled, 1);
 
@@ -241,7 +242,7 @@ TEST_F(EngineTest, HotPolicyCompilesOnlyAfterNCalls) {
   loss.call(args);
   EntryStats s = loss.stats();
   EXPECT_EQ(s.calls_interpreter, 3);
-  EXPECT_EQ(s.calls_compiled(), 1);
+  EXPECT_EQ(s.calls_residual_interpreter, 1);  // the code the hook made
 }
 
 TEST_F(EngineTest, SyncPolicyCompilesBeforeTheFirstCall) {

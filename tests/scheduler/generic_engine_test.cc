@@ -176,6 +176,17 @@ TEST(GenericEngine, ATallerTreeIsServedAtOnceAndItsNewCodeCompilesInTheBackgroun
   ValueAndGrad want = interp.CallWithGrad(*s, "loss", tall, {1});
   EXPECT_TRUE(Close(got.value, want.value));
   EXPECT_TRUE(Close(got.grads[0], want.grads[0]));
+  // A generic call counts as compiled only when every one of its runs was
+  // native; the others (the first call's, at least) are counted apart.
+  int64_t all_native = 0, interpreted = 0;
+  for (const Event& e : events->Of(EventKind::kCall, "loss")) {
+    ++(e.Text("native_runs") == e.Text("runs") ? all_native : interpreted);
+  }
+  EntryStats st = loss.stats();
+  EXPECT_GT(interpreted, 0);
+  EXPECT_EQ(st.calls_generic_native, all_native);
+  EXPECT_EQ(st.calls_generic_interpreted(), interpreted);
+  EXPECT_EQ(st.calls_compiled(), st.calls_native + all_native);
 }
 
 // A program the tier declines takes the per-minibatch tiers, and the log

@@ -62,7 +62,7 @@ TEST_F(PeCacheEngineTest, InferReplaysTheForwardTheLossJobSpecialized) {
   ASSERT_EQ(got.grads.size(), 1u);
   EXPECT_TRUE(ValueEqual(got.grads[0], want.grads[0]));
   EXPECT_TRUE(ValueEqual(engine_->entry("infer").call({x_, p_}), interp.Call(*s, "infer", {x_, p_})));
-  EXPECT_EQ(engine_->entry("infer").stats().calls_compiled(), 1);
+  EXPECT_EQ(engine_->entry("infer").stats().calls_residual_interpreter, 1);
 
   std::vector<Event> loss = events_->Of(EventKind::kPe, "loss");
   std::vector<Event> infer = events_->Of(EventKind::kPe, "infer");
