@@ -1,0 +1,202 @@
+#!/usr/bin/env python3
+"""Models written as new users write them, run whole from process start
+through `pejit replay` (reshuffled epochs of minibatches, gradients), beside
+a PyTorch peer where one can be written. Prints a table and a JSON line.
+
+    python3 bench/dynamic_models.py [--models tree_rnn,tree_rnn_fold] [--minibatches 60]
+        [--batch 24] [--hidden 64] [--epochs 3] [--policies interpreter,eager,sync] [--torch]
+
+Models (the .pj files the tests check against the interpreter):
+  tree_rnn        binary tree RNN with a loss at every node; minibatch loss a plain recursion
+                  over the list (tests/tools/testdata/tree_rnn.pj)
+  tree_rnn_fold   the same network, its minibatch loss the prelude's @fold with a closure
+                  (tests/generic/models/tree_rnn_fold.pj)
+
+Each policy's run is its own process (`pejit replay --policy P --reshuffle`),
+timed from its start: epoch 0 includes what compiling costs it. `compiled`
+is the share of calls that ran native code only; `batched-interp` the share
+of generic calls some of whose runs took the batched interpreter.
+
+Build first: bazel build --config=opt //tools:pejit. The PyTorch peer
+(--torch) needs Debian's python3-torch (tools/setup.sh bench) and runs under
+/usr/bin/python3."""
+import argparse
+import json
+import os
+import random
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+MODELS = {
+    "tree_rnn": "tests/tools/testdata/tree_rnn.pj",
+    "tree_rnn_fold": "tests/generic/models/tree_rnn_fold.pj",
+}
+
+
+def tensor(dtype, shape, data):
+    return {"dtype": dtype, "shape": shape, "data": data}
+
+
+def i64(v):
+    return tensor("i64", [], [v])
+
+
+def uniform(rng, *shape, scale=0.1):
+    n = 1
+    for d in shape:
+        n *= d
+    return tensor("f32", list(shape), [round(rng.uniform(-scale, scale), 5) for _ in range(n)])
+
+
+def cons_list(items):
+    out = {"ctor": "Nil", "fields": []}
+    for item in reversed(items):
+        out = {"ctor": "Cons", "fields": [item, out]}
+    return out
+
+
+def binary_tree(rng, leaves, vocab, classes):
+    """A random binary tree over `leaves` words (as a parse of a sentence)."""
+    if leaves == 1:
+        return {"ctor": "Leaf", "fields": [i64(rng.randrange(vocab)), i64(rng.randrange(classes))]}
+    left = rng.randint(1, leaves - 1)
+    return {"ctor": "Node", "fields": [binary_tree(rng, left, vocab, classes),
+                                       binary_tree(rng, leaves - left, vocab, classes), i64(rng.randrange(classes))]}
+
+
+def tree_rnn_calls(rng, minibatches, batch, hidden, vocab=1000, classes=5):
+    params = [uniform(rng, vocab, hidden), uniform(rng, hidden, 2 * hidden), uniform(rng, hidden),
+              uniform(rng, classes, hidden), uniform(rng, classes)]
+    lines = []
+    for _ in range(minibatches):
+        trees = [binary_tree(rng, rng.randint(2, 20), vocab, classes) for _ in range(batch)]
+        lines.append(json.dumps([cons_list(trees), params]))
+    return lines
+
+
+def run_pejit(pejit, model, calls, policy, epochs, seed):
+    cmd = [pejit, "replay", os.path.join(ROOT, MODELS[model]), "--entry", "loss", "--calls", calls, "--grad",
+           "--epochs", str(epochs), "--reshuffle", "--seed", str(seed), "--policy", policy]
+    start = time.monotonic()
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+    wall = time.monotonic() - start
+    result = json.loads(out.strip().splitlines()[-1])
+    result["process_seconds"] = wall
+    return result
+
+
+TORCH_PEER = r'''
+import json, sys, time
+import torch
+torch.set_num_threads(int(sys.argv[2]))
+lines = open(sys.argv[1]).read().splitlines()
+epochs = int(sys.argv[3])
+
+def tensor_of(t):
+    return torch.tensor(t["data"], dtype=torch.float32).reshape(t["shape"])
+
+def unlist(v):
+    out = []
+    while v["ctor"] == "Cons":
+        out.append(v["fields"][0])
+        v = v["fields"][1]
+    return out
+
+first = json.loads(lines[0])
+params = [tensor_of(p).requires_grad_() for p in first[1]]
+emb, w, b, w_out, b_out = params
+batches = []
+for line in lines:
+    trees = unlist(json.loads(line)[0])
+    # Nodes by height: leaves (word, label), inner nodes (left, right, label) by index.
+    heights, words, leaf_labels, inner = [], [], [], []  # inner[h]: (left, right, label) ids
+    node_id = []
+    def walk(t):
+        if t["ctor"] == "Leaf":
+            words.append(t["fields"][0]["data"][0]); leaf_labels.append(t["fields"][1]["data"][0])
+            return ("leaf", len(words) - 1, 0)
+        l, r = walk(t["fields"][0]), walk(t["fields"][1])
+        h = max(l[2], r[2]) + 1
+        while len(inner) < h: inner.append([])
+        inner[h - 1].append((l, r, t["fields"][2]["data"][0]))
+        return ("inner", (h - 1, len(inner[h - 1]) - 1), h)
+    for t in trees: walk(t)
+    batches.append((torch.tensor(words), torch.tensor(leaf_labels), inner))
+
+def loss_of(words, leaf_labels, inner):
+    h_leaf = torch.tanh(emb[words])
+    loss = torch.nn.functional.cross_entropy(h_leaf @ w_out.T + b_out, leaf_labels, reduction="sum")
+    levels = []
+    def rows(ids):
+        return torch.stack([h_leaf[i] if kind == "leaf" else levels[i[0]][i[1]] for kind, i, _ in ids])
+    for level in inner:
+        left = rows([n[0] for n in level]); right = rows([n[1] for n in level])
+        h = torch.tanh(torch.cat([left, right], 1) @ w.T + b)
+        levels.append(h)
+        labels = torch.tensor([n[2] for n in level])
+        loss = loss + torch.nn.functional.cross_entropy(h @ w_out.T + b_out, labels, reduction="sum")
+    return loss
+
+rates = []
+for epoch in range(epochs):
+    start = time.perf_counter()
+    for words, leaf_labels, inner in batches:
+        loss = loss_of(words, leaf_labels, inner)
+        grads = torch.autograd.grad(loss, params)
+    rates.append(len(batches) / (time.perf_counter() - start))
+print(json.dumps({"calls_per_s": rates, "threads": torch.get_num_threads()}))
+'''
+
+
+def run_torch(calls, epochs, threads):
+    out = subprocess.run(["/usr/bin/python3", "-c", TORCH_PEER, calls, str(threads), str(epochs)],
+                         check=True, capture_output=True, text=True).stdout
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--models", default="tree_rnn,tree_rnn_fold")
+    parser.add_argument("--minibatches", type=int, default=60)
+    parser.add_argument("--batch", type=int, default=24)
+    parser.add_argument("--hidden", type=int, default=64)
+    parser.add_argument("--epochs", type=int, default=3)
+    parser.add_argument("--policies", default="interpreter,eager,sync")
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--torch", action="store_true", help="also the level-batched PyTorch peer, on 1 and 2 threads")
+    parser.add_argument("--pejit", default=os.path.join(ROOT, "bazel-bin/tools/pejit"))
+    o = parser.parse_args()
+    rng = random.Random(o.seed)
+    results = {"minibatches": o.minibatches, "batch": o.batch, "hidden": o.hidden, "epochs": o.epochs, "runs": []}
+    with tempfile.TemporaryDirectory() as tmp:
+        calls = os.path.join(tmp, "tree_rnn_calls.jsonl")
+        with open(calls, "w") as f:
+            f.write("\n".join(tree_rnn_calls(rng, o.minibatches, o.batch, o.hidden)) + "\n")
+        for model in o.models.split(","):
+            for policy in o.policies.split(","):
+                r = run_pejit(o.pejit, model, calls, policy, o.epochs, o.seed)
+                row = {"model": model, "policy": policy, "process_seconds": r["process_seconds"],
+                       "calls_per_s": [e["calls_per_s"] for e in r["epochs"]],
+                       "compiled_share": [e["compiled_share"] for e in r["epochs"]],
+                       "generic_interpreted_share": [e["generic_interpreted_share"] for e in r["epochs"]],
+                       "interpreter_share": [e["interpreter_share"] for e in r["epochs"]]}
+                results["runs"].append(row)
+                print(f"{model:14s} {policy:12s} calls/s " + " ".join(f"{x:8.1f}" for x in row["calls_per_s"]) +
+                      "  compiled " + " ".join(f"{100 * x:3.0f}%" for x in row["compiled_share"]) +
+                      "  batched-interp " + " ".join(f"{100 * x:3.0f}%" for x in row["generic_interpreted_share"]) +
+                      f"  ({r['process_seconds']:.1f} s)", flush=True)
+        if o.torch:
+            for threads in (1, 2):
+                r = run_torch(calls, o.epochs, threads)
+                results["runs"].append({"model": "torch_level_batched", "policy": f"{threads} threads",
+                                        "calls_per_s": r["calls_per_s"]})
+                print(f"{'torch peer':14s} {str(threads) + ' threads':12s} calls/s " +
+                      " ".join(f"{x:8.1f}" for x in r["calls_per_s"]), flush=True)
+    print(json.dumps(results))
+
+
+if __name__ == "__main__":
+    main()
