@@ -150,6 +150,12 @@ struct Slot {
   std::atomic<SlotDrop> dropped{SlotDrop::kNone};
   std::atomic<uint64_t> last_used{0};   // LRU clock
   std::atomic<int64_t> calls{0};        // for hot:N
+  // A signature the generic tier serves (scheduler/admission.h): when it
+  // first came, what its latest generic call took, whether its job was
+  // admitted (cleared by whoever ends the job), and its compiled runs so far.
+  std::atomic<int64_t> first_call_us{0}, generic_us{0};
+  std::atomic<bool> admitted{false};
+  std::atomic<int> runs_compiled{0};
   std::atomic<bool> run_failed{false};  // the one thread that fails a ready slot
   // Set by the job after it counted and reported its outcome (statistics,
   // events, evictions): waiting for code returns only then, so that what a

@@ -30,6 +30,7 @@
 #include "jit/native_executable.h"
 #include "jit/pipeline.h"
 #include "ops/blas.h"
+#include "scheduler/admission.h"
 #include "scheduler/code_cache.h"
 #include "scheduler/disk_cache.h"
 #include "scheduler/job_events.h"
@@ -58,6 +59,9 @@ struct EntryState {
   std::string generic_versions;
   std::shared_ptr<generic::GenericProgram> generic;
   std::string generic_refusal;
+
+  // Which repeating signatures the generic tier serves get a job.
+  Admission admission;
 
   // The entry's definition versions in the newest snapshot seen so far.
   std::mutex versions_mu;
@@ -221,9 +225,13 @@ class EngineImpl {
   // region's) loaded when an earlier run stored it, else compiled and stored.
   ExecutablePtr CompileThroughDisk(const std::string& entry, const char* kind, const Func& program,
                                    const CompileOptions& options);
-  // `hot_calls` > 0: count the signature's calls and queue its job at that
-  // many (policy hot's rule), whatever the policy.
-  SlotPtr Miss(Request& r, SlotPtr slot, int hot_calls = 0);
+  // `hot_calls` > 0: the generic tier served the call (in `generic_us`):
+  // count the signature's calls and, from that many on, queue its job when
+  // Admit says it pays, whatever the policy.
+  SlotPtr Miss(Request& r, SlotPtr slot, int hot_calls = 0, int64_t generic_us = 0);
+  // Whether a signature the generic tier serves, at its `calls`-th call, gets
+  // a job (scheduler/admission.h); emits the `admission` event.
+  bool Admit(Request& r, Slot& slot, int64_t calls);
   SlotPtr Insert(Request& r, SlotState initial, bool* inserted);
   void Enqueue(Request& r, const SlotPtr& slot, JobPriority priority);
   bool Promote(Request& r, const SlotPtr& slot, JobPriority priority);
@@ -502,14 +510,24 @@ ValueAndGrad EngineImpl::Run(Request& r) {
   if (!slot && disk_) slot = LoadFromDisk(r);
   // (4) Ready: run the compiled code.
   if (slot && slot->Load() == SlotState::kReady) {
-    if (auto out = RunCompiled(r, *slot)) return std::move(*out);
+    const int64_t start = NowMicros();
+    if (auto out = RunCompiled(r, *slot)) {
+      // How much faster a specialization is than the generic code that served
+      // its signature before: its second run (the first pays for first touches).
+      if (slot->generic_us.load(std::memory_order_relaxed) > 0 &&
+          slot->runs_compiled.fetch_add(1, std::memory_order_relaxed) == 1) {
+        r.entry.admission.SpecializationRan(NowMicros() - start, slot->generic_us.exchange(0, std::memory_order_relaxed));
+      }
+      return std::move(*out);
+    }
   }
   // (5) The structure-generic tier: code shared by every structure. A
   // signature that keeps coming back gets its own specialization too.
   if (options.generic) {
+    const int64_t generic_start = NowMicros();
     if (auto out = RunGeneric(r)) {
       if (options.specialize_after_calls > 0 && !(slot && slot->Load() == SlotState::kReady)) {
-        Miss(r, std::move(slot), options.specialize_after_calls);
+        Miss(r, std::move(slot), options.specialize_after_calls, NowMicros() - generic_start);
       }
       return std::move(*out);
     }
@@ -730,7 +748,7 @@ SlotPtr EngineImpl::Insert(Request& r, SlotState initial, bool* inserted) {
   return slot;
 }
 
-SlotPtr EngineImpl::Miss(Request& r, SlotPtr slot, int hot_calls) {
+SlotPtr EngineImpl::Miss(Request& r, SlotPtr slot, int hot_calls, int64_t generic_us) {
   const bool served = hot_calls > 0;  // another tier (the generic one) served this call
   if (!served) Count(r.entry.misses);
   if (!served && On(EventKind::kMiss)) {
@@ -753,14 +771,47 @@ SlotPtr EngineImpl::Miss(Request& r, SlotPtr slot, int hot_calls) {
       return slot;
     }
   }
+  if (served) {
+    slot->generic_us.store(generic_us, std::memory_order_relaxed);
+    int64_t never = 0;
+    slot->first_call_us.compare_exchange_strong(never, NowMicros(), std::memory_order_relaxed);
+  }
   SlotState state = slot->Load();
   if (state == SlotState::kPending) {
     queue.Requeue(slot.get(), priority);  // most recently missed first
   } else if (state == SlotState::kCold) {
     int64_t calls = slot->calls.fetch_add(1, std::memory_order_relaxed) + 1;
-    if (!hot || calls >= hot_calls) Promote(r, slot, priority);
+    if (served) {
+      if (calls >= hot_calls && Admit(r, *slot, calls) && !Promote(r, slot, priority) &&
+          slot->admitted.exchange(false, std::memory_order_relaxed)) {
+        r.entry.admission.JobEnded(-1, true);  // another call promoted it first
+      }
+    } else if (!hot || calls >= hot_calls) {
+      Promote(r, slot, priority);
+    }
   }
   return slot;
+}
+
+bool EngineImpl::Admit(Request& r, Slot& slot, int64_t calls) {
+  const int64_t now = NowMicros();
+  Admission::Decision d = r.entry.admission.Decide({calls, slot.first_call_us.load(std::memory_order_relaxed), now,
+                                                    slot.generic_us.load(std::memory_order_relaxed), now - started_us_});
+  if (d.admit) slot.admitted.store(true, std::memory_order_relaxed);
+  if (On(EventKind::kAdmission)) {
+    Event e = Make(EventKind::kAdmission, r.entry.name, &r.key.signature);
+    e.fields.push_back({"decision", std::string(d.admit ? "admit" : "postpone")});
+    e.fields.push_back({"reason", d.reason});
+    e.fields.push_back({"mode", r.key.mode});
+    e.fields.push_back({"calls", calls});
+    e.fields.push_back({"interval_us", static_cast<int64_t>(d.interval_us)});
+    e.fields.push_back({"saving_us", static_cast<int64_t>(d.saving_us)});
+    e.fields.push_back({"benefit_us", static_cast<int64_t>(d.benefit_us)});
+    e.fields.push_back({"job_us", static_cast<int64_t>(d.job_us)});
+    e.fields.push_back({"pending", d.pending});
+    Emit(e);
+  }
+  return d.admit;
 }
 
 bool EngineImpl::Promote(Request& r, const SlotPtr& slot, JobPriority priority) {
@@ -844,7 +895,12 @@ bool EngineImpl::RunOneWaiting(bool background) {
     return true;
   }
   if (compile) {
-    ScopedLowerPriority lowered(nice);
+    // At the caller's priority too: a segment variant's code serves every
+    // later minibatch, and until it is there the caller's runs of it take
+    // the batched interpreter. Lowered, the compiles of a model's few
+    // segments took seconds on a machine with another busy process (the
+    // worker got a tenth of a core) and epoch 0 fell below the interpreter
+    // alone (bench/RESULTS.md, "Issue 51").
     RunGenericCompile(*compile);
     return true;
   }
@@ -884,6 +940,7 @@ void EngineImpl::Cancel(Job& job, const char* why) {
   EntryState& entry = *slot.key.entry;
   ReportEvictions(cache.Fail(slot, std::string("cancelled: ") + why));
   Count(entry.cancelled);
+  if (slot.admitted.exchange(false, std::memory_order_relaxed)) entry.admission.JobEnded(-1, true);
   if (On(EventKind::kCancel)) {
     Event e = Make(EventKind::kCancel, entry.name, &slot.key.signature);
     e.fields.push_back({"job", job.id});
@@ -927,6 +984,7 @@ void EngineImpl::RunJob(Job& job) {
       if (std::optional<DiskHit> hit = LoadImage(entry, *job.snapshot, slot.key, job.args, job.static_args,
                                                  job.grad ? &job.wrt : nullptr, job.id)) {
         ReportEvictions(cache.Publish(slot, hit->exec, std::move(hit->gradient_result)));
+        entry.admission.JobEnded(-1, slot.admitted.exchange(false, std::memory_order_relaxed));
         Settle(slot);
         return;
       }
@@ -998,6 +1056,7 @@ void EngineImpl::RunJob(Job& job) {
     ReportEvictions(cache.Fail(slot, reason));
     Count(entry.failed);
     events.End(refused, times, slot.key.mode, reason);
+    entry.admission.JobEnded(NowMicros() - times.start, slot.admitted.exchange(false, std::memory_order_relaxed));
     Settle(slot);
     return;
   }
@@ -1009,6 +1068,7 @@ void EngineImpl::RunJob(Job& job) {
     events.Swap(times, slot.tier, slot.key.mode, job.grad, slot.bytes, notes);
     ReportEvictions(evicted);
   }
+  entry.admission.JobEnded(NowMicros() - times.start, slot.admitted.exchange(false, std::memory_order_relaxed));
   Settle(slot);
   if (disk_) StoreToDisk(job, slot, exec);
 }

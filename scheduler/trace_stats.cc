@@ -113,6 +113,7 @@ void TraceStats::Add(const Event& e) {
     }
     case EventKind::kGenericCompile: stages_["generic compile"].Add(e.duration_us); break;
     case EventKind::kGenericRefused: reasons_[{std::string(e.name()), e.entry, StringField(e, "reason")}]++; break;
+    case EventKind::kAdmission: reasons_[{std::string(e.name()), e.entry, StringField(e, "decision")}]++; break;
     case EventKind::kHit: t.hits++; break;
     case EventKind::kMiss: t.misses++; break;
     case EventKind::kEnqueue:

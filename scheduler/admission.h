@@ -1,0 +1,72 @@
+// \file Whether a signature the generic tier already serves gets a specialization of its own.
+//
+// A minibatch's own specialization runs faster than the structure-generic
+// code (fusion and batching across the whole minibatch), but it costs a job:
+// tens of milliseconds of a worker for PE, batching, autodiff, lowering and
+// LLVM, during which compiled steps borrow no helper thread and the generic
+// tier's segment compiles wait. With reshuffled epochs of distinct
+// minibatches a signature comes back once an epoch, so queuing every repeat
+// (the earlier rule: the second call) filled the queue with jobs that were
+// not done before the run ended and cost the steady epochs a third of their
+// speed (bench/RESULTS.md, "Issue 51").
+//
+// A specialization is admitted when what it is expected to save before the
+// run's horizon exceeds what it costs:
+//   saving per call = the signature's generic call time x (1 - r), r the
+//                     entry's measured ratio of a specialization's call time to
+//                     the generic call of the same signature (0.5 before any);
+//   calls to come   = (horizon - when it would be ready) / the signature's
+//                     interval between calls, the horizon being as long again
+//                     as the engine has run (a run that has gone on for t is
+//                     taken to go on for t more), ready after the admitted jobs
+//                     still pending and its own (each the entry's mean job time,
+//                     50 ms before any was measured);
+//   cost            = one job's time.
+// So a minibatch that repeats every step is specialized within a fraction of
+// a second, one that repeats every epoch only once the run has lasted many
+// epochs, and the queue never holds more admitted work than the horizon can
+// repay. The numbers and the decision are the `admission` event's fields.
+#pragma once
+
+#include <cstdint>
+#include <mutex>
+#include <string>
+
+namespace pejit {
+
+class Admission {
+ public:
+  struct Recurrence {
+    int64_t calls = 0;       // of the signature so far, this one included
+    int64_t first_us = 0;    // when the first came (steady clock)
+    int64_t now_us = 0;
+    int64_t generic_us = 0;  // what its latest generic call took
+    int64_t alive_us = 0;    // how long the engine has run
+  };
+  struct Decision {
+    bool admit = false;
+    std::string reason;  // for the trace: the comparison, in words
+    double interval_us = 0, saving_us = 0, job_us = 0, benefit_us = 0;
+    int64_t pending = 0;  // admitted jobs not ended, before this one
+  };
+
+  static constexpr double kPriorJobUs = 50e3;
+  static constexpr double kPriorRatio = 0.5;
+
+  // Thread-safe. An admitted decision counts as pending until JobEnded.
+  Decision Decide(const Recurrence& r);
+  // A job of the entry ended: `worker_us` its time (< 0: not measured, a
+  // cancelled job or a code-cache load); `admitted` whether Decide admitted it.
+  void JobEnded(int64_t worker_us, bool admitted);
+  // A specialization ran a call in `native_us` where the same signature's
+  // generic call took `generic_us`.
+  void SpecializationRan(int64_t native_us, int64_t generic_us);
+
+ private:
+  mutable std::mutex mu_;
+  double job_us_ = 0;  // mean of the jobs measured (exponentially weighted); 0: none
+  double ratio_ = 0;   // specialization / generic call time; 0: none measured
+  int64_t pending_ = 0;
+};
+
+}  // namespace pejit
