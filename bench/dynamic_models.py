@@ -11,6 +11,10 @@ Models (the .pj files the tests check against the interpreter):
                   over the list (tests/tools/testdata/tree_rnn.pj)
   tree_rnn_fold   the same network, its minibatch loss the prelude's @fold with a closure
                   (tests/generic/models/tree_rnn_fold.pj)
+  char_lm         a character LSTM language model over sentences as lists of words of
+                  characters, nested @folds with closures (tests/generic/models/char_lm.pj)
+  act             adaptive computation time: a step iterated per example until its halting
+                  sum passes 0.99, sizes declared open (tests/generic/models/act.pj)
 
 Each policy's run is its own process (`pejit replay --policy P --reshuffle`),
 timed from its start: epoch 0 includes what compiling costs it. `compiled`
@@ -33,6 +37,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MODELS = {
     "tree_rnn": "tests/tools/testdata/tree_rnn.pj",
     "tree_rnn_fold": "tests/generic/models/tree_rnn_fold.pj",
+    "char_lm": "tests/generic/models/char_lm.pj",
+    "act": "tests/generic/models/act.pj",
 }
 
 
@@ -75,6 +81,31 @@ def tree_rnn_calls(rng, minibatches, batch, hidden, vocab=1000, classes=5):
         trees = [binary_tree(rng, rng.randint(2, 20), vocab, classes) for _ in range(batch)]
         lines.append(json.dumps([cons_list(trees), params]))
     return lines
+
+
+def char_lm_calls(rng, minibatches, batch, hidden, vocab=30, embed=32):
+    params = [uniform(rng, vocab, embed), uniform(rng, 4 * hidden, embed), uniform(rng, 4 * hidden, hidden),
+              uniform(rng, 4 * hidden), uniform(rng, vocab, hidden), uniform(rng, vocab)]
+    zero = tensor("f32", [1, hidden], [0.0] * hidden)
+    lines = []
+    for _ in range(minibatches):
+        sentences = [cons_list([cons_list([i64(rng.randrange(vocab)) for _ in range(rng.randint(1, 7))])
+                                for _ in range(rng.randint(1, 5))]) for _ in range(batch)]
+        lines.append(json.dumps([cons_list(sentences), zero, params]))
+    return lines
+
+
+def act_calls(rng, minibatches, batch, hidden, classes=5):
+    params = [uniform(rng, hidden, hidden, scale=0.3), uniform(rng, hidden, hidden, scale=0.3), uniform(rng, hidden),
+              uniform(rng, 1, hidden, scale=0.5), uniform(rng, classes, hidden), uniform(rng, classes)]
+    lines = []
+    for _ in range(minibatches):
+        examples = [[uniform(rng, 1, hidden, scale=1.0), i64(rng.randrange(classes))] for _ in range(batch)]
+        lines.append(json.dumps([cons_list(examples), params]))
+    return lines
+
+
+CALLS = {"tree_rnn": tree_rnn_calls, "tree_rnn_fold": tree_rnn_calls, "char_lm": char_lm_calls, "act": act_calls}
 
 
 def run_pejit(pejit, model, calls, policy, epochs, seed):
@@ -147,13 +178,16 @@ for epoch in range(epochs):
         loss = loss_of(words, leaf_labels, inner)
         grads = torch.autograd.grad(loss, params)
     rates.append(len(batches) / (time.perf_counter() - start))
-print(json.dumps({"calls_per_s": rates, "threads": torch.get_num_threads()}))
+# Which BLAS this process runs (Debian's torch may load the reference one through libblas.so.3).
+blas = sorted({line.split()[-1] for line in open("/proc/self/maps") if "blas" in line.split()[-1]})
+print(json.dumps({"calls_per_s": rates, "threads": torch.get_num_threads(), "blas": blas}))
 '''
 
 
 def run_torch(calls, epochs, threads):
+    env = dict(os.environ, OMP_WAIT_POLICY="PASSIVE")
     out = subprocess.run(["/usr/bin/python3", "-c", TORCH_PEER, calls, str(threads), str(epochs)],
-                         check=True, capture_output=True, text=True).stdout
+                         check=True, capture_output=True, text=True, env=env).stdout
     return json.loads(out.strip().splitlines()[-1])
 
 
@@ -169,13 +203,15 @@ def main():
     parser.add_argument("--torch", action="store_true", help="also the level-batched PyTorch peer, on 1 and 2 threads")
     parser.add_argument("--pejit", default=os.path.join(ROOT, "bazel-bin/tools/pejit"))
     o = parser.parse_args()
-    rng = random.Random(o.seed)
     results = {"minibatches": o.minibatches, "batch": o.batch, "hidden": o.hidden, "epochs": o.epochs, "runs": []}
     with tempfile.TemporaryDirectory() as tmp:
-        calls = os.path.join(tmp, "tree_rnn_calls.jsonl")
-        with open(calls, "w") as f:
-            f.write("\n".join(tree_rnn_calls(rng, o.minibatches, o.batch, o.hidden)) + "\n")
+        calls_of = {}
         for model in o.models.split(","):
+            make = CALLS[model]
+            calls = calls_of.setdefault(make, os.path.join(tmp, make.__name__ + ".jsonl"))
+            if not os.path.exists(calls):
+                with open(calls, "w") as f:
+                    f.write("\n".join(make(random.Random(o.seed), o.minibatches, o.batch, o.hidden)) + "\n")
             for policy in o.policies.split(","):
                 r = run_pejit(o.pejit, model, calls, policy, o.epochs, o.seed)
                 row = {"model": model, "policy": policy, "process_seconds": r["process_seconds"],
@@ -188,13 +224,15 @@ def main():
                       "  compiled " + " ".join(f"{100 * x:3.0f}%" for x in row["compiled_share"]) +
                       "  batched-interp " + " ".join(f"{100 * x:3.0f}%" for x in row["generic_interpreted_share"]) +
                       f"  ({r['process_seconds']:.1f} s)", flush=True)
-        if o.torch:
+        if o.torch and "tree_rnn_calls" in {os.path.basename(c)[:-6] for c in calls_of.values()}:
+            calls = calls_of[tree_rnn_calls]
             for threads in (1, 2):
                 r = run_torch(calls, o.epochs, threads)
                 results["runs"].append({"model": "torch_level_batched", "policy": f"{threads} threads",
-                                        "calls_per_s": r["calls_per_s"]})
+                                        "calls_per_s": r["calls_per_s"], "blas": r["blas"]})
                 print(f"{'torch peer':14s} {str(threads) + ' threads':12s} calls/s " +
-                      " ".join(f"{x:8.1f}" for x in r["calls_per_s"]), flush=True)
+                      " ".join(f"{x:8.1f}" for x in r["calls_per_s"]) + "  (" + ", ".join(r["blas"]) + ")",
+                      flush=True)
     print(json.dumps(results))
 
 

@@ -1,8 +1,11 @@
 // The structure-generic tier computes what the interpreter computes, values
-// and gradients, on minibatches whose structures it has never seen: three
-// models (the Child-Sum Tree-LSTM, a sequence LSTM over word lists, a
-// binary-tree recursive network with a loss at every node), 24 random
-// minibatches each, segments run by the interpreter and compiled by LLVM.
+// and gradients, on minibatches whose structures it has never seen: the
+// Child-Sum Tree-LSTM, a sequence LSTM over word lists, a binary-tree
+// recursive network with a loss at every node (as a plain recursion over the
+// minibatch, as a `@fold` with a closure, and with closures handed down the
+// recursion), a character LM over lists of words written with nested folds;
+// 24 random minibatches each, segments run by the interpreter and compiled by
+// LLVM.
 #include <gtest/gtest.h>
 
 #include <fstream>
@@ -403,7 +406,8 @@ INSTANTIATE_TEST_SUITE_P(Models, GenericTest,
                                            Model{"seq_lstm", "tests/tools/testdata/seq_lstm.pj", "tests/generic/seq_lstm_calls.jsonl", {2, 3}},
                                            Model{"tree_rnn", "tests/tools/testdata/tree_rnn.pj", "tests/generic/tree_rnn_calls.jsonl", {1}},
                                            Model{"tree_rnn_fold", "tests/generic/models/tree_rnn_fold.pj", "tests/generic/tree_rnn_calls.jsonl", {1}},
-                                           Model{"tree_rnn_closures", "tests/generic/models/tree_rnn_closures.pj", "tests/generic/tree_rnn_calls.jsonl", {1}}),
+                                           Model{"tree_rnn_closures", "tests/generic/models/tree_rnn_closures.pj", "tests/generic/tree_rnn_calls.jsonl", {1}},
+                                           Model{"char_lm", "tests/generic/models/char_lm.pj", "tests/generic/char_lm_calls.jsonl", {1, 2}}),
                          [](const auto& info) { return info.param.name; });
 
 }  // namespace

@@ -7,7 +7,7 @@ call. Deterministic for a seed.
     make_calls.py MODEL CALLS SEED > calls.jsonl
 
 MODEL is treelstm (examples/treelstm/treelstm.pj, @loss), seq_lstm or
-tree_rnn (tests/tools/testdata, @loss)."""
+tree_rnn (tests/tools/testdata, @loss), or char_lm (tests/generic/models, @loss)."""
 import argparse
 import json
 import random
@@ -51,7 +51,7 @@ def binary_tree(rng, depth, vocab, classes):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("model", choices=["treelstm", "seq_lstm", "tree_rnn"])
+    parser.add_argument("model", choices=["treelstm", "seq_lstm", "tree_rnn", "char_lm"])
     parser.add_argument("calls", type=int, help="calls (lines) to write")
     parser.add_argument("seed", type=int)
     args = parser.parse_args()
@@ -77,6 +77,15 @@ def main():
             seqs = [cons_list([i64(rng.randrange(v)) for _ in range(rng.randint(0, 7))]) for _ in range(n)]
             labels = tensor("i64", [n], [rng.randrange(c) for _ in range(n)])
             print(json.dumps([cons_list(seqs), labels, zero, params]))
+    elif model == "char_lm":
+        v = 12
+        params = [uniform(rng, v, e), uniform(rng, 4 * h, e), uniform(rng, 4 * h, h), uniform(rng, 4 * h),
+                  uniform(rng, v, h), uniform(rng, v)]
+        zero = tensor("f32", [1, h], [0.0] * h)
+        for _ in range(calls):
+            sentences = [cons_list([cons_list([i64(rng.randrange(v)) for _ in range(rng.randint(1, 4))])
+                                    for _ in range(rng.randint(1, 3))]) for _ in range(rng.randint(1, 3))]
+            print(json.dumps([cons_list(sentences), zero, params]))
     else:  # tree_rnn
         v = 20
         params = [uniform(rng, v, h), uniform(rng, h, 2 * h), uniform(rng, h), uniform(rng, c, h), uniform(rng, c)]
