@@ -156,6 +156,11 @@ struct Slot {
   std::atomic<int64_t> first_call_us{0}, generic_us{0};
   std::atomic<bool> admitted{false};
   std::atomic<int> runs_compiled{0};
+  // The worker thread running its job (0: none), and the calls that missed
+  // it while it was pending: a job the training loop keeps waiting for runs
+  // at the caller's priority (EngineImpl::Miss).
+  std::atomic<int> job_thread{0}, pending_misses{0};
+  std::atomic<bool> boosted{false};
   std::atomic<bool> run_failed{false};  // the one thread that fails a ready slot
   // Set by the job after it counted and reported its outcome (statistics,
   // events, evictions): waiting for code returns only then, so that what a

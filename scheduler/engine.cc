@@ -232,6 +232,10 @@ class EngineImpl {
   // Whether a signature the generic tier serves, at its `calls`-th call, gets
   // a job (scheduler/admission.h); emits the `admission` event.
   bool Admit(Request& r, Slot& slot, int64_t calls);
+  // Runs the job of a pending slot that calls keep missing at the caller's
+  // priority; emits an `admission` event (decision boost).
+  void Boost(Request& r, Slot& slot);
+  static constexpr int kBoostAfterMisses = 3;
   SlotPtr Insert(Request& r, SlotState initial, bool* inserted);
   void Enqueue(Request& r, const SlotPtr& slot, JobPriority priority);
   bool Promote(Request& r, const SlotPtr& slot, JobPriority priority);
@@ -779,6 +783,11 @@ SlotPtr EngineImpl::Miss(Request& r, SlotPtr slot, int hot_calls, int64_t generi
   SlotState state = slot->Load();
   if (state == SlotState::kPending) {
     queue.Requeue(slot.get(), priority);  // most recently missed first
+    // Its code is wanted again and again: a job at the workers' lower
+    // priority gets a tenth of a core beside another busy process, and
+    // every call meanwhile takes a slower tier. Such a job runs at the
+    // caller's priority (best effort: raising a thread's needs privileges).
+    if (slot->pending_misses.fetch_add(1, std::memory_order_relaxed) + 1 >= kBoostAfterMisses) Boost(r, *slot);
   } else if (state == SlotState::kCold) {
     int64_t calls = slot->calls.fetch_add(1, std::memory_order_relaxed) + 1;
     if (served) {
@@ -791,6 +800,21 @@ SlotPtr EngineImpl::Miss(Request& r, SlotPtr slot, int hot_calls, int64_t generi
     }
   }
   return slot;
+}
+
+void EngineImpl::Boost(Request& r, Slot& slot) {
+  const int thread = slot.job_thread.load(std::memory_order_acquire);
+  if (thread == 0 || slot.boosted.exchange(true, std::memory_order_relaxed)) return;  // not running yet, or done
+  const bool raised = SetThreadNice(thread, CurrentThreadNice());
+  if (On(EventKind::kAdmission)) {
+    Event e = Make(EventKind::kAdmission, r.entry.name, &r.key.signature);
+    e.fields.push_back({"decision", std::string("boost")});
+    e.fields.push_back({"reason", std::to_string(slot.pending_misses.load(std::memory_order_relaxed)) +
+                                      " calls missed it while it compiled: its job runs at the caller's priority" +
+                                      (raised ? "" : " (refused by the system)")});
+    e.fields.push_back({"mode", r.key.mode});
+    Emit(e);
+  }
 }
 
 bool EngineImpl::Admit(Request& r, Slot& slot, int64_t calls) {
@@ -961,6 +985,13 @@ void EngineImpl::RunJob(Job& job) {
   JobTimes times;
   times.enqueued = job.enqueued_us;
   times.start = NowMicros();
+  // For Boost while it runs. A boost racing with the job's end may raise
+  // the worker's next job too, at worst.
+  struct RunningOn {
+    Slot& slot;
+    explicit RunningOn(Slot& s) : slot(s) { slot.job_thread.store(CurrentThreadId(), std::memory_order_release); }
+    ~RunningOn() { slot.job_thread.store(0, std::memory_order_release); }
+  } running_on(slot);
   const JobEvents events(sink_, entry.name, sig, job.id);
   const char* stage = "arguments";
   ExecutablePtr exec;

@@ -28,7 +28,7 @@ namespace pejit {
   X(kCall, "call", "a call ran, signature to result; tier (interpreter, residual-interpreter, native), mode")   \
   X(kHit, "hit", "a call found ready code for its signature; tier")                                             \
   X(kMiss, "miss", "a call found no ready code; state (new, cold, pending, failed), policy, queue")              \
-  X(kAdmission, "admission", "a signature the generic tier serves came back: does it get its own job? decision (admit, postpone), reason, mode, calls, interval_us, saving_us, benefit_us, job_us, pending") \
+  X(kAdmission, "admission", "a signature the generic tier serves came back: does it get its own job? decision (admit, postpone, boost), reason, mode, calls, interval_us, saving_us, benefit_us, job_us, pending") \
   X(kEnqueue, "enqueue", "a specialization job was queued; job, priority (wait, next, miss, idle), queue, mode") \
   X(kPrefetch, "prefetch", "prefetch asked for a signature; state it found, priority")                          \
   X(kPe, "pe", "partial evaluation of one job; job, residual_ops, params, unfoldings, PE cache use")            \

@@ -34,7 +34,7 @@ constexpr std::pair<std::string_view, FieldKind> kInterpretedFields[] = {
     {"retained", FieldKind::kCount},    {"inspect_us", FieldKind::kCount}, {"wait_us", FieldKind::kCount},
     {"tier", FieldKind::kString},       {"policy", FieldKind::kString},  {"kind", FieldKind::kString},
     {"reason", FieldKind::kString},     {"state", FieldKind::kString},   {"definitions", FieldKind::kString},
-    {"schedule", FieldKind::kString},
+    {"schedule", FieldKind::kString},   {"decision", FieldKind::kString},
 };
 
 // The kind of an interpreted field; null for a field no reader interprets.

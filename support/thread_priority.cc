@@ -16,6 +16,12 @@ namespace {
 int ThreadId() { return static_cast<int>(syscall(SYS_gettid)); }
 }  // namespace
 
+int CurrentThreadId() { return ThreadId(); }
+
+bool SetThreadNice(int tid, int nice) {
+  return tid > 0 && setpriority(PRIO_PROCESS, static_cast<id_t>(tid), nice) == 0;
+}
+
 int CurrentThreadNice() {
   errno = 0;
   int nice = getpriority(PRIO_PROCESS, static_cast<id_t>(ThreadId()));
@@ -38,6 +44,8 @@ ScopedLowerPriority::~ScopedLowerPriority() {
 #else
 
 int CurrentThreadNice() { return 0; }
+int CurrentThreadId() { return 0; }
+bool SetThreadNice(int, int) { return false; }
 ScopedLowerPriority::ScopedLowerPriority(int) {}
 ScopedLowerPriority::~ScopedLowerPriority() = default;
 

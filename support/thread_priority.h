@@ -30,4 +30,11 @@ class ScopedLowerPriority {
 // The calling thread's niceness (Linux: per thread), or 0 where unknown.
 int CurrentThreadNice();
 
+// The calling thread's kernel id (Linux), 0 elsewhere.
+int CurrentThreadId();
+
+// Sets thread `tid`'s niceness; false where refused (raising a priority needs
+// CAP_SYS_NICE or a large enough RLIMIT_NICE) or unsupported.
+bool SetThreadNice(int tid, int nice);
+
 }  // namespace pejit

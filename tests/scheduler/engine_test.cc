@@ -99,14 +99,20 @@ TEST_F(EngineTest, CallsDuringASlowCompileRunInTheInterpreterThenCompiledCodeTak
   EXPECT_EQ(s.compiled, 1);
 
   // One signature, one job, its stages in the order of the pipeline (the
-  // misses of the calls in between interleave with them).
+  // misses of the calls in between interleave with them). The third call
+  // that missed it while it compiled had the job run at the caller's
+  // priority (`admission`, decision boost), once.
   std::vector<std::string> order;
   for (const Event& e : events_->events()) {
     if (e.kind != EventKind::kCall && e.kind != EventKind::kEdit && (e.kind != EventKind::kMiss || order.size() == 1))
       order.emplace_back(e.name());
   }
-  EXPECT_EQ(order, (std::vector<std::string>{"start", "miss", "enqueue", "pe", "batch", "compile", "swap", "hit"}));
+  EXPECT_EQ(order,
+            (std::vector<std::string>{"start", "miss", "enqueue", "pe", "batch", "admission", "compile", "swap", "hit"}));
   EXPECT_EQ(events_->Count(EventKind::kEnqueue), 1);
+  for (const Event& e : events_->events()) {
+    if (e.kind == EventKind::kAdmission) EXPECT_EQ(e.Text("decision"), "boost") << e.Text("reason");
+  }
 }
 
 TEST_F(EngineTest, CallsReportTheirTierAndDurationAsEvents) {

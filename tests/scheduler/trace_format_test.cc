@@ -266,6 +266,9 @@ TEST(TraceStats, TheBlockCountsCallsPerTierSpecializationsStagesAndReasons) {
   add(EventKind::kSwap, "loss", 20, 5000, {{"wait_us", int64_t{9}}});
   add(EventKind::kHit, "loss", 6000, 0);
   add(EventKind::kCall, "loss", 6000, 1000, {{"tier", s("native")}});
+  for (int64_t at : {6100, 6200}) {
+    add(EventKind::kAdmission, "loss", at, 0, {{"decision", s("postpone")}, {"reason", s("would save 0.2 ms")}});
+  }
   add(EventKind::kHit, "loss", 7000, 0);
   add(EventKind::kCall, "loss", 7000, 3000, {{"tier", s("native")}});
   add(EventKind::kEvict, "loss", 8000, 0, {{"reason", s("budget")}, {"state", s("ready")}});
@@ -292,6 +295,7 @@ TEST(TraceStats, TheBlockCountsCallsPerTierSpecializationsStagesAndReasons) {
             "pe              1  1.0ms  1.0ms  1.0ms  1.0ms\n"
             "compile         1  3.0ms  3.0ms  3.0ms  3.0ms\n"
             "reasons\n"
+            "  admission   loss  2  postpone\n"
             "  evict       loss  1  budget\n"
             "  evict       loss  1  tracked-max (cold, not counted)\n"
             "  invalidate  loss  2  @helper\n"
