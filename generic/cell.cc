@@ -91,7 +91,7 @@ class Builder {
     ValueTree result;
     try {
       result = Eval(def.func->body);
-      CheckResult(result, *def.func, function_);
+      CheckResult(result, *def.func, "@" + function_);
     } catch (Stop& stop) {
       return std::move(stop.question);
     }
@@ -195,9 +195,10 @@ class Builder {
     return false;
   }
 
-  void CheckResult(const ValueTree& result, const FuncNode& f, const std::string& name) const {
+  // `what`: "@name", or "the function" of a `fn`.
+  void CheckResult(const ValueTree& result, const FuncNode& f, const std::string& what) const {
     if (f.ret_type && !Fits(result, f.ret_type)) {
-      throw Refusal("generic: the result of @" + name + " does not have its declared type " +
+      throw Refusal("generic: the result of " + what + " does not have its declared type " +
                     TypeToString(f.ret_type) + Where(f.loc));
     }
   }
@@ -365,9 +366,7 @@ class Builder {
       bind(f.params[i].get(), args[i]);
     }
     ValueTree result = Eval(f.body);
-    if (f.ret_type && !Fits(result, f.ret_type)) {
-      throw Refusal("generic: the result of " + what + " does not have its declared type " + TypeToString(f.ret_type) + Where(f.loc));
-    }
+    CheckResult(result, f, what);
     for (auto it = saved.rbegin(); it != saved.rend(); ++it) {
       if (it->second) env_[it->first] = std::move(*it->second);
       else env_.erase(it->first);
@@ -387,7 +386,7 @@ class Builder {
     }
     std::vector<ValueTree> args;
     for (const Expr& a : call.args) args.push_back(Eval(a));
-    if (callee.lambda) return Inline(*callee.lambda, FreeVars(*callee.lambda), callee.fields, args, "a function", call.loc);
+    if (callee.lambda) return Inline(*callee.lambda, FreeVars(*callee.lambda), callee.fields, args, "the function", call.loc);
     const std::string& name = callee.global;
     const Definition* def = module_.Find(name);
     if (!def) throw Refusal("generic: unknown function @" + name + Where(call.loc));

@@ -785,9 +785,13 @@ SlotPtr EngineImpl::Miss(Request& r, SlotPtr slot, int hot_calls, int64_t generi
     queue.Requeue(slot.get(), priority);  // most recently missed first
     // Its code is wanted again and again: a job at the workers' lower
     // priority gets a tenth of a core beside another busy process, and
-    // every call meanwhile takes a slower tier. Such a job runs at the
-    // caller's priority (best effort: raising a thread's needs privileges).
-    if (slot->pending_misses.fetch_add(1, std::memory_order_relaxed) + 1 >= kBoostAfterMisses) Boost(r, *slot);
+    // every call meanwhile takes tier 0. Such a job runs at the caller's
+    // priority (best effort: raising a thread's needs privileges). Not the
+    // job of a signature the generic tier serves: there it only speeds up
+    // what already runs compiled.
+    if (!served && slot->pending_misses.fetch_add(1, std::memory_order_relaxed) + 1 >= kBoostAfterMisses) {
+      Boost(r, *slot);
+    }
   } else if (state == SlotState::kCold) {
     int64_t calls = slot->calls.fetch_add(1, std::memory_order_relaxed) + 1;
     if (served) {
