@@ -15,6 +15,8 @@ Models (the .pj files the tests check against the interpreter):
                   characters, nested @folds with closures (tests/generic/models/char_lm.pj)
   act             adaptive computation time: a step iterated per example until its halting
                   sum passes 0.99, sizes declared open (tests/generic/models/act.pj)
+  typed_ast       a typed AST encoder, a cell per constructor, statement lists folded with
+                  closures (tests/generic/models/typed_ast.pj)
 
 Each policy's run is its own process (`pejit replay --policy P --reshuffle`),
 timed from its start: epoch 0 includes what compiling costs it. `compiled`
@@ -39,6 +41,7 @@ MODELS = {
     "tree_rnn_fold": "tests/generic/models/tree_rnn_fold.pj",
     "char_lm": "tests/generic/models/char_lm.pj",
     "act": "tests/generic/models/act.pj",
+    "typed_ast": "tests/generic/models/typed_ast.pj",
 }
 
 
@@ -105,7 +108,21 @@ def act_calls(rng, minibatches, batch, hidden, classes=5):
     return lines
 
 
-CALLS = {"tree_rnn": tree_rnn_calls, "tree_rnn_fold": tree_rnn_calls, "char_lm": char_lm_calls, "act": act_calls}
+def typed_ast_calls(rng, minibatches, batch, hidden, vocab=100, classes=5):
+    sys.path.insert(0, os.path.join(ROOT, "tests/tools"))
+    from make_calls import ast_program  # the tests' generator of random programs
+    params = [uniform(rng, vocab, hidden), uniform(rng, hidden, hidden), uniform(rng, hidden, 2 * hidden),
+              uniform(rng, hidden), uniform(rng, hidden, hidden), uniform(rng, hidden, hidden),
+              uniform(rng, hidden, hidden), uniform(rng, classes, hidden), uniform(rng, classes)]
+    lines = []
+    for _ in range(minibatches):
+        programs = [ast_program(rng, 4, vocab, classes) for _ in range(batch)]
+        lines.append(json.dumps([cons_list(programs), params]))
+    return lines
+
+
+CALLS = {"tree_rnn": tree_rnn_calls, "tree_rnn_fold": tree_rnn_calls, "char_lm": char_lm_calls, "act": act_calls,
+         "typed_ast": typed_ast_calls}
 
 
 def run_pejit(pejit, model, calls, policy, epochs, seed):

@@ -3,7 +3,8 @@
 // Child-Sum Tree-LSTM, a sequence LSTM over word lists, a binary-tree
 // recursive network with a loss at every node (as a plain recursion over the
 // minibatch, as a `@fold` with a closure, and with closures handed down the
-// recursion), a character LM over lists of words written with nested folds;
+// recursion), a character LM over lists of words written with nested folds,
+// a typed AST encoder with a cell per constructor;
 // 24 random minibatches each, segments run by the interpreter and compiled by
 // LLVM.
 #include <gtest/gtest.h>
@@ -407,7 +408,8 @@ INSTANTIATE_TEST_SUITE_P(Models, GenericTest,
                                            Model{"tree_rnn", "tests/tools/testdata/tree_rnn.pj", "tests/generic/tree_rnn_calls.jsonl", {1}},
                                            Model{"tree_rnn_fold", "tests/generic/models/tree_rnn_fold.pj", "tests/generic/tree_rnn_calls.jsonl", {1}},
                                            Model{"tree_rnn_closures", "tests/generic/models/tree_rnn_closures.pj", "tests/generic/tree_rnn_calls.jsonl", {1}},
-                                           Model{"char_lm", "tests/generic/models/char_lm.pj", "tests/generic/char_lm_calls.jsonl", {1, 2}}),
+                                           Model{"char_lm", "tests/generic/models/char_lm.pj", "tests/generic/char_lm_calls.jsonl", {1, 2}},
+                                           Model{"typed_ast", "tests/generic/models/typed_ast.pj", "tests/generic/typed_ast_calls.jsonl", {1}}),
                          [](const auto& info) { return info.param.name; });
 
 }  // namespace

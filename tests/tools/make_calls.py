@@ -7,7 +7,8 @@ call. Deterministic for a seed.
     make_calls.py MODEL CALLS SEED > calls.jsonl
 
 MODEL is treelstm (examples/treelstm/treelstm.pj, @loss), seq_lstm or
-tree_rnn (tests/tools/testdata, @loss), or char_lm (tests/generic/models, @loss)."""
+tree_rnn (tests/tools/testdata, @loss), or char_lm or typed_ast (tests/generic/models,
+@loss)."""
 import argparse
 import json
 import random
@@ -49,9 +50,32 @@ def binary_tree(rng, depth, vocab, classes):
                                        binary_tree(rng, depth - 1, vocab, classes), i64(rng.randrange(classes))]}
 
 
+def ast_expr(rng, depth, vocab):
+    kind = rng.choice(["Num", "Var"] if depth == 0 else ["Num", "Var", "Neg", "Bin", "Bin", "Call"])
+    if kind in ("Num", "Var"):
+        return {"ctor": kind, "fields": [i64(rng.randrange(vocab))]}
+    if kind == "Neg":
+        return {"ctor": "Neg", "fields": [ast_expr(rng, depth - 1, vocab)]}
+    if kind == "Bin":
+        return {"ctor": "Bin", "fields": [i64(rng.randrange(vocab)), ast_expr(rng, depth - 1, vocab),
+                                          ast_expr(rng, depth - 1, vocab)]}
+    args = [ast_expr(rng, depth - 1, vocab) for _ in range(rng.randint(0, 3))]
+    return {"ctor": "Call", "fields": [i64(rng.randrange(vocab)), cons_list(args)]}
+
+
+def ast_program(rng, depth, vocab, classes):
+    stmts = []
+    for _ in range(rng.randint(1, 4)):
+        if rng.random() < 0.7:
+            stmts.append({"ctor": "Assign", "fields": [i64(rng.randrange(vocab)), ast_expr(rng, depth, vocab)]})
+        else:
+            stmts.append({"ctor": "Return", "fields": [ast_expr(rng, depth, vocab)]})
+    return [cons_list(stmts), i64(rng.randrange(classes))]
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("model", choices=["treelstm", "seq_lstm", "tree_rnn", "char_lm"])
+    parser.add_argument("model", choices=["treelstm", "seq_lstm", "tree_rnn", "char_lm", "typed_ast"])
     parser.add_argument("calls", type=int, help="calls (lines) to write")
     parser.add_argument("seed", type=int)
     args = parser.parse_args()
@@ -77,6 +101,13 @@ def main():
             seqs = [cons_list([i64(rng.randrange(v)) for _ in range(rng.randint(0, 7))]) for _ in range(n)]
             labels = tensor("i64", [n], [rng.randrange(c) for _ in range(n)])
             print(json.dumps([cons_list(seqs), labels, zero, params]))
+    elif model == "typed_ast":
+        v = 16
+        params = [uniform(rng, v, h), uniform(rng, h, h), uniform(rng, h, 2 * h), uniform(rng, h), uniform(rng, h, h),
+                  uniform(rng, h, h), uniform(rng, h, h), uniform(rng, c, h), uniform(rng, c)]
+        for _ in range(calls):
+            programs = [ast_program(rng, 3, v, c) for _ in range(rng.randint(1, 3))]
+            print(json.dumps([cons_list(programs), params]))
     elif model == "char_lm":
         v = 12
         params = [uniform(rng, v, e), uniform(rng, 4 * h, e), uniform(rng, 4 * h, h), uniform(rng, 4 * h),
