@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Models written as new users write them, run whole from process start
 through `pejit replay` (reshuffled epochs of minibatches, gradients), beside
-a PyTorch peer where one can be written. Prints a table and a JSON line.
+a PyTorch peer where one can be written (level-batched for the tree models,
+masked for ACT, padded for the char LM). Prints a table and a JSON line.
 
     python3 bench/dynamic_models.py [--models tree_rnn,tree_rnn_fold] [--minibatches 60]
         [--batch 24] [--hidden 64] [--epochs 3] [--policies interpreter,eager,sync] [--torch]
@@ -136,7 +137,10 @@ def run_pejit(pejit, model, calls, policy, epochs, seed):
     return result
 
 
-TORCH_PEER = r'''
+# The PyTorch peers: PEER_HEAD, then a model's code defining `params`,
+# `batches` (each minibatch's inputs, prepared before timing) and
+# `loss_of(batch)`, then PEER_TAIL, which times forward and backward.
+PEER_HEAD = r'''
 import json, sys, time
 import torch
 torch.set_num_threads(int(sys.argv[2]))
@@ -152,7 +156,10 @@ def unlist(v):
         out.append(v["fields"][0])
         v = v["fields"][1]
     return out
+'''
 
+# Level-batched: the nodes of one height of every tree in one product.
+TREE_PEER = r'''
 first = json.loads(lines[0])
 params = [tensor_of(p).requires_grad_() for p in first[1]]
 emb, w, b, w_out, b_out = params
@@ -174,7 +181,8 @@ for line in lines:
     for t in trees: walk(t)
     batches.append((torch.tensor(words), torch.tensor(leaf_labels), inner))
 
-def loss_of(words, leaf_labels, inner):
+def loss_of(batch):
+    words, leaf_labels, inner = batch
     h_leaf = torch.tanh(emb[words])
     loss = torch.nn.functional.cross_entropy(h_leaf @ w_out.T + b_out, leaf_labels, reduction="sum")
     levels = []
@@ -188,11 +196,80 @@ def loss_of(words, leaf_labels, inner):
         loss = loss + torch.nn.functional.cross_entropy(h @ w_out.T + b_out, labels, reduction="sum")
     return loss
 
+'''
+
+# Batched with a mask: the i-th step of every example still pondering is one
+# step over the minibatch; a halted example keeps its output.
+ACT_PEER = r'''
+first = json.loads(lines[0])
+params = [tensor_of(p).requires_grad_() for p in first[1]]
+w, u, b, w_halt, w_out, b_out = params
+batches = []
+for line in lines:
+    examples = unlist(json.loads(line)[0])
+    batches.append((torch.cat([tensor_of(e[0]) for e in examples]), torch.tensor([e[1]["data"][0] for e in examples])))
+
+def loss_of(batch):
+    x, labels = batch
+    n = x.shape[0]
+    h = torch.zeros_like(x); out = torch.zeros_like(x); halted = torch.zeros(n)
+    y = torch.zeros_like(x)
+    active = torch.ones(n, dtype=torch.bool)
+    for step in range(12):
+        left = 12 - step
+        nxt = torch.tanh(x @ w.T + b + h @ u.T)
+        halt = torch.sigmoid((nxt @ w_halt.T).sum(1))
+        total = halted + halt
+        stop = (total > 0.99) | (left <= 1)
+        done = (active & stop)[:, None]
+        y = torch.where(done, out + nxt * (1 - halted)[:, None], y)
+        going = active & ~stop
+        out = torch.where(going[:, None], out + nxt * halt[:, None], out)
+        h = torch.where(going[:, None], nxt, h)
+        halted = torch.where(going, total, halted)
+        active = going
+        if not bool(active.any()):
+            break
+    return torch.nn.functional.cross_entropy(y @ w_out.T + b_out, labels, reduction="sum")
+'''
+
+# Padded: the characters of every sentence (its words run together, as the
+# fold carries the state across them), one LSTM step over the minibatch per
+# position, each character predicted from the state before it.
+CHAR_PEER = r'''
+first = json.loads(lines[0])
+params = [tensor_of(p).requires_grad_() for p in first[2]]
+emb, w, u, b, w_out, b_out = params
+hidden = u.shape[1]
+batches = []
+for line in lines:
+    sentences = unlist(json.loads(line)[0])
+    seqs = [[c["data"][0] for word in unlist(s) for c in unlist(word)] for s in sentences]
+    length = max(len(q) for q in seqs)
+    chars = torch.tensor([q + [0] * (length - len(q)) for q in seqs])
+    mask = torch.tensor([[1.0] * len(q) + [0.0] * (length - len(q)) for q in seqs])
+    batches.append((chars, mask))
+
+def loss_of(batch):
+    chars, mask = batch
+    n, length = chars.shape
+    h = torch.zeros(n, hidden); c = torch.zeros(n, hidden)
+    loss = 0
+    for t in range(length):
+        logp = torch.log_softmax(h @ w_out.T + b_out, 1)
+        loss = loss - (logp.gather(1, chars[:, t:t + 1])[:, 0] * mask[:, t]).sum()
+        g = (emb[chars[:, t]] @ w.T + b + h @ u.T).chunk(4, 1)
+        c = torch.sigmoid(g[0]) * c + torch.sigmoid(g[1]) * torch.tanh(g[2])
+        h = torch.sigmoid(g[3]) * torch.tanh(c)
+    return loss
+'''
+
+PEER_TAIL = r'''
 rates = []
 for epoch in range(epochs):
     start = time.perf_counter()
-    for words, leaf_labels, inner in batches:
-        loss = loss_of(words, leaf_labels, inner)
+    for batch in batches:
+        loss = loss_of(batch)
         grads = torch.autograd.grad(loss, params)
     rates.append(len(batches) / (time.perf_counter() - start))
 # Which BLAS this process runs (Debian's torch may load the reference one through libblas.so.3).
@@ -200,10 +277,14 @@ blas = sorted({line.split()[-1] for line in open("/proc/self/maps") if "blas" in
 print(json.dumps({"calls_per_s": rates, "threads": torch.get_num_threads(), "blas": blas}))
 '''
 
+PEERS = {"tree_rnn_calls": ("level-batched", TREE_PEER), "act_calls": ("masked", ACT_PEER),
+         "char_lm_calls": ("padded", CHAR_PEER)}
 
-def run_torch(calls, epochs, threads):
+
+def run_torch(peer, calls, epochs, threads):
     env = dict(os.environ, OMP_WAIT_POLICY="PASSIVE")
-    out = subprocess.run(["/usr/bin/python3", "-c", TORCH_PEER, calls, str(threads), str(epochs)],
+    code = PEER_HEAD + PEERS[peer][1] + PEER_TAIL
+    out = subprocess.run(["/usr/bin/python3", "-c", code, calls, str(threads), str(epochs)],
                          check=True, capture_output=True, text=True, env=env).stdout
     return json.loads(out.strip().splitlines()[-1])
 
@@ -217,7 +298,9 @@ def main():
     parser.add_argument("--epochs", type=int, default=3)
     parser.add_argument("--policies", default="interpreter,eager,sync")
     parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--torch", action="store_true", help="also the level-batched PyTorch peer, on 1 and 2 threads")
+    parser.add_argument("--torch", action="store_true",
+                        help="also the PyTorch peers (tree models level-batched, act masked, char_lm padded), "
+                             "on 1 and 2 threads")
     parser.add_argument("--pejit", default=os.path.join(ROOT, "bazel-bin/tools/pejit"))
     o = parser.parse_args()
     results = {"minibatches": o.minibatches, "batch": o.batch, "hidden": o.hidden, "epochs": o.epochs, "runs": []}
@@ -241,15 +324,17 @@ def main():
                       "  compiled " + " ".join(f"{100 * x:3.0f}%" for x in row["compiled_share"]) +
                       "  batched-interp " + " ".join(f"{100 * x:3.0f}%" for x in row["generic_interpreted_share"]) +
                       f"  ({r['process_seconds']:.1f} s)", flush=True)
-        if o.torch and "tree_rnn_calls" in {os.path.basename(c)[:-6] for c in calls_of.values()}:
-            calls = calls_of[tree_rnn_calls]
+        for make, calls in calls_of.items() if o.torch else []:
+            peer = make.__name__
+            if peer not in PEERS:
+                continue
             for threads in (1, 2):
-                r = run_torch(calls, o.epochs, threads)
-                results["runs"].append({"model": "torch_level_batched", "policy": f"{threads} threads",
-                                        "calls_per_s": r["calls_per_s"], "blas": r["blas"]})
-                print(f"{'torch peer':14s} {str(threads) + ' threads':12s} calls/s " +
-                      " ".join(f"{x:8.1f}" for x in r["calls_per_s"]) + "  (" + ", ".join(r["blas"]) + ")",
-                      flush=True)
+                r = run_torch(peer, calls, o.epochs, threads)
+                results["runs"].append({"model": "torch_" + peer[:-6], "policy": f"{threads} threads",
+                                        "peer": PEERS[peer][0], "calls_per_s": r["calls_per_s"], "blas": r["blas"]})
+                print(f"{'torch ' + peer[:-6]:14s} {str(threads) + ' threads':12s} calls/s " +
+                      " ".join(f"{x:8.1f}" for x in r["calls_per_s"]) + f"  ({PEERS[peer][0]}; " +
+                      ", ".join(r["blas"]) + ")", flush=True)
     print(json.dumps(results))
 
 
