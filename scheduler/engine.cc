@@ -236,6 +236,11 @@ class EngineImpl {
   // priority; emits an `admission` event (decision boost).
   void Boost(Request& r, Slot& slot);
   static constexpr int kBoostAfterMisses = 3;
+  // A job of `slot` ended (worker_us < 0: not measured): its entry's
+  // admission learns its time and, if it admitted the job, that it is done.
+  static void JobEnded(Slot& slot, int64_t worker_us) {
+    slot.key.entry->admission.JobEnded(worker_us, slot.admitted.exchange(false, std::memory_order_relaxed));
+  }
   SlotPtr Insert(Request& r, SlotState initial, bool* inserted);
   void Enqueue(Request& r, const SlotPtr& slot, JobPriority priority);
   bool Promote(Request& r, const SlotPtr& slot, JobPriority priority);
@@ -514,12 +519,12 @@ ValueAndGrad EngineImpl::Run(Request& r) {
   if (!slot && disk_) slot = LoadFromDisk(r);
   // (4) Ready: run the compiled code.
   if (slot && slot->Load() == SlotState::kReady) {
-    const int64_t start = NowMicros();
+    // How much faster a specialization is than the generic code that served
+    // its signature before: its second run (the first pays for first touches).
+    const bool measure = slot->generic_us.load(std::memory_order_relaxed) > 0;
+    const int64_t start = measure ? NowMicros() : 0;
     if (auto out = RunCompiled(r, *slot)) {
-      // How much faster a specialization is than the generic code that served
-      // its signature before: its second run (the first pays for first touches).
-      if (slot->generic_us.load(std::memory_order_relaxed) > 0 &&
-          slot->runs_compiled.fetch_add(1, std::memory_order_relaxed) == 1) {
+      if (measure && slot->runs_compiled.fetch_add(1, std::memory_order_relaxed) == 1) {
         r.entry.admission.SpecializationRan(NowMicros() - start, slot->generic_us.exchange(0, std::memory_order_relaxed));
       }
       return std::move(*out);
@@ -777,8 +782,9 @@ SlotPtr EngineImpl::Miss(Request& r, SlotPtr slot, int hot_calls, int64_t generi
   }
   if (served) {
     slot->generic_us.store(generic_us, std::memory_order_relaxed);
-    int64_t never = 0;
-    slot->first_call_us.compare_exchange_strong(never, NowMicros(), std::memory_order_relaxed);
+    if (int64_t never = 0; slot->first_call_us.load(std::memory_order_relaxed) == 0) {
+      slot->first_call_us.compare_exchange_strong(never, NowMicros(), std::memory_order_relaxed);
+    }
   }
   SlotState state = slot->Load();
   if (state == SlotState::kPending) {
@@ -795,9 +801,8 @@ SlotPtr EngineImpl::Miss(Request& r, SlotPtr slot, int hot_calls, int64_t generi
   } else if (state == SlotState::kCold) {
     int64_t calls = slot->calls.fetch_add(1, std::memory_order_relaxed) + 1;
     if (served) {
-      if (calls >= hot_calls && Admit(r, *slot, calls) && !Promote(r, slot, priority) &&
-          slot->admitted.exchange(false, std::memory_order_relaxed)) {
-        r.entry.admission.JobEnded(-1, true);  // another call promoted it first
+      if (calls >= hot_calls && Admit(r, *slot, calls) && !Promote(r, slot, priority)) {
+        JobEnded(*slot, -1);  // another call promoted it first: this admission queued nothing
       }
     } else if (!hot || calls >= hot_calls) {
       Promote(r, slot, priority);
@@ -968,7 +973,7 @@ void EngineImpl::Cancel(Job& job, const char* why) {
   EntryState& entry = *slot.key.entry;
   ReportEvictions(cache.Fail(slot, std::string("cancelled: ") + why));
   Count(entry.cancelled);
-  if (slot.admitted.exchange(false, std::memory_order_relaxed)) entry.admission.JobEnded(-1, true);
+  JobEnded(slot, -1);
   if (On(EventKind::kCancel)) {
     Event e = Make(EventKind::kCancel, entry.name, &slot.key.signature);
     e.fields.push_back({"job", job.id});
@@ -1019,7 +1024,7 @@ void EngineImpl::RunJob(Job& job) {
       if (std::optional<DiskHit> hit = LoadImage(entry, *job.snapshot, slot.key, job.args, job.static_args,
                                                  job.grad ? &job.wrt : nullptr, job.id)) {
         ReportEvictions(cache.Publish(slot, hit->exec, std::move(hit->gradient_result)));
-        entry.admission.JobEnded(-1, slot.admitted.exchange(false, std::memory_order_relaxed));
+        JobEnded(slot, -1);
         Settle(slot);
         return;
       }
@@ -1091,7 +1096,7 @@ void EngineImpl::RunJob(Job& job) {
     ReportEvictions(cache.Fail(slot, reason));
     Count(entry.failed);
     events.End(refused, times, slot.key.mode, reason);
-    entry.admission.JobEnded(NowMicros() - times.start, slot.admitted.exchange(false, std::memory_order_relaxed));
+    JobEnded(slot, NowMicros() - times.start);
     Settle(slot);
     return;
   }
@@ -1103,7 +1108,7 @@ void EngineImpl::RunJob(Job& job) {
     events.Swap(times, slot.tier, slot.key.mode, job.grad, slot.bytes, notes);
     ReportEvictions(evicted);
   }
-  entry.admission.JobEnded(NowMicros() - times.start, slot.admitted.exchange(false, std::memory_order_relaxed));
+  JobEnded(slot, NowMicros() - times.start);
   Settle(slot);
   if (disk_) StoreToDisk(job, slot, exec);
 }
