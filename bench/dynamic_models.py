@@ -37,6 +37,9 @@ import tempfile
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "tests/tools"))
+import make_calls  # noqa: E402  the tests' JSON builders and random programs
+
 MODELS = {
     "tree_rnn": "tests/tools/testdata/tree_rnn.pj",
     "tree_rnn_fold": "tests/generic/models/tree_rnn_fold.pj",
@@ -46,26 +49,11 @@ MODELS = {
 }
 
 
-def tensor(dtype, shape, data):
-    return {"dtype": dtype, "shape": shape, "data": data}
+tensor, i64, cons_list = make_calls.tensor, make_calls.i64, make_calls.cons_list
 
 
-def i64(v):
-    return tensor("i64", [], [v])
-
-
-def uniform(rng, *shape, scale=0.1):
-    n = 1
-    for d in shape:
-        n *= d
-    return tensor("f32", list(shape), [round(rng.uniform(-scale, scale), 5) for _ in range(n)])
-
-
-def cons_list(items):
-    out = {"ctor": "Nil", "fields": []}
-    for item in reversed(items):
-        out = {"ctor": "Cons", "fields": [item, out]}
-    return out
+def uniform(rng, *shape, scale=0.1):  # the benchmarks' weights are smaller than the tests'
+    return make_calls.uniform(rng, *shape, scale=scale)
 
 
 def binary_tree(rng, leaves, vocab, classes):
@@ -110,14 +98,12 @@ def act_calls(rng, minibatches, batch, hidden, classes=5):
 
 
 def typed_ast_calls(rng, minibatches, batch, hidden, vocab=100, classes=5):
-    sys.path.insert(0, os.path.join(ROOT, "tests/tools"))
-    from make_calls import ast_program  # the tests' generator of random programs
     params = [uniform(rng, vocab, hidden), uniform(rng, hidden, hidden), uniform(rng, hidden, 2 * hidden),
               uniform(rng, hidden), uniform(rng, hidden, hidden), uniform(rng, hidden, hidden),
               uniform(rng, hidden, hidden), uniform(rng, classes, hidden), uniform(rng, classes)]
     lines = []
     for _ in range(minibatches):
-        programs = [ast_program(rng, 4, vocab, classes) for _ in range(batch)]
+        programs = [make_calls.ast_program(rng, 4, vocab, classes) for _ in range(batch)]
         lines.append(json.dumps([cons_list(programs), params]))
     return lines
 
