@@ -8,6 +8,7 @@
 
 #include "ir/value.h"
 #include "ir/visitor.h"
+#include "jit/batch_branches.h"
 #include "jit/pipeline.h"
 #include "jit/refine_shapes.h"
 #include "jit/straight.h"
@@ -630,10 +631,14 @@ ExecutablePtr CompileControlFlow(JitSession& session, const Func& main,
   if (!HasControlFlow(main)) throw JitFailure("control flow: the program is straight-line code");
   auto program = std::make_shared<ControlFlowProgram>(session, options);
   RefinedProgram refined = RefineShapes(main, functions);
-  program->Build(refined.main, refined.functions);
+  BatchedBranches batched{refined.main, refined.functions};
+  if (options.batch_branches) batched = BatchBranches(refined.main, refined.functions);
+  program->Build(batched.main, batched.functions);
   if (stats) {
     *stats = program->stats();
     stats->refined = refined.refined;
+    stats->batched_groups = batched.groups;
+    stats->batched_rows = batched.rows;
   }
   return program;
 }

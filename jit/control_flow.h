@@ -41,6 +41,9 @@ struct ControlFlowOptions {
   // Compiles each region's program once batched (and, in grad mode, split
   // into its VJP's halves); empty: the session's Compile.
   CompileProgram compile_program;
+  // Batch the independent instances of one branch or loop across the
+  // examples of a minibatch (batch_branches.h); off: each runs alone.
+  bool batch_branches = true;
 };
 
 struct ControlFlowStats {
@@ -49,6 +52,8 @@ struct ControlFlowStats {
   int branches = 0;  // dynamic `if`s
   int calls = 0;     // calls of residual functions
   int refined = 0;   // variables whose shape the program determines beyond its declarations (refine_shapes.h)
+  int batched_groups = 0;  // sets of instances of one branch or loop run as one (batch_branches.h)
+  int batched_rows = 0;    // the instances in them
 };
 
 // `main` and the residual functions it calls (by name, as MakeGlobal spells

@@ -180,13 +180,17 @@ int Compile(const std::string& file, const std::string& entry, const std::string
     ControlFlowOptions control_flow;
     control_flow.compile = options.compile;
     control_flow.wrt = options.wrt_leaves;
+    control_flow.batch_branches = options.batch;
     exe = CompileControlFlow(*session, r.main, r.functions, control_flow, &stats);
     double compile_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t1).count();
     std::string vjps = grad ? " (" + std::to_string(stats.vjp_regions) + " with a compiled VJP)" : "";
-    std::printf("# %s for %s: control flow: %d native regions%s between %d branches and %d residual calls, "
+    std::string batched = stats.batched_groups > 0 ? " (" + std::to_string(stats.batched_rows) + " instances batched as " +
+                                                         std::to_string(stats.batched_groups) + ")"
+                                                   : "";
+    std::printf("# %s for %s: control flow: %d native regions%s between %d branches and %d residual calls%s, "
                 "code %.1f KiB; pe %.2f ms, compile %.2f ms\n",
                 entry.c_str(), session->host_cpu().c_str(), stats.regions, vjps.c_str(), stats.branches, stats.calls,
-                exe->code_bytes() / 1024.0, pe_ms, compile_ms);
+                batched.c_str(), exe->code_bytes() / 1024.0, pe_ms, compile_ms);
   } else {
     PipelineReport pipeline;
     exe = CompileResidual(*session, r.main, options, &pipeline);
