@@ -192,13 +192,14 @@ class Batcher {
           for (const Val& a : args) atoms.push_back(a.atom);
           return {out.Bind(let.var->name, MakeCall(call.callee, std::move(atoms)), type), false, type};
         }
+        // A constant argument is stacked: a loop's counter or sum starts as
+        // one and is data the next iteration, and one stacked version of
+        // the loop serves both calls.
         std::vector<bool> pattern;
+        for (const Val& a : args) pattern.push_back(a.stacked || a.atom->kind == ExprKind::kConstant);
+        const auto& [name, stacked] = Function(callee->name, pattern);
         std::vector<Expr> atoms = {mask};
-        for (const Val& a : args) {
-          pattern.push_back(a.stacked);
-          atoms.push_back(a.atom);
-        }
-        const std::string name = Function(callee->name, pattern);
+        for (size_t i = 0; i < args.size(); ++i) atoms.push_back(stacked[i] ? StackAll(args[i], out) : args[i].atom);
         return {out.Bind(let.var->name, MakeCall(MakeGlobal(name), std::move(atoms)), Stacked(type, rows_)), true, type};
       }
       default:
@@ -391,12 +392,17 @@ class Batcher {
   // The stacked version of residual function `name` for arguments stacked
   // as `pattern`: its first parameter is the mask of rows whose results
   // are read (at least one).
-  std::string Function(const std::string& name, const std::vector<bool>& pattern) {
-    std::string key = name + ":";
-    for (bool s : pattern) key += s ? 'S' : '-';
-    if (auto it = names_.find(key); it != names_.end()) return it->second;
-    const std::string stacked_name = name + "_rows" + std::to_string(names_.size());
-    names_[key] = stacked_name;
+  // An existing version that stacks at least what `pattern` does serves
+  // (the caller stacks the rest), so that a loop has one version. Returns
+  // its name and what it stacks.
+  std::pair<std::string, std::vector<bool>> Function(const std::string& name, const std::vector<bool>& pattern) {
+    for (const Version& v : versions_) {
+      bool covers = v.original == name;
+      for (size_t i = 0; covers && i < pattern.size(); ++i) covers = v.stacked[i] || !pattern[i];
+      if (covers) return {v.name, v.stacked};
+    }
+    const std::string stacked_name = name + "_rows" + std::to_string(versions_.size());
+    versions_.push_back({name, pattern, stacked_name});
     const Func& f = functions_.at(name);
     if (!f->ret_type || !FullyKnown(f->ret_type)) throw JitFailure("batch branches: @" + name + "'s result type is not known");
     Var mask = MakeVar("mask", TensorTy(DType::kBool, {rows_}));
@@ -413,12 +419,18 @@ class Batcher {
     Val result = Block(f->body, env, mask, out);
     Expr body = out.Finish(StackAll(result, out));
     made_.emplace_back(stacked_name, MakeFunc(std::move(params), body, Stacked(f->ret_type, rows_)));
-    return stacked_name;
+    return {stacked_name, pattern};
   }
+
+  struct Version {
+    std::string original;
+    std::vector<bool> stacked;
+    std::string name;
+  };
 
   int64_t rows_;
   std::map<std::string, Func> functions_;
-  std::map<std::string, std::string> names_;
+  std::vector<Version> versions_;
   std::vector<std::pair<std::string, Func>> made_;
 };
 

@@ -1,0 +1,232 @@
+// Branches and loops on tensor values batched across a minibatch's examples
+// (jit/batch_branches.h): the per-example instances of a data-ended loop run
+// as one computation over stacked rows, and the compiled program agrees with
+// the interpreter on the original one in values and gradients, whichever
+// examples loop how long; a row no example gives a branch never evaluates
+// it (no index out of range, no NaN in a gradient); instances that depend
+// on each other stay apart.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "interp/interpreter.h"
+#include "ir/module.h"
+#include "jit/batch_branches.h"
+#include "jit/control_flow.h"
+#include "jit/refine_shapes.h"
+#include "ops/random.h"
+#include "pe/partial_eval.h"
+
+namespace pejit {
+namespace {
+
+constexpr char kProgram[] = R"(
+type Row = Tensor[(1, ?), f32];
+
+# Adaptive computation time: a step per example until its halting sum passes
+# 0.9 or it has taken %left steps; the output the halting-weighted states.
+def @ponder(%x: Row, %h: Row, %halted: Tensor[(), f32], %out: Row, %left: Tensor[(), i64],
+            %w: Tensor[(?, ?), f32], %u: Tensor[(?, ?), f32], %v: Tensor[(?, ?), f32]) -> Row {
+  let %next = tanh(add(matmul(%x, %w), matmul(%h, %u)));
+  let %halt = sigmoid(sum(matmul(%next, %v)));
+  let %total = add(%halted, %halt);
+  if (logical_or(greater(%total, 0.9f32), less_equal(%left, 1))) {
+    add(%out, mul(%next, sub(1f32, %halted)))
+  } else {
+    @ponder(%x, %next, %total, add(%out, mul(%next, %halt)), sub(%left, 1), %w, %u, %v)
+  }
+}
+def @act_loss(%xs: List[Row], %w: Tensor[(?, ?), f32], %u: Tensor[(?, ?), f32], %v: Tensor[(?, ?), f32]) -> Tensor[(), f32] {
+  match (%xs) {
+    Nil => 0f32,
+    Cons(%x, %rest) => {
+      let %zero = mul(%x, 0f32);
+      let %y = @ponder(%x, %zero, 0f32, %zero, 8, %w, %u, %v);
+      add(sum(mul(%y, %y)), @act_loss(%rest, %w, %u, %v))
+    },
+  }
+}
+
+# A walk over rows %start.. of a shared table while the row index is below
+# %end: the step reads row %i, valid only while the loop runs. An example
+# that has finished must not take the step's row %end (past the table).
+def @walk(%table: Tensor[(6, 3), f32], %i: Tensor[(), i64], %end: Tensor[(), i64], %acc: Tensor[(1, 3), f32],
+          %w: Tensor[(3, 3), f32]) -> Tensor[(1, 3), f32] {
+  if (greater_equal(%i, %end)) { %acc } else {
+    let %row = take(%table, reshape(%i, shape=[1]));
+    @walk(%table, add(%i, 1), %end, tanh(add(matmul(%acc, %w), %row)), %w)
+  }
+}
+def @walk_loss(%spans: List[(Tensor[(), i64], Tensor[(), i64])], %table: Tensor[(6, 3), f32], %w: Tensor[(3, 3), f32]) -> Tensor[(), f32] {
+  match (%spans) {
+    Nil => 0f32,
+    Cons(%s, %rest) => {
+      let %h = @walk(%table, %s.0, %s.1, mul(take(%table, reshape(%s.0, shape=[1])), 0.5f32), %w);
+      add(sum(%h), @walk_loss(%rest, %table, %w))
+    },
+  }
+}
+
+# A branch each side of which is valid only on its own side: the log of a
+# positive sum, or the square of a negative one.
+def @safe_loss(%xs: List[Row], %w: Tensor[(?, ?), f32]) -> Tensor[(), f32] {
+  match (%xs) {
+    Nil => 0f32,
+    Cons(%x, %rest) => {
+      let %s = sum(matmul(%x, %w));
+      let %y = if (greater(%s, 0f32)) { log(%s) } else { mul(sqrt(neg(%s)), 3f32) };
+      add(%y, @safe_loss(%rest, %w))
+    },
+  }
+}
+
+# Each example's loop starts from the previous one's result: a chain, not a
+# set of independent instances.
+def @chain(%xs: List[Row], %h: Row, %w: Tensor[(?, ?), f32], %u: Tensor[(?, ?), f32], %v: Tensor[(?, ?), f32]) -> Row {
+  match (%xs) {
+    Nil => %h,
+    Cons(%x, %rest) => @chain(%rest, @ponder(%x, %h, 0f32, %h, 4, %w, %u, %v), %w, %u, %v),
+  }
+}
+def @chain_loss(%xs: List[Row], %w: Tensor[(?, ?), f32], %u: Tensor[(?, ?), f32], %v: Tensor[(?, ?), f32]) -> Tensor[(), f32] {
+  match (%xs) {
+    Nil => 0f32,
+    Cons(%x, %rest) => sum(@chain(%rest, %x, %w, %u, %v)),
+  }
+}
+)";
+
+class BatchBranchesTest : public testing::Test {
+ protected:
+  void SetUp() override {
+    module_.AddSource(kProgram, "batch.pj");
+    session_ = JitSession::Create();
+    list_ = module_.snapshot()->FindType("List");
+  }
+
+  Value List(const std::vector<Value>& items) {
+    Value xs = Value::Adt(list_, 0, {});
+    for (auto it = items.rbegin(); it != items.rend(); ++it) xs = Value::Adt(list_, 1, {*it, xs});
+    return xs;
+  }
+
+  // PE of `entry` on `args`, compiled in grad mode for the weights `wrt`
+  // (tensor arguments), against the interpreter's tape on the original
+  // program.
+  ControlFlowStats CheckGrad(const std::string& entry, const std::vector<Value>& args, const std::vector<int>& wrt) {
+    Snapshot s = module_.snapshot();
+    Residual r = PartialEvaluate(*s, entry, args);
+    std::vector<int> leaves;  // each weight's place among the program's tensor parameters
+    for (int a : wrt) {
+      int before = 0;
+      for (int i = 0; i < a; ++i) before += static_cast<int>(Flatten({args[i]}, {}).size());
+      leaves.push_back(before);
+    }
+    ControlFlowStats stats;
+    ExecutablePtr exe = CompileControlFlow(*session_, r.main, r.functions, {{}, leaves}, &stats);
+    std::vector<Tensor> got = exe->Run(Flatten(args, {}));
+    Interpreter::ValueAndGrad want = Interpreter().CallWithGrad(*s, entry, args, wrt);
+    EXPECT_EQ(got.size(), 1 + wrt.size());
+    if (got.size() != 1 + wrt.size()) return stats;
+    EXPECT_TRUE(AllClose(got[0], want.value.tensor(), 1e-4, 1e-5)) << got[0].ToString() << " vs " << want.value.ToString();
+    for (size_t k = 0; k < wrt.size(); ++k) {
+      const float* g = got[1 + k].data<float>();
+      for (int64_t i = 0; i < got[1 + k].numel(); ++i) EXPECT_TRUE(std::isfinite(g[i])) << "d/d argument " << wrt[k];
+      EXPECT_TRUE(AllClose(got[1 + k], want.grads[k].tensor(), 1e-3, 1e-5))
+          << "d/d argument " << wrt[k] << ": " << got[1 + k].ToString() << " vs " << want.grads[k].ToString();
+    }
+    return stats;
+  }
+
+  Module module_;
+  std::unique_ptr<JitSession> session_;
+  TypeDefPtr list_;
+};
+
+TEST_F(BatchBranchesTest, EveryExamplesLoopRunsAsOneBatchedLoop) {
+  Rng rng(7);
+  for (int trial = 0; trial < 4; ++trial) {  // weights that halt early, late, and in between
+    const float scale = 0.2f + 0.4f * trial;
+    std::vector<Value> rows;
+    for (int i = 0; i < 9; ++i) rows.emplace_back(RandomUniform(rng, {1, 6}, -1, 1));
+    Value w(RandomUniform(rng, {6, 6}, -scale, scale)), u(RandomUniform(rng, {6, 6}, -scale, scale));
+    Value v(RandomUniform(rng, {6, 1}, -scale, scale));
+    ControlFlowStats stats = CheckGrad("act_loss", {List(rows), w, u, v}, {1, 2, 3});
+    EXPECT_EQ(stats.batched_groups, 1) << "trial " << trial;
+    EXPECT_EQ(stats.batched_rows, 9);
+  }
+}
+
+TEST_F(BatchBranchesTest, OneExampleIsLeftAsItIs) {
+  Rng rng(8);
+  Value w(RandomUniform(rng, {6, 6}, -0.5f, 0.5f)), u(RandomUniform(rng, {6, 6}, -0.5f, 0.5f));
+  Value v(RandomUniform(rng, {6, 1}, -0.5f, 0.5f));
+  ControlFlowStats stats = CheckGrad("act_loss", {List({Value(RandomUniform(rng, {1, 6}, -1, 1))}), w, u, v}, {1, 2, 3});
+  EXPECT_EQ(stats.batched_groups, 0);
+}
+
+// Spans ending at the table's last row: a finished example stepping on with
+// the others would read row 6 of 6.
+TEST_F(BatchBranchesTest, AFinishedExampleNeverRunsTheStepItsLoopGuards) {
+  Rng rng(9);
+  auto i64 = [](int64_t v) { return Value(Tensor::FromVector<int64_t>({}, {v})); };
+  std::vector<Value> spans;
+  for (auto [start, end] : std::vector<std::pair<int64_t, int64_t>>{{0, 6}, {4, 6}, {2, 3}, {5, 6}, {1, 1}, {3, 6}}) {
+    spans.push_back(Value::Tuple({i64(start), i64(end)}));
+  }
+  Value table(RandomUniform(rng, {6, 3}, -1, 1)), w(RandomUniform(rng, {3, 3}, -0.8f, 0.8f));
+  ControlFlowStats stats = CheckGrad("walk_loss", {List(spans), table, w}, {1, 2});
+  EXPECT_EQ(stats.batched_groups, 1);
+  EXPECT_EQ(stats.batched_rows, 6);
+}
+
+// Where both sides ran on every row and a select kept one, the log of a
+// negative sum would make NaN, and its zero cotangent times the NaN would
+// reach the weight's gradient.
+TEST_F(BatchBranchesTest, EachSideOfABranchSeesOnlyRowsThatTakeIt) {
+  Rng rng(10);
+  std::vector<Value> rows;
+  for (int i = 0; i < 8; ++i) rows.emplace_back(RandomUniform(rng, {1, 4}, -1, 1));
+  Value w(RandomUniform(rng, {4, 1}, -1, 1));
+  ControlFlowStats stats = CheckGrad("safe_loss", {List(rows), w}, {1});
+  EXPECT_EQ(stats.batched_groups, 1);
+  // Every example on one side: the other side runs for no row.
+  Value positive(Tensor::Full(DType::kF32, {4, 1}, 1.0));
+  std::vector<Value> ones;
+  for (int i = 0; i < 3; ++i) ones.emplace_back(Tensor::Full(DType::kF32, {1, 4}, 0.5 + i));
+  CheckGrad("safe_loss", {List(ones), positive}, {1});
+}
+
+TEST_F(BatchBranchesTest, LoopsThatReadEachOthersResultsStayApart) {
+  Rng rng(11);
+  std::vector<Value> rows;
+  for (int i = 0; i < 5; ++i) rows.emplace_back(RandomUniform(rng, {1, 6}, -1, 1));
+  Value w(RandomUniform(rng, {6, 6}, -0.6f, 0.6f)), u(RandomUniform(rng, {6, 6}, -0.6f, 0.6f));
+  Value v(RandomUniform(rng, {6, 1}, -0.6f, 0.6f));
+  ControlFlowStats stats = CheckGrad("chain_loss", {List(rows), w, u, v}, {1, 2, 3});
+  EXPECT_EQ(stats.batched_groups, 0);
+}
+
+// The pass alone: the batched functions it adds are named after the
+// originals, and a program without instances to batch comes back unchanged.
+TEST_F(BatchBranchesTest, ThePassAddsAStackedVersionOfTheLoop) {
+  Rng rng(12);
+  std::vector<Value> rows;
+  for (int i = 0; i < 3; ++i) rows.emplace_back(RandomUniform(rng, {1, 6}, -1, 1));
+  Value w(RandomUniform(rng, {6, 6}, -0.5f, 0.5f));
+  Snapshot s = module_.snapshot();
+  Residual r = PartialEvaluate(*s, "act_loss", {List(rows), w, w, Value(RandomUniform(rng, {6, 1}, -0.5f, 0.5f))});
+  BatchedBranches none = BatchBranches(r.main, r.functions);  // declared sizes still open: nothing to stack
+  EXPECT_EQ(none.groups, 0);
+  EXPECT_EQ(none.main, r.main);
+  RefinedProgram refined = RefineShapes(r.main, r.functions);
+  BatchedBranches batched = BatchBranches(refined.main, refined.functions);
+  EXPECT_EQ(batched.groups, 1);
+  EXPECT_EQ(batched.rows, 3);
+  ASSERT_EQ(batched.functions.size(), refined.functions.size() + 1);
+  EXPECT_EQ(batched.functions.back().first, refined.functions[0].first + "_rows0");
+  EXPECT_EQ(batched.functions.back().second->params.size(), refined.functions[0].second->params.size() + 1);  // the mask
+}
+
+}  // namespace
+}  // namespace pejit
