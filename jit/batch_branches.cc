@@ -122,7 +122,10 @@ class Emitter {
 
 class Batcher {
  public:
-  Batcher(const std::vector<std::pair<std::string, Func>>& functions, int64_t rows) : rows_(rows) {
+  // Names of the stacked versions are numbered after `functions`, so that
+  // each group's are new (a loop batched in two groups has two versions).
+  Batcher(const std::vector<std::pair<std::string, Func>>& functions, int64_t rows)
+      : rows_(rows), first_number_(functions.size()) {
     for (const auto& [name, f] : functions) functions_[name] = f;
   }
 
@@ -401,7 +404,7 @@ class Batcher {
       for (size_t i = 0; covers && i < pattern.size(); ++i) covers = v.stacked[i] || !pattern[i];
       if (covers) return {v.name, v.stacked};
     }
-    const std::string stacked_name = name + "_rows" + std::to_string(versions_.size());
+    const std::string stacked_name = name + "_rows" + std::to_string(first_number_ + versions_.size());
     versions_.push_back({name, pattern, stacked_name});
     const Func& f = functions_.at(name);
     if (!f->ret_type || !FullyKnown(f->ret_type)) throw JitFailure("batch branches: @" + name + "'s result type is not known");
@@ -429,6 +432,7 @@ class Batcher {
   };
 
   int64_t rows_;
+  size_t first_number_;
   std::map<std::string, Func> functions_;
   std::vector<Version> versions_;
   std::vector<std::pair<std::string, Func>> made_;

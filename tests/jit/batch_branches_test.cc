@@ -47,6 +47,20 @@ def @act_loss(%xs: List[Row], %w: Tensor[(?, ?), f32], %u: Tensor[(?, ?), f32], 
   }
 }
 
+# The same loop in two sets of instances, of 8 and of 4 steps at most.
+def @short_loss(%xs: List[Row], %w: Tensor[(?, ?), f32], %u: Tensor[(?, ?), f32], %v: Tensor[(?, ?), f32]) -> Tensor[(), f32] {
+  match (%xs) {
+    Nil => 0f32,
+    Cons(%x, %rest) => {
+      let %y = @ponder(%x, %x, 0f32, %x, 4, %w, %u, %v);
+      add(sum(%y), @short_loss(%rest, %w, %u, %v))
+    },
+  }
+}
+def @two_loss(%a: List[Row], %b: List[Row], %w: Tensor[(?, ?), f32], %u: Tensor[(?, ?), f32], %v: Tensor[(?, ?), f32]) -> Tensor[(), f32] {
+  add(@act_loss(%a, %w, %u, %v), @short_loss(%b, %w, %u, %v))
+}
+
 # A walk over rows %start.. of a shared table while the row index is below
 # %end: the step reads row %i, valid only while the loop runs. An example
 # that has finished must not take the step's row %end (past the table).
@@ -157,6 +171,18 @@ TEST_F(BatchBranchesTest, EveryExamplesLoopRunsAsOneBatchedLoop) {
   }
 }
 
+TEST_F(BatchBranchesTest, OneLoopInTwoSetsOfInstancesOfDifferentSizes) {
+  Rng rng(13);
+  std::vector<Value> a, b;
+  for (int i = 0; i < 5; ++i) a.emplace_back(RandomUniform(rng, {1, 6}, -1, 1));
+  for (int i = 0; i < 3; ++i) b.emplace_back(RandomUniform(rng, {1, 6}, -1, 1));
+  Value w(RandomUniform(rng, {6, 6}, -0.5f, 0.5f)), u(RandomUniform(rng, {6, 6}, -0.5f, 0.5f));
+  Value v(RandomUniform(rng, {6, 1}, -0.5f, 0.5f));
+  ControlFlowStats stats = CheckGrad("two_loss", {List(a), List(b), w, u, v}, {2, 3, 4});
+  EXPECT_EQ(stats.batched_groups, 2);
+  EXPECT_EQ(stats.batched_rows, 8);
+}
+
 TEST_F(BatchBranchesTest, OneExampleIsLeftAsItIs) {
   Rng rng(8);
   Value w(RandomUniform(rng, {6, 6}, -0.5f, 0.5f)), u(RandomUniform(rng, {6, 6}, -0.5f, 0.5f));
@@ -224,7 +250,7 @@ TEST_F(BatchBranchesTest, ThePassAddsAStackedVersionOfTheLoop) {
   EXPECT_EQ(batched.groups, 1);
   EXPECT_EQ(batched.rows, 3);
   ASSERT_EQ(batched.functions.size(), refined.functions.size() + 1);
-  EXPECT_EQ(batched.functions.back().first, refined.functions[0].first + "_rows0");
+  EXPECT_EQ(batched.functions.back().first, refined.functions[0].first + "_rows1");
   EXPECT_EQ(batched.functions.back().second->params.size(), refined.functions[0].second->params.size() + 1);  // the mask
 }
 
