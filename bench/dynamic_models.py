@@ -19,6 +19,8 @@ Models (the .pj files the tests check against the interpreter):
   typed_ast       a typed AST encoder, a cell per constructor, statement lists folded with
                   closures (tests/generic/models/typed_ast.pj)
 
+A policy may carry replay's flags after slashes: `sync/no-batch` compiles
+each example's operations, branches and loops apart (what batching gives).
 Each policy's run is its own process (`pejit replay --policy P --reshuffle`),
 timed from its start: epoch 0 includes what compiling costs it. `compiled`
 is the share of calls that ran native code only; `batched-interp` the share
@@ -113,8 +115,9 @@ CALLS = {"tree_rnn": tree_rnn_calls, "tree_rnn_fold": tree_rnn_calls, "char_lm":
 
 
 def run_pejit(pejit, model, calls, policy, epochs, seed):
+    policy, *flags = policy.split("/")  # e.g. sync/no-batch: replay's --no-batch too
     cmd = [pejit, "replay", os.path.join(ROOT, MODELS[model]), "--entry", "loss", "--calls", calls, "--grad",
-           "--epochs", str(epochs), "--reshuffle", "--seed", str(seed), "--policy", policy]
+           "--epochs", str(epochs), "--reshuffle", "--seed", str(seed), "--policy", policy] + ["--" + f for f in flags]
     start = time.monotonic()
     out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
     wall = time.monotonic() - start

@@ -1045,7 +1045,7 @@ void EngineImpl::RunJob(Job& job) {
     gradient_result = std::move(layout.gradient_result);
     PipelineOptions pipeline;
     pipeline.batch = options.batch;
-    CompileTask task{residual, std::nullopt, slot.key.entry->name};
+    CompileTask task{residual, std::nullopt, slot.key.entry->name, options.batch};
     if (job.grad) {
       (HasControlFlow(residual.main) ? task.differentiate : pipeline.wrt_leaves) = std::move(layout.wrt_leaves);
     }

@@ -63,6 +63,7 @@ struct CompileTask {
   const Residual& residual;
   std::optional<std::vector<int>> differentiate;
   std::string entry;  // whose specialization this is (for the hook's own reports)
+  bool batch = true;  // EngineOptions::batch: batch branches and loops across examples too
 };
 
 // Turns a CompileTask into an Executable. Throws to refuse: a JitFailure (or
@@ -155,7 +156,8 @@ struct EngineOptions {
   // has been called this many times: minibatches that repeat; 0: never.
   int specialize_after_calls = 2;
   // Batch isomorphic independent operations of residual programs (one GEMM
-  // per tree level instead of one per node; jit/batch.h).
+  // per tree level instead of one per node; jit/batch.h), and the instances
+  // of one branch or loop across a minibatch's examples (jit/batch_branches.h).
   bool batch = true;
   InterpreterOptions interpreter;
   // Null: native code with LLVM (CompileNative, scheduler/native_compile.h).

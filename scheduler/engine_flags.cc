@@ -30,6 +30,9 @@ void AddEngineFlags(CLI::App& app, EngineFlags& flags) {
   app.add_option("--cache-dir", flags.cache_dir,
                  "keep compiled code in this directory for later runs, and load what earlier runs kept there "
                  "(default: PEJIT_CACHE_DIR)");
+  app.add_flag("--no-batch", flags.no_batch,
+               "compile each example's operations, branches and loops apart instead of batching the independent "
+               "instances of each (to measure what batching gives)");
 }
 
 void ApplyEngineFlags(const EngineFlags& flags, EngineOptions& options) {
@@ -39,6 +42,7 @@ void ApplyEngineFlags(const EngineFlags& flags, EngineOptions& options) {
   options.log_level = flags.log_level;
   options.trace_file = UserPath(flags.trace_file);
   options.cache_dir = UserPath(flags.cache_dir);
+  options.batch = !flags.no_batch;
 }
 
 double FinishCompilesIntoCache(Engine& engine) {

@@ -20,13 +20,14 @@ struct EngineFlags {
   std::string log_level;         // empty: PEJIT_LOG (docs/tracing.md)
   std::string trace_file;        // empty: PEJIT_TRACE
   std::string cache_dir;         // empty: PEJIT_CACHE_DIR, or none
+  bool no_batch = false;         // EngineOptions::batch off
 };
 
 // Adds the options to `app`, writing into `flags`, whose values are the
 // defaults shown by --help.
 void AddEngineFlags(CLI::App& app, EngineFlags& flags);
 
-// Sets `options`' workers, step threads, policy, log level, trace file and code cache. A
+// Sets `options`' workers, step threads, policy, log level, trace file, code cache and batching. A
 // relative path is the user's (UserPath), not the runfiles directory's.
 void ApplyEngineFlags(const EngineFlags& flags, EngineOptions& options);
 

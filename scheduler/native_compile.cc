@@ -11,6 +11,10 @@ std::string Describe(const ControlFlowStats& stats) {
   if (stats.vjp_regions > 0) out += " (" + std::to_string(stats.vjp_regions) + " with a compiled VJP)";
   out += " between " + std::to_string(stats.branches) + " branches and " + std::to_string(stats.calls) + " calls";
   if (stats.refined > 0) out += "; " + std::to_string(stats.refined) + " sizes from what the program computes";
+  if (stats.batched_groups > 0) {
+    out += "; " + std::to_string(stats.batched_rows) + " examples' branches and loops batched as " +
+           std::to_string(stats.batched_groups);
+  }
   return out;
 }
 
@@ -22,6 +26,7 @@ CompileFn CompileNative(std::shared_ptr<JitSession> session,
                                                                       CompileNotes& notes) -> ExecutablePtr {
     const Residual& residual = task.residual;
     ControlFlowOptions control;
+    control.batch_branches = task.batch;
     if (regions) control.compile_program = regions(task);
     if (task.differentiate) {
       // Grad mode through control flow: only the region driver differentiates
