@@ -23,6 +23,12 @@
 //     plain select of both branches would (jax.vmap of lax.cond).
 // Rows whose values no caller reads (outside a branch's mask) get zero
 // cotangents, so gradients equal the per-example program's.
+//
+// Not yet: a stacked loop's recursive call is not a tail call (a `where`
+// merges its rows after it returns), so the driver nests a frame per
+// iteration and a batched loop of more than its 2,000 fails at run time
+// (the engine then serves the signature in the interpreter, and says so);
+// passing the finished rows down as an accumulator would make it one.
 #pragma once
 
 #include <string>
