@@ -142,14 +142,22 @@ class Batcher {
 
  private:
   // Runs the let-chain `body` for the rows of `mask` (every row holds a
-  // value some example of the mask computes), emitting into `out`.
-  Val Block(const Expr& body, Env& env, const Expr& mask, Emitter& out) {
+  // value some example of the mask computes), emitting into `out`. With
+  // `acc` (a stacked value of the block's type), the block is in tail
+  // position of a stacked function: its result is `acc` with the rows of
+  // `mask` set, and a call or branch that ends it stays last, so that a
+  // loop's next iteration is a tail call the driver runs in one frame.
+  Val Block(const Expr& body, Env& env, const Expr& mask, Emitter& out, const Expr& acc = nullptr) {
     std::vector<const LetNode*> chunk;
     const Expr* e = &body;
     while (const LetNode* let = As<LetNode>(*e)) {
       const Expr& value = let->value;
+      const bool last = let->body.get() == let->var.get();
       if (value->kind == ExprKind::kOpCall || value->kind == ExprKind::kTuple || value->kind == ExprKind::kProj) {
         chunk.push_back(let);
+      } else if (acc && last && (value->kind == ExprKind::kIf || value->kind == ExprKind::kCall)) {
+        Chunk(chunk, env, out);
+        return TailStep(*let, env, mask, out, acc);
       } else {
         Chunk(chunk, env, out);
         chunk.clear();
@@ -158,7 +166,48 @@ class Batcher {
       e = &let->body;
     }
     Chunk(chunk, env, out);
-    return Atom(*e, env, out);
+    Val v = Atom(*e, env, out);
+    if (!acc) return v;
+    return {Select(mask, StackAll(v, out), acc, TypeOfAtom(acc), out), true, v.member};
+  }
+
+  // The call or branch that ends a block in tail position (Block's `acc`).
+  Val TailStep(const LetNode& let, Env& env, const Expr& mask, Emitter& out, const Expr& acc) {
+    const Type& type = let.var->annotation;
+    if (!type || !FullyKnown(type)) {
+      throw JitFailure("batch branches: %" + let.var->name + " has no fully known type");
+    }
+    const Type stacked_type = Stacked(type, rows_);
+    if (const IfNode* n = As<IfNode>(let.value)) {
+      Val cond = Atom(n->cond, env, out);
+      if (!cond.stacked) {
+        Emitter then_out, else_out;
+        Env then_env = env, else_env = env;
+        Val a = Block(n->then_branch, then_env, mask, then_out, acc);
+        Val b = Block(n->else_branch, else_env, mask, else_out, acc);
+        Expr branch = MakeIf(cond.atom, then_out.Finish(a.atom), else_out.Finish(b.atom));
+        return {out.Bind("branch", branch, stacked_type), true, type};
+      }
+      Expr taken = out.Op("logical_and", {mask, cond.atom});
+      Expr not_taken = out.Op("logical_and", {mask, out.Op("logical_not", {cond.atom})});
+      // The side that calls (the loop's next iteration) last: a tail call.
+      const bool then_last = CallsAFunction(n->then_branch) && !CallsAFunction(n->else_branch);
+      const Expr& first = then_last ? n->else_branch : n->then_branch;
+      const Expr& second = then_last ? n->then_branch : n->else_branch;
+      Expr acc1 = Branch(first, type, then_last ? not_taken : taken, env, out, acc);
+      return {Branch(second, type, then_last ? taken : not_taken, env, out, acc1), true, type};
+    }
+    Val call = Call(let, env, mask, out, acc);
+    if (call.stacked) return call;  // the stacked function merged into acc
+    return {Select(mask, StackAll(call, out), acc, stacked_type, out), true, type};
+  }
+
+  static bool CallsAFunction(const Expr& e) {
+    bool found = false;
+    PostOrderVisit(e, [&](const Expr& x) {
+      if (const CallNode* c = As<CallNode>(x)) found |= c->callee->kind == ExprKind::kGlobal;
+    });
+    return found;
   }
 
   // A let whose value is not straight-line code.
@@ -178,36 +227,44 @@ class Batcher {
         return v;
       }
       case ExprKind::kIf: return If(static_cast<const IfNode&>(*value), type, env, mask, out);
-      case ExprKind::kCall: {
-        const CallNode& call = static_cast<const CallNode&>(*value);
-        const GlobalNode* callee = As<GlobalNode>(call.callee);
-        if (!callee || !functions_.count(callee->name)) {
-          throw JitFailure("batch branches: a call that is not of a residual function");
-        }
-        std::vector<Val> args;
-        bool any_stacked = false;
-        for (const Expr& a : call.args) {
-          args.push_back(Atom(a, env, out));
-          any_stacked |= args.back().stacked;
-        }
-        if (!any_stacked) {  // the same call for every row
-          std::vector<Expr> atoms;
-          for (const Val& a : args) atoms.push_back(a.atom);
-          return {out.Bind(let.var->name, MakeCall(call.callee, std::move(atoms)), type), false, type};
-        }
-        // A constant argument is stacked: a loop's counter or sum starts as
-        // one and is data the next iteration, and one stacked version of
-        // the loop serves both calls.
-        std::vector<bool> pattern;
-        for (const Val& a : args) pattern.push_back(a.stacked || a.atom->kind == ExprKind::kConstant);
-        const auto& [name, stacked] = Function(callee->name, pattern);
-        std::vector<Expr> atoms = {mask};
-        for (size_t i = 0; i < args.size(); ++i) atoms.push_back(stacked[i] ? StackAll(args[i], out) : args[i].atom);
-        return {out.Bind(let.var->name, MakeCall(MakeGlobal(name), std::move(atoms)), Stacked(type, rows_)), true, type};
-      }
+      case ExprKind::kCall: return Call(let, env, mask, out, nullptr);
       default:
         throw JitFailure("batch branches: a let of kind " + std::to_string(static_cast<int>(value->kind)));
     }
+  }
+
+  // A call of a residual function: the same call for every row when no
+  // argument is stacked, else its stacked version's, whose rows outside
+  // `mask` are `acc`'s (zeros without one).
+  Val Call(const LetNode& let, Env& env, const Expr& mask, Emitter& out, const Expr& acc) {
+    const CallNode& call = static_cast<const CallNode&>(*let.value);
+    const Type& type = let.var->annotation;
+    const GlobalNode* callee = As<GlobalNode>(call.callee);
+    if (!callee || !functions_.count(callee->name)) {
+      throw JitFailure("batch branches: a call that is not of a residual function");
+    }
+    std::vector<Val> args;
+    bool any_stacked = false;
+    for (const Expr& a : call.args) {
+      args.push_back(Atom(a, env, out));
+      any_stacked |= args.back().stacked;
+    }
+    if (!any_stacked) {
+      std::vector<Expr> atoms;
+      for (const Val& a : args) atoms.push_back(a.atom);
+      return {out.Bind(let.var->name, MakeCall(call.callee, std::move(atoms)), type), false, type};
+    }
+    // A constant argument is stacked: a loop's counter or sum starts as
+    // one and is data the next iteration, and one stacked version of the
+    // loop serves both calls.
+    std::vector<bool> pattern;
+    for (const Val& a : args) pattern.push_back(a.stacked || a.atom->kind == ExprKind::kConstant);
+    const auto& [name, stacked] = Function(callee->name, pattern);
+    std::vector<Expr> atoms = {mask};
+    for (size_t i = 0; i < args.size(); ++i) atoms.push_back(stacked[i] ? StackAll(args[i], out) : args[i].atom);
+    const Type stacked_type = Stacked(type, rows_);
+    atoms.push_back(acc ? acc : Zeros(stacked_type, out));
+    return {out.Bind(let.var->name, MakeCall(MakeGlobal(name), std::move(atoms)), stacked_type), true, type};
   }
 
   Val If(const IfNode& n, const Type& type, Env& env, const Expr& mask, Emitter& out) {
@@ -228,10 +285,11 @@ class Batcher {
     return {Select(cond.atom, a, b, Stacked(type, rows_), out), true, type};
   }
 
-  // `branch` for the rows of `mask`, when any row is in it (zeros
-  // otherwise): the stacked values it reads are first gathered so that
-  // every row outside the mask holds the first row in it.
-  Expr Branch(const Expr& branch, const Type& type, const Expr& mask, const Env& env, Emitter& out) {
+  // `branch` for the rows of `mask`, when any row is in it (zeros, or `acc`
+  // in tail position, otherwise): the stacked values it reads are first
+  // gathered so that every row outside the mask holds the first row in it.
+  Expr Branch(const Expr& branch, const Type& type, const Expr& mask, const Env& env, Emitter& out,
+              const Expr& acc = nullptr) {
     const Type stacked_type = Stacked(type, rows_);
     Expr count = out.Op("sum", {out.Op("cast", {mask}, {{"dtype", DType::kF32}})});
     Expr any = out.Op("greater", {count, MakeConstant(Tensor::Scalar(0.5f))});
@@ -246,10 +304,10 @@ class Batcher {
       if (it == inner.end() || !it->second.stacked) continue;
       it->second.atom = Gather(it->second.atom, rows, in);
     }
-    Val result = Block(branch, inner, mask, in);
+    Val result = Block(branch, inner, mask, in, acc);
     Expr then_block = in.Finish(StackAll(result, in));
     Emitter none;
-    Expr else_block = none.Finish(Zeros(stacked_type, none));
+    Expr else_block = none.Finish(acc ? acc : Zeros(stacked_type, none));
     return out.Bind("branch", MakeIf(any, then_block, else_block), stacked_type);
   }
 
@@ -394,7 +452,7 @@ class Batcher {
 
   // The stacked version of residual function `name` for arguments stacked
   // as `pattern`: its first parameter is the mask of rows whose results
-  // are read (at least one).
+  // are read (at least one), its last what the rows outside it return.
   // An existing version that stacks at least what `pattern` does serves
   // (the caller stacks the rest), so that a loop has one version. Returns
   // its name and what it stacks.
@@ -418,9 +476,11 @@ class Batcher {
       params.push_back(p);
       env[f->params[i].get()] = {p, static_cast<bool>(pattern[i]), t};
     }
+    Var acc = MakeVar("acc", Stacked(f->ret_type, rows_));
+    params.push_back(acc);
     Emitter out;
-    Val result = Block(f->body, env, mask, out);
-    Expr body = out.Finish(StackAll(result, out));
+    Val result = Block(f->body, env, mask, out, acc);
+    Expr body = out.Finish(result.atom);
     made_.emplace_back(stacked_name, MakeFunc(std::move(params), body, Stacked(f->ret_type, rows_)));
     return {stacked_name, pattern};
   }

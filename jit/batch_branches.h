@@ -24,11 +24,10 @@
 // Rows whose values no caller reads (outside a branch's mask) get zero
 // cotangents, so gradients equal the per-example program's.
 //
-// Not yet: a stacked loop's recursive call is not a tail call (a `where`
-// merges its rows after it returns), so the driver nests a frame per
-// iteration and a batched loop of more than its 2,000 fails at run time
-// (the engine then serves the signature in the interpreter, and says so);
-// passing the finished rows down as an accumulator would make it one.
+// A stacked function takes, after its arguments, what the rows outside its
+// mask return (`acc`), and merges each row's result into it where the row
+// leaves: a loop's next iteration stays a tail call, which the driver runs
+// in one frame however many iterations the longest example takes.
 #pragma once
 
 #include <string>

@@ -61,6 +61,17 @@ def @two_loss(%a: List[Row], %b: List[Row], %w: Tensor[(?, ?), f32], %u: Tensor[
   add(@act_loss(%a, %w, %u, %v), @short_loss(%b, %w, %u, %v))
 }
 
+# A loop of as many steps as each example says (thousands).
+def @steps(%x: Tensor[(1, 2), f32], %n: Tensor[(), i64]) -> Tensor[(1, 2), f32] {
+  if (less_equal(%n, 0)) { %x } else { @steps(add(mul(%x, 0.5f32), 1f32), sub(%n, 1)) }
+}
+def @steps_loss(%xs: List[(Tensor[(1, 2), f32], Tensor[(), i64])], %w: Tensor[(1, 2), f32]) -> Tensor[(), f32] {
+  match (%xs) {
+    Nil => 0f32,
+    Cons(%e, %rest) => add(sum(mul(@steps(mul(%e.0, %w), %e.1), %w)), @steps_loss(%rest, %w)),
+  }
+}
+
 # A walk over rows %start.. of a shared table while the row index is below
 # %end: the step reads row %i, valid only while the loop runs. An example
 # that has finished must not take the step's row %end (past the table).
@@ -183,6 +194,20 @@ TEST_F(BatchBranchesTest, OneLoopInTwoSetsOfInstancesOfDifferentSizes) {
   EXPECT_EQ(stats.batched_rows, 8);
 }
 
+// The batched loop's next iteration is a tail call (the finished rows
+// passed down), which the driver runs in one frame: thousands of iterations,
+// more than residual calls may nest (2,000).
+TEST_F(BatchBranchesTest, ABatchedLoopRunsThousandsOfIterationsInOneFrame) {
+  Rng rng(14);
+  std::vector<Value> examples;
+  for (int64_t n : {3000, 2500, 10, 0}) {
+    examples.push_back(Value::Tuple({Value(RandomUniform(rng, {1, 2}, -1, 1)), Value(Tensor::FromVector<int64_t>({}, {n}))}));
+  }
+  Value w(RandomUniform(rng, {1, 2}, -1, 1));
+  ControlFlowStats stats = CheckGrad("steps_loss", {List(examples), w}, {1});
+  EXPECT_EQ(stats.batched_groups, 1);
+}
+
 TEST_F(BatchBranchesTest, OneExampleIsLeftAsItIs) {
   Rng rng(8);
   Value w(RandomUniform(rng, {6, 6}, -0.5f, 0.5f)), u(RandomUniform(rng, {6, 6}, -0.5f, 0.5f));
@@ -251,7 +276,8 @@ TEST_F(BatchBranchesTest, ThePassAddsAStackedVersionOfTheLoop) {
   EXPECT_EQ(batched.rows, 3);
   ASSERT_EQ(batched.functions.size(), refined.functions.size() + 1);
   EXPECT_EQ(batched.functions.back().first, refined.functions[0].first + "_rows1");
-  EXPECT_EQ(batched.functions.back().second->params.size(), refined.functions[0].second->params.size() + 1);  // the mask
+  // The mask, and what the rows outside it return.
+  EXPECT_EQ(batched.functions.back().second->params.size(), refined.functions[0].second->params.size() + 2);
 }
 
 }  // namespace
