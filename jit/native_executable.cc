@@ -149,7 +149,10 @@ NativeExecutable::NativeExecutable(Plan plan, std::vector<int> step_kernel, std:
     preds_.insert(preds_.end(), preds.begin(), preds.end());
   }
   pred_begin_.push_back(preds_.size());
-  for (const PlanStep& step : plan_.steps) lanes_ = std::max(lanes_, step.lane + 1);
+  for (const PlanStep& step : plan_.steps) {
+    lanes_ = std::max(lanes_, step.lane + 1);
+    work_ns_ += StepCostNs(plan_, step);
+  }
   // Where each buffer is, resolved once: a run then walks short arrays
   // instead of every buffer's description.
   for (size_t b = 0; b < plan_.buffers.size(); ++b) {
@@ -199,7 +202,7 @@ std::vector<Tensor> NativeExecutable::Run(std::span<const Tensor> inputs) const 
   // buffers after their last use, which needs the plan's order), step by
   // step.
   Team* team = Team::Current();
-  if (team && team->max_threads() > 1 && !poison_ && tasks_.size() > 1) {
+  if (team && team->max_threads() > 1 && !poison_ && tasks_.size() > 1 && work_ns_ >= kTeamWorkNs) {
     const Groups& groups = GroupsFor(team->max_threads());
     // Parts done per step, where Groups::counter puts them.
     auto lines = std::make_unique<CounterLine[]>(groups.counter_lines);

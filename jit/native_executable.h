@@ -90,6 +90,7 @@ class NativeExecutable final : public Executable {
   std::vector<int> preds_;
   std::vector<size_t> pred_begin_;
   int lanes_ = 1;  // the plan's (jit/lanes.h)
+  double work_ns_ = 0;  // estimated (StepCostNs): a small program runs on the caller alone (kTeamWorkNs)
   // The tasks by thread, for a team of n threads (built at its first call).
   // A team claims runs of a thread's tasks, not single ones: a claim costs
   // about a tenth of a microsecond, and half the steps take under one. Chunk c
