@@ -11,9 +11,11 @@
 #include "jit/batch_branches.h"
 #include "jit/pipeline.h"
 #include "jit/refine_shapes.h"
+#include "jit/schedule.h"
 #include "jit/straight.h"
 #include "jit/vjp.h"
 #include "ops/eager.h"
+#include "support/team.h"
 
 namespace pejit {
 namespace {
@@ -493,7 +495,7 @@ class ControlFlowProgram final : public Executable {
         std::vector<Tensor> in;
         in.reserve(step.inputs.size());
         for (const VarNode* v : step.inputs) in.push_back(env.at(v).value.tensor());
-        std::vector<Tensor> out = step.exe->Run(in);
+        std::vector<Tensor> out = RunRegion(*step.exe, in);
         // Grad mode: the outputs get ids, and the run is recorded with the
         // residuals its forward returned after the outputs, when a gradient
         // can pass (the region has a VJP, and an input has an id).
@@ -546,6 +548,15 @@ class ControlFlowProgram final : public Executable {
     }
   }
 
+  // A region too small to pay a helper (kTeamWorkNs) runs on the caller alone.
+  static std::vector<Tensor> RunRegion(const Executable& exe, std::span<const Tensor> in) {
+    if (exe.work_ns() > 0 && exe.work_ns() < kTeamWorkNs && Team::Current()) {
+      ScopedTeam alone(nullptr);
+      return exe.Run(in);
+    }
+    return exe.Run(in);
+  }
+
   // The recorded regions' vector-Jacobian products in reverse order, from
   // d loss = 1 at `loss_id`: the gradient reaching each parameter (undefined
   // where none did). Gradients reaching one value are summed in the order
@@ -567,7 +578,7 @@ class ControlFlowProgram final : public Executable {
       }
       if (!reached) continue;
       in.insert(cotangents_at, std::make_move_iterator(cotangents.begin()), std::make_move_iterator(cotangents.end()));
-      std::vector<Tensor> out = step.vjp->Run(in);
+      std::vector<Tensor> out = RunRegion(*step.vjp, in);
       for (size_t j = 0; j < step.float_inputs.size(); ++j) {
         const int id = it->input_ids[step.float_inputs[j]];
         if (id < 0) continue;

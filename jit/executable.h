@@ -49,6 +49,9 @@ class Executable {
   virtual std::vector<ProfileLine> profile() const { return {}; }
   // Completed runs (counted only when profiling).
   virtual int64_t profiled_runs() const { return 0; }
+  // Its estimated work on one core in nanoseconds (jit/schedule.h's
+  // StepCostNs), 0 when not known: whether a second thread can pay.
+  virtual double work_ns() const { return 0; }
 };
 using ExecutablePtr = std::shared_ptr<const Executable>;
 

@@ -202,7 +202,7 @@ std::vector<Tensor> NativeExecutable::Run(std::span<const Tensor> inputs) const 
   // buffers after their last use, which needs the plan's order), step by
   // step.
   Team* team = Team::Current();
-  if (team && team->max_threads() > 1 && !poison_ && tasks_.size() > 1 && work_ns_ >= kTeamWorkNs) {
+  if (team && team->max_threads() > 1 && !poison_ && tasks_.size() > 1) {
     const Groups& groups = GroupsFor(team->max_threads());
     // Parts done per step, where Groups::counter puts them.
     auto lines = std::make_unique<CounterLine[]>(groups.counter_lines);

@@ -54,6 +54,7 @@ class NativeExecutable final : public Executable {
   std::vector<Tensor> Run(std::span<const Tensor> inputs) const override;
   std::vector<ProfileLine> profile() const override;
   int64_t profiled_runs() const override { return runs_.load(std::memory_order_relaxed); }
+  double work_ns() const override { return work_ns_; }
   const Type& result_type() const override { return plan_.result_type; }
   size_t code_bytes() const override { return code_bytes_; }
   const char* tier() const override { return "native"; }
@@ -90,7 +91,7 @@ class NativeExecutable final : public Executable {
   std::vector<int> preds_;
   std::vector<size_t> pred_begin_;
   int lanes_ = 1;  // the plan's (jit/lanes.h)
-  double work_ns_ = 0;  // estimated (StepCostNs): a small program runs on the caller alone (kTeamWorkNs)
+  double work_ns_ = 0;  // estimated: StepCostNs summed
   // The tasks by thread, for a team of n threads (built at its first call).
   // A team claims runs of a thread's tasks, not single ones: a claim costs
   // about a tenth of a microsecond, and half the steps take under one. Chunk c

@@ -36,11 +36,14 @@ namespace pejit {
 // parts lost a Tree-LSTM step 13% there (bench/RESULTS.md, issue 29).
 // Estimated, so ~4 us of real product work.
 inline constexpr double kPartNs = 10000;
-// The least estimated work of a whole program worth a second thread: below
-// it, handing steps to a helper (its wake-up, the data's cache lines moving
-// to its core) costs more than the helper saves. ACT's loop regions (issue
-// 51; 17-23 steps, 40-50 us estimated each) ran 1,100 calls/s with a helper
-// and 1,200-1,800 on the caller alone; with this bound, 1,530-1,650.
+// The least estimated work of a control-flow region (jit/control_flow.h)
+// worth a second thread: below it, handing steps to a helper (its wake-up,
+// the data's cache lines moving to its core) costs more than the helper
+// saves, and a batched loop runs such regions back to back. ACT's loop
+// regions (issue 51; 17-23 steps, 40-50 us estimated each) ran 1,100
+// calls/s with a helper and 1,200-1,800 on the caller alone; with this
+// bound, 1,530-1,650. (Applied to every program, it cost the generic tier's
+// small level runs: a tree RNN's steady epochs 700-870 -> 450-900.)
 inline constexpr double kTeamWorkNs = 10 * kPartNs;
 // The most parts a step splits into: enough for 8 threads. A constant, so
 // that results never depend on the machine.
