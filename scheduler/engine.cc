@@ -21,6 +21,7 @@
 #include <mutex>
 #include <optional>
 #include <stdexcept>
+#include <unordered_set>
 
 #include "generic/executor.h"
 #include "generic/program.h"
@@ -59,6 +60,10 @@ struct EntryState {
   std::string generic_versions;
   std::shared_ptr<generic::GenericProgram> generic;
   std::string generic_refusal;
+  // Signatures whose structure reaches a construct the tier does not serve
+  // (a Refusal): their later calls go straight to the other tiers, and the
+  // `generic-refused` event is said once per signature, not per call.
+  std::unordered_set<SlotKey, SlotKeyHash> generic_refused;
 
   // Which repeating signatures the generic tier serves get a job.
   Admission admission;
@@ -560,6 +565,7 @@ std::shared_ptr<generic::GenericProgram> EngineImpl::GenericFor(Request& r) {
     entry.generic_versions = r.key.versions->key;
     entry.generic.reset();
     entry.generic_refusal.clear();
+    entry.generic_refused.clear();
     try {
       entry.generic = std::make_shared<generic::GenericProgram>(r.snapshot, entry.name, generic::GenericOptions{},
                                                                  segments_);
@@ -582,6 +588,10 @@ void EngineImpl::RefuseGeneric(Request& r, const std::string& reason) {
 std::optional<ValueAndGrad> EngineImpl::RunGeneric(Request& r) {
   std::shared_ptr<generic::GenericProgram> program = GenericFor(r);
   if (!program) return std::nullopt;
+  if (r.cacheable) {
+    std::lock_guard<std::mutex> lock(r.entry.generic_mu);
+    if (r.entry.generic_refused.count(r.key)) return std::nullopt;
+  }
   ClaimGenericWalk(r);  // walked ahead, or now: once
   int64_t start = r.start_us;
   ValueAndGrad out;
@@ -598,6 +608,13 @@ std::optional<ValueAndGrad> EngineImpl::RunGeneric(Request& r) {
       for (int i : *r.wrt) out.grads.push_back(generic::ArgumentGradient(r.args, run.root_grads, i));
     }
   } catch (const Refusal& e) {
+    if (r.cacheable) {
+      // Bounded: a run of ever new structures keeps the newest few thousand.
+      constexpr size_t kMaxRefusedSignatures = 4096;
+      std::lock_guard<std::mutex> lock(r.entry.generic_mu);
+      if (r.entry.generic_refused.size() >= kMaxRefusedSignatures) r.entry.generic_refused.clear();
+      r.entry.generic_refused.insert(r.key);
+    }
     RefuseGeneric(r, e.what());
     return std::nullopt;
   } catch (const std::exception& e) {
