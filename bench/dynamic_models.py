@@ -18,6 +18,11 @@ Models (the .pj files the tests check against the interpreter):
                   sum passes 0.99, sizes declared open (tests/generic/models/act.pj)
   typed_ast       a typed AST encoder, a cell per constructor, statement lists folded with
                   closures (tests/generic/models/typed_ast.pj)
+  nmn             a neural module network: layouts of Find/Transform/And modules over each
+                  example's 9-region feature map (tests/generic/models/nmn.pj)
+  dag             a DAG encoder: parses whose leaves `take` rows of each example's sentence
+                  matrix (5-25 rows, each example its own), attention over the rows at the
+                  root (tests/generic/models/dag.pj)
 
 A policy may carry replay's flags after slashes: `sync/no-batch` compiles
 each example's operations, branches and loops apart (what batching gives).
@@ -48,6 +53,8 @@ MODELS = {
     "char_lm": "tests/generic/models/char_lm.pj",
     "act": "tests/generic/models/act.pj",
     "typed_ast": "tests/generic/models/typed_ast.pj",
+    "nmn": "tests/generic/models/nmn.pj",
+    "dag": "tests/generic/models/dag.pj",
 }
 
 
@@ -110,8 +117,34 @@ def typed_ast_calls(rng, minibatches, batch, hidden, vocab=100, classes=5):
     return lines
 
 
+def nmn_calls(rng, minibatches, batch, hidden, vocab=100, regions=9, classes=5):
+    params = [uniform(rng, vocab, hidden), uniform(rng, hidden, hidden), uniform(rng, hidden),
+              uniform(rng, classes, hidden), uniform(rng, classes)]
+    lines = []
+    for _ in range(minibatches):
+        examples = [[make_calls.nmn_layout(rng, 4, vocab), uniform(rng, regions, hidden, scale=1.0),
+                     i64(rng.randrange(classes))] for _ in range(batch)]
+        lines.append(json.dumps([cons_list(examples), params]))
+    return lines
+
+
+def dag_calls(rng, minibatches, batch, hidden, classes=5, lengths=(5, 25)):
+    embed = hidden
+    params = [uniform(rng, hidden, embed), uniform(rng, hidden), uniform(rng, hidden, 2 * hidden), uniform(rng, hidden),
+              uniform(rng, hidden, embed), uniform(rng, classes, hidden + embed), uniform(rng, classes)]
+    lines = []
+    for _ in range(minibatches):
+        examples = []
+        for _ in range(batch):
+            n = rng.randint(*lengths)  # the sentence's length: each example its own
+            examples.append([make_calls.dag_parse(rng, rng.randint(2, 12), n), uniform(rng, n, embed, scale=1.0),
+                             i64(rng.randrange(classes))])
+        lines.append(json.dumps([cons_list(examples), params]))
+    return lines
+
+
 CALLS = {"tree_rnn": tree_rnn_calls, "tree_rnn_fold": tree_rnn_calls, "char_lm": char_lm_calls, "act": act_calls,
-         "typed_ast": typed_ast_calls}
+         "typed_ast": typed_ast_calls, "nmn": nmn_calls, "dag": dag_calls}
 
 
 def run_pejit(pejit, model, calls, policy, epochs, seed):

@@ -274,6 +274,12 @@ int CountRoots(const Value& v) {
 
 }  // namespace
 
+bool HoldsStructure(const Value& arg) {
+  bool structure = false;
+  ForEachNode(arg, [&](const Value& v) { structure |= v.kind() == Value::Kind::kAdt; });
+  return structure;
+}
+
 Value ArgumentGradient(const std::vector<Value>& args, const std::vector<Tensor>& root_grads, int arg) {
   size_t root = 0;
   for (int a = 0; a < arg; ++a) root += CountRoots(args.at(a));

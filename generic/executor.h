@@ -55,8 +55,12 @@ Execution Execute(const Schedule& schedule, const ExecuteOptions& options);
 // The gradient for argument `arg` of `args`, shaped like it, from
 // Execution::root_grads, as Interpreter::CallWithGrad gives it: zeros for a
 // float leaf nothing reached, the leaf itself for an integer one. Throws
-// Refusal when the argument holds a structure value.
+// Refusal when the argument holds a structure value (HoldsStructure).
 Value ArgumentGradient(const std::vector<Value>& args, const std::vector<Tensor>& root_grads, int arg);
+// Whether `arg` holds a structure (ADT) value anywhere: ArgumentGradient
+// refuses it, so a caller asking for its gradient can be refused before
+// anything runs.
+bool HoldsStructure(const Value& arg);
 
 // The variant of `code` for `rows` rows, made (forward and, in grad mode,
 // backward programs, with interpreter code) on first use. Thread-safe.

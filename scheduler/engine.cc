@@ -598,6 +598,13 @@ std::optional<ValueAndGrad> EngineImpl::RunGeneric(Request& r) {
   generic::Execution run;
   generic::Schedule schedule;
   try {
+    // Refused before anything runs: the whole run would be thrown away.
+    for (size_t k = 0; r.wrt && k < r.wrt->size(); ++k) {
+      if (generic::HoldsStructure(r.args.at((*r.wrt)[k]))) {
+        throw Refusal("generic: a gradient with respect to a structure argument (argument " +
+                      std::to_string((*r.wrt)[k]) + ")");
+      }
+    }
     schedule = program->Inspect(r.args);
     generic::ExecuteOptions eo;
     eo.grad = r.wrt != nullptr;

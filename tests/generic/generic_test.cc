@@ -409,7 +409,9 @@ INSTANTIATE_TEST_SUITE_P(Models, GenericTest,
                                            Model{"tree_rnn_fold", "tests/generic/models/tree_rnn_fold.pj", "tests/generic/tree_rnn_calls.jsonl", {1}},
                                            Model{"tree_rnn_closures", "tests/generic/models/tree_rnn_closures.pj", "tests/generic/tree_rnn_calls.jsonl", {1}},
                                            Model{"char_lm", "tests/generic/models/char_lm.pj", "tests/generic/char_lm_calls.jsonl", {1, 2}},
-                                           Model{"typed_ast", "tests/generic/models/typed_ast.pj", "tests/generic/typed_ast_calls.jsonl", {1}}),
+                                           Model{"typed_ast", "tests/generic/models/typed_ast.pj", "tests/generic/typed_ast_calls.jsonl", {1}},
+                                           Model{"nmn", "tests/generic/models/nmn.pj", "tests/generic/nmn_calls.jsonl", {1}},
+                                           Model{"dag", "tests/generic/models/dag.pj", "tests/generic/dag_calls.jsonl", {1}}),
                          [](const auto& info) { return info.param.name; });
 
 }  // namespace

@@ -7,8 +7,8 @@ call. Deterministic for a seed.
     make_calls.py MODEL CALLS SEED > calls.jsonl
 
 MODEL is treelstm (examples/treelstm/treelstm.pj, @loss), seq_lstm or
-tree_rnn (tests/tools/testdata, @loss), or char_lm or typed_ast (tests/generic/models,
-@loss)."""
+tree_rnn (tests/tools/testdata, @loss), or char_lm, typed_ast, nmn or dag
+(tests/generic/models, @loss)."""
 import argparse
 import json
 import random
@@ -73,9 +73,27 @@ def ast_program(rng, depth, vocab, classes):
     return [cons_list(stmts), i64(rng.randrange(classes))]
 
 
+def nmn_layout(rng, depth, vocab):
+    """A module layout of at most `depth` levels (nmn.pj)."""
+    kind = rng.randrange(3) if depth > 1 else 0
+    if kind == 0:
+        return {"ctor": "Find", "fields": [i64(rng.randrange(vocab))]}
+    if kind == 1:
+        return {"ctor": "Transform", "fields": [i64(rng.randrange(vocab)), nmn_layout(rng, depth - 1, vocab)]}
+    return {"ctor": "And", "fields": [nmn_layout(rng, depth - 1, vocab), nmn_layout(rng, depth - 1, vocab)]}
+
+
+def dag_parse(rng, leaves, n):
+    """A binary parse over `leaves` leaves, each naming one of n positions (dag.pj)."""
+    if leaves == 1:
+        return {"ctor": "Tok", "fields": [i64(rng.randrange(n))]}
+    left = rng.randint(1, leaves - 1)
+    return {"ctor": "Join", "fields": [dag_parse(rng, left, n), dag_parse(rng, leaves - left, n)]}
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("model", choices=["treelstm", "seq_lstm", "tree_rnn", "char_lm", "typed_ast"])
+    parser.add_argument("model", choices=["treelstm", "seq_lstm", "tree_rnn", "char_lm", "typed_ast", "nmn", "dag"])
     parser.add_argument("calls", type=int, help="calls (lines) to write")
     parser.add_argument("seed", type=int)
     args = parser.parse_args()
@@ -117,6 +135,23 @@ def main():
             sentences = [cons_list([cons_list([i64(rng.randrange(v)) for _ in range(rng.randint(1, 4))])
                                     for _ in range(rng.randint(1, 3))]) for _ in range(rng.randint(1, 3))]
             print(json.dumps([cons_list(sentences), zero, params]))
+    elif model == "nmn":
+        v, regions = 10, 4
+        params = [uniform(rng, v, e), uniform(rng, e, e), uniform(rng, e), uniform(rng, c, e), uniform(rng, c)]
+        for _ in range(calls):
+            examples = [[nmn_layout(rng, 3, v), uniform(rng, regions, e, scale=1.0), i64(rng.randrange(c))]
+                        for _ in range(rng.randint(1, 3))]
+            print(json.dumps([cons_list(examples), params]))
+    elif model == "dag":
+        params = [uniform(rng, h, e), uniform(rng, h), uniform(rng, h, 2 * h), uniform(rng, h), uniform(rng, h, e),
+                  uniform(rng, c, h + e), uniform(rng, c)]
+        for _ in range(calls):
+            examples = []
+            for _ in range(rng.randint(1, 3)):
+                n = rng.randint(2, 5)  # the sentence's length: each example its own
+                examples.append([dag_parse(rng, rng.randint(1, 5), n), uniform(rng, n, e, scale=1.0),
+                                 i64(rng.randrange(c))])
+            print(json.dumps([cons_list(examples), params]))
     else:  # tree_rnn
         v = 20
         params = [uniform(rng, v, h), uniform(rng, h, 2 * h), uniform(rng, h), uniform(rng, c, h), uniform(rng, c)]
