@@ -237,6 +237,40 @@ def @magnitude(%xs: List[Tensor[(2,), f32]]) -> Tensor[(), f32] {
   EXPECT_NE(refused[0].signature, refused[1].signature);
 }
 
+// The gradient of an argument holding a structure (a tree's leaf vectors)
+// is not the generic tier's: refused before it walks or runs anything, and
+// the other tiers give the interpreter's gradients.
+TEST(GenericEngine, AGradientOfAStructureArgumentIsRefusedBeforeTheRun) {
+  auto events = std::make_shared<RecordingSink>();
+  Engine engine(GenericOptions(Policy::Sync(), events));
+  engine.module().AddSource(R"(
+def @rows(%xs: List[Tensor[(1, 4), f32]], %w: Tensor[(4, 4), f32]) -> Tensor[(), f32] {
+  match (%xs) {
+    Nil => 0f32,
+    Cons(%x, %rest) => add(sum(tanh(matmul(%x, %w))), @rows(%rest, %w)),
+  }
+}
+)", "rows.pj");
+  Snapshot s = engine.module().snapshot();
+  Rng rng(8);
+  TypeDefPtr list = s->FindType("List");
+  Value xs = Value::Adt(list, 0, {});
+  for (int i = 0; i < 3; ++i) xs = Value::Adt(list, 1, {RandomMatrix(rng, 1, 4), xs});
+  std::vector<Value> args = {xs, RandomMatrix(rng, 4, 4)};
+  Entry rows = engine.entry("rows");
+  ValueAndGrad got = rows.with_grad({0, 1}).value_and_grad(args);
+  ValueAndGrad want = Interpreter().CallWithGrad(*s, "rows", args, {0, 1});
+  EXPECT_TRUE(Close(got.value, want.value));
+  EXPECT_TRUE(Close(got.grads[0], want.grads[0]));
+  EXPECT_TRUE(Close(got.grads[1], want.grads[1]));
+  EXPECT_EQ(rows.stats().calls_generic, 0);
+  EXPECT_EQ(rows.stats().generic_runs, 0) << "nothing ran on the generic tier";
+  std::vector<Event> refused = events->Of(EventKind::kGenericRefused, "rows");
+  ASSERT_EQ(refused.size(), 1u);
+  EXPECT_NE(refused[0].Text("reason").find("a structure argument (argument 0)"), std::string::npos)
+      << refused[0].Text("reason");
+}
+
 // A module edit replaces the entry's generic program: the next call computes
 // with the new definition.
 TEST(GenericEngine, AnEditOfAFunctionACellInlinesReplacesTheCode) {
