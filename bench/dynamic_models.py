@@ -147,10 +147,19 @@ CALLS = {"tree_rnn": tree_rnn_calls, "tree_rnn_fold": tree_rnn_calls, "char_lm":
          "typed_ast": typed_ast_calls, "nmn": nmn_calls, "dag": dag_calls}
 
 
+# Gradients of the parameters only, as training takes them, where the
+# minibatch holds float tensors too (a feature map, a sentence matrix); the
+# older models keep replay's default (every argument that can hold a float:
+# ACT's gradients include its input rows').
+WRT = {"nmn": "1", "dag": "1"}
+
+
 def run_pejit(pejit, model, calls, policy, epochs, seed):
     policy, *flags = policy.split("/")  # e.g. sync/no-batch: replay's --no-batch too
     cmd = [pejit, "replay", os.path.join(ROOT, MODELS[model]), "--entry", "loss", "--calls", calls, "--grad",
            "--epochs", str(epochs), "--reshuffle", "--seed", str(seed), "--policy", policy] + ["--" + f for f in flags]
+    if model in WRT:
+        cmd += ["--wrt", WRT[model]]
     start = time.monotonic()
     out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
     wall = time.monotonic() - start
