@@ -4,6 +4,7 @@
 #include <map>
 #include <unordered_map>
 #include <unordered_set>
+#include <utility>
 
 #include "ir/structural.h"
 #include "ir/visitor.h"
@@ -190,8 +191,12 @@ class Batcher {
       }
       Expr taken = out.Op("logical_and", {mask, cond.atom});
       Expr not_taken = out.Op("logical_and", {mask, out.Op("logical_not", {cond.atom})});
-      // The side that calls (the loop's next iteration) last: a tail call.
-      const bool then_last = CallsAFunction(n->then_branch) && !CallsAFunction(n->else_branch);
+      // The side whose last step calls (the loop's next iteration, the
+      // function itself first) goes last: its call is then a tail call.
+      bool then_last = EndsInCall(n->then_branch, self_) && !EndsInCall(n->else_branch, self_);
+      if (!then_last && !EndsInCall(n->else_branch, self_)) {
+        then_last = EndsInCall(n->then_branch, "") && !EndsInCall(n->else_branch, "");
+      }
       const Expr& first = then_last ? n->else_branch : n->then_branch;
       const Expr& second = then_last ? n->then_branch : n->else_branch;
       Expr acc1 = Branch(first, type, then_last ? not_taken : taken, env, out, acc);
@@ -202,12 +207,20 @@ class Batcher {
     return {Select(mask, StackAll(call, out), acc, stacked_type, out), true, type};
   }
 
-  static bool CallsAFunction(const Expr& e) {
-    bool found = false;
-    PostOrderVisit(e, [&](const Expr& x) {
-      if (const CallNode* c = As<CallNode>(x)) found |= c->callee->kind == ExprKind::kGlobal;
-    });
-    return found;
+  // Whether block `e` ends in a call of residual function `name` (any,
+  // when empty), directly or on a side of the `if` it ends in.
+  static bool EndsInCall(const Expr& e, const std::string& name) {
+    const Expr* at = &e;
+    const LetNode* last = nullptr;
+    while (const LetNode* let = As<LetNode>(*at)) {
+      last = let;
+      at = &let->body;
+    }
+    if (!last || at->get() != last->var.get()) return false;
+    if (const IfNode* n = As<IfNode>(last->value)) return EndsInCall(n->then_branch, name) || EndsInCall(n->else_branch, name);
+    const CallNode* call = As<CallNode>(last->value);
+    const GlobalNode* callee = call ? As<GlobalNode>(call->callee) : nullptr;
+    return callee && (name.empty() || callee->name == name);
   }
 
   // A let whose value is not straight-line code.
@@ -222,10 +235,7 @@ class Batcher {
         return env.at(static_cast<const VarNode*>(value.get()));
       case ExprKind::kConstant:
         return {value, false, type};
-      case ExprKind::kLet: {
-        Val v = Block(value, env, mask, out);
-        return v;
-      }
+      case ExprKind::kLet: return Block(value, env, mask, out);
       case ExprKind::kIf: return If(static_cast<const IfNode&>(*value), type, env, mask, out);
       case ExprKind::kCall: return Call(let, env, mask, out, nullptr);
       default:
@@ -263,8 +273,24 @@ class Batcher {
     std::vector<Expr> atoms = {mask};
     for (size_t i = 0; i < args.size(); ++i) atoms.push_back(stacked[i] ? StackAll(args[i], out) : args[i].atom);
     const Type stacked_type = Stacked(type, rows_);
-    atoms.push_back(acc ? acc : Zeros(stacked_type, out));
-    return {out.Bind(let.var->name, MakeCall(MakeGlobal(name), std::move(atoms)), stacked_type), true, type};
+    if (acc) {
+      atoms.push_back(acc);
+      return {out.Bind(let.var->name, MakeCall(MakeGlobal(name), std::move(atoms)), stacked_type), true, type};
+    }
+    // Rows outside the mask return zeros: what follows reads a copy of a
+    // row in it instead, as everywhere else in the block.
+    atoms.push_back(Zeros(stacked_type, out));
+    Expr result = out.Bind(let.var->name, MakeCall(MakeGlobal(name), std::move(atoms)), stacked_type);
+    return {Gather(result, RowsOf(mask, out), out), true, type};
+  }
+
+  // Row indices that keep the rows of `mask` and give every other row the
+  // first row in it (the mask holds at least one).
+  Expr RowsOf(const Expr& mask, Emitter& out) {
+    Expr first = out.Op("argmax", {out.Op("cast", {mask}, {{"dtype", DType::kI64}})});
+    std::vector<int64_t> iota(rows_);
+    for (int64_t i = 0; i < rows_; ++i) iota[i] = i;
+    return out.Op("where", {mask, MakeConstant(Tensor::FromVector<int64_t>({rows_}, iota)), first});
   }
 
   Val If(const IfNode& n, const Type& type, Env& env, const Expr& mask, Emitter& out) {
@@ -295,10 +321,7 @@ class Batcher {
     Expr any = out.Op("greater", {count, MakeConstant(Tensor::Scalar(0.5f))});
     Emitter in;
     Env inner = env;
-    Expr first = in.Op("argmax", {in.Op("cast", {mask}, {{"dtype", DType::kI64}})});
-    std::vector<int64_t> iota(rows_);
-    for (int64_t i = 0; i < rows_; ++i) iota[i] = i;
-    Expr rows = in.Op("where", {mask, MakeConstant(Tensor::FromVector<int64_t>({rows_}, iota)), first});
+    Expr rows = RowsOf(mask, in);
     for (const VarNode* v : FreeVarsOf(branch)) {
       auto it = inner.find(v);
       if (it == inner.end() || !it->second.stacked) continue;
@@ -466,6 +489,9 @@ class Batcher {
     versions_.push_back({name, pattern, stacked_name});
     const Func& f = functions_.at(name);
     if (!f->ret_type || !FullyKnown(f->ret_type)) throw JitFailure("batch branches: @" + name + "'s result type is not known");
+    // What the rows outside the mask return is a parameter, and the
+    // control-flow driver passes tensors only.
+    if (!AsTensor(f->ret_type)) throw JitFailure("batch branches: @" + name + " returns a tuple");
     Var mask = MakeVar("mask", TensorTy(DType::kBool, {rows_}));
     std::vector<Var> params = {mask};
     Env env;
@@ -479,7 +505,9 @@ class Batcher {
     Var acc = MakeVar("acc", Stacked(f->ret_type, rows_));
     params.push_back(acc);
     Emitter out;
+    const std::string caller = std::exchange(self_, name);
     Val result = Block(f->body, env, mask, out, acc);
+    self_ = caller;
     Expr body = out.Finish(result.atom);
     made_.emplace_back(stacked_name, MakeFunc(std::move(params), body, Stacked(f->ret_type, rows_)));
     return {stacked_name, pattern};
@@ -495,6 +523,7 @@ class Batcher {
   size_t first_number_;
   std::map<std::string, Func> functions_;
   std::vector<Version> versions_;
+  std::string self_;  // the residual function whose stacked version is being built
   std::vector<std::pair<std::string, Func>> made_;
 };
 
@@ -615,8 +644,8 @@ bool BatchOneGroup(const std::vector<Var>& params, std::vector<std::pair<Var, Ex
         out.BindVar(var, row(all, var->annotation));
       }
       for (auto& fn : batcher.made()) functions.push_back(std::move(fn));
-    } catch (const JitFailure&) {
-      continue;  // this set stays per example
+    } catch (const std::exception&) {
+      continue;  // this set stays per example (a JitFailure, or an operator or shape the stacked code refuses)
     }
     std::vector<std::pair<Var, Expr>> reordered;
     for (size_t i = 0; i < lets.size(); ++i) {

@@ -72,6 +72,57 @@ def @steps_loss(%xs: List[(Tensor[(1, 2), f32], Tensor[(), i64])], %w: Tensor[(1
   }
 }
 
+# A loop's result read by a log on one side of a branch: the rows that do not
+# take that side must not read zeros from the stacked loop (log 0 = -inf,
+# times the weight in its gradient: NaN).
+def @halve(%x: Tensor[(1, 2), f32], %n: Tensor[(), i64]) -> Tensor[(1, 2), f32] {
+  if (less_equal(%n, 0)) { %x } else { @halve(mul(%x, 0.5f32), sub(%n, 1)) }
+}
+def @log_loss(%xs: List[(Tensor[(1, 2), f32], Tensor[(), i64])], %w: Tensor[(1, 2), f32]) -> Tensor[(), f32] {
+  match (%xs) {
+    Nil => 0f32,
+    Cons(%e, %rest) => {
+      let %y = if (greater(sum(mul(%e.0, %w)), 0f32)) {
+        let %h = @halve(exp(%e.0), %e.1);
+        sum(mul(log(%h), %w))
+      } else {
+        sum(mul(%e.0, %w))
+      };
+      add(%y, @log_loss(%rest, %w))
+    },
+  }
+}
+
+# A loop both sides of whose exit test call a function: the loop's own call
+# is put last (the tail call), and 20,000 iterations run.
+def @finish(%x: Tensor[(1, 2), f32], %k: Tensor[(), i64]) -> Tensor[(1, 2), f32] {
+  if (less_equal(%k, 0)) { %x } else { @finish(tanh(%x), sub(%k, 1)) }
+}
+def @count_then(%x: Tensor[(1, 2), f32], %n: Tensor[(), i64], %k: Tensor[(), i64]) -> Tensor[(1, 2), f32] {
+  if (greater(%n, 0)) { @count_then(add(mul(%x, 0.5f32), 0.25f32), sub(%n, 1), %k) } else { @finish(%x, %k) }
+}
+def @count_then_loss(%xs: List[(Tensor[(1, 2), f32], Tensor[(), i64], Tensor[(), i64])], %w: Tensor[(1, 2), f32]) -> Tensor[(), f32] {
+  match (%xs) {
+    Nil => 0f32,
+    Cons(%e, %rest) => add(sum(mul(@count_then(mul(%e.0, %w), %e.1, %e.2), %w)), @count_then_loss(%rest, %w)),
+  }
+}
+
+# A loop returning a pair: left per example (a stacked function passes
+# tensors only).
+def @pair(%h: Tensor[(1, 2), f32], %c: Tensor[(1, 2), f32], %n: Tensor[(), i64]) -> (Tensor[(1, 2), f32], Tensor[(1, 2), f32]) {
+  if (less_equal(%n, 0)) { (%h, %c) } else { @pair(tanh(add(%h, %c)), mul(%c, 0.5f32), sub(%n, 1)) }
+}
+def @pair_loss(%xs: List[(Tensor[(1, 2), f32], Tensor[(), i64])], %w: Tensor[(1, 2), f32]) -> Tensor[(), f32] {
+  match (%xs) {
+    Nil => 0f32,
+    Cons(%e, %rest) => {
+      let %p = @pair(mul(%e.0, %w), %w, %e.1);
+      add(sum(mul(%p.0, %p.1)), @pair_loss(%rest, %w))
+    },
+  }
+}
+
 # A walk over rows %start.. of a shared table while the row index is below
 # %end: the step reads row %i, valid only while the loop runs. An example
 # that has finished must not take the step's row %end (past the table).
@@ -206,6 +257,38 @@ TEST_F(BatchBranchesTest, ABatchedLoopRunsThousandsOfIterationsInOneFrame) {
   Value w(RandomUniform(rng, {1, 2}, -1, 1));
   ControlFlowStats stats = CheckGrad("steps_loss", {List(examples), w}, {1});
   EXPECT_EQ(stats.batched_groups, 1);
+}
+
+TEST_F(BatchBranchesTest, RowsOutsideABranchNeverReadZerosFromALoopItCalls) {
+  Rng rng(15);
+  auto i64 = [](int64_t v) { return Value(Tensor::FromVector<int64_t>({}, {v})); };
+  std::vector<Value> examples;
+  for (int64_t n : {3, 0, 5, 1, 2, 4}) examples.push_back(Value::Tuple({Value(RandomUniform(rng, {1, 2}, -1, 1)), i64(n)}));
+  Value w(Tensor::FromVector<float>({1, 2}, {0.7f, -0.4f}));
+  ControlFlowStats stats = CheckGrad("log_loss", {List(examples), w}, {1});
+  EXPECT_EQ(stats.batched_groups, 1);
+}
+
+TEST_F(BatchBranchesTest, ALoopWhoseExitCallsAnotherRunsTwentyThousandIterations) {
+  Rng rng(16);
+  auto i64 = [](int64_t v) { return Value(Tensor::FromVector<int64_t>({}, {v})); };
+  std::vector<Value> examples;
+  for (auto [n, k] : std::vector<std::pair<int64_t, int64_t>>{{20000, 2}, {3, 0}, {7, 4}}) {
+    examples.push_back(Value::Tuple({Value(RandomUniform(rng, {1, 2}, -1, 1)), i64(n), i64(k)}));
+  }
+  Value w(RandomUniform(rng, {1, 2}, -1, 1));
+  ControlFlowStats stats = CheckGrad("count_then_loss", {List(examples), w}, {1});
+  EXPECT_EQ(stats.batched_groups, 1);
+}
+
+TEST_F(BatchBranchesTest, ALoopReturningATupleStaysPerExample) {
+  Rng rng(17);
+  auto i64 = [](int64_t v) { return Value(Tensor::FromVector<int64_t>({}, {v})); };
+  std::vector<Value> examples;
+  for (int64_t n : {2, 5, 0}) examples.push_back(Value::Tuple({Value(RandomUniform(rng, {1, 2}, -1, 1)), i64(n)}));
+  Value w(RandomUniform(rng, {1, 2}, -1, 1));
+  ControlFlowStats stats = CheckGrad("pair_loss", {List(examples), w}, {1});
+  EXPECT_EQ(stats.batched_groups, 0);
 }
 
 TEST_F(BatchBranchesTest, OneExampleIsLeftAsItIs) {
