@@ -295,6 +295,78 @@ def loss_of(batch):
     return loss
 '''
 
+# Eager, an example at a time (no batching across the minibatch): what a
+# PyTorch user writes for a module network first.
+NMN_PEER = r'''
+first = json.loads(lines[0])
+params = [tensor_of(p).requires_grad_() for p in first[1]]
+emb, w_t, b_t, w_out, b_out = params
+
+def layout(v):
+    f = v["fields"]
+    if v["ctor"] == "Find":
+        return ("find", f[0]["data"][0])
+    if v["ctor"] == "Transform":
+        return ("transform", f[0]["data"][0], layout(f[1]))
+    return ("and", layout(f[0]), layout(f[1]))
+
+batches = []
+for line in lines:
+    examples = unlist(json.loads(line)[0])
+    batches.append([(layout(e[0]), tensor_of(e[1]), torch.tensor([e[2]["data"][0]])) for e in examples])
+
+def attend(q, fmap):
+    return torch.softmax(q @ fmap.T, dim=1)
+
+def module(m, fmap):
+    if m[0] == "find":
+        return attend(emb[m[1]:m[1] + 1], fmap)
+    if m[0] == "transform":
+        read = module(m[2], fmap) @ fmap
+        return attend(torch.tanh(read @ w_t.T + b_t + emb[m[1]:m[1] + 1]), fmap)
+    both = module(m[1], fmap) * module(m[2], fmap)
+    return both / both.sum()
+
+def loss_of(batch):
+    total = 0
+    for m, fmap, label in batch:
+        read = module(m, fmap) @ fmap
+        total = total + torch.nn.functional.cross_entropy(read @ w_out.T + b_out, label, reduction="sum")
+    return total
+'''
+
+# Eager, an example at a time: each parse recursively, then its attention.
+DAG_PEER = r'''
+first = json.loads(lines[0])
+params = [tensor_of(p).requires_grad_() for p in first[1]]
+w_tok, b_tok, w_join, b_join, w_att, w_out, b_out = params
+
+def parse(v):
+    if v["ctor"] == "Tok":
+        return v["fields"][0]["data"][0]
+    return (parse(v["fields"][0]), parse(v["fields"][1]))
+
+batches = []
+for line in lines:
+    examples = unlist(json.loads(line)[0])
+    batches.append([(parse(e[0]), tensor_of(e[1]), torch.tensor([e[2]["data"][0]])) for e in examples])
+
+def node(t, sentence):
+    if isinstance(t, int):
+        return torch.tanh(sentence[t:t + 1] @ w_tok.T + b_tok)
+    return torch.tanh(torch.cat([node(t[0], sentence), node(t[1], sentence)], 1) @ w_join.T + b_join)
+
+def loss_of(batch):
+    total = 0
+    for t, sentence, label in batch:
+        h = node(t, sentence)
+        att = torch.softmax(h @ (sentence @ w_att.T).T, dim=1)
+        context = att @ sentence
+        total = total + torch.nn.functional.cross_entropy(torch.cat([h, context], 1) @ w_out.T + b_out, label,
+                                                          reduction="sum")
+    return total
+'''
+
 PEER_TAIL = r'''
 rates = []
 for epoch in range(epochs):
@@ -309,7 +381,7 @@ print(json.dumps({"calls_per_s": rates, "threads": torch.get_num_threads(), "bla
 '''
 
 PEERS = {"tree_rnn_calls": ("level-batched", TREE_PEER), "act_calls": ("masked", ACT_PEER),
-         "char_lm_calls": ("padded", CHAR_PEER)}
+         "char_lm_calls": ("padded", CHAR_PEER), "nmn_calls": ("eager", NMN_PEER), "dag_calls": ("eager", DAG_PEER)}
 
 
 def run_torch(peer, calls, epochs, threads):
@@ -330,8 +402,8 @@ def main():
     parser.add_argument("--policies", default="interpreter,eager,sync")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--torch", action="store_true",
-                        help="also the PyTorch peers (tree models level-batched, act masked, char_lm padded), "
-                             "on 1 and 2 threads")
+                        help="also the PyTorch peers (tree models level-batched, act masked, char_lm padded, "
+                             "nmn and dag eager), on 1 and 2 threads")
     parser.add_argument("--pejit", default=os.path.join(ROOT, "bazel-bin/tools/pejit"))
     o = parser.parse_args()
     results = {"minibatches": o.minibatches, "batch": o.batch, "hidden": o.hidden, "epochs": o.epochs, "runs": []}
