@@ -367,6 +367,65 @@ def loss_of(batch):
     return total
 '''
 
+# Eager, an example at a time: each expression recursively, the statements
+# summed in order as the fold does.
+AST_PEER = r'''
+first = json.loads(lines[0])
+params = [tensor_of(p).requires_grad_() for p in first[1]]
+emb, w_neg, w_bin, b_bin, w_call, w_assign, w_ret, w_out, b_out = params
+
+def token(t):
+    return t["data"][0]
+
+def expr(v):
+    f = v["fields"]
+    if v["ctor"] in ("Num", "Var"):
+        return (v["ctor"], token(f[0]))
+    if v["ctor"] == "Neg":
+        return ("Neg", expr(f[0]))
+    if v["ctor"] == "Bin":
+        return ("Bin", token(f[0]), expr(f[1]), expr(f[2]))
+    return ("Call", token(f[0]), [expr(a) for a in unlist(f[1])])
+
+def stmt(v):
+    f = v["fields"]
+    return ("Assign", token(f[0]), expr(f[1])) if v["ctor"] == "Assign" else ("Return", expr(f[0]))
+
+batches = []
+for line in lines:
+    programs = unlist(json.loads(line)[0])
+    batches.append([([stmt(s) for s in unlist(p[0])], torch.tensor([token(p[1])])) for p in programs])
+
+def embed(t):
+    return emb[t:t + 1]
+
+def encode(e):
+    if e[0] == "Num":
+        return torch.tanh(embed(e[1]))
+    if e[0] == "Var":
+        return embed(e[1])
+    if e[0] == "Neg":
+        return torch.tanh(encode(e[1]) @ w_neg.T)
+    if e[0] == "Bin":
+        return torch.tanh(torch.cat([encode(e[2]), encode(e[3])], 1) @ w_bin.T + b_bin + embed(e[1]))
+    total = embed(e[1])
+    for a in e[2]:
+        total = total + encode(a)
+    return torch.tanh(total @ w_call.T)
+
+def loss_of(batch):
+    total = 0
+    for body, label in batch:
+        h = embed(label.item()) * 0
+        for s in body:
+            if s[0] == "Assign":
+                h = h + torch.tanh(encode(s[2]) @ w_assign.T + embed(s[1]))
+            else:
+                h = h + torch.tanh(encode(s[1]) @ w_ret.T)
+        total = total + torch.nn.functional.cross_entropy(h @ w_out.T + b_out, label, reduction="sum")
+    return total
+'''
+
 PEER_TAIL = r'''
 rates = []
 for epoch in range(epochs):
@@ -381,7 +440,8 @@ print(json.dumps({"calls_per_s": rates, "threads": torch.get_num_threads(), "bla
 '''
 
 PEERS = {"tree_rnn_calls": ("level-batched", TREE_PEER), "act_calls": ("masked", ACT_PEER),
-         "char_lm_calls": ("padded", CHAR_PEER), "nmn_calls": ("eager", NMN_PEER), "dag_calls": ("eager", DAG_PEER)}
+         "char_lm_calls": ("padded", CHAR_PEER), "nmn_calls": ("eager", NMN_PEER), "dag_calls": ("eager", DAG_PEER),
+         "typed_ast_calls": ("eager", AST_PEER)}
 
 
 def run_torch(peer, calls, epochs, threads):
@@ -403,7 +463,7 @@ def main():
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--torch", action="store_true",
                         help="also the PyTorch peers (tree models level-batched, act masked, char_lm padded, "
-                             "nmn and dag eager), on 1 and 2 threads")
+                             "nmn, dag and typed_ast eager), on 1 and 2 threads")
     parser.add_argument("--pejit", default=os.path.join(ROOT, "bazel-bin/tools/pejit"))
     o = parser.parse_args()
     results = {"minibatches": o.minibatches, "batch": o.batch, "hidden": o.hidden, "epochs": o.epochs, "runs": []}
