@@ -1,6 +1,5 @@
 #include "jit/batch_branches.h"
 
-#include <functional>
 #include <map>
 #include <unordered_map>
 #include <unordered_set>
@@ -26,24 +25,12 @@ struct Val {
 };
 using Env = std::unordered_map<const VarNode*, Val>;
 
-// The type of an atom (a variable, constant, projection or tuple of them).
+// The type of an atom (jit/straight.h's AtomType), which the values this
+// pass builds all have.
 Type TypeOfAtom(const Expr& e) {
-  switch (e->kind) {
-    case ExprKind::kVar: return static_cast<const VarNode&>(*e).annotation;
-    case ExprKind::kConstant: return TensorTy(static_cast<const ConstantNode&>(*e).value.type());
-    case ExprKind::kProj: {
-      const ProjNode& p = static_cast<const ProjNode&>(*e);
-      const TupleTypeNode* tuple = AsTuple(TypeOfAtom(p.tuple));
-      if (!tuple) throw JitFailure("batch branches: a projection of a value that is not a tuple");
-      return tuple->fields.at(p.index);
-    }
-    case ExprKind::kTuple: {
-      std::vector<Type> fields;
-      for (const Expr& f : static_cast<const TupleNode&>(*e).fields) fields.push_back(TypeOfAtom(f));
-      return TupleTy(std::move(fields));
-    }
-    default: throw JitFailure("batch branches: an expression that is not an atom");
-  }
+  Type type = AtomType(e);
+  if (!type) throw JitFailure("batch branches: a value of no known type");
+  return type;
 }
 
 bool FullyKnown(const Type& t) {
@@ -121,6 +108,39 @@ class Emitter {
   std::vector<std::pair<Var, Expr>> lets_;
 };
 
+// A tuple of atoms, bound.
+Expr Tuple(std::vector<Expr> fields, Emitter& out) {
+  std::vector<Type> types;
+  for (const Expr& f : fields) types.push_back(TypeOfAtom(f));
+  return out.Bind("tuple", MakeTuple(std::move(fields)), TupleTy(std::move(types)));
+}
+
+// `take` of every tensor of stacked `atom` (tensors in tuples): rows
+// `rows` (a vector of row indices), or one row (a scalar index) unstacked.
+Expr Gather(const Expr& atom, const Expr& rows, Emitter& out) {
+  const Type type = TypeOfAtom(atom);
+  if (AsTensor(type)) return out.Op("take", {atom, rows});
+  std::vector<Expr> fields;
+  for (size_t i = 0; i < AsTuple(type)->fields.size(); ++i) {
+    Expr field = out.Bind("field", MakeProj(atom, static_cast<int>(i)), AsTuple(type)->fields[i]);
+    fields.push_back(Gather(field, rows, out));
+  }
+  return Tuple(std::move(fields), out);
+}
+
+// The sides a stacked condition splits the rows of `mask` into.
+std::pair<Expr, Expr> Sides(const Expr& mask, const Expr& cond, Emitter& out) {
+  return {out.Op("logical_and", {mask, cond}), out.Op("logical_and", {mask, out.Op("logical_not", {cond})})};
+}
+
+// A let's type, which stacking needs fully known.
+const Type& KnownType(const Var& var) {
+  if (!var->annotation || !FullyKnown(var->annotation)) {
+    throw JitFailure("batch branches: %" + var->name + " has no fully known type");
+  }
+  return var->annotation;
+}
+
 class Batcher {
  public:
   // Names of the stacked versions are numbered after `functions`, so that
@@ -174,10 +194,7 @@ class Batcher {
 
   // The call or branch that ends a block in tail position (Block's `acc`).
   Val TailStep(const LetNode& let, Env& env, const Expr& mask, Emitter& out, const Expr& acc) {
-    const Type& type = let.var->annotation;
-    if (!type || !FullyKnown(type)) {
-      throw JitFailure("batch branches: %" + let.var->name + " has no fully known type");
-    }
+    const Type& type = KnownType(let.var);
     const Type stacked_type = Stacked(type, rows_);
     if (const IfNode* n = As<IfNode>(let.value)) {
       Val cond = Atom(n->cond, env, out);
@@ -189,8 +206,7 @@ class Batcher {
         Expr branch = MakeIf(cond.atom, then_out.Finish(a.atom), else_out.Finish(b.atom));
         return {out.Bind("branch", branch, stacked_type), true, type};
       }
-      Expr taken = out.Op("logical_and", {mask, cond.atom});
-      Expr not_taken = out.Op("logical_and", {mask, out.Op("logical_not", {cond.atom})});
+      const auto [taken, not_taken] = Sides(mask, cond.atom, out);
       // The side whose last step calls (the loop's next iteration, the
       // function itself first) goes last: its call is then a tail call.
       bool then_last = EndsInCall(n->then_branch, self_) && !EndsInCall(n->else_branch, self_);
@@ -226,10 +242,7 @@ class Batcher {
   // A let whose value is not straight-line code.
   Val Step(const LetNode& let, Env& env, const Expr& mask, Emitter& out) {
     const Expr& value = let.value;
-    const Type& type = let.var->annotation;
-    if (!type || !FullyKnown(type)) {
-      throw JitFailure("batch branches: %" + let.var->name + " has no fully known type");
-    }
+    const Type& type = KnownType(let.var);
     switch (value->kind) {
       case ExprKind::kVar:
         return env.at(static_cast<const VarNode*>(value.get()));
@@ -304,8 +317,7 @@ class Batcher {
       Expr else_block = else_out.Finish(StackAll(b, else_out));
       return {out.Bind("branch", MakeIf(cond.atom, then_block, else_block), Stacked(type, rows_)), true, type};
     }
-    Expr taken = out.Op("logical_and", {mask, cond.atom});
-    Expr not_taken = out.Op("logical_and", {mask, out.Op("logical_not", {cond.atom})});
+    const auto [taken, not_taken] = Sides(mask, cond.atom, out);
     Expr a = Branch(n.then_branch, type, taken, env, out);
     Expr b = Branch(n.else_branch, type, not_taken, env, out);
     return {Select(cond.atom, a, b, Stacked(type, rows_), out), true, type};
@@ -332,23 +344,6 @@ class Batcher {
     Emitter none;
     Expr else_block = none.Finish(acc ? acc : Zeros(stacked_type, none));
     return out.Bind("branch", MakeIf(any, then_block, else_block), stacked_type);
-  }
-
-  Expr Gather(const Expr& atom, const Expr& rows, Emitter& out) {
-    const Type type = TypeOfAtom(atom);
-    if (AsTensor(type)) return out.Op("take", {atom, rows});
-    std::vector<Expr> fields;
-    for (size_t i = 0; i < AsTuple(type)->fields.size(); ++i) {
-      Expr field = out.Bind("field", MakeProj(atom, static_cast<int>(i)), AsTuple(type)->fields[i]);
-      fields.push_back(Gather(field, rows, out));
-    }
-    return Tuple(std::move(fields), out);
-  }
-
-  Expr Tuple(std::vector<Expr> fields, Emitter& out) {
-    std::vector<Type> types;
-    for (const Expr& f : fields) types.push_back(TypeOfAtom(f));
-    return out.Bind("tuple", MakeTuple(std::move(fields)), TupleTy(std::move(types)));
   }
 
   Expr Zeros(const Type& type, Emitter& out) {
@@ -450,11 +445,8 @@ class Batcher {
         subst[v] = p;
       }
       defined.insert(let->var.get());
-      if (!let->var->annotation || !FullyKnown(let->var->annotation)) {
-        throw JitFailure("batch branches: %" + let->var->name + " has no fully known type");
-      }
+      types.push_back(KnownType(let->var));
       results.push_back(let->var);
-      types.push_back(let->var->annotation);
     }
     Expr body = MakeTuple(results);
     for (auto it = lets.rbegin(); it != lets.rend(); ++it) {
@@ -624,24 +616,10 @@ bool BatchOneGroup(const std::vector<Var>& params, std::vector<std::pair<Var, Ex
       Batcher batcher(functions, rows);
       const Var& model_var = lets[model.let].first;
       Val stacked = batcher.Run(MakeVar(model_var->name, model_var->annotation), lets[model.let].second, env, out);
-      Expr all = stacked.stacked ? stacked.atom : nullptr;
-      if (!all) throw JitFailure("batch branches: the batched result is not stacked");
-      for (size_t k = 0; k < members.size(); ++k) {
-        const Var& var = lets[instances[members[k]].let].first;
+      if (!stacked.stacked) throw JitFailure("batch branches: the batched result is not stacked");
+      for (size_t k = 0; k < members.size(); ++k) {  // each member's row, under its own variable
         Expr index = MakeConstant(Tensor::FromVector<int64_t>({}, {static_cast<int64_t>(k)}));
-        std::function<Expr(const Expr&, const Type&)> row = [&](const Expr& atom, const Type& member) -> Expr {
-          if (AsTensor(member)) return out.Op("take", {atom, index});
-          std::vector<Expr> fields;
-          std::vector<Type> types;
-          for (size_t i = 0; i < AsTuple(member)->fields.size(); ++i) {
-            const Type& f = AsTuple(member)->fields[i];
-            Expr field = out.Bind("field", MakeProj(atom, static_cast<int>(i)), Stacked(f, rows));
-            fields.push_back(row(field, f));
-            types.push_back(f);
-          }
-          return out.Bind("tuple", MakeTuple(std::move(fields)), TupleTy(std::move(types)));
-        };
-        out.BindVar(var, row(all, var->annotation));
+        out.BindVar(lets[instances[members[k]].let].first, Gather(stacked.atom, index, out));
       }
       for (auto& fn : batcher.made()) functions.push_back(std::move(fn));
     } catch (const std::exception&) {

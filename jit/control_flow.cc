@@ -605,28 +605,6 @@ class ControlFlowProgram final : public Executable {
 
 }  // namespace
 
-Type AtomType(const Expr& e) {
-  switch (e->kind) {
-    case ExprKind::kVar: return static_cast<const VarNode&>(*e).annotation;
-    case ExprKind::kConstant: return TensorTy(static_cast<const ConstantNode&>(*e).value.type());
-    case ExprKind::kProj: {
-      const ProjNode& p = static_cast<const ProjNode&>(*e);
-      const TupleTypeNode* tuple = AsTuple(AtomType(p.tuple));
-      if (!tuple || p.index < 0 || static_cast<size_t>(p.index) >= tuple->fields.size()) return nullptr;
-      return tuple->fields[p.index];
-    }
-    case ExprKind::kTuple: {
-      std::vector<Type> fields;
-      for (const Expr& f : static_cast<const TupleNode&>(*e).fields) {
-        fields.push_back(AtomType(f));
-        if (!fields.back()) return nullptr;
-      }
-      return TupleTy(std::move(fields));
-    }
-    default: return nullptr;
-  }
-}
-
 bool HasControlFlow(const Func& program) {
   bool found = false;
   PostOrderVisit(program->body, [&](const Expr& e) {

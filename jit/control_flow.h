@@ -67,9 +67,5 @@ ExecutablePtr CompileControlFlow(JitSession& session, const Func& main,
 // Whether `program`'s body has a dynamic `if` or calls a global.
 bool HasControlFlow(const Func& program);
 
-// The type of an atom (variables, constants, projections and tuples of
-// them) from its variables' annotations, without type-checking the program
-// around it; null for anything else.
-Type AtomType(const Expr& atom);
 
 }  // namespace pejit

@@ -59,4 +59,9 @@ TensorType TensorTypeOf(const Expr& atom);
 // The type of a straight-line result (Straight::result): atoms nested in tuples.
 Type ResultTypeOf(const Expr& result);
 
+// The type of an atom (variables, constants, projections and tuples of
+// them) from its variables' annotations, without type-checking the program
+// around it; null for anything else (or a variable without annotation).
+Type AtomType(const Expr& atom);
+
 }  // namespace pejit

@@ -5,7 +5,7 @@
 #include <unordered_set>
 
 #include "ir/visitor.h"
-#include "jit/control_flow.h"
+#include "jit/straight.h"
 
 namespace pejit {
 namespace {

@@ -180,6 +180,14 @@ class BatchBranchesTest : public testing::Test {
     list_ = module_.snapshot()->FindType("List");
   }
 
+  static Value I64(int64_t v) { return Value(Tensor::FromVector<int64_t>({}, {v})); }
+  // n examples' rows (1, cols), uniform in [-1, 1].
+  static std::vector<Value> Rows(Rng& rng, int n, int64_t cols) {
+    std::vector<Value> rows;
+    for (int i = 0; i < n; ++i) rows.emplace_back(RandomUniform(rng, {1, cols}, -1, 1));
+    return rows;
+  }
+
   Value List(const std::vector<Value>& items) {
     Value xs = Value::Adt(list_, 0, {});
     for (auto it = items.rbegin(); it != items.rend(); ++it) xs = Value::Adt(list_, 1, {*it, xs});
@@ -223,8 +231,7 @@ TEST_F(BatchBranchesTest, EveryExamplesLoopRunsAsOneBatchedLoop) {
   Rng rng(7);
   for (int trial = 0; trial < 4; ++trial) {  // weights that halt early, late, and in between
     const float scale = 0.2f + 0.4f * trial;
-    std::vector<Value> rows;
-    for (int i = 0; i < 9; ++i) rows.emplace_back(RandomUniform(rng, {1, 6}, -1, 1));
+    std::vector<Value> rows = Rows(rng, 9, 6);
     Value w(RandomUniform(rng, {6, 6}, -scale, scale)), u(RandomUniform(rng, {6, 6}, -scale, scale));
     Value v(RandomUniform(rng, {6, 1}, -scale, scale));
     ControlFlowStats stats = CheckGrad("act_loss", {List(rows), w, u, v}, {1, 2, 3});
@@ -235,9 +242,7 @@ TEST_F(BatchBranchesTest, EveryExamplesLoopRunsAsOneBatchedLoop) {
 
 TEST_F(BatchBranchesTest, OneLoopInTwoSetsOfInstancesOfDifferentSizes) {
   Rng rng(13);
-  std::vector<Value> a, b;
-  for (int i = 0; i < 5; ++i) a.emplace_back(RandomUniform(rng, {1, 6}, -1, 1));
-  for (int i = 0; i < 3; ++i) b.emplace_back(RandomUniform(rng, {1, 6}, -1, 1));
+  std::vector<Value> a = Rows(rng, 5, 6), b = Rows(rng, 3, 6);
   Value w(RandomUniform(rng, {6, 6}, -0.5f, 0.5f)), u(RandomUniform(rng, {6, 6}, -0.5f, 0.5f));
   Value v(RandomUniform(rng, {6, 1}, -0.5f, 0.5f));
   ControlFlowStats stats = CheckGrad("two_loss", {List(a), List(b), w, u, v}, {2, 3, 4});
@@ -252,7 +257,7 @@ TEST_F(BatchBranchesTest, ABatchedLoopRunsThousandsOfIterationsInOneFrame) {
   Rng rng(14);
   std::vector<Value> examples;
   for (int64_t n : {3000, 2500, 10, 0}) {
-    examples.push_back(Value::Tuple({Value(RandomUniform(rng, {1, 2}, -1, 1)), Value(Tensor::FromVector<int64_t>({}, {n}))}));
+    examples.push_back(Value::Tuple({Value(RandomUniform(rng, {1, 2}, -1, 1)), I64(n)}));
   }
   Value w(RandomUniform(rng, {1, 2}, -1, 1));
   ControlFlowStats stats = CheckGrad("steps_loss", {List(examples), w}, {1});
@@ -261,9 +266,8 @@ TEST_F(BatchBranchesTest, ABatchedLoopRunsThousandsOfIterationsInOneFrame) {
 
 TEST_F(BatchBranchesTest, RowsOutsideABranchNeverReadZerosFromALoopItCalls) {
   Rng rng(15);
-  auto i64 = [](int64_t v) { return Value(Tensor::FromVector<int64_t>({}, {v})); };
   std::vector<Value> examples;
-  for (int64_t n : {3, 0, 5, 1, 2, 4}) examples.push_back(Value::Tuple({Value(RandomUniform(rng, {1, 2}, -1, 1)), i64(n)}));
+  for (int64_t n : {3, 0, 5, 1, 2, 4}) examples.push_back(Value::Tuple({Value(RandomUniform(rng, {1, 2}, -1, 1)), I64(n)}));
   Value w(Tensor::FromVector<float>({1, 2}, {0.7f, -0.4f}));
   ControlFlowStats stats = CheckGrad("log_loss", {List(examples), w}, {1});
   EXPECT_EQ(stats.batched_groups, 1);
@@ -271,10 +275,9 @@ TEST_F(BatchBranchesTest, RowsOutsideABranchNeverReadZerosFromALoopItCalls) {
 
 TEST_F(BatchBranchesTest, ALoopWhoseExitCallsAnotherRunsTwentyThousandIterations) {
   Rng rng(16);
-  auto i64 = [](int64_t v) { return Value(Tensor::FromVector<int64_t>({}, {v})); };
   std::vector<Value> examples;
   for (auto [n, k] : std::vector<std::pair<int64_t, int64_t>>{{20000, 2}, {3, 0}, {7, 4}}) {
-    examples.push_back(Value::Tuple({Value(RandomUniform(rng, {1, 2}, -1, 1)), i64(n), i64(k)}));
+    examples.push_back(Value::Tuple({Value(RandomUniform(rng, {1, 2}, -1, 1)), I64(n), I64(k)}));
   }
   Value w(RandomUniform(rng, {1, 2}, -1, 1));
   ControlFlowStats stats = CheckGrad("count_then_loss", {List(examples), w}, {1});
@@ -283,9 +286,8 @@ TEST_F(BatchBranchesTest, ALoopWhoseExitCallsAnotherRunsTwentyThousandIterations
 
 TEST_F(BatchBranchesTest, ALoopReturningATupleStaysPerExample) {
   Rng rng(17);
-  auto i64 = [](int64_t v) { return Value(Tensor::FromVector<int64_t>({}, {v})); };
   std::vector<Value> examples;
-  for (int64_t n : {2, 5, 0}) examples.push_back(Value::Tuple({Value(RandomUniform(rng, {1, 2}, -1, 1)), i64(n)}));
+  for (int64_t n : {2, 5, 0}) examples.push_back(Value::Tuple({Value(RandomUniform(rng, {1, 2}, -1, 1)), I64(n)}));
   Value w(RandomUniform(rng, {1, 2}, -1, 1));
   ControlFlowStats stats = CheckGrad("pair_loss", {List(examples), w}, {1});
   EXPECT_EQ(stats.batched_groups, 0);
@@ -303,10 +305,9 @@ TEST_F(BatchBranchesTest, OneExampleIsLeftAsItIs) {
 // the others would read row 6 of 6.
 TEST_F(BatchBranchesTest, AFinishedExampleNeverRunsTheStepItsLoopGuards) {
   Rng rng(9);
-  auto i64 = [](int64_t v) { return Value(Tensor::FromVector<int64_t>({}, {v})); };
   std::vector<Value> spans;
   for (auto [start, end] : std::vector<std::pair<int64_t, int64_t>>{{0, 6}, {4, 6}, {2, 3}, {5, 6}, {1, 1}, {3, 6}}) {
-    spans.push_back(Value::Tuple({i64(start), i64(end)}));
+    spans.push_back(Value::Tuple({I64(start), I64(end)}));
   }
   Value table(RandomUniform(rng, {6, 3}, -1, 1)), w(RandomUniform(rng, {3, 3}, -0.8f, 0.8f));
   ControlFlowStats stats = CheckGrad("walk_loss", {List(spans), table, w}, {1, 2});
@@ -319,8 +320,7 @@ TEST_F(BatchBranchesTest, AFinishedExampleNeverRunsTheStepItsLoopGuards) {
 // reach the weight's gradient.
 TEST_F(BatchBranchesTest, EachSideOfABranchSeesOnlyRowsThatTakeIt) {
   Rng rng(10);
-  std::vector<Value> rows;
-  for (int i = 0; i < 8; ++i) rows.emplace_back(RandomUniform(rng, {1, 4}, -1, 1));
+  std::vector<Value> rows = Rows(rng, 8, 4);
   Value w(RandomUniform(rng, {4, 1}, -1, 1));
   ControlFlowStats stats = CheckGrad("safe_loss", {List(rows), w}, {1});
   EXPECT_EQ(stats.batched_groups, 1);
@@ -333,8 +333,7 @@ TEST_F(BatchBranchesTest, EachSideOfABranchSeesOnlyRowsThatTakeIt) {
 
 TEST_F(BatchBranchesTest, LoopsThatReadEachOthersResultsStayApart) {
   Rng rng(11);
-  std::vector<Value> rows;
-  for (int i = 0; i < 5; ++i) rows.emplace_back(RandomUniform(rng, {1, 6}, -1, 1));
+  std::vector<Value> rows = Rows(rng, 5, 6);
   Value w(RandomUniform(rng, {6, 6}, -0.6f, 0.6f)), u(RandomUniform(rng, {6, 6}, -0.6f, 0.6f));
   Value v(RandomUniform(rng, {6, 1}, -0.6f, 0.6f));
   ControlFlowStats stats = CheckGrad("chain_loss", {List(rows), w, u, v}, {1, 2, 3});
@@ -345,8 +344,7 @@ TEST_F(BatchBranchesTest, LoopsThatReadEachOthersResultsStayApart) {
 // originals, and a program without instances to batch comes back unchanged.
 TEST_F(BatchBranchesTest, ThePassAddsAStackedVersionOfTheLoop) {
   Rng rng(12);
-  std::vector<Value> rows;
-  for (int i = 0; i < 3; ++i) rows.emplace_back(RandomUniform(rng, {1, 6}, -1, 1));
+  std::vector<Value> rows = Rows(rng, 3, 6);
   Value w(RandomUniform(rng, {6, 6}, -0.5f, 0.5f));
   Snapshot s = module_.snapshot();
   Residual r = PartialEvaluate(*s, "act_loss", {List(rows), w, w, Value(RandomUniform(rng, {6, 1}, -0.5f, 0.5f))});
