@@ -12,6 +12,8 @@ Models (the .pj files the tests check against the interpreter):
                   over the list (tests/tools/testdata/tree_rnn.pj)
   tree_rnn_fold   the same network, its minibatch loss the prelude's @fold with a closure
                   (tests/generic/models/tree_rnn_fold.pj)
+  tree_rnn_map    the same network, its minibatch loss the prelude's @map, then a recursion
+                  summing the list it built (tests/generic/models/tree_rnn_map.pj)
   char_lm         a character LSTM language model over sentences as lists of words of
                   characters, nested @folds with closures (tests/generic/models/char_lm.pj)
   act             adaptive computation time: a step iterated per example until its halting
@@ -50,6 +52,7 @@ import make_calls  # noqa: E402  the tests' JSON builders and random programs
 MODELS = {
     "tree_rnn": "tests/tools/testdata/tree_rnn.pj",
     "tree_rnn_fold": "tests/generic/models/tree_rnn_fold.pj",
+    "tree_rnn_map": "tests/generic/models/tree_rnn_map.pj",
     "char_lm": "tests/generic/models/char_lm.pj",
     "act": "tests/generic/models/act.pj",
     "typed_ast": "tests/generic/models/typed_ast.pj",
@@ -143,7 +146,7 @@ def dag_calls(rng, minibatches, batch, hidden, classes=5, lengths=(5, 25)):
     return lines
 
 
-CALLS = {"tree_rnn": tree_rnn_calls, "tree_rnn_fold": tree_rnn_calls, "char_lm": char_lm_calls, "act": act_calls,
+CALLS = {"tree_rnn": tree_rnn_calls, "tree_rnn_fold": tree_rnn_calls, "tree_rnn_map": tree_rnn_calls, "char_lm": char_lm_calls, "act": act_calls,
          "typed_ast": typed_ast_calls, "nmn": nmn_calls, "dag": dag_calls}
 
 

@@ -135,7 +135,6 @@ class Builder {
     ValueTree v;
     char tag = r.Tag();
     if (tag == 'S') {
-      if (leaf_kind == Source::Kind::kCall) throw Refusal("generic: a cell returning a structure value is not served");
       v.kind = ValueTree::Kind::kStructure;
       v.value = structures_++;
     } else if (tag == 'F') {  // instance keys only: results and patterns never hold one (TypeOf, EncodeValue)
@@ -188,7 +187,9 @@ class Builder {
         }
         return true;
       }
-      case TypeKind::kAdt: return v.kind == ValueTree::Kind::kStructure;
+      case TypeKind::kAdt:
+        return v.kind == ValueTree::Kind::kStructure ||
+               (v.kind == ValueTree::Kind::kBuilt && v.adt->name == AsAdt(t)->name);
       case TypeKind::kFunc: return v.kind == ValueTree::Kind::kFunction;
       case TypeKind::kVar: return true;
     }
@@ -255,8 +256,18 @@ class Builder {
       case ExprKind::kMatch: return EvalMatch(static_cast<const MatchNode&>(*e));
       case ExprKind::kIf:
         throw Refusal("generic: an `if`" + Where(e->loc) + " (control flow on tensor values is not the structure's)");
-      case ExprKind::kCtor:
-        throw Refusal("generic: a constructor built at run time" + Where(e->loc) + " (only the arguments' structure is walked)");
+      case ExprKind::kCtor: {
+        const auto& c = static_cast<const CtorNode&>(*e);
+        ValueTree v;
+        v.kind = ValueTree::Kind::kBuilt;
+        v.adt = c.adt.get();
+        v.tag = c.tag;
+        for (const Expr& a : c.args) {
+          v.fields.push_back(Eval(a));
+          Key(v.fields.back(), c.loc);
+        }
+        return v;
+      }
       case ExprKind::kFunc: {
         const auto& f = static_cast<const FuncNode&>(*e);
         ValueTree v;
@@ -310,7 +321,27 @@ class Builder {
     return result;
   }
 
-  void EncodeArg(const ValueTree& v, std::string& out, std::vector<int>& structures) {
+  // Fills the keys of a built structure's field `v` (and of what it holds).
+  void Key(ValueTree& v, const SourceLoc& loc) {
+    v.key.clear();
+    switch (v.kind) {
+      case ValueTree::Kind::kTensor: PutTensor(v.key, values_[v.value].type, -1); return;
+      case ValueTree::Kind::kStructure:
+      case ValueTree::Kind::kBuilt: v.key = "S"; return;
+      case ValueTree::Kind::kTuple:
+        v.key.push_back('U');
+        Put(v.key, static_cast<int32_t>(v.fields.size()));
+        for (ValueTree& f : v.fields) {
+          Key(f, loc);
+          v.key += f.key;
+        }
+        return;
+      case ValueTree::Kind::kFunction:
+        throw Refusal("generic: a function value inside a structure built" + Where(loc));
+    }
+  }
+
+  void EncodeArg(const ValueTree& v, std::string& out, Question& q) {
     switch (v.kind) {
       case ValueTree::Kind::kTensor: {
         const ValueInfo& info = values_[v.value];
@@ -319,12 +350,17 @@ class Builder {
       }
       case ValueTree::Kind::kStructure:
         out.push_back('S');
-        structures.push_back(v.value);
+        q.structure_args.push_back(v.value);
+        break;
+      case ValueTree::Kind::kBuilt:
+        out.push_back('S');
+        q.structure_args.push_back(-1 - static_cast<int>(q.built.size()));
+        q.built.push_back(v);
         break;
       case ValueTree::Kind::kTuple:
         out.push_back('U');
         Put(out, static_cast<int32_t>(v.fields.size()));
-        for (const ValueTree& f : v.fields) EncodeArg(f, out, structures);
+        for (const ValueTree& f : v.fields) EncodeArg(f, out, q);
         break;
       case ValueTree::Kind::kFunction:
         out.push_back('F');
@@ -334,7 +370,7 @@ class Builder {
           out.push_back('L');
           Put(out, reinterpret_cast<uintptr_t>(v.lambda));
           Put(out, static_cast<int32_t>(v.fields.size()));
-          for (const ValueTree& f : v.fields) EncodeArg(f, out, structures);
+          for (const ValueTree& f : v.fields) EncodeArg(f, out, q);
         } else {
           out.push_back('G');
           Put(out, static_cast<int32_t>(v.global.size()));
@@ -395,7 +431,7 @@ class Builder {
     Question q;
     q.kind = Question::Kind::kCall;
     std::string encoded;
-    for (const ValueTree& a : args) EncodeArg(a, encoded, q.structure_args);
+    for (const ValueTree& a : args) EncodeArg(a, encoded, q);
     q.callee_key = InstanceKey(name, encoded);
     const Answer& answer = NextAnswer(q);
     int site = static_cast<int>(calls_.size());
@@ -408,8 +444,16 @@ class Builder {
 
   ValueTree EvalMatch(const MatchNode& match) {
     ValueTree scrutinee = Eval(match.scrutinee);
+    if (scrutinee.kind == ValueTree::Kind::kBuilt) {  // built here: its clause is known
+      for (const Clause& clause : match.clauses) {
+        if (!Takes(clause.pattern, scrutinee, match)) continue;
+        BindBuilt(clause.pattern, scrutinee);
+        return Eval(clause.body);
+      }
+      throw Refusal("generic: no clause of the match" + Where(match.loc) + " matches the structure built there");
+    }
     if (scrutinee.kind != ValueTree::Kind::kStructure) {
-      throw Refusal("generic: a match on a value that is not an argument's structure" + Where(match.loc));
+      throw Refusal("generic: a match on a value that is not a structure" + Where(match.loc));
     }
     Question q;
     q.kind = Question::Kind::kMatch;
@@ -420,6 +464,29 @@ class Builder {
     Reader r(answer.types);
     Bind(clause.pattern, r);
     return Eval(clause.body);
+  }
+
+  // Whether pattern `p` matches `v`, a part of a structure this cell built.
+  // A structure inside it that came from elsewhere is not looked into.
+  bool Takes(const Pattern& p, const ValueTree& v, const MatchNode& match) const {
+    if (p->kind == PatternKind::kWildcard || p->kind == PatternKind::kVar) return true;
+    if (v.kind == ValueTree::Kind::kStructure) {
+      throw Refusal("generic: the match" + Where(match.loc) + " looks into a structure inside one built in the cell; "
+                    "match on that structure first");
+    }
+    if (p->kind == PatternKind::kCtor && (v.kind != ValueTree::Kind::kBuilt || v.tag != p->tag || v.adt->name != p->adt->name)) {
+      return false;
+    }
+    if (p->kind == PatternKind::kTuple && v.kind != ValueTree::Kind::kTuple) return false;
+    for (size_t i = 0; i < p->fields.size(); ++i) {
+      if (!Takes(p->fields[i], v.fields.at(i), match)) return false;
+    }
+    return true;
+  }
+
+  void BindBuilt(const Pattern& p, const ValueTree& v) {
+    if (p->kind == PatternKind::kVar) env_[p->var.get()] = v;
+    for (size_t i = 0; i < p->fields.size(); ++i) BindBuilt(p->fields[i], v.fields[i]);
   }
 
   // Binds the pattern's variables in pre-order, as BindPattern (program.cc) does on values.
@@ -434,13 +501,25 @@ class Builder {
     }
   }
 
-  Type TypeOf(const ValueTree& v) {
-    if (v.kind == ValueTree::Kind::kStructure) throw Refusal("generic: @" + function_ + " returns a structure value");
-    if (v.kind == ValueTree::Kind::kFunction) throw Refusal("generic: @" + function_ + " returns a function value");
-    if (v.kind == ValueTree::Kind::kTensor) return TensorTy(values_[v.value].type);
+  // The type of a result, null when it holds a structure; its encoding
+  // (EncodeType's bytes) in `key`.
+  Type TypeOf(const ValueTree& v, std::string& key) {
+    switch (v.kind) {
+      case ValueTree::Kind::kFunction: throw Refusal("generic: @" + function_ + " returns a function value");
+      case ValueTree::Kind::kStructure:
+      case ValueTree::Kind::kBuilt: key.push_back('S'); return nullptr;
+      case ValueTree::Kind::kTensor: PutTensor(key, values_[v.value].type, -1); return TensorTy(values_[v.value].type);
+      case ValueTree::Kind::kTuple: break;
+    }
+    key.push_back('U');
+    Put(key, static_cast<int32_t>(v.fields.size()));
     std::vector<Type> fields;
-    for (const ValueTree& f : v.fields) fields.push_back(TypeOf(f));
-    return TupleTy(std::move(fields));
+    bool whole = true;
+    for (const ValueTree& f : v.fields) {
+      fields.push_back(TypeOf(f, key));
+      whole &= fields.back() != nullptr;
+    }
+    return whole ? TupleTy(std::move(fields)) : nullptr;
   }
 
   void Uses(const ValueTree& v, std::vector<bool>& used_outside) {
@@ -451,8 +530,7 @@ class Builder {
   Cell Finish(const ValueTree& result) {
     Cell cell;
     cell.result = result;
-    cell.result_type = TypeOf(result);
-    EncodeType(cell.result_type, cell.result_key);
+    cell.result_type = TypeOf(result, cell.result_key);
     cell.constants = constants_;
     cell.calls = calls_;
 

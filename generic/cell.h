@@ -21,9 +21,8 @@
 // Functions called from a cell that neither match nor reach a match (a
 // Tree-LSTM's gate arithmetic) are inlined into the segments. What the tier
 // does not serve is refused with a reason naming the construct and its
-// location (an `if` on a tensor, a constructor built at run time, a
-// function value inside a structure or returned by a cell): such programs
-// keep today's tiers.
+// location (an `if` on a tensor, a function value inside a structure or
+// returned by a cell): such programs keep today's tiers.
 #pragma once
 
 #include <cstdint>
@@ -59,20 +58,32 @@ struct Source {
 };
 
 // A value passed or returned: tensors (by value id) in tuples, a structure
-// (ADT) value, by its index among the instance's structures, or a function
-// value. A function value is known at build time: a definition named as a
-// value, or a `fn` of the program with what it captured (its `fields`, in
-// FreeVars order). A cell that takes one is a cell of that function (its
-// identity is part of the instance key, its captures are arguments), so a
-// `@fold` over a minibatch with a closure is specialized for that closure,
-// and calling it inlines its body.
+// (ADT) value, by its index among the instance's structures, a structure the
+// cell built, or a function value. A function value is known at build time:
+// a definition named as a value, or a `fn` of the program with what it
+// captured (its `fields`, in FreeVars order). A cell that takes one is a cell
+// of that function (its identity is part of the instance key, its captures
+// are arguments), so a `@fold` over a minibatch with a closure is
+// specialized for that closure, and calling it inlines its body.
+//
+// A structure the cell built (kBuilt: a constructor applied to `fields`) is
+// known to its tags where it was built: a match there takes its clause at
+// once. Passed to a call or returned, it travels with the walk (the
+// inspector's, generic/program.h) as the structures the arguments hold do:
+// a `@map` builds its list in cells, and the `@fold` over that list matches
+// on what the walk recorded, so `@map` then a sum batches as one recursion.
 struct ValueTree {
-  enum class Kind : uint8_t { kTensor, kTuple, kStructure, kFunction };
+  enum class Kind : uint8_t { kTensor, kTuple, kStructure, kFunction, kBuilt };
   Kind kind = Kind::kTensor;
   int value = -1;  // kTensor: value id in the cell; kStructure: structure index
-  std::vector<ValueTree> fields;  // kTuple: its fields; kFunction: what the `fn` captured
+  std::vector<ValueTree> fields;  // kTuple, kBuilt: its fields; kFunction: what the `fn` captured
   const FuncNode* lambda = nullptr;  // kFunction: a `fn` of the program...
   std::string global;                // ... or a definition's name
+  const TypeDef* adt = nullptr;      // kBuilt: the constructor's type...
+  int tag = -1;                      // ... and its index there
+  // Inside a kBuilt: this value's encoded type (EncodeValue's bytes), what
+  // a pattern that binds it answers.
+  std::string key;
 };
 
 struct Segment {
@@ -100,8 +111,8 @@ struct Cell {
   std::vector<CallSite> calls;
   std::vector<Source> sources;     // per value id
   std::vector<Tensor> constants;   // Source::kConstant
-  ValueTree result;                // tensors in tuples
-  Type result_type;                // concrete
+  ValueTree result;                // tensors in tuples, structures
+  Type result_type;                // concrete; null when the result holds a structure
   std::string result_key;          // EncodeType(result_type): the answer to a call of this cell
   // Filled by GenericProgram: the tensor value ids each call passes (but
   // kRoot ones, which the callee knows) and the result returns, flattened.
@@ -116,7 +127,10 @@ struct Question {
   const MatchNode* match = nullptr;  // kMatch: which clause does structure `structure` take?
   int structure = -1;
   std::string callee_key;            // kCall: the callee's instance key...
-  std::vector<int> structure_args;   // ... and the structures it is passed, in order
+  // ... and the structures it is passed, in order: an index among the
+  // instance's structures, or -1 - i for built[i], one this cell built.
+  std::vector<int> structure_args;
+  std::vector<ValueTree> built;
 };
 
 // An answer: the clause taken and the encoded types of the values its

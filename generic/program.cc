@@ -21,18 +21,44 @@ int64_t RowBucket(int64_t n) {
 struct GenericProgram::Instance {
   const Cell* cell = nullptr;
   int children = 0, leaves = 0;  // offsets into Walker::children / leaves
+  int inputs = 0;                // offset into the input slots its caller passed (Place)
   int segments = 0;              // offset into the segment instance ids (Place)
   int result = 0;                // offset into the result slots (Place)
 };
+
+namespace {
+
+// A structure the walk meets: a value of the call's arguments, or one a cell
+// built (ValueTree::Kind::kBuilt, in its cell or in the question that passed
+// it on), with the instance whose values its tensors are and where the walk
+// saved that instance's structures, which the one built may hold.
+struct StructRef {
+  const Value* value = nullptr;
+  const ValueTree* built = nullptr;
+  int32_t instance = -1;
+  int32_t frame = -1;  // into Walker::frames
+};
+
+// A tensor a pattern bound: one in the arguments' structures, or value
+// `value` of instance `instance`, put in a structure that instance built.
+struct Leaf {
+  const Tensor* tensor = nullptr;
+  int32_t instance = -1;
+  int32_t value = -1;
+};
+
+}  // namespace
 
 // The flat arrays of one walk.
 struct GenericProgram::Walker {
   std::vector<Instance> instances;
   std::vector<int> children;                // per instance, its call sites' instances, in order
-  std::vector<const Tensor*> leaves;        // per instance, the tensors its patterns bound
-  std::vector<const Value*> structures;     // a stack: each frame's structures from its base
+  std::vector<Leaf> leaves;                 // per instance, the tensors its patterns bound
+  std::vector<StructRef> structures;        // a stack: each frame's structures from its base
+  std::vector<StructRef> frames;            // frames saved for the structures built in them
   std::vector<std::vector<int>> pending;    // per depth: children of the instance being walked there
-  std::vector<const Tensor*> leaf_stack;   // each frame's bound tensors from its base
+  std::vector<Leaf> leaf_stack;             // each frame's bound tensors from its base
+  std::vector<StructRef> returned;          // a callee's result structures, reused
   std::string edge;                         // the answer being looked up, reused
 };
 
@@ -59,12 +85,38 @@ bool Matches(const Pattern& p, const Value& v) {
   return false;
 }
 
+bool Matches(const Pattern& p, const StructRef& s, const std::vector<StructRef>& frames);
+
+// Whether `p` matches `v`, a part of a structure a cell built, whose
+// structures from elsewhere are at `frame`.
+bool MatchesBuilt(const Pattern& p, const ValueTree& v, int frame, const std::vector<StructRef>& frames) {
+  if (Irrefutable(p)) return true;
+  switch (v.kind) {
+    case ValueTree::Kind::kStructure: return Matches(p, frames[frame + v.value], frames);
+    case ValueTree::Kind::kBuilt:
+      if (p->kind != PatternKind::kCtor || v.tag != p->tag || v.adt->name != p->adt->name) return false;
+      break;
+    case ValueTree::Kind::kTuple:
+      if (p->kind != PatternKind::kTuple) return false;
+      break;
+    default: return false;
+  }
+  for (size_t i = 0; i < p->fields.size(); ++i) {
+    if (!MatchesBuilt(p->fields[i], v.fields[i], frame, frames)) return false;
+  }
+  return true;
+}
+
+bool Matches(const Pattern& p, const StructRef& s, const std::vector<StructRef>& frames) {
+  return s.value ? Matches(p, *s.value) : MatchesBuilt(p, *s.built, s.frame, frames);
+}
+
 // What a variable bound to `v` contributes, in the order the builder's
 // Decode reads it: structures and tensor leaves.
-void Flatten(const Value& v, std::vector<const Value*>& structures, std::vector<const Tensor*>& leaves) {
+void Flatten(const Value& v, std::vector<StructRef>& structures, std::vector<Leaf>& leaves) {
   switch (v.kind()) {
-    case Value::Kind::kTensor: leaves.push_back(&v.tensor()); return;
-    case Value::Kind::kAdt: structures.push_back(&v); return;
+    case Value::Kind::kTensor: leaves.push_back({&v.tensor()}); return;
+    case Value::Kind::kAdt: structures.push_back({&v}); return;
     case Value::Kind::kTuple:
       for (const Value& f : v.fields()) Flatten(f, structures, leaves);
       return;
@@ -72,8 +124,8 @@ void Flatten(const Value& v, std::vector<const Value*>& structures, std::vector<
   }
 }
 
-void BindPattern(const Pattern& p, const Value& v, std::vector<const Value*>& structures,
-                 std::vector<const Tensor*>& leaves, std::string& types) {
+void BindPattern(const Pattern& p, const Value& v, std::vector<StructRef>& structures, std::vector<Leaf>& leaves,
+                 std::string& types) {
   switch (p->kind) {
     case PatternKind::kWildcard: return;
     case PatternKind::kVar:
@@ -84,6 +136,45 @@ void BindPattern(const Pattern& p, const Value& v, std::vector<const Value*>& st
     case PatternKind::kTuple:
       for (size_t i = 0; i < p->fields.size(); ++i) BindPattern(p->fields[i], v.fields()[i], structures, leaves, types);
       return;
+  }
+}
+
+// BindPattern on `v`, a part of a structure instance `instance` built.
+void BindBuilt(const Pattern& p, const ValueTree& v, int instance, int frame, const std::vector<StructRef>& frames,
+               std::vector<StructRef>& structures, std::vector<Leaf>& leaves, std::string& types);
+
+void BindRef(const Pattern& p, const StructRef& s, const std::vector<StructRef>& frames,
+             std::vector<StructRef>& structures, std::vector<Leaf>& leaves, std::string& types) {
+  if (s.value) return BindPattern(p, *s.value, structures, leaves, types);
+  BindBuilt(p, *s.built, s.instance, s.frame, frames, structures, leaves, types);
+}
+
+void FlattenBuilt(const ValueTree& v, int instance, int frame, const std::vector<StructRef>& frames,
+                  std::vector<StructRef>& structures, std::vector<Leaf>& leaves) {
+  switch (v.kind) {
+    case ValueTree::Kind::kTensor: leaves.push_back({nullptr, instance, v.value}); return;
+    case ValueTree::Kind::kStructure: structures.push_back(frames[frame + v.value]); return;
+    case ValueTree::Kind::kBuilt: structures.push_back({nullptr, &v, instance, frame}); return;
+    case ValueTree::Kind::kTuple:
+      for (const ValueTree& f : v.fields) FlattenBuilt(f, instance, frame, frames, structures, leaves);
+      return;
+    case ValueTree::Kind::kFunction: throw Refusal("generic: a function value inside a structure");
+  }
+}
+
+void BindBuilt(const Pattern& p, const ValueTree& v, int instance, int frame, const std::vector<StructRef>& frames,
+               std::vector<StructRef>& structures, std::vector<Leaf>& leaves, std::string& types) {
+  if (p->kind == PatternKind::kWildcard) return;
+  if (p->kind == PatternKind::kVar) {
+    types += v.key;
+    FlattenBuilt(v, instance, frame, frames, structures, leaves);
+    return;
+  }
+  if (v.kind == ValueTree::Kind::kStructure) {  // a pattern looking into one it holds
+    return BindRef(p, frames[frame + v.value], frames, structures, leaves, types);
+  }
+  for (size_t i = 0; i < p->fields.size(); ++i) {
+    BindBuilt(p->fields[i], v.fields[i], instance, frame, frames, structures, leaves, types);
   }
 }
 
@@ -110,9 +201,33 @@ void EncodeRoot(const Value& v, std::vector<Tensor>& roots, std::vector<const Va
   }
 }
 
+// The tensors a call passes or a cell returns as such: those in structures
+// the cell built travel with the structure (the walk's Leaf).
 void TensorLeaves(const ValueTree& v, std::vector<int>& out) {
   if (v.kind == ValueTree::Kind::kTensor) out.push_back(v.value);
+  if (v.kind == ValueTree::Kind::kBuilt) return;
   for (const ValueTree& f : v.fields) TensorLeaves(f, out);
+}
+
+// The structures a result holds, in the order the caller's builder numbers
+// them (EncodeType's): those of a callee's frame from `base`, and those the
+// callee built, with that frame saved at `*frame` (saved once, on need).
+void ResultStructures(const ValueTree& v, int instance, size_t base, int* frame, std::vector<StructRef>& structures,
+                      std::vector<StructRef>& frames, std::vector<StructRef>& out) {
+  switch (v.kind) {
+    case ValueTree::Kind::kStructure: out.push_back(structures[base + v.value]); return;
+    case ValueTree::Kind::kBuilt:
+      if (*frame < 0) {
+        *frame = static_cast<int>(frames.size());
+        frames.insert(frames.end(), structures.begin() + base, structures.end());
+      }
+      out.push_back({nullptr, &v, instance, *frame});
+      return;
+    case ValueTree::Kind::kTuple:
+      for (const ValueTree& f : v.fields) ResultStructures(f, instance, base, frame, structures, frames, out);
+      return;
+    default: return;
+  }
 }
 
 }  // namespace
@@ -235,32 +350,56 @@ int GenericProgram::Walk(TrieNode* root, size_t base, Walker& w, int depth) {
   if (w.pending.size() <= static_cast<size_t>(depth)) w.pending.resize(depth + 1);
   w.pending[depth].clear();
   const size_t leaf_base = w.leaf_stack.size();  // this instance's bound tensors, in binding order
+  // Numbered before its callees: a structure it builds and passes on names it.
+  const int self = static_cast<int>(w.instances.size());
+  w.instances.emplace_back();
   TrieNode* n = root;
   while (n->cell < 0) {
     Answer answer;
     std::string& edge = w.edge;  // the answer as the trie's edges spell it
     edge.clear();
     if (n->question.kind == Question::Kind::kMatch) {
-      const Value& v = *w.structures[base + n->question.structure];
+      const StructRef v = w.structures[base + n->question.structure];
       const MatchNode& match = *n->question.match;
       int clause = -1;
       for (size_t c = 0; c < match.clauses.size() && clause < 0; ++c) {
-        if (Matches(match.clauses[c].pattern, v)) clause = static_cast<int>(c);
+        if (Matches(match.clauses[c].pattern, v, w.frames)) clause = static_cast<int>(c);
       }
       if (clause < 0) {
-        throw Refusal("generic: no clause of the match at " + match.loc.ToString() + " matches " + v.Describe());
+        throw Refusal("generic: no clause of the match at " + match.loc.ToString() + " matches " +
+                      (v.value ? v.value->Describe() : "the structure built as " + v.built->adt->ctors[v.built->tag].name));
       }
       edge.append(reinterpret_cast<const char*>(&clause), sizeof clause);
-      BindPattern(match.clauses[clause].pattern, v, w.structures, w.leaf_stack, edge);
+      BindRef(match.clauses[clause].pattern, v, w.frames, w.structures, w.leaf_stack, edge);
       answer.clause = clause;
     } else {
-      if (!n->callee_root) n->callee_root = RootNode(n->question.callee_key);
-      size_t child_base = w.structures.size();
-      for (int s : n->question.structure_args) w.structures.push_back(w.structures[base + s]);
+      const Question& q = n->question;
+      if (!n->callee_root) n->callee_root = RootNode(q.callee_key);
+      const size_t child_base = w.structures.size();
+      int frame = -1;  // this instance's structures, saved for those it built and passes
+      for (int s : q.structure_args) {
+        if (s >= 0) {
+          const StructRef passed = w.structures[base + s];
+          w.structures.push_back(passed);
+          continue;
+        }
+        if (frame < 0) {
+          frame = static_cast<int>(w.frames.size());
+          w.frames.insert(w.frames.end(), w.structures.begin() + base, w.structures.begin() + child_base);
+        }
+        w.structures.push_back({nullptr, &q.built[-1 - s], self, frame});
+      }
       int child = Walk(n->callee_root, child_base, w, depth + 1);
+      const Cell& callee = *w.instances[child].cell;
+      w.returned.clear();
+      if (!callee.result_type) {  // the structures it returns are this instance's next ones
+        int callee_frame = -1;
+        ResultStructures(callee.result, child, child_base, &callee_frame, w.structures, w.frames, w.returned);
+      }
       w.structures.resize(child_base);
+      w.structures.insert(w.structures.end(), w.returned.begin(), w.returned.end());
       w.pending[depth].push_back(child);
-      edge = w.instances[child].cell->result_key;
+      edge = callee.result_key;
     }
     auto it = n->next.find(edge);
     if (it != n->next.end()) {
@@ -277,15 +416,14 @@ int GenericProgram::Walk(TrieNode* root, size_t base, Walker& w, int depth) {
     n->next.emplace(edge, next);
     n = next;
   }
-  Instance inst;
+  Instance& inst = w.instances[self];
   inst.cell = &cells_[n->cell];
   inst.children = static_cast<int>(w.children.size());
   w.children.insert(w.children.end(), w.pending[depth].begin(), w.pending[depth].end());
   inst.leaves = static_cast<int>(w.leaves.size());
   w.leaves.insert(w.leaves.end(), w.leaf_stack.begin() + leaf_base, w.leaf_stack.end());
   w.leaf_stack.resize(leaf_base);
-  w.instances.push_back(inst);
-  return static_cast<int>(w.instances.size()) - 1;
+  return self;
 }
 
 namespace {
@@ -501,13 +639,17 @@ static void AgendaRuns(const std::vector<int>& si_level, const std::vector<int>&
 Schedule GenericProgram::Walked(const std::string& encoded, std::vector<const Value*> structures) {
   Schedule schedule;
   Walker w;
-  w.structures = std::move(structures);
+  w.structures.reserve(structures.size());
+  for (const Value* v : structures) w.structures.push_back({v});
   const size_t cells_before = cells_.size();
   // Sized as the last call's: minibatches of one data set are alike in size.
   w.instances.reserve(last_.instances);
   w.children.reserve(last_.instances);
   w.leaves.reserve(last_.leaves);
   int top = Walk(RootNode(InstanceKey(entry_, encoded)), 0, w, 0);
+  if (!w.instances[top].cell->result_type) {
+    throw Refusal("generic: @" + entry_ + " returns a structure; the tier returns tensors (in tuples)");
+  }
 
   // Place the segment instances in evaluation order, resolving every slot.
   std::vector<int> si_level, si_code, seg_si;
@@ -518,31 +660,41 @@ Schedule GenericProgram::Walked(const std::string& encoded, std::vector<const Va
   results.reserve(last_.results);
   schedule.si_input_begin.reserve(last_.segment_instances + 1);
   schedule.si_inputs.reserve(last_.inputs);
-  auto place = [&](auto& self, int id, size_t inputs) -> void {
+  // Appends the slot of instance `id`'s value `v` to `out`, built in place:
+  // a Slot returned by value is stored in pieces and reloaded whole, which
+  // stalls store forwarding on every input (a third of the inspector's
+  // time). An instance placed earlier is asked for a tensor it put in a
+  // structure it built: its inputs, segments and results stay where they are.
+  auto resolve = [&](auto& self, int id, int v, std::vector<Slot>& out) -> void {
+    const Instance& inst = w.instances[id];
+    const Source& s = inst.cell->sources[v];
+    switch (s.kind) {
+      case Source::Kind::kInput: out.push_back(inputs_of[inst.inputs + s.index]); return;
+      case Source::Kind::kRoot: out.emplace_back(Slot::Kind::kRoot, s.index, 0, nullptr); return;
+      case Source::Kind::kStructLeaf: {
+        const Leaf& leaf = w.leaves[inst.leaves + s.index];
+        if (leaf.tensor) {
+          out.emplace_back(Slot::Kind::kStruct, 0, 0, leaf.tensor);
+        } else {
+          self(self, leaf.instance, leaf.value, out);
+        }
+        return;
+      }
+      case Source::Kind::kSegment:
+        out.emplace_back(Slot::Kind::kRow, seg_si[inst.segments + s.index], s.output, nullptr);
+        return;
+      case Source::Kind::kCall:
+        out.push_back(results[w.instances[w.children[inst.children + s.index]].result + s.output]);
+        return;
+      case Source::Kind::kConstant: out.emplace_back(Slot::Kind::kConstant, 0, 0, &inst.cell->constants[s.index]); return;
+    }
+  };
+  auto place = [&](auto& self, int id, int inputs) -> void {
     Instance& inst = w.instances[id];
     const Cell& cell = *inst.cell;
+    inst.inputs = inputs;
     inst.segments = static_cast<int>(seg_si.size());
     seg_si.resize(seg_si.size() + cell.segments.size(), -1);
-    // Appends the slot of value `v` to `out`, built in place: a Slot returned
-    // by value is stored in pieces and reloaded whole, which stalls store
-    // forwarding on every input (a third of the inspector's time).
-    auto resolve = [&](int v, std::vector<Slot>& out) {
-      const Source& s = cell.sources[v];
-      switch (s.kind) {
-        case Source::Kind::kInput: out.push_back(inputs_of[inputs + s.index]); return;
-        case Source::Kind::kRoot: out.emplace_back(Slot::Kind::kRoot, s.index, 0, nullptr); return;
-        case Source::Kind::kStructLeaf:
-          out.emplace_back(Slot::Kind::kStruct, 0, 0, w.leaves[inst.leaves + s.index]);
-          return;
-        case Source::Kind::kSegment:
-          out.emplace_back(Slot::Kind::kRow, seg_si[inst.segments + s.index], s.output, nullptr);
-          return;
-        case Source::Kind::kCall:
-          out.push_back(results[w.instances[w.children[inst.children + s.index]].result + s.output]);
-          return;
-        case Source::Kind::kConstant: out.emplace_back(Slot::Kind::kConstant, 0, 0, &cell.constants[s.index]); return;
-      }
-    };
     for (const Step& step : cell.steps) {
       if (!step.is_call) {
         const Segment& seg = cell.segments[step.index];
@@ -550,7 +702,7 @@ Schedule GenericProgram::Walked(const std::string& encoded, std::vector<const Va
         int level = 0;
         schedule.si_input_begin.push_back(static_cast<int>(schedule.si_inputs.size()));
         for (int v : seg.row_inputs) {
-          resolve(v, schedule.si_inputs);
+          resolve(resolve, id, v, schedule.si_inputs);
           const Slot& slot = schedule.si_inputs.back();
           if (slot.kind == Slot::Kind::kRow) level = std::max(level, si_level[slot.index] + 1);
         }
@@ -558,14 +710,14 @@ Schedule GenericProgram::Walked(const std::string& encoded, std::vector<const Va
         si_code.push_back(seg.code);
         seg_si[inst.segments + step.index] = si;
       } else {
-        size_t child_inputs = inputs_of.size();
-        for (int v : cell.call_leaves[step.index]) resolve(v, inputs_of);
+        // Kept after the call: a structure built of them may be read later.
+        const int child_inputs = static_cast<int>(inputs_of.size());
+        for (int v : cell.call_leaves[step.index]) resolve(resolve, id, v, inputs_of);
         self(self, w.children[inst.children + step.index], child_inputs);
-        inputs_of.resize(child_inputs);
       }
     }
     inst.result = static_cast<int>(results.size());
-    for (int v : cell.result_leaves) resolve(v, results);
+    for (int v : cell.result_leaves) resolve(resolve, id, v, results);
   };
   place(place, top, 0);  // the entry's tensors are all kRoot: it has no kInput
   schedule.si_input_begin.push_back(static_cast<int>(schedule.si_inputs.size()));

@@ -2,8 +2,8 @@
 // and gradients, on minibatches whose structures it has never seen: the
 // Child-Sum Tree-LSTM, a sequence LSTM over word lists, a binary-tree
 // recursive network with a loss at every node (as a plain recursion over the
-// minibatch, as a `@fold` with a closure, and with closures handed down the
-// recursion), a character LM over lists of words written with nested folds,
+// minibatch, as a `@fold` with a closure, as a `@map` then a sum, and with
+// closures handed down the recursion), a character LM over lists of words written with nested folds,
 // a typed AST encoder with a cell per constructor;
 // 24 random minibatches each, segments run by the interpreter and compiled by
 // LLVM.
@@ -11,6 +11,7 @@
 
 #include <fstream>
 #include <map>
+#include <random>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
@@ -326,15 +327,26 @@ TEST(GenericTier, RunsBatchNodesOfOneHeightWhateverTheirChildCounts) {
   EXPECT_TRUE(ValueAllClose(ArgumentGradient(args, got.root_grads, 2), want.grads[0], 1e-4, 1e-5));
 }
 
+int Height(const Value& tree) {
+  int h = 0;
+  for (const Value& f : tree.fields()) {
+    if (f.kind() == Value::Kind::kAdt) h = std::max(h, Height(f) + 1);
+  }
+  return h;
+}
+
 // How a minibatch loss is written does not change how its trees batch: the
-// prelude's `@fold` with a closure runs every program that multiplies
-// matrices as often as the plain recursion over the list does, no more than
-// the longest chain of its instances (the tallest tree) requires.
-TEST(GenericTier, AFoldWithAClosureBatchesTheTreesAsThePlainRecursionDoes) {
-  Snapshot plain = Load("tests/tools/testdata/tree_rnn.pj"), fold = Load("tests/generic/models/tree_rnn_fold.pj");
+// prelude's `@fold` with a closure, and `@map` followed by a sum of the list
+// it built, run every program that multiplies matrices as often as the
+// plain recursion over the list does, no more than the longest chain of its
+// instances requires: the tallest tree's height, plus one.
+TEST(GenericTier, AFoldOrAMapBatchesTheTreesAsThePlainRecursionDoes) {
+  Snapshot plain = Load("tests/tools/testdata/tree_rnn.pj"), fold = Load("tests/generic/models/tree_rnn_fold.pj"),
+           map = Load("tests/generic/models/tree_rnn_map.pj");
   auto calls = Calls(*fold, "loss", "tests/generic/tree_rnn_calls.jsonl");
   auto plain_calls = Calls(*plain, "loss", "tests/generic/tree_rnn_calls.jsonl");
-  GenericProgram plain_program(plain, "loss"), fold_program(fold, "loss");
+  auto map_calls = Calls(*map, "loss", "tests/generic/tree_rnn_calls.jsonl");
+  GenericProgram plain_program(plain, "loss"), fold_program(fold, "loss"), map_program(map, "loss");
   auto product_runs = [](const Schedule& s) {
     std::map<std::string, int> runs, fewest;
     auto fewest_by_code = FewestRuns(s);
@@ -352,6 +364,93 @@ TEST(GenericTier, AFoldWithAClosureBatchesTheTreesAsThePlainRecursionDoes) {
     std::map<std::string, int> want = product_runs(plain_program.Inspect(plain_calls[c]));
     EXPECT_FALSE(want.empty());
     EXPECT_EQ(product_runs(fold_program.Inspect(calls[c])), want);
+    EXPECT_EQ(product_runs(map_program.Inspect(map_calls[c])), want);
+    int tallest = 0;
+    for (const Value* l = &plain_calls[c][0]; l->tag() == 1; l = &l->fields()[1]) tallest = std::max(tallest, Height(l->fields()[0]));
+    for (const auto& [text, runs] : want) EXPECT_LE(runs, tallest + 1) << text;
+  }
+}
+
+// Structures the program builds are walked as those it is given: a list
+// built by an accumulator passed down a recursion, a nested pattern that
+// looks through a structure built in one cell into one built in another, a
+// subtree of an argument returned by a cell, a match on a constructor built
+// in the same cell. Values and gradients are the interpreter's; a structure
+// the entry returns is refused, naming the entry.
+TEST(GenericTier, WalksStructuresTheProgramBuilds) {
+  Module m;
+  m.AddSource(R"(
+type Tree { Leaf(Tensor[(1, 4), f32]), Node(Tree, Tree) }
+type Rows = List[Tensor[(1, 4), f32]];
+def @leaves(%t: Tree, %acc: Rows) -> Rows {
+  match (%t) {
+    Leaf(%x) => Cons(tanh(%x), %acc),
+    Node(%l, %r) => @leaves(%l, @leaves(%r, %acc)),
+  }
+}
+def @pairs(%xs: Rows, %w: Tensor[(4, 4), f32]) -> Tensor[(), f32] {
+  match (%xs) {
+    Cons(%a, Cons(%b, %rest)) => add(sum(mul(matmul(%a, %w), %b)), @pairs(Cons(%b, %rest), %w)),
+    _ => 0f32,
+  }
+}
+def @leftmost(%t: Tree) -> Tree {
+  match (%t) {
+    Leaf(_) => %t,
+    Node(%l, _) => @leftmost(%l),
+  }
+}
+def @first(%t: Tree) -> Tensor[(1, 4), f32] {
+  match (%t) {
+    Leaf(%x) => %x,
+    Node(%l, _) => @first(%l),
+  }
+}
+def @loss(%t: Tree, %w: Tensor[(4, 4), f32]) -> Tensor[(), f32] {
+  let %ws: List[Tensor[(4, 4), f32]] = Cons(mul(%w, 2f32), Nil);
+  let %v = match (%ws) {
+    Cons(%x, _) => %x,
+    Nil => %w,
+  };
+  add(@pairs(@leaves(%t, Nil), %v), sum(matmul(@first(@leftmost(%t)), %w)))
+}
+def @built(%t: Tree) -> Rows {
+  @leaves(%t, Nil)
+}
+)", "built.pj");
+  Snapshot module = m.snapshot();
+  TypeDefPtr tree = module->FindType("Tree");
+  std::mt19937 rng(7);
+  std::normal_distribution<float> normal;
+  auto row = [&] {
+    std::vector<float> x(4);
+    for (float& v : x) v = normal(rng);
+    return Value(Tensor::FromVector<float>({1, 4}, x));
+  };
+  auto random_tree = [&](auto& self, int depth) -> Value {
+    if (depth == 0 || rng() % 3 == 0) return Value::Adt(tree, 0, {row()});
+    return Value::Adt(tree, 1, {self(self, depth - 1), self(self, depth - 1)});
+  };
+  std::vector<float> w(16);
+  for (float& v : w) v = 0.5f * normal(rng);
+  Value weights(Tensor::FromVector<float>({4, 4}, w));
+  GenericProgram program(module, "loss");
+  for (int c = 0; c < 8; ++c) {
+    SCOPED_TRACE("call " + std::to_string(c));
+    std::vector<Value> args = {random_tree(random_tree, 1 + c % 4), weights};
+    Interpreter::ValueAndGrad want = Interpreter().CallWithGrad(*module, "loss", args, {1});
+    ExecuteOptions options;
+    options.grad = true;
+    Execution got = Execute(program.Inspect(args), options);
+    EXPECT_TRUE(ValueAllClose(got.value, want.value, 1e-4, 1e-5)) << got.value.ToString() << " vs " << want.value.ToString();
+    EXPECT_TRUE(ValueAllClose(ArgumentGradient(args, got.root_grads, 1), want.grads[0], 1e-4, 1e-5));
+  }
+  GenericProgram refused(module, "built");
+  try {
+    refused.Inspect({random_tree(random_tree, 2)});
+    FAIL() << "served an entry returning a structure";
+  } catch (const Refusal& e) {
+    EXPECT_NE(std::string(e.what()).find("@built returns a structure"), std::string::npos) << e.what();
   }
 }
 
@@ -407,6 +506,7 @@ INSTANTIATE_TEST_SUITE_P(Models, GenericTest,
                                            Model{"seq_lstm", "tests/tools/testdata/seq_lstm.pj", "tests/generic/seq_lstm_calls.jsonl", {2, 3}},
                                            Model{"tree_rnn", "tests/tools/testdata/tree_rnn.pj", "tests/generic/tree_rnn_calls.jsonl", {1}},
                                            Model{"tree_rnn_fold", "tests/generic/models/tree_rnn_fold.pj", "tests/generic/tree_rnn_calls.jsonl", {1}},
+                                           Model{"tree_rnn_map", "tests/generic/models/tree_rnn_map.pj", "tests/generic/tree_rnn_calls.jsonl", {1}},
                                            Model{"tree_rnn_closures", "tests/generic/models/tree_rnn_closures.pj", "tests/generic/tree_rnn_calls.jsonl", {1}},
                                            Model{"char_lm", "tests/generic/models/char_lm.pj", "tests/generic/char_lm_calls.jsonl", {1, 2}},
                                            Model{"typed_ast", "tests/generic/models/typed_ast.pj", "tests/generic/typed_ast_calls.jsonl", {1}},
