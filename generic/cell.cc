@@ -109,6 +109,7 @@ class Builder {
     TensorType type;
     Source source;     // where it does not come from an op
     int op = -1;       // else the op computing it
+    bool data = false; // (not an op's) data from the arguments' structures: Segment::data
   };
 
   const ModuleSnapshot& module_;
@@ -154,6 +155,7 @@ class Builder {
       int32_t share;
       TensorType t = r.TensorTypeAt(&share);
       Source s{leaf_kind};
+      const bool data = share == kData;
       switch (leaf_kind) {
         case Source::Kind::kInput:
           if (share >= 0) s = Source{Source::Kind::kRoot, share};
@@ -163,6 +165,7 @@ class Builder {
         default: s.index = call; s.output = (*leaf)++; break;
       }
       v.value = NewValue(std::move(t), s);
+      values_[v.value].data = data;
     }
     return v;
   }
@@ -325,7 +328,7 @@ class Builder {
   void Key(ValueTree& v, const SourceLoc& loc) {
     v.key.clear();
     switch (v.kind) {
-      case ValueTree::Kind::kTensor: PutTensor(v.key, values_[v.value].type, -1); return;
+      case ValueTree::Kind::kTensor: PutTensor(v.key, values_[v.value].type, IsData(v.value) ? kData : -1); return;
       case ValueTree::Kind::kStructure:
       case ValueTree::Kind::kBuilt: v.key = "S"; return;
       case ValueTree::Kind::kTuple:
@@ -341,11 +344,14 @@ class Builder {
     }
   }
 
+  bool IsData(int v) const { return values_[v].op < 0 && values_[v].data; }
+
   void EncodeArg(const ValueTree& v, std::string& out, Question& q) {
     switch (v.kind) {
       case ValueTree::Kind::kTensor: {
         const ValueInfo& info = values_[v.value];
-        PutTensor(out, info.type, info.op < 0 && info.source.kind == Source::Kind::kRoot ? info.source.index : -1);
+        const bool root = info.op < 0 && info.source.kind == Source::Kind::kRoot;
+        PutTensor(out, info.type, root ? info.source.index : IsData(v.value) ? kData : -1);
         break;
       }
       case ValueTree::Kind::kStructure:
@@ -586,6 +592,7 @@ class Builder {
         params.push_back(p);
         seg.inputs.push_back(v);
         seg.shared.push_back(info.op < 0 && info.source.kind == Source::Kind::kRoot);
+        seg.data.push_back(IsData(v));
         if (seg.shared.back()) seg.share_roots.push_back(info.source.index);
         e = p;
       }
@@ -637,7 +644,7 @@ void EncodeType(const Type& type, std::string& out) {
 
 void EncodeValue(const Value& value, std::string& out) {
   switch (value.kind()) {
-    case Value::Kind::kTensor: PutTensor(out, value.tensor().type(), -1); return;
+    case Value::Kind::kTensor: PutTensor(out, value.tensor().type(), kData); return;
     case Value::Kind::kTuple:
       out.push_back('U');
       Put(out, static_cast<int32_t>(value.fields().size()));

@@ -90,6 +90,11 @@ struct Segment {
   Func program;               // over one instance: parameters `inputs`, result a tuple of `outputs`
   std::vector<int> inputs;    // value ids
   std::vector<bool> shared;   // per input: the same entry-argument tensor for every instance
+  // Per input: data, a tensor of the arguments' structures (a token, a
+  // sentence matrix) or one passed down from there, which no gradient
+  // reaches (the tier serves no gradient of a structure argument): the
+  // segment's backward does not differentiate for it.
+  std::vector<bool> data;
   std::vector<int> share_roots;  // for those, which: the entry's tensor leaf index
   std::vector<int> row_inputs;   // the others (filled by GenericProgram): what an instance's slots hold
   std::vector<int> outputs;   // value ids
@@ -141,16 +146,19 @@ struct Answer {
 };
 
 // Binary encodings (compared and hashed whole) of the types keys are made of:
-// 'T' dtype rank dims... | 'U' count fields... | 'S' (a structure value) |
+// 'T' dtype rank dims... share | 'U' count fields... | 'S' (a structure value) |
 // 'F' then 'G' length name, or 'L' the `fn`'s address, count, captures...
 // (a function value: instance keys only, never answers).
 void EncodeType(const Type& type, std::string& out);
+// A value of the arguments' structures: its tensors are data (kData).
 void EncodeValue(const Value& value, std::string& out);
 // A tensor argument of an instance key, with its share class.
 void EncodeTensor(const TensorType& type, int32_t share, std::string& out);
+// Share classes: an entry argument's tensor leaf index (>= 0), a value
+// computed per call (-1), or data from the arguments' structures (kData).
+inline constexpr int32_t kData = -2;
 // An instance's key: the function, then per argument its encoded type where
-// tensors are followed by their share class (an entry argument's tensor leaf
-// index, or -1 for a per-call value).
+// tensors are followed by their share class.
 std::string InstanceKey(const std::string& function, const std::string& encoded_args);
 
 // Which functions get cells of their own: those that match, or are

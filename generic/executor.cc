@@ -152,7 +152,7 @@ std::vector<Tensor> LogicalOutputs(const std::vector<SegmentCode::Output>& outpu
   return out;
 }
 
-GradPrograms MakeGradPrograms(const Func& vectorized, const std::vector<bool>& shared) {
+GradPrograms MakeGradPrograms(const Func& vectorized, const std::vector<bool>& shared, const std::vector<bool>& data) {
   GradPrograms g;
   Straight f = Decompose(vectorized);
   for (const Var& p : f.params) {
@@ -162,7 +162,7 @@ GradPrograms MakeGradPrograms(const Func& vectorized, const std::vector<bool>& s
   for (const Expr& o : outputs->fields) {
     if (TensorTypeOf(o).dtype == DType::kF64) throw Refusal("generic: gradients through f64 tensors are not served");
   }
-  std::optional<SplitVjp> split = MakeSplitVjp(f);
+  std::optional<SplitVjp> split = MakeSplitVjp(f, data);
   if (!split) {  // nothing to differentiate: the forward alone
     Straight plain = f;
     g.forward_outputs = ReturnByReference(plain, outputs->fields);
@@ -343,7 +343,7 @@ Programs MakePrograms(const SegmentCode& code, int64_t rows, bool grad) {
   for (bool s : code.shared) stacked.push_back(!s);
   Func vectorized = Vectorize(code.program, stacked, rows);
   if (grad) {
-    GradPrograms g = MakeGradPrograms(vectorized, code.shared);
+    GradPrograms g = MakeGradPrograms(vectorized, code.shared, code.data);
     p.forward = PackSharedWeights(g.forward, code.shared, p.forward_packs);
     if (g.backward) p.backward = PackSharedWeights(g.backward, code.shared, p.backward_packs);
     p.grad_inputs = std::move(g.grad_inputs);

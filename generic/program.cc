@@ -259,9 +259,9 @@ int GenericProgram::segment_codes() const {
   return static_cast<int>(std::set<SegmentCode*>(codes_.begin(), codes_.end()).size());
 }
 
-SegmentCode* SegmentTable::Intern(const Func& program, const std::vector<bool>& shared) {
+SegmentCode* SegmentTable::Intern(const Func& program, const std::vector<bool>& shared, const std::vector<bool>& data) {
   std::string text = PrintFunction("segment", program);
-  for (bool s : shared) text.push_back(s ? 's' : 'r');
+  for (size_t i = 0; i < shared.size(); ++i) text.push_back(shared[i] ? 's' : data[i] ? 'd' : 'r');
   PostOrderVisit(program->body, [&](const Expr& e) {  // the printer abbreviates large constants
     if (auto* c = As<ConstantNode>(e)) text.append(static_cast<const char*>(c->value.raw_data()), c->value.nbytes());
   });
@@ -272,6 +272,7 @@ SegmentCode* SegmentTable::Intern(const Func& program, const std::vector<bool>& 
   code.id = static_cast<int>(codes_.size()) - 1;
   code.program = program;
   code.shared = shared;
+  code.data = data;
   int per_row = 0, once = 0;
   for (bool s : shared) code.input_slot.push_back(s ? once++ : per_row++);
   for (const Var& p : program->params) code.inputs.push_back(AsTensor(p->annotation)->type);
@@ -300,7 +301,7 @@ int GenericProgram::AddCell(Cell cell) {
     // Instances of one segment program batch together only when they share
     // the same entry tensors (two layers' cells may be alike but for their
     // weights): the run's id is the program and those tensors.
-    SegmentCode* code = segments_->Intern(seg.program, seg.shared);
+    SegmentCode* code = segments_->Intern(seg.program, seg.shared, seg.data);
     auto [it, fresh] = run_id_.emplace(std::make_pair(code, seg.share_roots), static_cast<int>(codes_.size()));
     if (fresh) {
       codes_.push_back(code);

@@ -82,6 +82,7 @@ struct SegmentCode {
   int id = -1;
   Func program;                    // over one instance
   std::vector<bool> shared;        // per input
+  std::vector<bool> data;          // per input: never differentiated for (Segment::data)
   // Per input, where a run finds it: a per-row input's place among an
   // instance's slots (Schedule::si_inputs), a shared input's among the run's
   // entry tensors (Run::shared_roots). Shared inputs are stored once per
@@ -149,7 +150,7 @@ class SegmentTable {
  public:
   // The code of `program`, made on first sight. Thread-safe; the pointer
   // lives as long as the table.
-  SegmentCode* Intern(const Func& program, const std::vector<bool>& shared);
+  SegmentCode* Intern(const Func& program, const std::vector<bool>& shared, const std::vector<bool>& data);
   std::vector<SegmentCode*> codes() const;
 
  private:

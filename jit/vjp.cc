@@ -10,9 +10,10 @@
 
 namespace pejit {
 
-std::optional<SplitVjp> MakeSplitVjp(const Straight& f) {
+std::optional<SplitVjp> MakeSplitVjp(const Straight& f, const std::vector<bool>& constant) {
   SplitVjp g;
   for (size_t p = 0; p < f.params.size(); ++p) {
+    if (p < constant.size() && constant[p]) continue;
     if (IsFloat(TensorTypeOf(f.params[p]).dtype)) g.grad_inputs.push_back(static_cast<int>(p));
   }
   const auto* outputs = As<TupleNode>(f.result);

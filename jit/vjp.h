@@ -28,10 +28,12 @@ struct SplitVjp {
   int residuals = 0;
 };
 
-// `program`'s result must be a tuple of tensor atoms. nullopt when there is
-// nothing to differentiate (no float parameter or no float result). Throws
-// JitFailure as autodiff.h does, and for a multi-output operator's tuple
-// kept whole by the forward half and nested further than one level.
-std::optional<SplitVjp> MakeSplitVjp(const Straight& program);
+// `program`'s result must be a tuple of tensor atoms. Its float parameters
+// are differentiated for, but those `constant` marks (data no gradient can
+// reach: a sentence a leaf reads a row of). nullopt when there is nothing to
+// differentiate (no such parameter or no float result). Throws JitFailure as
+// autodiff.h does, and for a multi-output operator's tuple kept whole by the
+// forward half and nested further than one level.
+std::optional<SplitVjp> MakeSplitVjp(const Straight& program, const std::vector<bool>& constant = {});
 
 }  // namespace pejit
