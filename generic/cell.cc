@@ -122,6 +122,7 @@ class Builder {
   std::vector<OpNode> ops_;
   std::vector<Tensor> constants_;
   std::vector<CallSite> calls_;
+  std::vector<DataOp> data_ops_;
   std::vector<int> call_boundary_;  // the segment each call follows
   int segment_ = 0;
   int structures_ = 0, struct_leaves_ = 0, inputs_ = 0;
@@ -310,6 +311,13 @@ class Builder {
     } catch (const OpError& e) {
       throw Refusal(std::string("generic: ") + e.what() + Where(call.loc));
     }
+    if (call.op->moves != MoveKind::kNone && out.size() == 1 && MovesData(node.args)) {
+      ValueTree result;
+      result.value = NewValue(out[0], Source{Source::Kind::kDataOp, static_cast<int>(data_ops_.size())});
+      values_[result.value].data = true;
+      data_ops_.push_back({&call, std::move(node.args)});
+      return result;
+    }
     int op = static_cast<int>(ops_.size());
     ValueTree result;
     if (out.size() > 1) result.kind = ValueTree::Kind::kTuple;
@@ -345,6 +353,19 @@ class Builder {
   }
 
   bool IsData(int v) const { return values_[v].op < 0 && values_[v].data; }
+
+  // Whether operands `args` are data and constants, data among them.
+  bool MovesData(const std::vector<int>& args) const {
+    bool data = false;
+    for (int a : args) {
+      if (IsData(a)) {
+        data = true;
+      } else if (values_[a].op >= 0 || values_[a].source.kind != Source::Kind::kConstant) {
+        return false;
+      }
+    }
+    return data;
+  }
 
   void EncodeArg(const ValueTree& v, std::string& out, Question& q) {
     switch (v.kind) {
@@ -539,6 +560,7 @@ class Builder {
     cell.result_type = TypeOf(result, cell.result_key);
     cell.constants = constants_;
     cell.calls = calls_;
+    cell.data_ops = data_ops_;
 
     // A value is an output of its segment when something outside reads it.
     const int n = static_cast<int>(values_.size());

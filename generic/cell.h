@@ -51,9 +51,9 @@ struct Source {
   // the instance key says which, so no call passes it and the inspector
   // resolves it without looking at the caller. kInput: any other tensor
   // argument, numbered among those.
-  enum class Kind : uint8_t { kInput, kRoot, kStructLeaf, kSegment, kCall, kConstant };
+  enum class Kind : uint8_t { kInput, kRoot, kStructLeaf, kSegment, kCall, kConstant, kDataOp };
   Kind kind = Kind::kInput;
-  int index = 0;   // kInput: per-call tensor input; kRoot: entry tensor leaf; kStructLeaf: tensor bound by a pattern; kSegment: segment; kCall: call site; kConstant: constant
+  int index = 0;   // kInput: per-call tensor input; kRoot: entry tensor leaf; kStructLeaf: tensor bound by a pattern; kSegment: segment; kCall: call site; kConstant: constant; kDataOp: data op
   int output = 0;  // kSegment: output; kCall: tensor leaf of the callee's result
 };
 
@@ -105,6 +105,16 @@ struct CallSite {
   std::vector<ValueTree> args;
 };
 
+// An operator that only moves bytes (ops/op.h's MoveKind: take, slice,
+// reshape, concat) applied to data alone (Segment::data): the inspector does
+// it once per instance, so that no segment reads the data whole. A DAG
+// encoder's leaf reads one row of its sentence matrix: its segment takes the
+// row, whatever the sentence's length, and leaves of every length batch.
+struct DataOp {
+  const OpCallNode* call = nullptr;
+  std::vector<int> args;  // value ids
+};
+
 struct Step {
   bool is_call = false;
   int index = 0;  // into segments or calls
@@ -114,6 +124,7 @@ struct Cell {
   std::vector<Step> steps;
   std::vector<Segment> segments;
   std::vector<CallSite> calls;
+  std::vector<DataOp> data_ops;    // Source::kDataOp
   std::vector<Source> sources;     // per value id
   std::vector<Tensor> constants;   // Source::kConstant
   ValueTree result;                // tensors in tuples, structures

@@ -6,6 +6,7 @@
 
 #include "ir/printer.h"
 #include "ir/visitor.h"
+#include "ops/eager.h"
 
 namespace pejit::generic {
 
@@ -22,6 +23,7 @@ struct GenericProgram::Instance {
   const Cell* cell = nullptr;
   int children = 0, leaves = 0;  // offsets into Walker::children / leaves
   int inputs = 0;                // offset into the input slots its caller passed (Place)
+  int data_ops = 0;              // offset into what its data ops made (Place)
   int segments = 0;              // offset into the segment instance ids (Place)
   int result = 0;                // offset into the result slots (Place)
 };
@@ -655,6 +657,7 @@ Schedule GenericProgram::Walked(const std::string& encoded, std::vector<const Va
   // Place the segment instances in evaluation order, resolving every slot.
   std::vector<int> si_level, si_code, seg_si;
   std::vector<Slot> results, inputs_of;  // result slots; input slots of the instances being placed
+  std::vector<const Tensor*> computed_of;  // per instance, per data op: what it made, once asked for
   si_level.reserve(last_.segment_instances);
   si_code.reserve(last_.segment_instances);
   seg_si.reserve(last_.segment_instances);
@@ -688,12 +691,38 @@ Schedule GenericProgram::Walked(const std::string& encoded, std::vector<const Va
         out.push_back(results[w.instances[w.children[inst.children + s.index]].result + s.output]);
         return;
       case Source::Kind::kConstant: out.emplace_back(Slot::Kind::kConstant, 0, 0, &inst.cell->constants[s.index]); return;
+      case Source::Kind::kDataOp: {
+        const int at = inst.data_ops + s.index;
+        if (!computed_of[at]) {
+          const DataOp& op = inst.cell->data_ops[s.index];
+          std::vector<Tensor> args;
+          std::vector<Slot> arg;
+          for (int a : op.args) {
+            arg.clear();
+            self(self, id, a, arg);
+            if (arg[0].kind != Slot::Kind::kStruct && arg[0].kind != Slot::Kind::kConstant) {
+              throw std::logic_error("generic: a data op's operand is not data");
+            }
+            args.push_back(*arg[0].tensor);
+          }
+          try {
+            schedule.computed->push_back(CallOp(op.call->op->name, std::move(args), op.call->attrs));
+          } catch (const OpError& e) {
+            throw Refusal(std::string("generic: ") + e.what() + " at " + op.call->loc.ToString());
+          }
+          computed_of[at] = &schedule.computed->back();
+        }
+        out.emplace_back(Slot::Kind::kStruct, 0, 0, computed_of[at]);
+        return;
+      }
     }
   };
   auto place = [&](auto& self, int id, int inputs) -> void {
     Instance& inst = w.instances[id];
     const Cell& cell = *inst.cell;
     inst.inputs = inputs;
+    inst.data_ops = static_cast<int>(computed_of.size());
+    computed_of.resize(computed_of.size() + cell.data_ops.size(), nullptr);
     inst.segments = static_cast<int>(seg_si.size());
     seg_si.resize(seg_si.size() + cell.segments.size(), -1);
     for (const Step& step : cell.steps) {

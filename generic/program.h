@@ -173,6 +173,9 @@ struct Schedule {
   std::vector<Slot> si_inputs;        // per segment instance, its per-row inputs (SegmentCode::input_slot)
   std::vector<Run> runs;              // in execution order: a run reads only earlier runs' rows
   std::vector<Slot> result;           // the entry result's tensor leaves, depth first
+  // What the walk's data ops (generic/cell.h's DataOp) made, read as kStruct
+  // slots: shared, so that the slots stay valid as the schedule moves.
+  std::shared_ptr<std::deque<Tensor>> computed = std::make_shared<std::deque<Tensor>>();
   Type result_type;
   int64_t instances = 0;              // cell instances
   int new_cells = 0;                  // cells this call's structure built first

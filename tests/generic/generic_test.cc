@@ -12,6 +12,7 @@
 #include <fstream>
 #include <map>
 #include <random>
+#include <set>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
@@ -499,6 +500,34 @@ def @make(%t: Tree, %w: Tensor[(), f32]) -> fn(Tensor[(), f32]) -> Tensor[(), f3
   } catch (const Refusal& e) {
     EXPECT_NE(std::string(e.what()).find("@make returns a function value"), std::string::npos) << e.what();
   }
+}
+
+// Per-example sizes: each example of the DAG encoder has a sentence matrix
+// of its own length (2-5 rows of 6 here). A leaf reads one row of it: the
+// inspector takes that row (an operator that only moves data, DataOp), so
+// the leaves of every length are one segment program and one run per level;
+// only the root's attention, which reads the whole sentence, has a program
+// per length.
+TEST(GenericTier, LeavesOfEverySentenceLengthRunOneProgram) {
+  Snapshot module = Load("tests/generic/models/dag.pj");
+  auto calls = Calls(*module, "loss", "tests/generic/dag_calls.jsonl");
+  GenericProgram program(module, "loss");
+  std::set<const SegmentCode*> row_readers;
+  for (const auto& args : calls) {
+    Schedule schedule = program.Inspect(args);
+    for (const generic::Run& run : schedule.runs) {
+      const std::string text = PrintFunction("segment", run.code->program);
+      EXPECT_EQ(text.find("take("), std::string::npos) << text;
+      for (size_t i = 0; i < run.code->inputs.size(); ++i) {
+        const Shape& shape = run.code->inputs[i].shape;
+        if (run.code->shared[i] || shape.size() != 2 || shape[1] != 6) continue;
+        EXPECT_TRUE(run.code->data[i]) << text;  // a sentence or its row: never differentiated
+        if (shape[0] == 1) row_readers.insert(run.code);
+        else EXPECT_NE(text.find("softmax("), std::string::npos) << "reads a whole sentence outside the root:\n" << text;
+      }
+    }
+  }
+  EXPECT_EQ(row_readers.size(), 1u);
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, GenericTest,
