@@ -2,17 +2,29 @@
 //
 // A process that compiled a specialization writes its image (jit/image.h)
 // here; a later process (or another engine) with the same key loads it
-// instead of partially evaluating and compiling. An entry is one file, named
-// by a hash of its key, holding a header (format, pejit version, the CPU
-// and its features, the whole key), the image and a checksum of both. What
-// guards it:
-//   - a writer writes a temporary file of its own in the directory and
-//     renames it into place: readers see a whole entry or none, however
-//     many processes share the directory, and a writer killed mid-write
-//     leaves only a temporary file (removed when found stale);
-//   - a reader checks the magic, format, version, CPU, key and checksum,
-//     and refuses (removing the file) anything else: corrupted, truncated,
-//     stale, or written for another CPU, with the reason;
+// instead of partially evaluating and compiling, and runs it: whoever can
+// write an entry chooses native code the user runs. An entry is one file,
+// named by a hash of its key, holding a header (format, pejit version, the
+// CPU and its features, the whole key), the image and an HMAC-SHA256 of
+// both (support/mac.h). What guards it (docs/cache.md, the threat model):
+//   - the directory must be the effective user's and writable by no one
+//     else (as OpenSSH's StrictModes asks of ~/.ssh), else the constructor
+//     refuses it, saying why and what to do; it is created mode 0700, and
+//     every file is opened relative to the descriptor of the directory
+//     checked, never following a symbolic link;
+//   - the MAC's key is 32 random bytes in `key` beside the entries, mode
+//     0600: an entry made without it (planted, copied in from another
+//     cache) fails, and so does a key file that others can read;
+//   - a reader reads only a regular file of the user's that no one else
+//     can write, of bounded size (a FIFO, a device, a directory, a link,
+//     another user's file are refused and left in place), then checks the
+//     magic, MAC, format, version, CPU and key, refusing (and removing its
+//     own file) anything else, with the reason;
+//   - a writer writes a temporary file of its own and renames it into
+//     place: readers see a whole entry or none, however many processes
+//     share the directory, and a writer killed mid-write leaves only a
+//     temporary file, removed once stale (only names of the form Store
+//     writes, only the user's regular files: nothing else is removed);
 //   - past `max_bytes` the least recently used entries (by modification
 //     time, which a load renews) are removed.
 // Thread safe, and safe across processes.
@@ -49,15 +61,21 @@ uint64_t DefinitionsHash(const ModuleSnapshot& module, const std::string& entry)
 
 class DiskCache {
  public:
-  // Creates `dir` if needed; throws std::runtime_error when it cannot.
+  // Creates `dir` (mode 0700) and its key if needed; throws
+  // std::runtime_error when it cannot, or when the directory or its key is
+  // not trusted (above), saying why.
   DiskCache(std::string dir, uint64_t max_bytes);
+  ~DiskCache();
+  DiskCache(const DiskCache&) = delete;
+  DiskCache& operator=(const DiskCache&) = delete;
 
   struct Loaded {
     std::string image;
     uint64_t bytes = 0;  // of the file
   };
   // The image stored under `key`; nullopt when there is none. An entry that
-  // fails a check is removed and `refused` says why.
+  // fails a check is refused, saying why in `refused` (and removed if it is
+  // a regular file of the user's).
   std::optional<Loaded> Load(const DiskKey& key, std::string* refused) const;
 
   struct Stored {
@@ -77,9 +95,10 @@ class DiskCache {
 
   const std::string& dir() const { return dir_; }
   std::string PathOf(const DiskKey& key) const;  // where its entry is
+  static std::string NameOf(const DiskKey& key);  // its entry's file name
 
   // The format and pejit version written into every header.
-  static constexpr uint32_t kFormat = 3;  // 2: images with a parallel schedule; 3: with lanes (jit/image.cc)
+  static constexpr uint32_t kFormat = 4;  // 2: images with a parallel schedule; 3: with lanes (jit/image.cc); 4: MAC
   static const char* Version();
 
  private:
@@ -87,6 +106,8 @@ class DiskCache {
 
   std::string dir_;
   uint64_t max_bytes_;
+  int dir_fd_ = -1;  // the directory checked, every file opened relative to it
+  std::string key_;  // the MAC's
 };
 
 }  // namespace pejit

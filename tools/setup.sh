@@ -24,6 +24,7 @@ packages=(
   libcli11-dev
   libbenchmark-dev
   zlib1g-dev           # gzip: the Fashion-MNIST files of examples/mlp
+  libssl-dev           # HMAC-SHA256 of the code cache's entries (support/mac.h)
   python3-dev pybind11-dev  # the `pejit` Python module (python/), for /usr/bin/python3
   python3-numpy python3-pytest
   libopenmpi-dev openmpi-bin  # data-parallel training (dist/), mpirun in the tests

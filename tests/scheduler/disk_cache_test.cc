@@ -2,10 +2,15 @@
 // loads back byte for byte under the same key only; damaged, stale or
 // foreign entries are refused with the reason and removed; several processes
 // write one directory at once; a writer killed mid-write leaves no torn
-// entry; past the byte budget the least recently used entries go.
+// entry; past the byte budget the least recently used entries go. And the
+// trust boundary: a directory or key others could write or read, an entry
+// planted without the key, a file that is not a regular one of the user's
+// are refused with the reason, and nothing the cache did not write is
+// removed.
 #include <gtest/gtest.h>
 
 #include <signal.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -13,10 +18,12 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <thread>
 
 #include "scheduler/disk_cache.h"
 #include "support/hash.h"
+#include "support/mac.h"
 
 namespace pejit {
 namespace {
@@ -119,8 +126,8 @@ TEST_F(DiskCacheTest, AnEntryOfAnotherVersionIsRefused) {
   size_t at = file.find(version);
   ASSERT_NE(at, std::string::npos);
   file[at + version.size() - 1] ^= 1;  // "pejit 0.23" -> "pejit 0.22"
-  const uint64_t checksum = Fnv1a(file.data() + 16, file.size() - 16);
-  std::memcpy(file.data() + 8, &checksum, 8);
+  const std::string mac = Mac(ReadFile((dir_ / "key").string()), std::string_view(file).substr(8 + kMacBytes));
+  file.replace(8, kMacBytes, mac);  // as the key's holder would write it
   WriteFile(path, file);
   std::string refused;
   EXPECT_FALSE(cache.Load(Key(), &refused));
@@ -217,6 +224,136 @@ TEST_F(DiskCacheTest, ListingGivesEveryWholeEntryWithItsKey) {
   EXPECT_EQ(listed[1].first.ToString(), Key("b", 9).ToString());
   EXPECT_EQ(listed[1].first.definitions, 9u);
   EXPECT_EQ(listed[1].second, Image(200, 2));
+}
+
+std::string ErrorOf(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "";
+}
+
+// A directory another user could write (a shared /tmp/cache, mode 1777) or
+// owns, or a symbolic link in its place, is refused before anything is read
+// from it, saying why and what to do.
+TEST_F(DiskCacheTest, RefusesADirectoryAnotherUserCouldWriteInto) {
+  fs::create_directories(dir_);
+  ASSERT_EQ(::chmod(dir_.c_str(), 01777), 0);
+  std::string error = ErrorOf([&] { DiskCache(dir_.string(), 1 << 20); });
+  EXPECT_NE(error.find("refusing directory " + dir_.string() + ": others can write it (mode 1777)"), std::string::npos) << error;
+  EXPECT_NE(error.find("mkdir -m 700"), std::string::npos) << error;
+  EXPECT_FALSE(fs::exists(dir_ / "key"));  // nothing written there
+  ASSERT_EQ(::chmod(dir_.c_str(), 0750), 0);  // group may read, not write: fine
+  DiskCache(dir_.string(), 1 << 20).Store(Key(), "x");
+
+  const fs::path link = dir_.string() + "_link";
+  fs::remove(link);
+  fs::create_directory_symlink(dir_, link);
+  error = ErrorOf([&] { DiskCache(link.string(), 1 << 20); });
+  EXPECT_NE(error.find("a symbolic link or not a directory"), std::string::npos) << error;
+  fs::remove(link);
+
+  if (::chown(dir_.c_str(), 65534, 65534) != 0) GTEST_SKIP() << "cannot give the directory away here: " << std::strerror(errno);
+  error = ErrorOf([&] { DiskCache(dir_.string(), 1 << 20); });
+  EXPECT_NE(error.find("it belongs to uid 65534, not to you (uid " + std::to_string(::geteuid()) + ")"), std::string::npos) << error;
+}
+
+// An entry planted by someone without the key (its checksum recomputed, or
+// copied from another cache with a key of its own) is refused.
+TEST_F(DiskCacheTest, AnEntryMadeWithoutTheKeyIsRefused) {
+  DiskCache cache(dir_.string(), 1 << 20);
+  cache.Store(Key(), Image(500, 1));
+  const std::string path = cache.PathOf(Key());
+  std::string file = ReadFile(path);
+  file[file.size() - 1] ^= 1;  // other code, with the checksums anyone can compute
+  const uint64_t fnv = Fnv1a(file.data() + 8 + kMacBytes, file.size() - 8 - kMacBytes);
+  std::memcpy(file.data() + 8, &fnv, 8);
+  WriteFile(path, file);
+  std::string refused;
+  EXPECT_FALSE(cache.Load(Key(), &refused));
+  EXPECT_NE(refused.find("not authenticated by this cache's key"), std::string::npos) << refused;
+
+  const fs::path other = dir_.string() + "_other";
+  fs::remove_all(other);
+  DiskCache(other.string(), 1 << 20).Store(Key(), Image(500, 2));
+  fs::copy_file(other / DiskCache::NameOf(Key()), path, fs::copy_options::overwrite_existing);
+  EXPECT_FALSE(cache.Load(Key(), &refused));
+  EXPECT_NE(refused.find("not authenticated"), std::string::npos) << refused;
+  EXPECT_TRUE(cache.List().empty());  // what `pejit export --from-cache` would copy
+  fs::remove_all(other);
+}
+
+// The key is the user's alone: one others can read is refused.
+TEST_F(DiskCacheTest, AKeyOthersCanReadIsRefused) {
+  DiskCache(dir_.string(), 1 << 20).Store(Key(), "x");
+  struct stat st;
+  ASSERT_EQ(::stat((dir_ / "key").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
+  ASSERT_EQ(::stat(dir_.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0700u);
+  ASSERT_EQ(::chmod((dir_ / "key").c_str(), 0644), 0);
+  std::string error = ErrorOf([&] { DiskCache(dir_.string(), 1 << 20); });
+  EXPECT_NE(error.find("refusing " + dir_.string() + "/key: others can read it (mode 0644)"), std::string::npos) << error;
+}
+
+// Where an entry should be, a directory, a FIFO, a symbolic link to a
+// valid entry, a file others can write, one of another user's or one of
+// several gigabytes: each refused with what it is, none read whole or
+// waited on, none removed.
+TEST_F(DiskCacheTest, WhatIsNotARegularFileOfTheUsersIsRefusedAndLeft) {
+  DiskCache cache(dir_.string(), 1 << 20);
+  cache.Store(Key("good"), Image(100, 1));
+  const std::string path = cache.PathOf(Key());
+  auto refusal = [&] {
+    std::string refused;
+    EXPECT_FALSE(cache.Load(Key(), &refused));
+    EXPECT_TRUE(fs::exists(fs::symlink_status(path))) << "removed: " << refused;
+    return refused;
+  };
+  fs::create_directory(path);
+  EXPECT_NE(refusal().find("a directory, not a regular file (left in place)"), std::string::npos);
+  fs::remove(path);
+  ASSERT_EQ(::mkfifo(path.c_str(), 0600), 0);
+  EXPECT_NE(refusal().find("a FIFO, not a regular file"), std::string::npos);
+  fs::remove(path);
+  fs::create_symlink(cache.PathOf(Key("good")), path);
+  EXPECT_NE(refusal().find("a symbolic link (never followed)"), std::string::npos);
+  fs::remove(path);
+  cache.Store(Key(), Image(100, 2));
+  ASSERT_EQ(::chmod(path.c_str(), 0620), 0);
+  EXPECT_NE(refusal().find("others can write it (mode 0620)"), std::string::npos);
+  fs::remove(path);
+  { std::ofstream(path, std::ios::binary); }
+  fs::resize_file(path, uint64_t{5} << 30);  // sparse
+  EXPECT_NE(refusal().find("5368709120 bytes, more than the"), std::string::npos);
+  fs::remove(path);
+  EXPECT_EQ(cache.List().size(), 1u);  // "good" alone
+  cache.Store(Key(), Image(100, 3));
+  if (::chown(path.c_str(), 65534, 65534) != 0) GTEST_SKIP() << "cannot give the file away here: " << std::strerror(errno);
+  EXPECT_NE(refusal().find("it belongs to uid 65534"), std::string::npos);
+}
+
+// Eviction and the clean-up of dead writers' temporary files touch only
+// names of the forms the cache writes, and only the user's regular files.
+TEST_F(DiskCacheTest, NothingTheCacheDidNotWriteIsRemoved) {
+  DiskCache cache(dir_.string(), 1);  // every store evicts all it may
+  const std::string name = DiskCache::NameOf(Key("x"));
+  std::vector<fs::path> others = {dir_ / "notes.tmp.1", dir_ / (name + ".tmp.junk"), dir_ / "README", dir_ / "a.pjc"};
+  for (const fs::path& p : others) WriteFile(p.string(), "mine");
+  const fs::path dir_like = dir_ / (name + ".tmp.1.2.0123456789abcdef");
+  fs::create_directory(dir_like);
+  const fs::path link_like = dir_ / DiskCache::NameOf(Key("y"));
+  fs::create_symlink(dir_ / "README", link_like);
+  const auto old = fs::file_time_type::clock::now() - std::chrono::hours(2);
+  for (const fs::path& p : others) fs::last_write_time(p, old);
+  fs::last_write_time(dir_like, old);
+  cache.Store(Key("x"), "x");
+  for (const fs::path& p : others) EXPECT_TRUE(fs::exists(p)) << p;
+  EXPECT_TRUE(fs::exists(dir_like));
+  EXPECT_TRUE(fs::exists(fs::symlink_status(link_like)));
+  EXPECT_TRUE(fs::exists(dir_ / "key"));
 }
 
 TEST_F(DiskCacheTest, PastTheBudgetTheLeastRecentlyUsedEntriesGo) {
