@@ -5,12 +5,17 @@
 //   model.pj     the module (its types give the arguments' constructors)
 //   code.so      every kernel those specializations call, linked by the
 //                system linker from the JIT's (position-independent) objects
-//   entries.pjx  per specialization: entry, mode, skeleton, and its image
-//                (jit/image.h) without object bytes; with a checksum
+//   entries.pjx  what the code was made from (the SHA-256 of model.pj's
+//                text), then per specialization: entry, mode, skeleton, the
+//                entry's type, and its image (jit/image.h) without object
+//                bytes; with a checksum
 // An Artifact loads one with dlopen: no LLVM optimizer, code generator or
 // JIT linker is linked, only the plan walker (jit/native_executable.h), the
-// operators' kernels and the IR's parser. A call whose structure no
-// exported specialization covers is an error that says so.
+// operators' kernels and the IR's parser. It refuses an artifact whose
+// model.pj is not the one its code was made from, or whose entries' names
+// and types are not model.pj's: the code would compute another program.
+// A call whose structure no exported specialization covers is an error
+// that says so.
 #pragma once
 
 #include <map>
@@ -29,13 +34,19 @@ struct ExportedEntry {
   std::string entry;
   std::string mode;       // "value" or "grad:I,J"
   std::string signature;  // the skeleton (pe/signature.h), verbatim
+  std::string type;       // the entry's type when it was exported (TypeToString)
   std::string image;      // EncodeImage(..., objects = false)
+};
+
+struct ExportedEntries {
+  std::string model_sha256;  // of model.pj's text, as written beside them
+  std::vector<ExportedEntry> entries;
 };
 
 // entries.pjx. Write throws std::runtime_error; Read too, naming the file,
 // for a file that is not an artifact's or fails its checksum.
-void WriteExportedEntries(const std::string& path, const std::vector<ExportedEntry>& entries);
-std::vector<ExportedEntry> ReadExportedEntries(const std::string& path);
+void WriteExportedEntries(const std::string& path, const ExportedEntries& entries);
+ExportedEntries ReadExportedEntries(const std::string& path);
 
 class Artifact {
  public:

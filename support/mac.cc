@@ -22,6 +22,19 @@ std::string Mac(std::string_view key, std::string_view data) {
   return std::string(reinterpret_cast<const char*>(out), n);
 }
 
+std::string Sha256Hex(std::string_view data) {
+  unsigned char digest[EVP_MAX_MD_SIZE];
+  unsigned int n = 0;
+  if (!EVP_Digest(data.data(), data.size(), digest, &n, EVP_sha256(), nullptr)) throw std::runtime_error("SHA-256 failed");
+  static const char* kHex = "0123456789abcdef";
+  std::string out;
+  for (unsigned int i = 0; i < n; ++i) {
+    out.push_back(kHex[digest[i] >> 4]);
+    out.push_back(kHex[digest[i] & 15]);
+  }
+  return out;
+}
+
 bool SameMac(std::string_view a, std::string_view b) {
   return a.size() == b.size() && CRYPTO_memcmp(a.data(), b.data(), a.size()) == 0;
 }

@@ -14,6 +14,7 @@
 #include "runtime/artifact.h"
 #include "scheduler/disk_cache.h"
 #include "support/input_file.h"
+#include "support/mac.h"
 #include "tools/program_files.h"
 
 namespace pejit {
@@ -56,6 +57,7 @@ int ExportCommand::Run() const {
   auto session = JitSession::Create();
   std::vector<ExecutablePtr> keep;  // their objects stay captured until written
   std::vector<ExportedEntry> entries;
+  const std::string type = TypeToString(s->Get(entry_).type);
   std::map<std::string, std::shared_ptr<const CodeObject>> objects;
   for (const std::string& path : args_files_) {
     std::string text = ReadFile(UserPath(path));
@@ -69,7 +71,7 @@ int ExportCommand::Run() const {
     const auto* native = dynamic_cast<const NativeExecutable*>(exe.get());
     if (!native) throw std::runtime_error(path + ": @" + entry_ + " does not compile to straight-line native code");
     for (const auto& o : native->objects()) objects[o->name] = o;
-    entries.push_back({entry_, ModeName(grad_ ? &wrt : nullptr), ComputeSignature(args).key,
+    entries.push_back({entry_, ModeName(grad_ ? &wrt : nullptr), ComputeSignature(args).key, type,
                        EncodeImage(*native, /*objects=*/false)});
     keep.push_back(std::move(exe));
   }
@@ -90,7 +92,7 @@ int ExportCommand::Run() const {
         object->object = o.bytes;
         objects.emplace(o.name, std::move(object));
       }
-      entries.push_back({entry_, key.mode, key.signature, std::move(image)});
+      entries.push_back({entry_, key.mode, key.signature, type, std::move(image)});
     }
     if (entries.empty()) {
       throw std::runtime_error(from_cache_ + " holds no code of @" + entry_ + " for these definitions on this CPU (" +
@@ -112,8 +114,9 @@ int ExportCommand::Run() const {
     throw std::runtime_error("linking the kernels failed (" + command + ", exit " + std::to_string(rc) + ")");
   }
   fs::remove_all(out / "objects");
-  std::ofstream(out / "model.pj", std::ios::trunc) << s->Print();
-  WriteExportedEntries((out / "entries.pjx").string(), entries);
+  const std::string model = s->Print();
+  std::ofstream(out / "model.pj", std::ios::trunc) << model;
+  WriteExportedEntries((out / "entries.pjx").string(), {Sha256Hex(model), entries});
   std::printf("# exported %zu specialization(s) of @%s (%zu object files, code.so %.1f KiB) to %s\n", entries.size(),
               entry_.c_str(), objects.size(), fs::file_size(out / "code.so") / 1024.0, out.string().c_str());
   return 0;

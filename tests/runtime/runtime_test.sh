@@ -50,6 +50,13 @@ if err=$("$runtime" "$tmp/loss.pjx" --entry loss --grad --args "$tmp/leaf.json" 
   fail "unexported structure: $err"
 if err=$("$runtime" "$tmp/loss.pjx" --entry loss --args "$dir/trees_args.json" 2>&1); then fail "an unexported mode ran"; fi
 [[ "$err" == *"no exported code for @loss (value)"* ]] || fail "unexported mode: $err"
+# A model.pj edited after the export is refused: its code computes the old one.
+cp "$tmp/loss.pjx/model.pj" "$tmp/model.pj.orig"
+sed -i 's/0\.5)/0.25)/' "$tmp/loss.pjx/model.pj"
+cmp -s "$tmp/loss.pjx/model.pj" "$tmp/model.pj.orig" && fail "the edit changed nothing"
+if err=$("$runtime" "$tmp/loss.pjx" --entry loss --grad --args "$dir/trees_args.json" 2>&1); then fail "an edited model ran"; fi
+[[ "$err" == *"model.pj is not the model its code was exported from"*"export the model again" ]] || fail "edited model: $err"
+cp "$tmp/model.pj.orig" "$tmp/loss.pjx/model.pj"
 # A damaged artifact is refused.
 printf 'x' >> "$tmp/loss.pjx/entries.pjx"
 if err=$("$runtime" "$tmp/loss.pjx" --entry loss --grad --args "$dir/trees_args.json" 2>&1); then fail "a damaged artifact ran"; fi
