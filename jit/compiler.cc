@@ -119,7 +119,7 @@ struct JitSession::State {
   // compile that made it takes it.
   std::mutex object_mu;
   std::map<std::string, std::shared_ptr<const std::string>> objects;
-  // Fused kernels of live modules, by what they compute (Codegen::KeyOf),
+  // Fused kernels of live modules, by what they compute (FusedKernelKey, jit/plan.h),
   // and the live objects by name (an image's objects link once).
   std::mutex kernels_mu;
   std::map<std::string, CachedKernel> kernels;
@@ -138,55 +138,6 @@ CodeModule::~CodeModule() {
   state_->live_modules.fetch_sub(1);
 }
 
-// A fused step's loop nest: its output's shape with inner size-1 dimensions
-// dropped and adjacent inner ones merged where every operand walks them
-// contiguously. The outermost dimension stays as it is, even of size 1: it is
-// the kernel's argument, so that a cell computed for one tree node ((1, H))
-// and for a batch of them ((n, 1, H)) calls the same kernel.
-struct LoopNest {
-  Shape dims;                       // extents, outermost first
-  std::vector<Shape> load_strides;  // per load, in elements (0: broadcast)
-  std::vector<int> loads;           // indices of the step's load nodes
-};
-
-LoopNest NestOf(const Plan& plan, const PlanStep& step) {
-  const Shape& shape = plan.buffers[step.outputs[0]].type.shape;
-  LoopNest nest;
-  for (size_t i = 0; i < step.nodes.size(); ++i) {
-    if (step.nodes[i].kind == FusedNode::Kind::kLoad) nest.loads.push_back(static_cast<int>(i));
-  }
-  std::vector<Shape> strides;  // of every load, broadcast to the output's shape
-  for (int l : nest.loads) {
-    const Shape& in = plan.buffers[step.nodes[l].buffer].type.shape;
-    Shape st(shape.size(), 0), own = RowMajorStrides(in);
-    size_t offset = shape.size() - in.size();
-    // Broadcast dimensions have stride 0; a size-1 dimension of the output
-    // keeps the row-major stride, whatever it is, for the key's sake.
-    for (size_t d = 0; d < in.size(); ++d) st[offset + d] = in[d] == 1 && shape[offset + d] != 1 ? 0 : own[d];
-    strides.push_back(st);
-  }
-  nest.load_strides.resize(nest.loads.size());
-  for (size_t d = 0; d < shape.size(); ++d) {
-    if (shape[d] == 1 && d > 0) continue;
-    bool merge = nest.dims.size() > 1;  // never into the outermost
-    for (size_t k = 0; merge && k < nest.loads.size(); ++k) {
-      merge = nest.load_strides[k].back() == strides[k][d] * shape[d];
-    }
-    if (merge) {
-      nest.dims.back() *= shape[d];
-      for (size_t k = 0; k < nest.loads.size(); ++k) nest.load_strides[k].back() = strides[k][d];
-    } else {
-      nest.dims.push_back(shape[d]);
-      for (size_t k = 0; k < nest.loads.size(); ++k) nest.load_strides[k].push_back(strides[k][d]);
-    }
-  }
-  if (nest.dims.empty()) {
-    nest.dims.push_back(1);
-    for (auto& m : nest.load_strides) m.push_back(0);
-  }
-  return nest;
-}
-
 }  // namespace
 
 namespace {
@@ -199,26 +150,6 @@ class Codegen {
       : plan_(plan), m_(module), ctx_(module.getContext()), b_(ctx_) {
     ptr_ = b_.getPtrTy();
     i64_ = b_.getInt64Ty();
-  }
-
-  // What a fused step's kernel computes, up to its outermost extent: steps
-  // with equal keys call one function.
-  static std::string KeyOf(const Plan& plan, const PlanStep& step, const LoopNest& nest) {
-    const PlanBuffer& out = plan.buffers[step.outputs[0]];
-    std::string key = std::string(DTypeName(out.type.dtype)) + "|" +
-                      ShapeToString(Shape(nest.dims.begin() + 1, nest.dims.end())) + "|";
-    for (const Shape& st : nest.load_strides) key += ShapeToString(st);
-    key += "|";
-    for (const FusedNode& n : step.nodes) {
-      key += std::to_string(static_cast<int>(n.kind)) + "," + std::to_string(static_cast<int>(n.op)) + "," +
-             std::to_string(static_cast<int>(n.dtype)) + ",";
-      char imm[96];
-      std::snprintf(imm, sizeof imm, "%a,%a,%a", n.immediate, n.param, n.param2);
-      key += imm;
-      for (int a : n.args) key += "," + std::to_string(a);
-      key += ";";
-    }
-    return key;
   }
 
   // Emits the function `name` computing `step`.
@@ -645,7 +576,7 @@ ExecutablePtr JitSession::Compile(const Func& program, const CompileOptions& opt
   for (size_t i = 0; i < steps; ++i) {
     if (plan.steps[i].kind != PlanStep::Kind::kFused) continue;
     nests[i] = NestOf(plan, plan.steps[i]);
-    keys[i] = Codegen::KeyOf(plan, plan.steps[i], nests[i]) + (options.optimize_machine_code ? "O2" : "");
+    keys[i] = FusedKernelKey(plan, plan.steps[i], nests[i]) + (options.optimize_machine_code ? "O2" : "");
     outer[i] = nests[i].dims[0];
   }
   std::map<std::string, int> functions;  // key → index in `refs`

@@ -366,6 +366,96 @@ Plan ReadPlan(Reader& r) {
   return plan;
 }
 
+// What the decoder's index checks cannot see: that each step's code,
+// given its buffers, stays inside them. As a WebAssembly validator or the
+// eBPF verifier checks a program before it runs, every step is checked
+// against the buffers it reads and writes:
+//   - an operator's kernel gets inputs of the types it accepts, and outputs
+//     of exactly the types it infers for them (its kernel trusts both);
+//   - a fused kernel is the one compiled for this step (its key names the
+//     output's inner extents, every load's strides and dtype, its nodes),
+//     every load broadcasts to the output, and the rows it is run for are
+//     the output's outermost extent;
+//   - parts and the results' and parameters' buffers are what the plan says.
+// A plan that passes cannot make a kernel read or write outside its buffers
+// (the kernels and compiled code themselves are trusted: what the
+// container's MAC or the artifact's owner vouches for).
+void VerifySteps(const Image& image) {
+  const Plan& plan = image.plan;
+  auto type_of = [&](int b) { return plan.buffers[b].type; };
+  for (size_t s = 0; s < plan.steps.size(); ++s) {
+    const PlanStep& step = plan.steps[s];
+    const std::string at = "step " + std::to_string(s);
+    Require(step.parts >= 1 && step.parts <= (int64_t{1} << 20), at + " in " + std::to_string(step.parts) + " parts");
+    switch (step.kind) {
+      case PlanStep::Kind::kKernel: {
+        std::vector<TensorType> in, out;
+        for (int b : step.inputs) in.push_back(type_of(b));
+        try {
+          out = InferTypes(*step.op, in, step.attrs);
+        } catch (const std::exception& e) {
+          throw ImageError("image: " + at + " (" + step.op->name + ") on its buffers: " + e.what());
+        }
+        Require(out.size() == step.outputs.size(), at + " (" + step.op->name + ") writes " +
+                                                       std::to_string(step.outputs.size()) + " buffers, not " +
+                                                       std::to_string(out.size()));
+        for (size_t o = 0; o < out.size(); ++o) {
+          Require(out[o] == type_of(step.outputs[o]), at + " (" + step.op->name + ") writes " +
+                                                          type_of(step.outputs[o]).ToString() + " where it computes " +
+                                                          out[o].ToString());
+        }
+        Require(step.parts == 1 || (step.op->split.kernel && step.op->split.max_parts &&
+                                    step.parts <= step.op->split.max_parts(in, out, step.attrs)),
+                at + " (" + step.op->name + ") split in more parts than its kernel divides into");
+        break;
+      }
+      case PlanStep::Kind::kFused: {
+        Require(step.outputs.size() == 1, at + ": a fused step writes one buffer");
+        const TensorType& out = type_of(step.outputs[0]);
+        for (const FusedNode& n : step.nodes) {
+          if (n.kind == FusedNode::Kind::kLoad) {
+            Require(type_of(n.buffer).dtype == n.dtype, at + " loads " + type_of(n.buffer).ToString() + " as " + std::string(DTypeName(n.dtype)));
+          }
+        }
+        Require(step.nodes.back().dtype == out.dtype, at + " computes " + std::string(DTypeName(step.nodes.back().dtype)) +
+                                                          " into " + out.ToString());
+        LoopNest nest;
+        try {
+          nest = NestOf(plan, step);
+        } catch (const JitFailure& e) {
+          throw ImageError("image: " + at + ": " + e.what());
+        }
+        Require(image.outer[s] == nest.dims[0], at + "'s kernel runs " + std::to_string(image.outer[s]) +
+                                                    " rows of an output of " + std::to_string(nest.dims[0]));
+        const std::string key = FusedKernelKey(plan, step, nest);
+        const std::string& claimed = image.kernels[image.step_kernel[s]].key;
+        Require(claimed == key || claimed == key + "O2", at + " calls a kernel compiled for another computation");
+        break;
+      }
+      case PlanStep::Kind::kCopy:
+        Require(step.outputs.size() == 1, at + ": a copy writes one buffer");
+        break;
+    }
+  }
+  // Every buffer has memory when the plan runs: a parameter's and a
+  // result's are given by the call (NativeExecutable::Run), by their lists.
+  for (size_t p = 0; p < plan.params.size(); ++p) {
+    const PlanBuffer& b = plan.buffers[plan.params[p]];
+    Require(b.kind == PlanBuffer::Kind::kParam && b.param == static_cast<int>(p), "parameter " + std::to_string(p) + "'s buffer");
+  }
+  for (size_t i = 0; i < plan.buffers.size(); ++i) {
+    const PlanBuffer& b = plan.buffers[i];
+    if (b.kind == PlanBuffer::Kind::kParam) Require(plan.params[b.param] == static_cast<int>(i), "buffer " + b.name + ", a parameter not in the list");
+    if (b.kind == PlanBuffer::Kind::kResult) {
+      Require(b.result >= 0 && static_cast<size_t>(b.result) < plan.results.size() &&
+                  plan.results[b.result] == static_cast<int>(i),
+              "buffer " + b.name + ", a result not in the list");
+    }
+  }
+  Require(IsTensorTree(plan.result_type) && CountTensorLeaves(plan.result_type) == plan.results.size(),
+          "results that are not its result type's");
+}
+
 }  // namespace
 
 std::string EncodeImage(const NativeExecutable& exe, bool objects) {
@@ -422,6 +512,7 @@ Image DecodeImage(std::string_view bytes) {
     Require(k.object >= 0 && static_cast<size_t>(k.object) < image.objects.size() && !k.symbol.empty(),
             "kernel " + k.symbol + " in object " + std::to_string(k.object));
   }
+  VerifySteps(image);
   return image;
 }
 

@@ -11,8 +11,12 @@
 //
 // DecodeImage checks what it reads (counts against the bytes left, every
 // buffer, node, kernel and object index in range, copy blocks and views
-// inside their buffers) and throws ImageError rather than build a plan that
-// would read or write out of bounds. It links no LLVM.
+// inside their buffers), then verifies every step against the buffers it
+// reads and writes (an operator's kernel on buffers of the types it infers,
+// a fused kernel being the one compiled for its step's shapes and strides
+// and run for its output's rows, every buffer given memory), and throws
+// ImageError rather than build a plan that would read or write out of
+// bounds. It links no LLVM.
 #pragma once
 
 #include <memory>

@@ -565,4 +565,68 @@ std::string Plan::ToString() const {
   return out + "return " + res + "\n";
 }
 
+LoopNest NestOf(const Plan& plan, const PlanStep& step) {
+  const Shape& shape = plan.buffers[step.outputs[0]].type.shape;
+  LoopNest nest;
+  for (size_t i = 0; i < step.nodes.size(); ++i) {
+    if (step.nodes[i].kind == FusedNode::Kind::kLoad) nest.loads.push_back(static_cast<int>(i));
+  }
+  std::vector<Shape> strides;  // of every load, broadcast to the output's shape
+  for (int l : nest.loads) {
+    const Shape& in = plan.buffers[step.nodes[l].buffer].type.shape;
+    bool broadcasts = in.size() <= shape.size();
+    for (size_t d = 0; broadcasts && d < in.size(); ++d) {
+      const int64_t out_d = shape[shape.size() - in.size() + d];
+      broadcasts = in[d] == out_d || in[d] == 1;
+    }
+    if (!broadcasts) {
+      throw JitFailure("a fused step loads " + ShapeToString(in) + " into " + ShapeToString(shape) + ": not a broadcast");
+    }
+    Shape st(shape.size(), 0), own = RowMajorStrides(in);
+    size_t offset = shape.size() - in.size();
+    // Broadcast dimensions have stride 0; a size-1 dimension of the output
+    // keeps the row-major stride, whatever it is, for the key's sake.
+    for (size_t d = 0; d < in.size(); ++d) st[offset + d] = in[d] == 1 && shape[offset + d] != 1 ? 0 : own[d];
+    strides.push_back(st);
+  }
+  nest.load_strides.resize(nest.loads.size());
+  for (size_t d = 0; d < shape.size(); ++d) {
+    if (shape[d] == 1 && d > 0) continue;
+    bool merge = nest.dims.size() > 1;  // never into the outermost
+    for (size_t k = 0; merge && k < nest.loads.size(); ++k) {
+      merge = nest.load_strides[k].back() == strides[k][d] * shape[d];
+    }
+    if (merge) {
+      nest.dims.back() *= shape[d];
+      for (size_t k = 0; k < nest.loads.size(); ++k) nest.load_strides[k].back() = strides[k][d];
+    } else {
+      nest.dims.push_back(shape[d]);
+      for (size_t k = 0; k < nest.loads.size(); ++k) nest.load_strides[k].push_back(strides[k][d]);
+    }
+  }
+  if (nest.dims.empty()) {
+    nest.dims.push_back(1);
+    for (auto& m : nest.load_strides) m.push_back(0);
+  }
+  return nest;
+}
+
+std::string FusedKernelKey(const Plan& plan, const PlanStep& step, const LoopNest& nest) {
+  const PlanBuffer& out = plan.buffers[step.outputs[0]];
+  std::string key = std::string(DTypeName(out.type.dtype)) + "|" +
+                    ShapeToString(Shape(nest.dims.begin() + 1, nest.dims.end())) + "|";
+  for (const Shape& st : nest.load_strides) key += ShapeToString(st);
+  key += "|";
+  for (const FusedNode& n : step.nodes) {
+    key += std::to_string(static_cast<int>(n.kind)) + "," + std::to_string(static_cast<int>(n.op)) + "," +
+           std::to_string(static_cast<int>(n.dtype)) + ",";
+    char imm[96];
+    std::snprintf(imm, sizeof imm, "%a,%a,%a", n.immediate, n.param, n.param2);
+    key += imm;
+    for (int a : n.args) key += "," + std::to_string(a);
+    key += ";";
+  }
+  return key;
+}
+
 }  // namespace pejit

@@ -131,4 +131,24 @@ struct LowerOptions {
 // Lowers a residual program; throws JitFailure naming what it cannot compile.
 Plan Lower(const Func& program, const LowerOptions& options = {});
 
+// A fused step's loop nest: its output's shape with inner size-1 dimensions
+// dropped and adjacent inner ones merged where every operand walks them
+// contiguously. The outermost dimension stays as it is, even of size 1: it is
+// the kernel's argument, so that a cell computed for one tree node ((1, H))
+// and for a batch of them ((n, 1, H)) calls the same kernel.
+struct LoopNest {
+  Shape dims;                       // extents, outermost first
+  std::vector<Shape> load_strides;  // per load, in elements (0: broadcast)
+  std::vector<int> loads;           // indices of the step's load nodes
+};
+
+// A fused step's nest; throws JitFailure when a load's shape does not
+// broadcast to the output's (an image's plan is checked with it, jit/image.h).
+LoopNest NestOf(const Plan& plan, const PlanStep& step);
+
+// What a fused step's kernel computes, up to its outermost extent (the
+// kernel's argument): steps with equal keys call one function, and an
+// image's kernel is the one compiled for its step's key.
+std::string FusedKernelKey(const Plan& plan, const PlanStep& step, const LoopNest& nest);
+
 }  // namespace pejit

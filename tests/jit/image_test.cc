@@ -6,6 +6,9 @@
 
 #include <algorithm>
 #include <cstring>
+#include <fstream>
+#include <functional>
+#include <random>
 
 #include "interp/interpreter.h"
 #include "ir/module.h"
@@ -121,6 +124,125 @@ TEST_F(ImageTest, MalformedBytesAreRefusedNotRun) {
   const int64_t big = int64_t{1} << 60;
   std::memcpy(huge.data() + 4, &big, sizeof big);  // the plan's buffer count
   EXPECT_THROW(DecodeImage(huge), ImageError);
+}
+
+// The image of `exe` with its plan (or kernel slots) changed by `mutate`:
+// what a damaged or forged image whose indices are all in range holds.
+std::string Mutated(const NativeExecutable& exe, const std::function<void(Image&)>& mutate) {
+  Image image = DecodeImage(EncodeImage(exe));
+  mutate(image);
+  NativeExecutable forged(std::move(image.plan), std::move(image.step_kernel), std::move(image.outer), exe.kernels(),
+                          exe.objects(), 0, false, false);
+  return EncodeImage(forged);
+}
+
+std::string RefusalOf(const std::string& image) {
+  try {
+    DecodeImage(image);
+  } catch (const ImageError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+// Steps whose code would read or write outside their buffers are refused
+// before anything links or runs: a kernel given another buffer, a fused
+// kernel run for 2^40 rows, one loading a buffer that does not broadcast to
+// its output, one calling a kernel compiled for another step.
+TEST_F(ImageTest, AStepOnBuffersItsCodeWasNotMadeForIsRefused) {
+  auto session = JitSession::Create();
+  ExecutablePtr compiled = Compile(*session);
+  const auto& exe = dynamic_cast<const NativeExecutable&>(*compiled);
+  const Plan& plan = exe.plan();
+  int kernel_step = -1, fused = -1, other_fused = -1;
+  for (int s = 0; s < static_cast<int>(plan.steps.size()); ++s) {
+    const PlanStep& step = plan.steps[s];
+    if (step.kind == PlanStep::Kind::kKernel && step.inputs.size() >= 2 && kernel_step < 0) kernel_step = s;
+    if (step.kind == PlanStep::Kind::kFused) {
+      if (fused < 0) {
+        fused = s;
+      } else if (other_fused < 0 && exe.step_kernel()[s] != exe.step_kernel()[fused]) {
+        other_fused = s;
+      }
+    }
+  }
+  ASSERT_GE(kernel_step, 0);
+  ASSERT_GE(fused, 0);
+  ASSERT_GE(other_fused, 0);
+  EXPECT_EQ(RefusalOf(EncodeImage(exe)), "");
+
+  std::string why = RefusalOf(Mutated(exe, [&](Image& i) {
+    std::vector<int>& in = i.plan.steps[kernel_step].inputs;
+    std::swap(in[0], in[1]);  // its table read from the other operand's buffer
+  }));
+  EXPECT_NE(why.find("step " + std::to_string(kernel_step) + " (" + plan.steps[kernel_step].op->name + ")"), std::string::npos) << why;
+
+  why = RefusalOf(Mutated(exe, [&](Image& i) { i.outer[fused] = int64_t{1} << 40; }));
+  EXPECT_NE(why.find("step " + std::to_string(fused) + "'s kernel runs 1099511627776 rows"), std::string::npos) << why;
+
+  why = RefusalOf(Mutated(exe, [&](Image& i) { i.step_kernel[fused] = i.step_kernel[other_fused]; }));
+  EXPECT_NE(why.find("calls a kernel compiled for another computation"), std::string::npos) << why;
+
+  why = RefusalOf(Mutated(exe, [&](Image& i) {
+    for (FusedNode& n : i.plan.steps[fused].nodes) {
+      if (n.kind != FusedNode::Kind::kLoad) continue;
+      for (int b = 0; b < static_cast<int>(i.plan.buffers.size()); ++b) {  // a buffer of another shape, same dtype
+        const TensorType& t = i.plan.buffers[b].type;
+        if (t.dtype == n.dtype && t.shape != i.plan.buffers[n.buffer].type.shape && NumElements(t.shape) > 1) {
+          n.buffer = b;
+          return;
+        }
+      }
+    }
+  }));
+  EXPECT_FALSE(why.empty());
+}
+
+// Random damage to the plan's bytes (the container's checksum or MAC fixed
+// up, as a careless tool or a forger would): each image is refused, or it
+// runs (with whatever results) inside its buffers. Under ASan, a step
+// outside them is a finding.
+TEST_F(ImageTest, RandomlyDamagedPlansAreRefusedOrRunInsideTheirBuffers) {
+  auto session = JitSession::Create();
+  ExecutablePtr compiled = Compile(*session);
+  const auto& exe = dynamic_cast<const NativeExecutable&>(*compiled);
+  const std::string image = EncodeImage(exe);
+  const Image decoded = DecodeImage(image);
+  const size_t kernels_at = image.find(decoded.kernels[0].symbol);  // the plan ends before the kernels' names
+  ASSERT_NE(kernels_at, std::string::npos);
+  std::mt19937_64 rng(11);
+  int refused = 0, ran = 0;
+  for (int trial = 0; trial < 700; ++trial) {
+    std::string bad = image;
+    const size_t at = 4 + rng() % (kernels_at - 4);
+    bad[at] = static_cast<char>(rng() % 3 == 0 ? bad[at] ^ (1 << (rng() % 8)) : rng());
+    Image mutated;
+    try {
+      mutated = DecodeImage(bad);
+    } catch (const ImageError&) {
+      ++refused;
+      continue;
+    }
+    NativeExecutable run(std::move(mutated.plan), std::move(mutated.step_kernel), std::move(mutated.outer),
+                         exe.kernels(), exe.objects(), 0, false, false);
+    try {
+      run.Run(leaves_);
+      ++ran;
+    } catch (const std::exception&) {  // a parameter of another type, an operator's own check
+      ++refused;
+    }
+  }
+  EXPECT_EQ(refused + ran, 700);
+  EXPECT_GT(refused, 0);
+}
+
+// The image fuzz target's seed decodes and passes the checks: mutations of
+// it reach every check, not only the first refusal.
+TEST(ImageSeed, TheFuzzSeedIsAValidImage) {
+  std::ifstream in("fuzz/corpus/image/trees_loss_grad.img", std::ios::binary);
+  ASSERT_TRUE(in);
+  const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(RefusalOf(bytes), "");
 }
 
 // Images of older formats are refused by name (their plans have no lanes,
