@@ -424,14 +424,17 @@ const Definition& EntryOf(const ModuleSnapshot& module, const std::string& entry
 
 }  // namespace
 
-void CheckArguments(const std::string& entry, const FuncNode& f, const std::vector<Value>& args) {
+void CheckArguments(const ModuleSnapshot& module, const std::string& entry, const FuncNode& f,
+                    const std::vector<Value>& args) {
+  const FindTypeFn find_type = [&](const std::string& name) { return module.FindType(name); };
   if (f.params.size() != args.size()) {
     throw EvalError("@" + entry + " takes " + std::to_string(f.params.size()) + " argument" +
                     (f.params.size() == 1 ? "" : "s") + ", got " + std::to_string(args.size()));
   }
   for (size_t i = 0; i < args.size(); ++i) {
     try {
-      CheckValueType(args[i], f.params[i]->annotation, "argument " + std::to_string(i) + " (%" + f.params[i]->name + ")");
+      CheckValueType(args[i], f.params[i]->annotation, "argument " + std::to_string(i) + " (%" + f.params[i]->name + ")",
+                     &find_type);
     } catch (const std::invalid_argument& e) {
       throw EvalError("@" + entry + ": " + e.what());
     }
@@ -454,14 +457,14 @@ std::string WhyNoGradient(const ModuleSnapshot& module, const FuncNode& f, std::
 
 Value Interpreter::Call(const ModuleSnapshot& module, const std::string& entry, const std::vector<Value>& args) const {
   const Definition& d = EntryOf(module, entry);
-  CheckArguments(entry, *d.func, args);
+  CheckArguments(module, entry, *d.func, args);
   Machine m(module, impl_->free_vars, impl_->options, nullptr, entry);
   return m.Run(d.func, args);
 }
 
 Value Interpreter::Apply(const ModuleSnapshot& module, const Func& f, const std::vector<Value>& args,
                          const std::string& what) const {
-  CheckArguments(what, *f, args);
+  CheckArguments(module, what, *f, args);
   Machine m(module, impl_->free_vars, impl_->options, nullptr, what);
   return m.Run(f, args);
 }
@@ -469,7 +472,7 @@ Value Interpreter::Apply(const ModuleSnapshot& module, const Func& f, const std:
 Interpreter::ValueAndGrad Interpreter::CallWithGrad(const ModuleSnapshot& module, const std::string& entry,
                                                     const std::vector<Value>& args, const std::vector<int>& wrt) const {
   const Definition& d = EntryOf(module, entry);
-  CheckArguments(entry, *d.func, args);
+  CheckArguments(module, entry, *d.func, args);
   if (std::string why = WhyNoGradient(module, *d.func, wrt); !why.empty()) throw EvalError("@" + entry + ": " + why);
   // (1) Put the float tensors of the chosen arguments on a tape, once per
   // argument: an index named twice gets the same gradient twice.

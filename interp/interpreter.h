@@ -36,8 +36,10 @@ class EvalError : public std::runtime_error {
 // same words.
 //
 // Throws EvalError unless `args` fit the parameters of `f`, definition
-// @entry: their number, and each one's type (CheckValueType).
-void CheckArguments(const std::string& entry, const FuncNode& f, const std::vector<Value>& args);
+// @entry of `module`: their number, and each one's type (CheckValueType),
+// its structures made with the module's constructors or the same ones.
+void CheckArguments(const ModuleSnapshot& module, const std::string& entry, const FuncNode& f,
+                    const std::vector<Value>& args);
 // Why a gradient with respect to arguments `wrt` of `f` cannot be taken, or
 // empty when it can: "wrt index 3 is not an argument (it takes 1)", or
 // "wrt argument 1 (%k: Tensor[(), i64]) cannot hold a float tensor, so it has

@@ -137,7 +137,30 @@ bool ValueAllClose(const Value& a, const Value& b, double rtol, double atol) {
   return Compare(a, b, [&](const Tensor& x, const Tensor& y) { return AllClose(x, y, rtol, atol); });
 }
 
-void CheckValueType(const Value& root, const Type& root_type, const std::string& what) {
+std::string ForeignConstructors(const TypeDef& made, const TypeDef& mine) {
+  bool same = made.params == mine.params && made.ctors.size() == mine.ctors.size();
+  for (size_t c = 0; same && c < made.ctors.size(); ++c) {
+    const CtorDef &a = made.ctors[c], &b = mine.ctors[c];
+    same = a.name == b.name && a.fields.size() == b.fields.size();
+    for (size_t f = 0; same && f < a.fields.size(); ++f) same = TypeToString(a.fields[f]) == TypeToString(b.fields[f]);
+  }
+  if (same) return "";
+  auto list = [](const TypeDef& t) {
+    std::string s;
+    for (const CtorDef& c : t.ctors) {
+      if (!s.empty()) s += ", ";
+      s += c.name.size() > 40 ? c.name.substr(0, 40) + "..." : c.name;
+      s += "(" + std::to_string(c.fields.size()) + ")";
+      if (s.size() > 400) return s + ", ...";
+    }
+    return s;
+  };
+  return "a " + made.name + " made by another module's constructors (" + list(made) + "), not this program's (" +
+         list(mine) + "): make it with this engine's constructors";
+}
+
+void CheckValueType(const Value& root, const Type& root_type, const std::string& what, const FindTypeFn* find_type) {
+  const TypeDef* checked = nullptr;  // the last definition found compatible: trees repeat one
   // An explicit stack: trees and lists may be nested 100,000 deep.
   struct Item {
     const Value* value;
@@ -183,6 +206,18 @@ void CheckValueType(const Value& root, const Type& root_type, const std::string&
       case TypeKind::kAdt: {
         const AdtTypeNode* adt = AsAdt(t);
         if (v.kind() != Value::Kind::kAdt || v.adt()->name != adt->name) fail();
+        if (find_type && v.adt().get() != checked) {
+          if (TypeDefPtr mine = (*find_type)(adt->name); mine && mine != v.adt()) {
+            if (std::string why = ForeignConstructors(*v.adt(), *mine); !why.empty()) {
+              std::string path = items[index].label;
+              for (int p = items[index].parent, depth = 0; p >= 0 && depth < 4; p = items[p].parent, ++depth) {
+                path += " of " + items[p].label;
+              }
+              throw std::invalid_argument(path + ": " + why);
+            }
+          }
+          checked = v.adt().get();
+        }
         std::map<std::string, Type> bindings;
         for (size_t i = 0; i < adt->args.size() && i < v.adt()->params.size(); ++i) {
           bindings[v.adt()->params[i]] = adt->args[i];

@@ -5,6 +5,7 @@
 // splits into a static skeleton and dynamic tensor leaves.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -165,9 +166,22 @@ bool ValueEqual(const Value& a, const Value& b);
 // Same structure, tensors AllClose.
 bool ValueAllClose(const Value& a, const Value& b, double rtol = 1e-5, double atol = 1e-8);
 
+// Why values made with `made`'s constructors cannot be read as `mine`'s
+// (another constructor list: order, names, fields), or "" when they can (a
+// copy of one definition, as module edits and other engines make): a match
+// of `mine` picks clauses by constructor index, so a value of a type whose
+// constructors differ would take the wrong clause, or read past its fields.
+std::string ForeignConstructors(const TypeDef& made, const TypeDef& mine);
+
+// The program's definition of an ADT by name (a ModuleSnapshot's FindType).
+using FindTypeFn = std::function<TypeDefPtr(const std::string&)>;
+
 // Checks that `v` is a value of type `t` (unknown dims match any size);
 // throws std::invalid_argument naming the path to the mismatch, e.g.
-// "field 1 of Node: expected Tensor[(), i64], got Tensor[(), f32]".
-void CheckValueType(const Value& v, const Type& t, const std::string& what = "value");
+// "field 1 of Node: expected Tensor[(), i64], got Tensor[(), f32]". Given
+// `find_type`, an ADT value must be of the program's definition of its type
+// or one with the same constructors (ForeignConstructors).
+void CheckValueType(const Value& v, const Type& t, const std::string& what = "value",
+                    const FindTypeFn* find_type = nullptr);
 
 }  // namespace pejit

@@ -54,7 +54,8 @@ KernelSplit RowWiseSplit(Kernel kernel, std::function<bool(std::span<const Tenso
   };
   split.kernel = [kernel](std::span<const Tensor> in, std::span<Tensor> out, const Attrs& attrs, int64_t part,
                           int64_t parts) {
-    auto [first, last] = PartOf(in[0].shape()[0], 1, part, parts);
+    const auto range = PartOf(in[0].shape()[0], 1, part, parts);  // not bound: clang 14 captures no bindings
+    const int64_t first = range.first, last = range.second;
     if (first == last) return;
     auto rows = [&](const Tensor& t) {
       Shape shape = t.shape();

@@ -1,5 +1,7 @@
 #include "pe/signature.h"
 
+#include <algorithm>
+
 #include <cstdio>
 #include <cstring>
 #include <stdexcept>
@@ -64,10 +66,18 @@ void AppendNode(std::string& key, const Value& v, bool whole, size_t i) {
 // Appends argument `i`'s part of the key; and, given `leaves`, the addresses
 // of its tensors (in the same walk: each node is a cache miss).
 void AppendKey(std::string& key, const Value& arg, bool whole, size_t i,
-               std::vector<const Tensor*>* leaves = nullptr) {
+               std::vector<const Tensor*>* leaves = nullptr,
+               std::vector<std::pair<const TypeDef*, int>>* adts = nullptr) {
   key.push_back(whole ? 'S' : 'D');
+  const TypeDef* last = nullptr;
   ForEachNode(arg, [&](const Value& v) {
     AppendNode(key, v, whole, i);
+    if (adts && v.kind() == Value::Kind::kAdt && v.adt().get() != last) {
+      last = v.adt().get();  // a program has few types: the list stays short
+      if (std::none_of(adts->begin(), adts->end(), [&](const auto& a) { return a.first == last && a.second == static_cast<int>(i); })) {
+        adts->emplace_back(last, static_cast<int>(i));
+      }
+    }
     if (!v.is_tensor()) return;
     const Tensor& t = v.tensor();
     if (whole) Put(key, t.raw_data(), t.nbytes());
@@ -80,7 +90,7 @@ void AppendKey(std::string& key, const Value& arg, bool whole, size_t i,
 size_t AppendArgument(Signature& sig, Hasher& hasher, const Value& arg, bool whole, size_t i, uint64_t* hash,
                       std::vector<const Tensor*>* leaves = nullptr) {
   size_t begin = sig.key.size();
-  AppendKey(sig.key, arg, whole, i, leaves);
+  AppendKey(sig.key, arg, whole, i, leaves, &sig.adts);
   *hash = Fnv1a(sig.key.data() + begin, sig.key.size() - begin);
   hasher.Add(*hash);
   return begin;
@@ -142,12 +152,15 @@ Signature SignatureCache::Compute(const std::vector<Value>& args, const std::vec
       if (const Entry* e = Find(arg, identity, i)) {
         sig.key += e->key;
         hasher.Add(e->hash);
+        for (const TypeDef* t : e->adts) sig.adts.emplace_back(t, static_cast<int>(i));
         continue;
       }
     }
     std::vector<const Tensor*> leaves;
+    const size_t adts_before = sig.adts.size();
     size_t begin = AppendArgument(sig, hasher, arg, whole, i, &hash, &leaves);
-    Entry entry{identity, sig.key.substr(begin), hash, std::move(leaves)};
+    Entry entry{identity, sig.key.substr(begin), hash, std::move(leaves), {}};
+    for (size_t a = adts_before; a < sig.adts.size(); ++a) entry.adts.push_back(sig.adts[a].first);
     std::lock_guard<std::mutex> lock(mu_);
     if (entries_.size() >= capacity_) {
       std::erase_if(entries_, [](const auto& e) { return e.second.value.expired(); });

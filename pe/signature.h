@@ -26,6 +26,11 @@ namespace pejit {
 struct Signature {
   std::string key;   // the skeleton, serialized; equality is key equality
   uint64_t hash = 0;
+  // The ADT definitions the walk met (each once; a SignatureCache gives
+  // those of the arguments it knew), with the argument each was in: a
+  // caller checks they are its program's (ForeignConstructors, ir/value.h),
+  // which the key, naming types only, cannot say.
+  std::vector<std::pair<const TypeDef*, int>> adts;
 
   std::string ShortHash() const;  // 8 hex digits, for logs: "3f2a91c0"
   friend bool operator==(const Signature& a, const Signature& b) { return a.hash == b.hash && a.key == b.key; }
@@ -65,6 +70,7 @@ class SignatureCache {
     std::string key;  // the argument's part of the signature's key
     uint64_t hash = 0;
     std::vector<const Tensor*> leaves;  // inside the value's fields
+    std::vector<const TypeDef*> adts;   // Signature::adts of the argument
   };
   // The live entry of `arg`, whose fields `identity` holds, or null; under mu_.
   const Entry* Find(const Value& arg, const std::shared_ptr<const std::vector<Value>>& identity, size_t i) const;

@@ -73,9 +73,40 @@ std::optional<Tensor> ReturnedTensor(const py::array& a) {
   return *t;
 }
 
+// A Python int as a scalar of `dtype`: every digit kept (through a double,
+// an i64 past 2^53 would change), and one past 64 bits refused with the range.
+Tensor IntScalar(py::handle obj, DType dtype, const std::string& where) {
+  int overflow = 0;
+  const long long v = PyLong_AsLongLongAndOverflow(obj.ptr(), &overflow);
+  if (!overflow && v == -1 && PyErr_Occurred()) {
+    PyErr_Clear();
+    overflow = 1;
+  }
+  if (overflow && IsFloat(dtype)) {
+    const double d = PyLong_AsDouble(obj.ptr());
+    if (!(d == -1.0 && PyErr_Occurred())) return Tensor::ScalarOf(dtype, d);
+    PyErr_Clear();
+  }
+  if (overflow) {
+    // Not its digits: Python refuses to print ints past 4,300 of them.
+    const int64_t bits = obj.attr("bit_length")().cast<int64_t>();
+    const std::string digits = bits <= 64 ? std::string(py::str(obj)) : "an int of " + std::to_string(bits) + " bits";
+    throw ConversionError(where + ": " + digits + " does not fit in " + std::string(DTypeName(dtype)) +
+                          (IsFloat(dtype) ? "" : " (-2^63 to 2^63-1)"));
+  }
+  if (dtype == DType::kI64) return Tensor::FromVector<int64_t>({}, {static_cast<int64_t>(v)});
+  return Tensor::ScalarOf(dtype, static_cast<double>(v));
+}
+
 // `obj` (an array, a numpy scalar, a Python number) as a tensor of dtype
 // `want` (none: the array's own, NaturalDType).
 Tensor ToTensor(py::handle obj, std::optional<DType> want, const std::string& where) {
+  // A Python int beyond 64 bits has no numpy array to become.
+  if (PyLong_Check(obj.ptr()) && !PyBool_Check(obj.ptr())) {
+    int overflow = 0;
+    PyLong_AsLongLongAndOverflow(obj.ptr(), &overflow);
+    if (overflow) return IntScalar(obj, want.value_or(DType::kI64), where);
+  }
   py::array a = py::array::ensure(obj);
   if (!a) {
     PyErr_Clear();
@@ -118,6 +149,17 @@ Tensor ToTensor(py::handle obj, std::optional<DType> want, const std::string& wh
 
 bool IsPyValue(py::handle obj) { return py::isinstance<PyValue>(obj); }
 
+}  // namespace
+
+void CheckMadeHere(const Value& v, const ModuleSnapshot* module, const std::string& where) {
+  if (!module || v.kind() != Value::Kind::kAdt) return;
+  TypeDefPtr mine = module->FindType(v.adt()->name);
+  if (!mine || mine == v.adt()) return;
+  if (std::string why = ForeignConstructors(*v.adt(), *mine); !why.empty()) throw ConversionError(where + ": " + why);
+}
+
+namespace {
+
 // Python containers nest no deeper than this in one conversion (the C++
 // recursion's bound; a tree deeper than that is built by constructors).
 constexpr int kMaxNesting = 1000;
@@ -143,7 +185,11 @@ Value ListValue(py::handle obj, const Type& element, const ModuleSnapshot* modul
 std::string Describe(py::handle obj) { return std::string(py::str(py::type::of(obj).attr("__name__"))); }
 
 Value Convert(py::handle obj, const Type& type, const ModuleSnapshot* module, const std::string& where, int depth) {
-  if (IsPyValue(obj)) return obj.cast<const PyValue&>().value;
+  if (IsPyValue(obj)) {
+    const Value& v = obj.cast<const PyValue&>().value;
+    CheckMadeHere(v, module, where);
+    return v;
+  }
   if (depth > kMaxNesting) {
     throw ConversionError(where + ": nested deeper than " + std::to_string(kMaxNesting) +
                           " containers (build deep trees with the module's constructors)");
@@ -157,7 +203,7 @@ Value Convert(py::handle obj, const Type& type, const ModuleSnapshot* module, co
       return Value::Tuple(std::move(fields));
     }
     if (py::isinstance<py::bool_>(obj)) return Tensor::ScalarOf(DType::kBool, obj.cast<bool>());
-    if (py::isinstance<py::int_>(obj)) return Tensor::ScalarOf(DType::kI64, static_cast<double>(obj.cast<int64_t>()));
+    if (py::isinstance<py::int_>(obj)) return IntScalar(obj, DType::kI64, where);
     if (py::isinstance<py::float_>(obj)) return Tensor::Scalar(obj.cast<float>());
     return ToTensor(obj, std::nullopt, where);
   }
@@ -169,8 +215,8 @@ Value Convert(py::handle obj, const Type& type, const ModuleSnapshot* module, co
         if (PyFloat_CheckExact(obj.ptr()) && !IsFloat(t.dtype)) {
           throw ConversionError(where + ": expected " + std::string(DTypeName(t.dtype)) + ", got a float");
         }
-        return Tensor::ScalarOf(t.dtype, PyFloat_CheckExact(obj.ptr()) ? PyFloat_AsDouble(obj.ptr())
-                                                                       : static_cast<double>(obj.cast<int64_t>()));
+        if (PyLong_CheckExact(obj.ptr())) return IntScalar(obj, t.dtype, where);
+        return Tensor::ScalarOf(t.dtype, PyFloat_AsDouble(obj.ptr()));
       }
       return ToTensor(obj, t.dtype, where);
     }

@@ -42,6 +42,13 @@ class ConversionError : public std::runtime_error {
 // type definitions (null: no ADT conversions). `where` leads messages.
 Value ToValue(py::handle obj, const Type& type, const ModuleSnapshot* module, const std::string& where);
 
+// Throws ConversionError when `v`, a pejit.Value, is a structure made by
+// another module's constructors of its type that are not `module`'s (another
+// engine's, listing them in another order): its clauses would be taken by
+// the wrong index (ForeignConstructors). O(1): each constructor checks its
+// fields when called, so the top node stands for the value.
+void CheckMadeHere(const Value& v, const ModuleSnapshot* module, const std::string& where);
+
 // `v` for Python (see above).
 py::object FromValue(const Value& v);
 

@@ -66,7 +66,11 @@ std::vector<Value> Arguments(Engine& engine, const std::string& name, const py::
   out.reserve(args.size());
   for (size_t i = 0; i < args.size(); ++i) {
     if (py::isinstance<PyValue>(args[i])) {  // the loop's common case: no conversion, no message built
-      out.push_back(args[i].cast<const PyValue&>().value);
+      const Value& v = args[i].cast<const PyValue&>().value;
+      if (v.kind() == Value::Kind::kAdt && v.adt() != snapshot->FindType(v.adt()->name)) {
+        CheckMadeHere(v, snapshot.get(), "@" + name + " argument " + std::to_string(i) + " (%" + params[i]->name + ")");
+      }
+      out.push_back(v);
       continue;
     }
     out.push_back(ToValue(args[i], params[i]->annotation, snapshot.get(),

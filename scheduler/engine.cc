@@ -509,6 +509,16 @@ void EngineImpl::Prepare(Request& r) {
     r.uncacheable = e.what();  // a function value among dynamic arguments: tier 0 only
     return;
   }
+  // Structures made with another module's constructors of the same name:
+  // tier 0 refuses them (CheckArguments) before any tier reads them.
+  for (const auto& [made, arg] : r.key.signature.adts) {
+    TypeDefPtr mine = r.snapshot->FindType(made->name);
+    if (mine && mine.get() != made && !ForeignConstructors(*made, *mine).empty()) {
+      r.uncacheable = "argument " + std::to_string(arg) + " holds " + ForeignConstructors(*made, *mine);
+      r.cacheable = false;
+      return;
+    }
+  }
   r.cacheable = true;
 }
 
@@ -1033,7 +1043,7 @@ void EngineImpl::RunJob(Job& job) {
   PipelineReport prepared;
   try {
     const Definition& def = job.snapshot->Get(entry.name);
-    CheckArguments(entry.name, *def.func, job.args);
+    CheckArguments(*job.snapshot, entry.name, *def.func, job.args);
     stage = "result";
     const FuncTypeNode* type = AsFunc(def.type);
     if (!job.grad && !IsTensorTree(type->ret)) {

@@ -154,7 +154,9 @@ int64_t DenseMaxParts(std::span<const TensorType>, std::span<const TensorType> o
 void DensePart(std::span<const Tensor> in, std::span<Tensor> out, const Attrs&, int64_t part, int64_t parts) {
   const Tensor &x = in[0], &w = in[1], &bias = in[2];
   int64_t k = x.shape()[1], m = w.shape()[0];
-  auto [first, last] = PartOf(x.shape()[0], kRowUnit, part, parts);
+  // Plain variables: a lambda may not capture structured bindings before C++20 in clang 14 (tools/fuzz.sh).
+  const auto range = PartOf(x.shape()[0], kRowUnit, part, parts);
+  const int64_t first = range.first, last = range.second;
   if (first == last) return;
   DispatchDType(x.dtype(), [&](auto zero) {
     using T = decltype(zero);

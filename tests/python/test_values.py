@@ -111,3 +111,37 @@ def test_containers_nested_past_the_bound_are_refused_not_recursed_into():
         deep = (deep,)
     with pytest.raises(TypeError, match="nested deeper than 1000 containers"):
         pejit.Value(deep)
+
+
+def test_an_int_past_64_bits_is_refused_with_the_range_and_every_digit_below_is_kept():
+    with pejit.Engine(policy="interpreter") as engine:
+        engine.module.add_source("type T { Leaf(Tensor[(), i64]) }\n"
+                                 "def @f(%x: Tensor[(), i64]) -> Tensor[(), i64] { %x }\n", "ints.pj")
+        f = engine.entry("f")
+        with pytest.raises(TypeError, match=r"@f argument 0 \(%x\): an int of 71 bits does not fit in i64 "
+                                            r"\(-2\^63 to 2\^63-1\)"):
+            f(2**70)
+        with pytest.raises(TypeError, match=r"Leaf field 0: an int of 71 bits does not fit in i64"):
+            engine.module.Leaf(-2**70)
+        with pytest.raises(TypeError, match=r"an int of 132878 bits"):  # too long for Python to print
+            f(10**40000)
+        assert int(f(2**53 + 1)) == 2**53 + 1  # not through a double
+        assert int(f(-2**63)) == -2**63
+
+
+def test_a_structure_made_by_another_engines_constructors_is_a_type_error():
+    source = "def @s(%t: Tree) -> Tensor[(), f32] {{ match (%t) {{ Leaf(%x) => %x, Node(%l, %r) => add(@s(%l), @s(%r)) }} }}\n"
+    with pejit.Engine(policy="interpreter") as a, pejit.Engine() as b:
+        a.module.add_source("type Tree { Leaf(Tensor[(), f32]), Node(Tree, Tree) }\n" + source.format(), "a.pj")
+        b.module.add_source("type Tree { Node(Tree, Tree), Leaf(Tensor[(), f32]) }\n" + source.format(), "b.pj")
+        t = a.module.Node(a.module.Leaf(1.0), a.module.Leaf(2.0))
+        assert a.entry("s")(t) == 3.0
+        with pytest.raises(TypeError, match=r"@s argument 0 \(%t\): a Tree made by another module's constructors "
+                                            r"\(Leaf\(1\), Node\(2\)\), not this program's \(Node\(2\), Leaf\(1\)\)"):
+            b.entry("s")(t)
+        with pytest.raises(TypeError, match=r"Node field 0: a Tree made by another module's constructors"):
+            b.module.Node(t, b.module.Leaf(1.0))
+        # The same constructors in another engine: one type.
+        with pejit.Engine() as c:
+            c.module.add_source("type Tree { Leaf(Tensor[(), f32]), Node(Tree, Tree) }\n" + source.format(), "c.pj")
+            assert c.entry("s")(t) == 3.0
