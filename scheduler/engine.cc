@@ -896,6 +896,16 @@ void EngineImpl::Enqueue(Request& r, const SlotPtr& slot, JobPriority priority) 
   job->snapshot = r.snapshot;
   job->args = r.args;
   job->static_args = r.static_args;
+  // A static argument's values are baked into the code, which is keyed by
+  // them as they were at the call: the job reads its own copy, so that a
+  // caller who changes the array afterwards (a numpy array the call shared)
+  // cannot make code of other values under this key.
+  for (size_t i = 0; i < job->args.size() && i < job->static_args.size(); ++i) {
+    if (!job->static_args[i]) continue;
+    std::vector<Value> copies;
+    for (const Tensor& t : TensorLeaves(job->args[i])) copies.emplace_back(t.Clone());
+    job->args[i] = ReplaceTensorLeaves(job->args[i], copies);
+  }
   job->grad = r.wrt != nullptr;
   if (r.wrt) job->wrt = *r.wrt;
   job->enqueued_us = NowMicros();

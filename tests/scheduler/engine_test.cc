@@ -437,6 +437,28 @@ TEST_F(EngineTest, StaticArgumentsArePartOfTheSignature) {
   EXPECT_EQ(dynamic.stats().compiled, 3);
 }
 
+// A static argument's values are baked into its code, keyed by them as they
+// were at the call: changed by the caller afterwards (a numpy array the call
+// shared) while the compile waits, the code still computes the call's.
+TEST_F(EngineTest, AStaticArgumentChangedAfterTheCallDoesNotChangeItsCode) {
+  Gate gate;  // holds partial evaluation until the argument has changed
+  EngineOptions options = Options(Policy::Eager());
+  options.workers = 1;
+  options.before_pe = [opened = gate.opened()](const CompileInfo&) { opened.wait(); };
+  Start(std::move(options));
+  Entry scale = engine_->entry("scale", {.static_argnums = {1}});
+  Value x(Tensor::FromVector<float>({3}, {1, 2, 3}));
+  Tensor factor = Tensor::Scalar(2);
+  const Value doubled(Tensor::FromVector<float>({3}, {2, 4, 6}));
+  EXPECT_TRUE(ValueEqual(scale.call({x, Value(factor)}), doubled));  // tier 0; its compile queued
+  factor.data<float>()[0] = 5;  // the caller's buffer, changed in place
+  gate.Open();
+  const std::vector<Value> two = {x, Value(Tensor::Scalar(2))};
+  ASSERT_TRUE(Eventually([&] { return scale.status(two).ready(); }));
+  EXPECT_TRUE(ValueEqual(scale.call(two), doubled));
+  EXPECT_EQ(scale.stats().calls_compiled(), 1);
+}
+
 TEST_F(EngineTest, EntriesAreCheckedByName) {
   Start(Options(Policy::Eager()));
   try {
