@@ -19,6 +19,7 @@
 
 #include "ir/module.h"
 #include "ir/value.h"
+#include "support/bounded.h"
 
 namespace pejit {
 
@@ -26,9 +27,10 @@ namespace pejit {
 // location or argument at fault:
 //   "@loss: argument 1 (%labels): expected Tensor[(?,), i64], got Tensor[(3,), f32]"
 //   "@loss: t.pj:7:12: take: index 12 is out of range for table rows of size 10"
+// An error evaluating a program; what() bounded as IrError's.
 class EvalError : public std::runtime_error {
  public:
-  using std::runtime_error::runtime_error;
+  explicit EvalError(const std::string& message) : std::runtime_error(Bounded(message, 2000)) {}
 };
 
 // The checks of a call that every tier makes before running it, so that

@@ -5,6 +5,8 @@
 #include <stdexcept>
 #include <string>
 
+#include "support/bounded.h"
+
 namespace pejit {
 
 struct SourceLoc {
@@ -21,11 +23,15 @@ struct SourceLoc {
   std::string ToString() const;
 };
 
-// An error in a program: what() is "file:line:col: message".
+// An error in a program: what() is "file:line:col: message", the message
+// bounded (what it echoes of the program may be megabytes: support/bounded.h).
 class IrError : public std::runtime_error {
  public:
   IrError(const SourceLoc& loc, const std::string& message)
-      : std::runtime_error(loc.known() ? loc.ToString() + ": " + message : message), loc_(loc), message_(message) {}
+      : std::runtime_error(loc.known() ? loc.ToString() + ": " + Bounded(message, kMaxMessage) : Bounded(message, kMaxMessage)),
+        loc_(loc),
+        message_(Bounded(message, kMaxMessage)) {}
+  static constexpr size_t kMaxMessage = 2000;
   const SourceLoc& loc() const { return loc_; }
   const std::string& message() const { return message_; }  // without the location
 

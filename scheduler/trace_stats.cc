@@ -8,6 +8,7 @@
 
 #include "scheduler/trace_file.h"
 #include "scheduler/trace_sinks.h"
+#include "support/bounded.h"
 
 namespace pejit {
 namespace {
@@ -185,7 +186,7 @@ std::string TraceStats::Render() const {
   for (const char* tier : tiers) calls[0].push_back(tier);
   calls[0].insert(calls[0].end(), {"hits", "misses"});
   for (const auto& [entry, t] : entries_) {
-    std::vector<std::string> row = {entry, std::to_string(t.calls())};
+    std::vector<std::string> row = {Bounded(entry, 80), std::to_string(t.calls())};
     for (const char* tier : tiers) {
       auto it = t.tiers.find(tier);
       if (it == t.tiers.end() || it->second.calls == 0) {
@@ -204,7 +205,7 @@ std::string TraceStats::Render() const {
   std::vector<std::vector<std::string>> specs = {{"entry", "queued", "compiled", "refused", "failed", "evicted",
                                                   "invalidated", "cancelled", "prefetched"}};
   for (const auto& [entry, t] : entries_) {
-    specs.push_back({entry, std::to_string(t.enqueued), std::to_string(t.compiled), std::to_string(t.refused),
+    specs.push_back({Bounded(entry, 80), std::to_string(t.enqueued), std::to_string(t.compiled), std::to_string(t.refused),
                      std::to_string(t.failed), std::to_string(t.evicted), std::to_string(t.invalidated),
                      std::to_string(t.cancelled), std::to_string(t.prefetched)});
   }
@@ -222,7 +223,7 @@ std::string TraceStats::Render() const {
                        kinds, edit_slots_, edit_slots_ == 1 ? "" : "s", edit_retained_);
     std::vector<std::vector<std::string>> rows = {{"entry", "invalidated", "recompiled", "compiled before"}};
     for (const auto& [entry, t] : entries_) {
-      rows.push_back({entry, std::to_string(t.invalidated), std::to_string(t.recompiled),
+      rows.push_back({Bounded(entry, 80), std::to_string(t.invalidated), std::to_string(t.recompiled),
                       std::to_string(t.compiled - t.recompiled)});
     }
     out += Table(rows);
@@ -244,7 +245,7 @@ std::string TraceStats::Render() const {
     std::vector<std::vector<std::string>> rows;
     for (const auto& [key, n] : reasons_) {
       const auto& [kind, entry, reason] = key;
-      rows.push_back({kind, entry, std::to_string(n), reason});
+      rows.push_back({kind, Bounded(entry, 80), std::to_string(n), Bounded(reason, 400)});
     }
     out += Table(rows, "llrl", "  ");
   }

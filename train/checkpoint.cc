@@ -215,7 +215,12 @@ Checkpoint ParseCheckpoint(std::string_view bytes, const std::string& path) {
     Fail(path, std::string("bad checkpoint header: ") + e.what());
   }
   if (c.epoch < 0 || c.epoch > INT_MAX) Fail(path, "epoch " + std::to_string(c.epoch) + " is out of range (0 to 2^31 - 1)");
-  if (c.optimizer.steps < 0) Fail(path, "negative optimizer step count " + std::to_string(c.optimizer.steps));
+  // Adam's bias correction raises its betas to the step count, and the next
+  // step adds one: a count past 2^53 (exact in a double; no run takes as
+  // many) is not a run's.
+  if (c.optimizer.steps < 0 || c.optimizer.steps > (int64_t{1} << 53)) {
+    Fail(path, "optimizer step count " + std::to_string(c.optimizer.steps) + " is out of range (0 to 2^53)");
+  }
 
   if (newline == bytes.size()) Fail(path, "truncated after its header");
   // Sizes first (none can overflow: each is bounded by the file's length),

@@ -112,6 +112,7 @@ int Run(Config c, dist::Communicator& group) {
     }
     final_loss = r.loss;
     if (!lead) continue;  // the other ranks go on to the next epoch's first all-reduce
+    for (const std::string& w : r.warnings) std::fprintf(stderr, "warning: %s\n", w.c_str());
     train_acc = trainer.TrainAccuracy();
     dev_acc = trainer.DevAccuracy();
     double compiled_share = static_cast<double>(r.compiled_steps) / static_cast<double>(std::max<int64_t>(1, r.steps));
@@ -199,6 +200,10 @@ int main(int argc, char** argv) {
   app.add_option("--weight-decay", r.optimizer.weight_decay)->capture_default_str()->check(pejit::NonNegativeReal());
   app.add_option("--seed", r.seed)->capture_default_str();
   app.add_flag("--reshuffle", r.reshuffle, "new minibatches every epoch (new signatures to compile)");
+  app.add_option("--blowup", r.blowup, "warn once when a step's loss is this many times the first steps' (0: never)")
+      ->capture_default_str()
+      ->check(pejit::NonNegativeReal());
+  app.add_flag("--stop-on-blowup", r.stop_on_blowup, "stop the run (as on NaN) where --blowup would warn");
   app.add_option("--lookahead", r.lookahead, "minibatches prefetched ahead of the step, to compile before it gets there (0: none)")
       ->capture_default_str()
       ->check(pejit::WholeNumber(0, 1024));

@@ -274,6 +274,23 @@ EpochResult Trainer::TrainEpoch(const StepCallback& after_step) {
     };
     const char* unchanged = "with the parameters before this step";
     if (!std::isfinite(step_loss)) stop("the loss is " + std::to_string(step_loss), unchanged);
+    constexpr size_t kBaselineSteps = 8;
+    if (first_losses_.size() < kBaselineSteps) {
+      first_losses_.push_back(std::abs(step_loss));
+    } else if (options_.blowup > 0 && !blowup_warned_) {
+      std::vector<double> sorted = first_losses_;
+      std::nth_element(sorted.begin(), sorted.begin() + kBaselineSteps / 2, sorted.end());
+      const double baseline = std::max(sorted[kBaselineSteps / 2], 1e-30);
+      if (std::abs(step_loss) > options_.blowup * baseline) {
+        char why[160];
+        std::snprintf(why, sizeof why, "the loss is %.4g, %.3gx its first steps' (%.4g): the run is diverging", step_loss,
+                      std::abs(step_loss) / baseline, baseline);
+        if (options_.stop_on_blowup) stop(why, unchanged);
+        blowup_warned_ = true;
+        r.warnings.push_back("epoch " + std::to_string(epoch_) + ", step " + std::to_string(i + 1) + ": " + why +
+                             " (try a smaller --lr, or --clip; --stop-on-blowup stops a run here)");
+      }
+    }
     try {
       optimizer_->Step(params_, vg.grads[0]);
     } catch (const std::domain_error& e) {

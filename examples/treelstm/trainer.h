@@ -36,6 +36,11 @@ struct RunOptions {
   // code can be ready when the loop gets there, even in epoch 0; 0: none.
   int lookahead = 8;
   int train_sample = 500;            // training trees that TrainAccuracy measures
+  // A finite loss this many times the run's first steps' (their median) is
+  // a run diverging without NaN (1e30 and climbing): warned of once, or with
+  // stop_on_blowup the run stops there as on NaN. 0: never.
+  double blowup = 1e4;
+  bool stop_on_blowup = false;
 };
 
 struct Dataset {
@@ -59,6 +64,7 @@ struct EpochResult {
   int64_t compiled_steps = 0;            // ran native code only (EntryStats::calls_compiled)
   int64_t generic_interpreted_steps = 0;  // generic, some runs in the batched interpreter
   double seconds = 0;
+  std::vector<std::string> warnings;     // this epoch's (RunOptions::blowup)
 };
 
 class Trainer {
@@ -104,6 +110,10 @@ class Trainer {
   void Resume(const std::string& path);
 
  private:
+  // The first steps' losses (RunOptions::blowup's baseline), and whether it warned.
+  std::vector<double> first_losses_;
+  bool blowup_warned_ = false;
+
   std::vector<Batch> MakeValues(const std::vector<std::vector<const Example*>>& batches) const;
   // This rank's share of each minibatch (all of it alone; empty when a
   // minibatch has fewer trees than ranks and none fell to this one).

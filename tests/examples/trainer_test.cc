@@ -217,6 +217,38 @@ TEST(Trainer, ANonFiniteLossStopsTrainingAndKeepsTheLastCheckpoint) {
   EXPECT_EQ(std::string((std::istreambuf_iterator<char>(again)), {}), saved);
 }
 
+// A loss that explodes while staying finite (1e20 here) is a run diverging
+// as surely as NaN: warned of once, naming the step and the factor, or with
+// stop_on_blowup the run stops there as on NaN.
+TEST(Trainer, ALossThatExplodesWithoutNaNIsWarnedOfOnceOrStopsTheRun) {
+  for (bool stop : {false, true}) {
+    SCOPED_TRACE(stop ? "stop_on_blowup" : "warn");
+    RunOptions o = SmallRun(5);
+    o.stop_on_blowup = stop;
+    Trainer t(o, treelstm::LoadDataset(o), WithPolicy(Policy::Interpreter()));
+    for (int epoch = 0; epoch < 3; ++epoch) EXPECT_TRUE(t.TrainEpoch().warnings.empty());  // 9 steps: the baseline
+    Tensor bias = ParameterLeaves(t.params()).back();  // the output bias: a class every tree is far from but one
+    for (int64_t c = 0; c < bias.numel(); ++c) bias.data<float>()[c] = c == 0 ? 1e20f : 0.0f;
+    if (!stop) {
+      treelstm::EpochResult r = t.TrainEpoch();
+      ASSERT_EQ(r.warnings.size(), 1u);
+      EXPECT_EQ(r.warnings[0].rfind("epoch 3, step 1: the loss is ", 0), 0u) << r.warnings[0];
+      EXPECT_NE(r.warnings[0].find("its first steps' (") , std::string::npos) << r.warnings[0];
+      EXPECT_NE(r.warnings[0].find("the run is diverging"), std::string::npos) << r.warnings[0];
+      EXPECT_TRUE(t.TrainEpoch().warnings.empty()) << "warned once";
+    } else {
+      try {
+        t.TrainEpoch();
+        ADD_FAILURE() << "trained on";
+      } catch (const std::runtime_error& e) {
+        EXPECT_NE(std::string(e.what()).find("epoch 3, step 1 of 3: the loss is"), std::string::npos) << e.what();
+        EXPECT_NE(std::string(e.what()).find("the run is diverging; training stops"), std::string::npos) << e.what();
+      }
+      EXPECT_EQ(t.epoch(), 3);
+    }
+  }
+}
+
 TEST(LoadDataset, NamesWhatIsMissing) {
   RunOptions sst;
   sst.data = "sst";

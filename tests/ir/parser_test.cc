@@ -1110,6 +1110,16 @@ std::vector<std::string> ProgramBlocksOfTheDoc() {
   return blocks;
 }
 
+// A name of megabytes in an error is echoed bounded: its head, its tail and
+// how much was left out, never the whole of it.
+TEST(Errors, AHugeNameIsEchoedBounded) {
+  const std::string name = "Ctor" + std::string(2 << 20, 'x');
+  const std::string error = ErrorOf("type T { A(Tensor[(), f32]) }\ndef @f(%x: Tensor[(), f32]) { " + name + "(%x) }");
+  EXPECT_LT(error.size(), 2100u) << error.substr(0, 200);
+  EXPECT_EQ(error.rfind("err.pj:2:", 0), 0u) << error.substr(0, 200);
+  EXPECT_NE(error.find("bytes)..."), std::string::npos) << error.substr(0, 200);
+}
+
 TEST(Docs, EveryProgramOfTheLanguageReferenceParses) {
   std::vector<std::string> blocks = ProgramBlocksOfTheDoc();
   ASSERT_GE(blocks.size(), 2u);

@@ -144,6 +144,11 @@ TEST(Checkpoint, WellFormedFilesWithValuesOutOfRangeAreRefused) {
   std::string path = reseal("far.ckpt", far, payload);
   EXPECT_EQ(ErrorOf(path), path + ": epoch 2147483648 is out of range (0 to 2^31 - 1)");
 
+  nlohmann::json steps = header;  // the next step would overflow it
+  steps["optimizer"]["steps"] = std::numeric_limits<int64_t>::max();
+  path = reseal("steps.ckpt", steps, payload);
+  EXPECT_EQ(ErrorOf(path), path + ": optimizer step count 9223372036854775807 is out of range (0 to 2^53)");
+
   nlohmann::json fewer = header;  // a tensor left out of the header, its values still in the file
   fewer["tensors"].erase(fewer["tensors"].size() - 1);
   path = reseal("fewer.ckpt", fewer, payload);
