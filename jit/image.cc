@@ -306,6 +306,7 @@ Plan ReadPlan(Reader& r) {
     s.fused_ops.resize(r.Count(8));
     for (std::string& op : s.fused_ops) op = r.Bytes();
     s.blocks.resize(r.Count(28));
+    Require(s.blocks.empty() || (s.kind == PlanStep::Kind::kCopy && !s.outputs.empty()), "copy blocks in a step that copies nothing");
     for (CopyBlock& b : s.blocks) {
       b.input = r.I32();
       b.from = r.I64();
