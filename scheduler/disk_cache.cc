@@ -311,6 +311,16 @@ DiskCache::Stored DiskCache::Store(const DiskKey& key, std::string_view image) c
   // caught by the MAC, and a sync per entry cost more than the compile.
   bool ok = WriteAll(fd, file);
   ok = ::close(fd) == 0 && ok;
+  // What holds the entry's name now is replaced only if it is an entry of
+  // this user's (the cache removes nothing it did not write).
+  struct stat there;
+  if (::fstatat(dir_fd_, name.c_str(), &there, AT_SYMLINK_NOFOLLOW) == 0 &&
+      (!S_ISREG(there.st_mode) || there.st_uid != ::geteuid())) {
+    ::unlinkat(dir_fd_, tmp.c_str(), 0);
+    throw std::runtime_error("code cache: " + dir_ + "/" + name + " is " +
+                             (S_ISREG(there.st_mode) ? "another user's file" : KindOf(there.st_mode)) +
+                             ", not an entry this cache wrote: left in place, the code not stored");
+  }
   if (!ok || ::renameat(dir_fd_, tmp.c_str(), dir_fd_, name.c_str()) != 0) {
     std::string why = std::strerror(errno);
     ::unlinkat(dir_fd_, tmp.c_str(), 0);

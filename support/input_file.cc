@@ -17,6 +17,11 @@ std::ifstream OpenInputFile(const std::string& path, std::ios::openmode mode) {
     if (S_ISCHR(st.st_mode) || S_ISBLK(st.st_mode)) {
       throw std::runtime_error("cannot read " + path + ": it is a device, not a file");
     }
+    // Opening one blocks until something writes to it, which may be never.
+    if (S_ISFIFO(st.st_mode) || S_ISSOCK(st.st_mode)) {
+      throw std::runtime_error("cannot read " + path + ": it is a " + (S_ISFIFO(st.st_mode) ? "FIFO" : "socket") +
+                               ", not a file (write what it gives to a file first)");
+    }
   }
   std::ifstream in(path, mode);
   if (!in) throw std::runtime_error("cannot read " + path + ": " + std::strerror(errno));

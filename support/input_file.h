@@ -17,7 +17,8 @@ std::string UserPath(const std::string& path);
 // Opens `path` for reading or throws std::runtime_error naming it. A
 // directory or a device is refused before anything is read: /dev/zero has
 // no line end and no end, so a reader would hold or skip bytes forever
-// (issue 24). Regular files, pipes and sockets are read.
+// (issue 24); so is a FIFO or socket, whose open waits for a writer that
+// may never come (issue 52). Regular files are read.
 std::ifstream OpenInputFile(const std::string& path, std::ios::openmode mode = std::ios::in);
 
 // What a line of a JSON-lines file (calls, traces) may hold: a big tensor's

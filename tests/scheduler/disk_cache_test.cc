@@ -314,6 +314,13 @@ TEST_F(DiskCacheTest, WhatIsNotARegularFileOfTheUsersIsRefusedAndLeft) {
   };
   fs::create_directory(path);
   EXPECT_NE(refusal().find("a directory, not a regular file (left in place)"), std::string::npos);
+  try {  // nor replaced by a store
+    cache.Store(Key(), "x");
+    ADD_FAILURE() << "stored over a directory";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("is a directory, not an entry this cache wrote: left in place"), std::string::npos) << e.what();
+  }
+  EXPECT_TRUE(fs::is_directory(path));
   fs::remove(path);
   ASSERT_EQ(::mkfifo(path.c_str(), 0600), 0);
   EXPECT_NE(refusal().find("a FIFO, not a regular file"), std::string::npos);

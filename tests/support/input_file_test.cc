@@ -1,8 +1,10 @@
 // Input files: what can be read is read, and what would be read forever (a
-// device) or cannot be read (a directory) is refused by name at once.
+// device) or waited on forever (a FIFO) or cannot be read (a directory) is
+// refused by name at once.
 #include "support/input_file.h"
 
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 #include <cstdio>
 #include <cstdlib>
@@ -37,6 +39,11 @@ TEST(InputFile, ARegularFileIsRead) {
 
 TEST(InputFile, DevicesDirectoriesAndMissingFilesAreRefusedByName) {
   EXPECT_EQ(ErrorOf("/dev/zero"), "cannot read /dev/zero: it is a device, not a file");
+  // A FIFO no one writes to: refused at once, not waited on.
+  const std::string fifo = std::string(std::getenv("TEST_TMPDIR")) + "/fifo";
+  std::remove(fifo.c_str());
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  EXPECT_EQ(ErrorOf(fifo), "cannot read " + fifo + ": it is a FIFO, not a file (write what it gives to a file first)");
   EXPECT_EQ(ErrorOf("/"), "cannot read /: it is a directory");
   EXPECT_EQ(ErrorOf("/no/such/file"), "cannot read /no/such/file: No such file or directory");
 }
