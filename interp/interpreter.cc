@@ -21,6 +21,7 @@
 #include "interp/tape.h"
 #include "ir/visitor.h"
 #include "ops/eager.h"
+#include "support/interrupt.h"
 
 namespace pejit {
 namespace {
@@ -212,6 +213,7 @@ class Machine {
     Value value;
     bool have_value = false;
     for (;;) {
+      PollInterrupt();  // a program may loop forever: its caller may stop it (Ctrl-C)
       if (!have_value) {
         const ExprNode* n = expr.get();
         switch (n->kind) {

@@ -15,6 +15,7 @@
 #include "jit/straight.h"
 #include "jit/vjp.h"
 #include "ops/eager.h"
+#include "support/interrupt.h"
 #include "support/team.h"
 
 namespace pejit {
@@ -466,6 +467,7 @@ class ControlFlowProgram final : public Executable {
     Env* env = &outer;
     Env owned;  // a tail call's frame
     for (;;) {
+      PollInterrupt();  // a loop the data never ends: its caller may stop it (Ctrl-C)
       const size_t n = block->steps.size();
       const bool tail = n > 0 && block->tail->kind == ExprKind::kVar &&
                         block->steps.back().var == static_cast<const VarNode*>(block->tail.get());

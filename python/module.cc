@@ -18,6 +18,7 @@
 #include "scheduler/policy.h"
 #include "support/refusal.h"
 #include "train/optimizer.h"
+#include "support/interrupt.h"
 
 namespace pejit::python {
 namespace {
@@ -105,17 +106,53 @@ py::object GradsOut(const PyEntry& e, const std::vector<Value>& grads) {
   return out;
 }
 
+// Ctrl-C during a call: while the call runs with the GIL released, its
+// loops and waits poll this check (support/interrupt.h), which takes the GIL
+// and runs Python's signal handlers. A KeyboardInterrupt (or any exception a
+// handler raised) stops the call, and is raised where the call was made.
+class PyInterrupt {
+ public:
+  PyInterrupt()
+      : scoped_([this] {
+          if (raised_) return true;  // sticky: a tier that fell back asks again
+          py::gil_scoped_acquire gil;
+          if (PyErr_CheckSignals() == 0) return false;
+          PyErr_Fetch(&type_, &value_, &trace_);
+          raised_ = true;
+          return true;
+        }) {}
+  // Under the GIL, after the call threw Interrupted.
+  [[noreturn]] void Raise() {
+    PyErr_Restore(type_, value_, trace_);
+    type_ = value_ = trace_ = nullptr;
+    throw py::error_already_set();
+  }
+
+ private:
+  bool raised_ = false;
+  PyObject *type_ = nullptr, *value_ = nullptr, *trace_ = nullptr;
+  ScopedInterruptCheck scoped_;
+};
+
+// Runs `call` with the GIL released, stoppable by Ctrl-C (PyInterrupt).
+template <typename F>
+auto Interruptible(F&& call) {
+  PyInterrupt interrupt;
+  try {
+    py::gil_scoped_release release;
+    return call();
+  } catch (const Interrupted&) {
+    interrupt.Raise();
+  }
+}
+
 py::tuple ValueAndGradOf(const PyEntry& e, const py::args& args) {
   if (!e.entry.wrt()) {
     throw py::type_error("@" + e.entry.name() + ": value_and_grad on an entry made without wrt; use engine.entry(\"" +
                          e.entry.name() + "\", wrt=...)");
   }
   CallArguments call = ArgumentsOf(e, args);
-  ValueAndGrad r;
-  {
-    py::gil_scoped_release release;
-    r = e.entry.value_and_grad(call.values);
-  }
+  ValueAndGrad r = Interruptible([&] { return e.entry.value_and_grad(call.values); });
   return py::make_tuple(FromValue(r.value), GradsOut(e, r.grads));
 }
 
@@ -303,12 +340,7 @@ PYBIND11_MODULE(pejit, m) {
            [](const PyEntry& e, const py::args& args) -> py::object {
              if (e.entry.wrt()) return ValueAndGradOf(e, args);
              CallArguments call = ArgumentsOf(e, args);
-             Value out;
-             {
-               py::gil_scoped_release release;
-               out = e.entry.call(call.values);
-             }
-             return FromValue(out);
+             return FromValue(Interruptible([&] { return e.entry.call(call.values); }));
            })
       .def("value_and_grad", &ValueAndGradOf, "(value, gradients) of a grad-mode entry.")
       .def(
@@ -324,8 +356,7 @@ PYBIND11_MODULE(pejit, m) {
       .def("wait_ready",
            [](const PyEntry& e, const py::args& args) {
              CallArguments call = ArgumentsOf(e, args);
-             py::gil_scoped_release release;
-             return e.entry.wait_ready(call.values);
+             return Interruptible([&] { return e.entry.wait_ready(call.values); });
            })
       .def("status",
            [](const PyEntry& e, const py::args& args) {
@@ -397,8 +428,10 @@ PYBIND11_MODULE(pejit, m) {
           "drain",
           [](const PyEngine& e) {
             std::shared_ptr<Engine> engine = e.Get();
-            py::gil_scoped_release release;
-            engine->drain();
+            Interruptible([&] {
+              engine->drain();
+              return 0;
+            });
           },
           "Blocks until every queued compile is done (and stored, with a cache_dir).")
       .def("close",

@@ -38,6 +38,7 @@
 #include "scheduler/job_queue.h"
 #include "scheduler/residual_executable.h"
 #include "scheduler/trace_sinks.h"
+#include "support/interrupt.h"
 #include "support/parallel.h"
 #include "support/team.h"
 #include "support/thread_priority.h"
@@ -634,6 +635,8 @@ std::optional<ValueAndGrad> EngineImpl::RunGeneric(Request& r) {
     }
     RefuseGeneric(r, e.what());
     return std::nullopt;
+  } catch (const Interrupted&) {
+    throw;  // the caller's stop, not the tier's fault
   } catch (const std::exception& e) {
     // Bad input, or a fault of this tier: the interpreter gives the answer
     // or the proper error.
@@ -727,6 +730,8 @@ std::optional<ValueAndGrad> EngineImpl::RunCompiled(Request& r, Slot& slot) {
       out.value = ValueFromTensors(exec->result_type(), results, pos);
       if (pos != results.size()) throw std::logic_error("more result tensors than the result type has");
     }
+  } catch (const Interrupted&) {
+    throw;  // the caller's stop: the code is not at fault
   } catch (const std::exception& e) {
     failure = e.what();
   }
@@ -1002,7 +1007,13 @@ void EngineImpl::Drain(const std::function<void(int64_t)>& progress) {
   std::unique_lock<std::mutex> lock(tasks_mu_);
   int64_t seen = outstanding_;
   while (outstanding_ > 0) {
-    tasks_cv_.wait(lock, [&] { return outstanding_ != seen; });
+    // Woken every kInterruptPollMs: a caller that asked to stop waits no longer.
+    if (!tasks_cv_.wait_for(lock, std::chrono::milliseconds(kInterruptPollMs), [&] { return outstanding_ != seen; })) {
+      lock.unlock();
+      CheckInterruptNow();
+      lock.lock();
+      continue;
+    }
     seen = outstanding_;
     if (progress) {
       lock.unlock();
@@ -1219,10 +1230,15 @@ void EngineImpl::Settle(Slot& slot) {
 
 void EngineImpl::Wait(const Slot& slot) {
   std::unique_lock<std::mutex> lock(wait_mu_);
-  wait_cv_.wait(lock, [&] {
+  auto done = [&] {
     SlotState s = slot.Load();
     return (s == SlotState::kReady || s == SlotState::kFailed) && slot.settled.load(std::memory_order_acquire);
-  });
+  };
+  while (!wait_cv_.wait_for(lock, std::chrono::milliseconds(kInterruptPollMs), done)) {
+    lock.unlock();
+    CheckInterruptNow();  // the caller asked to stop waiting (Ctrl-C)
+    lock.lock();
+  }
 }
 
 CodeStatus EngineImpl::StatusOf(const Slot& slot) {
@@ -1307,7 +1323,13 @@ void EngineImpl::ClaimGenericWalk(Request& r) {
     std::erase_if(*queue, [&](const GenericWalk& w) { return w.entry == &r.entry && w.structures == structures; });
   }
   auto mine = std::make_pair(&r.entry, structures);
-  walked_cv_.wait(lock, [&] { return std::find(walking_.begin(), walking_.end(), mine) == walking_.end(); });
+  while (!walked_cv_.wait_for(lock, std::chrono::milliseconds(kInterruptPollMs), [&] {
+    return std::find(walking_.begin(), walking_.end(), mine) == walking_.end();
+  })) {
+    lock.unlock();
+    CheckInterruptNow();
+    lock.lock();
+  }
 }
 
 void EngineImpl::RunGenericWalk(GenericWalk& walk) {

@@ -16,6 +16,7 @@
 #include "ops/blas.h"
 #include "support/thread_priority.h"
 #include "tests/scheduler/fixtures.h"
+#include "support/interrupt.h"
 
 namespace pejit {
 namespace {
@@ -457,6 +458,27 @@ TEST_F(EngineTest, AStaticArgumentChangedAfterTheCallDoesNotChangeItsCode) {
   ASSERT_TRUE(Eventually([&] { return scale.status(two).ready(); }));
   EXPECT_TRUE(ValueEqual(scale.call(two), doubled));
   EXPECT_EQ(scale.stats().calls_compiled(), 1);
+}
+
+// A call whose program never ends stops when its thread's interrupt check
+// says so (Ctrl-C in Python), in tier 0 and in a compiled program's driver,
+// and leaves no trace: its specialization is not marked failed, later calls run.
+TEST_F(EngineTest, ACallThatWouldNotEndStopsWhenItsCallerAsks) {
+  for (Policy policy : {Policy::Interpreter(), Policy::Sync()}) {
+    SCOPED_TRACE(policy.ToString());
+    Start(Options(policy));
+    engine_->module().AddSource(
+        "def @spin(%x: Tensor[(), f32]) -> Tensor[(), f32] { if (greater(%x, 0f32)) { @spin(add(%x, 1f32)) } else { %x } }",
+        "spin.pj");
+    Entry spin = engine_->entry("spin");
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(200);
+    {
+      ScopedInterruptCheck stop([&] { return std::chrono::steady_clock::now() > deadline; });
+      EXPECT_THROW(spin.call({Value(Tensor::Scalar(1))}), Interrupted);
+    }
+    EXPECT_TRUE(ValueEqual(spin.call({Value(Tensor::Scalar(-1))}), Value(Tensor::Scalar(-1))));
+    EXPECT_EQ(spin.stats().failed, 0);
+  }
 }
 
 TEST_F(EngineTest, EntriesAreCheckedByName) {
