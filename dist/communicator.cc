@@ -153,6 +153,26 @@ void Communicator::Broadcast(std::vector<Tensor>& tensors, int root) {
   }
 }
 
+std::vector<std::string> Communicator::AllGather(const std::string& mine) {
+  if (!mpi_ || size_ == 1) return {mine};
+  if (mine.size() > (size_t{1} << 30)) throw std::invalid_argument("AllGather: more than 1 GiB from one rank");
+  std::vector<int> sizes(static_cast<size_t>(size_)), offsets(static_cast<size_t>(size_));
+  int my_size = static_cast<int>(mine.size());
+  Check(MPI_Allgather(&my_size, 1, MPI_INT, sizes.data(), 1, MPI_INT, MPI_COMM_WORLD), "MPI_Allgather");
+  int64_t total = 0;
+  for (int r = 0; r < size_; ++r) {
+    offsets[static_cast<size_t>(r)] = static_cast<int>(total);
+    total += sizes[static_cast<size_t>(r)];
+  }
+  if (total > (int64_t{1} << 30)) throw std::invalid_argument("AllGather: more than 1 GiB in all");
+  std::string all(static_cast<size_t>(total), '\0');
+  Check(MPI_Allgatherv(mine.data(), my_size, MPI_CHAR, all.data(), sizes.data(), offsets.data(), MPI_CHAR, MPI_COMM_WORLD),
+        "MPI_Allgatherv");
+  std::vector<std::string> out;
+  for (int r = 0; r < size_; ++r) out.push_back(all.substr(offsets[static_cast<size_t>(r)], sizes[static_cast<size_t>(r)]));
+  return out;
+}
+
 void Communicator::Abort(const std::string& why) {
   std::fprintf(stderr, "pejit: rank %d of %d: %s\n", rank_, size_, why.c_str());
   std::fflush(stderr);

@@ -43,6 +43,9 @@ class Communicator {
   // Rank `root`'s tensors copied into every other rank's (same shapes).
   void Broadcast(std::vector<Tensor>& tensors, int root = 0);
 
+  // Every rank's `mine`, by rank (a group of one: {mine}).
+  std::vector<std::string> AllGather(const std::string& mine);
+
   // Ends the whole run: prints "pejit: rank R of N: <why>" on stderr and
   // aborts every rank through MPI (a group of one exits with status 1).
   [[noreturn]] void Abort(const std::string& why);

@@ -13,6 +13,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <thread>
 #include <cstdlib>
 #include <limits>
 #include <optional>
@@ -25,6 +26,7 @@
 #include "support/input_file.h"
 #include "support/progress.h"
 #include "train/checkpoint.h"
+#include "support/bounded.h"
 
 namespace pejit {
 namespace {
@@ -57,6 +59,60 @@ std::string Status(const treelstm::EpochResult& r) {
   return text;
 }
 
+// Ranks started with different options or data would wait for each other
+// for ever (other epoch or step counts), crash (other sizes) or silently
+// train different runs (another rate or seed): every rank compares what
+// shapes the run with rank 0's before any step, and a difference ends the
+// run on every rank, naming the option.
+void CheckRanksAgree(const Config& c, const treelstm::Dataset& d, dist::Communicator& group) {
+  const treelstm::RunOptions& r = c.run;
+  auto text = [](double v) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%.17g", v);
+    return std::string(buf);
+  };
+  const std::vector<std::pair<std::string, std::string>> settings = {
+      {"--data", r.data},
+      {"the training set's size", std::to_string(d.train.size())},
+      {"the dev set's size", std::to_string(d.dev.size())},
+      {"the vocabulary's size", std::to_string(d.vocabulary)},
+      {"--epochs", std::to_string(c.epochs)},
+      {"--batch", std::to_string(r.batch)},
+      {"--embed", std::to_string(r.embed)},
+      {"--hidden", std::to_string(r.hidden)},
+      {"--optimizer", r.optimizer.kind},
+      {"--lr", text(r.optimizer.learning_rate)},
+      {"--clip", text(r.optimizer.clip_norm)},
+      {"--weight-decay", text(r.optimizer.weight_decay)},
+      {"--seed", std::to_string(r.seed)},
+      {"--reshuffle", r.reshuffle ? "on" : "off"},
+      {"--resume", c.resume},
+  };
+  std::string mine;
+  for (const auto& [name, value] : settings) mine += value + '\n';
+  const std::vector<std::string> all = group.AllGather(mine);
+  for (size_t rank = 1; rank < all.size(); ++rank) {
+    if (all[rank] == all[0]) continue;
+    auto lines = [](const std::string& all_lines) {
+      std::vector<std::string> out;
+      for (size_t at = 0, nl; (nl = all_lines.find('\n', at)) != std::string::npos; at = nl + 1) {
+        out.push_back(all_lines.substr(at, nl - at));
+      }
+      return out;
+    };
+    const std::vector<std::string> first = lines(all[0]), theirs = lines(all[rank]);
+    for (size_t i = 0; i < settings.size() && i < first.size() && i < theirs.size(); ++i) {
+      if (first[i] == theirs[i]) continue;
+      // Every rank sees it; rank 0 says it (the others wait for its abort,
+      // which would cut their messages short).
+      if (group.rank() != 0) std::this_thread::sleep_for(std::chrono::seconds(10));
+      throw std::runtime_error("the ranks were started differently: " + settings[i].first + " is \"" + Bounded(first[i], 80) +
+                               "\" on rank 0 and \"" + Bounded(theirs[i], 80) + "\" on rank " + std::to_string(rank) +
+                               "; every rank must get the same options and data");
+    }
+  }
+}
+
 // `group`: this process's ranks (several under mpirun: data-parallel; rank
 // 0 alone prints, evaluates and saves).
 int Run(Config c, dist::Communicator& group) {
@@ -71,6 +127,7 @@ int Run(Config c, dist::Communicator& group) {
   }
   if (lead && data.warnings.size() > shown) std::fprintf(stderr, "warning: ... and %zu more lines skipped\n", data.warnings.size() - shown);
 
+  if (group.distributed()) CheckRanksAgree(c, data, group);
   EngineOptions engine;
   ApplyEngineFlags(c.engine, engine);
   engine.worker_nice = c.worker_nice;

@@ -44,6 +44,18 @@ cat "$tmp/fail.err"
 grep -q "pejit: rank 1 of 2: train: .*missing.tsv" "$tmp/fail.err"
 grep -q "pejit: rank 0 of 2: stopped by mpirun" "$tmp/fail.err"
 
+echo "== ranks started with different options end the run before any step, naming the option"
+for pair in "--epochs 2|--epochs 3" "--lr 0.05|--lr 0.5" "--seed 1|--seed 2"; do
+  status=0
+  # shellcheck disable=SC2086  # an option and its value: two words
+  "${mpirun[@]}" -np 1 "${train[@]}" ${pair%%|*} : -np 1 "${train[@]}" ${pair##*|} \
+    > "$tmp/differ.out" 2> "$tmp/differ.err" || status=$?
+  [[ $status -ne 0 ]]
+  option=${pair%% *}
+  grep -q "pejit: rank 0 of 2: train: the ranks were started differently: $option is .* on rank 0 and .* on rank 1" "$tmp/differ.err" ||
+    { cat "$tmp/differ.err"; false; }
+done
+
 echo "== a 2-rank checkpoint resumes in 1 process"
 "${mpirun[@]}" -np 2 "${train[@]}" --epochs 2 --save "$tmp/whole.ckpt" > "$tmp/whole.json"
 "${mpirun[@]}" -np 2 "${train[@]}" --epochs 1 --save "$tmp/half.ckpt" > /dev/null
