@@ -528,8 +528,8 @@ class Builder {
     }
   }
 
-  // The type of a result, null when it holds a structure; its encoding
-  // (EncodeType's bytes) in `key`.
+  // The type of a result, null when it holds a structure; its encoding in
+  // `key` ('T'... per tensor, 'U' n fields..., 'S' per structure).
   Type TypeOf(const ValueTree& v, std::string& key) {
     switch (v.kind) {
       case ValueTree::Kind::kFunction: throw Refusal("generic: @" + function_ + " returns a function value");
@@ -651,18 +651,6 @@ class Builder {
 }  // namespace
 
 void EncodeTensor(const TensorType& type, int32_t share, std::string& out) { PutTensor(out, type, share); }
-
-void EncodeType(const Type& type, std::string& out) {
-  if (auto* t = AsTensor(type)) {
-    PutTensor(out, t->type, -1);
-  } else if (auto* tuple = AsTuple(type)) {
-    out.push_back('U');
-    Put(out, static_cast<int32_t>(tuple->fields.size()));
-    for (const Type& f : tuple->fields) EncodeType(f, out);
-  } else {
-    out.push_back('S');
-  }
-}
 
 void EncodeValue(const Value& value, std::string& out) {
   switch (value.kind()) {

@@ -129,7 +129,7 @@ struct Cell {
   std::vector<Tensor> constants;   // Source::kConstant
   ValueTree result;                // tensors in tuples, structures
   Type result_type;                // concrete; null when the result holds a structure
-  std::string result_key;          // EncodeType(result_type): the answer to a call of this cell
+  std::string result_key;          // its type's encoding, structures 'S': the answer to a call of this cell
   // Filled by GenericProgram: the tensor value ids each call passes (but
   // kRoot ones, which the callee knows) and the result returns, flattened.
   std::vector<std::vector<int>> call_leaves;
@@ -150,7 +150,7 @@ struct Question {
 };
 
 // An answer: the clause taken and the encoded types of the values its
-// pattern bound (EncodeValue), or the callee's result type (EncodeType).
+// pattern bound (EncodeValue), or the callee's result key (Cell::result_key).
 struct Answer {
   int clause = -1;
   std::string types;
@@ -160,7 +160,6 @@ struct Answer {
 // 'T' dtype rank dims... share | 'U' count fields... | 'S' (a structure value) |
 // 'F' then 'G' length name, or 'L' the `fn`'s address, count, captures...
 // (a function value: instance keys only, never answers).
-void EncodeType(const Type& type, std::string& out);
 // A value of the arguments' structures: its tensors are data (kData).
 void EncodeValue(const Value& value, std::string& out);
 // A tensor argument of an instance key, with its share class.

@@ -212,7 +212,7 @@ void TensorLeaves(const ValueTree& v, std::vector<int>& out) {
 }
 
 // The structures a result holds, in the order the caller's builder numbers
-// them (EncodeType's): those of a callee's frame from `base`, and those the
+// them (its result key's order): those of a callee's frame from `base`, and those the
 // callee built, with that frame saved at `*frame` (saved once, on need).
 void ResultStructures(const ValueTree& v, int instance, size_t base, int* frame, std::vector<StructRef>& structures,
                       std::vector<StructRef>& frames, std::vector<StructRef>& out) {
