@@ -58,7 +58,63 @@ void SayWhyOnTerminate(const std::string& rank, const std::string& size) {
   sigaction(SIGTERM, &action, nullptr);
 }
 
+// A tag of its own for the roll call after a deadline.
+constexpr int kRollCallTag = 7001;
+
+// Waits for `requests`, a collective every rank should join, at most
+// `deadline` seconds; past it, a roll call: each rank that arrived tells the
+// others which collective it waits in, listens for theirs a moment, and ends
+// the run naming the ranks it did not hear from (a stopped rank, a wedged
+// node). Collectives are numbered alike on every rank: same code, same order.
+void WaitOrAbort(Communicator& group, std::vector<MPI_Request>& requests, double deadline, int64_t collective,
+                 const char* what) {
+  const auto start = std::chrono::steady_clock::now();
+  int done = 0;
+  for (int spins = 0;; ++spins) {
+    Check(MPI_Testall(static_cast<int>(requests.size()), requests.data(), &done, MPI_STATUSES_IGNORE), "MPI_Testall");
+    if (done) return;
+    const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (waited > deadline) break;
+    if (spins > 1000) usleep(spins > 100000 ? 1000 : 50);  // a long wait sleeps, a short one spins
+  }
+  const int rank = group.rank(), size = group.size();
+  std::vector<int64_t> mine(static_cast<size_t>(size), collective);
+  std::vector<MPI_Request> sends(static_cast<size_t>(size), MPI_REQUEST_NULL);
+  for (int r = 0; r < size; ++r) {
+    if (r != rank) MPI_Isend(&mine[static_cast<size_t>(r)], 1, MPI_INT64_T, r, kRollCallTag, MPI_COMM_WORLD, &sends[static_cast<size_t>(r)]);
+  }
+  std::vector<bool> heard(static_cast<size_t>(size), false);
+  heard[static_cast<size_t>(rank)] = true;
+  const auto roll = std::chrono::steady_clock::now();
+  while (std::chrono::steady_clock::now() - roll < std::chrono::seconds(3)) {
+    int flag = 0;
+    MPI_Status status;
+    MPI_Iprobe(MPI_ANY_SOURCE, kRollCallTag, MPI_COMM_WORLD, &flag, &status);
+    if (!flag) {
+      usleep(1000);
+      continue;
+    }
+    int64_t theirs = -1;
+    MPI_Recv(&theirs, 1, MPI_INT64_T, status.MPI_SOURCE, kRollCallTag, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+    if (theirs == collective) heard[static_cast<size_t>(status.MPI_SOURCE)] = true;
+  }
+  std::string missing;
+  for (int r = 0; r < size; ++r) {
+    if (!heard[static_cast<size_t>(r)]) missing += (missing.empty() ? "" : ", ") + std::to_string(r);
+  }
+  char why[256];
+  std::snprintf(why, sizeof why, "%s %lld waited %.0f s (--allreduce-deadline) for rank%s %s, which did not arrive",
+                what, static_cast<long long>(collective), deadline, missing.find(',') == std::string::npos ? "" : "s",
+                missing.empty() ? "(none answered the roll call)" : missing.c_str());
+  group.Abort(why);
+}
+
 }  // namespace
+
+void Communicator::set_deadline_seconds(double seconds) {
+  if (!(seconds > 0)) throw std::invalid_argument("the collectives' deadline must be a positive number of seconds");
+  deadline_seconds_ = seconds;
+}
 
 Communicator& Communicator::World() {
   static Communicator world;
@@ -129,7 +185,7 @@ void Communicator::AllReduceSum(std::vector<Tensor>& tensors) {
                          MPI_COMM_WORLD, &requests.back()),
           "MPI_Iallreduce");
   }
-  Check(MPI_Waitall(static_cast<int>(requests.size()), requests.data(), MPI_STATUSES_IGNORE), "MPI_Waitall");
+  WaitOrAbort(*this, requests, deadline_seconds_, collectives_++, "the all-reduce");
   size_t at = 0;
   for (Tensor& t : tensors) {
     std::memcpy(t.data<float>(), staging_.data() + at, static_cast<size_t>(t.numel()) * sizeof(float));
@@ -146,8 +202,11 @@ void Communicator::Broadcast(std::vector<Tensor>& tensors, int root) {
     size_t bytes = t.nbytes();
     for (size_t at = 0; at < bytes;) {  // MPI counts are ints
       const size_t n = std::min<size_t>(bytes - at, size_t{1} << 30);
-      Check(MPI_Bcast(static_cast<char*>(t.raw_data()) + at, static_cast<int>(n), MPI_BYTE, root, MPI_COMM_WORLD),
-            "MPI_Bcast");
+      std::vector<MPI_Request> request(1);
+      Check(MPI_Ibcast(static_cast<char*>(t.raw_data()) + at, static_cast<int>(n), MPI_BYTE, root, MPI_COMM_WORLD,
+                       request.data()),
+            "MPI_Ibcast");
+      WaitOrAbort(*this, request, deadline_seconds_, collectives_++, "the broadcast");
       at += n;
     }
   }
@@ -158,7 +217,9 @@ std::vector<std::string> Communicator::AllGather(const std::string& mine) {
   if (mine.size() > (size_t{1} << 30)) throw std::invalid_argument("AllGather: more than 1 GiB from one rank");
   std::vector<int> sizes(static_cast<size_t>(size_)), offsets(static_cast<size_t>(size_));
   int my_size = static_cast<int>(mine.size());
-  Check(MPI_Allgather(&my_size, 1, MPI_INT, sizes.data(), 1, MPI_INT, MPI_COMM_WORLD), "MPI_Allgather");
+  std::vector<MPI_Request> request(1);
+  Check(MPI_Iallgather(&my_size, 1, MPI_INT, sizes.data(), 1, MPI_INT, MPI_COMM_WORLD, request.data()), "MPI_Iallgather");
+  WaitOrAbort(*this, request, deadline_seconds_, collectives_++, "the all-gather");
   int64_t total = 0;
   for (int r = 0; r < size_; ++r) {
     offsets[static_cast<size_t>(r)] = static_cast<int>(total);
@@ -166,8 +227,10 @@ std::vector<std::string> Communicator::AllGather(const std::string& mine) {
   }
   if (total > (int64_t{1} << 30)) throw std::invalid_argument("AllGather: more than 1 GiB in all");
   std::string all(static_cast<size_t>(total), '\0');
-  Check(MPI_Allgatherv(mine.data(), my_size, MPI_CHAR, all.data(), sizes.data(), offsets.data(), MPI_CHAR, MPI_COMM_WORLD),
-        "MPI_Allgatherv");
+  Check(MPI_Iallgatherv(mine.data(), my_size, MPI_CHAR, all.data(), sizes.data(), offsets.data(), MPI_CHAR,
+                        MPI_COMM_WORLD, request.data()),
+        "MPI_Iallgatherv");
+  WaitOrAbort(*this, request, deadline_seconds_, collectives_++, "the all-gather");
   std::vector<std::string> out;
   for (int r = 0; r < size_; ++r) out.push_back(all.substr(offsets[static_cast<size_t>(r)], sizes[static_cast<size_t>(r)]));
   return out;

@@ -53,6 +53,13 @@ class Communicator {
   size_t bucket_bytes() const { return bucket_bytes_; }
   void set_bucket_bytes(size_t bytes);
 
+  // How long a collective may wait for the other ranks (a rank stopped, a
+  // node wedged): past it, every rank that arrived ends the run, naming the
+  // ranks that did not (Abort). Default 300 s: a step's reductions take
+  // milliseconds, and a rank compiling on a busy machine seconds.
+  double deadline_seconds() const { return deadline_seconds_; }
+  void set_deadline_seconds(double seconds);
+
   // What the reductions cost so far: calls, bytes summed, wall seconds.
   struct Stats {
     int64_t calls = 0;
@@ -70,6 +77,8 @@ class Communicator {
   int rank_ = 0, size_ = 1;
   bool mpi_ = false;
   size_t bucket_bytes_ = size_t{4} << 20;
+  double deadline_seconds_ = 300;
+  int64_t collectives_ = 0;     // started so far: the same count on every rank
   std::vector<float> staging_;  // the packed buckets, kept between calls
   Stats stats_;
 };

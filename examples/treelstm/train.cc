@@ -37,6 +37,7 @@ struct Config {
   EngineFlags engine;
   int worker_nice = EngineOptions{}.worker_nice;
   std::string save, resume;
+  double allreduce_deadline = 300;  // dist::Communicator::deadline_seconds
 };
 
 using Clock = std::chrono::steady_clock;
@@ -127,6 +128,7 @@ int Run(Config c, dist::Communicator& group) {
   }
   if (lead && data.warnings.size() > shown) std::fprintf(stderr, "warning: ... and %zu more lines skipped\n", data.warnings.size() - shown);
 
+  group.set_deadline_seconds(c.allreduce_deadline);
   if (group.distributed()) CheckRanksAgree(c, data, group);
   EngineOptions engine;
   ApplyEngineFlags(c.engine, engine);
@@ -261,6 +263,11 @@ int main(int argc, char** argv) {
       ->capture_default_str()
       ->check(pejit::NonNegativeReal());
   app.add_flag("--stop-on-blowup", r.stop_on_blowup, "stop the run (as on NaN) where --blowup would warn");
+  app.add_option("--allreduce-deadline", c.allreduce_deadline,
+                 "under mpirun: seconds a collective waits for the other ranks before the run ends, naming those "
+                 "that did not arrive")
+      ->capture_default_str()
+      ->check(pejit::PositiveReal());
   app.add_option("--lookahead", r.lookahead, "minibatches prefetched ahead of the step, to compile before it gets there (0: none)")
       ->capture_default_str()
       ->check(pejit::WholeNumber(0, 1024));

@@ -56,6 +56,36 @@ for pair in "--epochs 2|--epochs 3" "--lr 0.05|--lr 0.5" "--seed 1|--seed 2"; do
     { cat "$tmp/differ.err"; false; }
 done
 
+echo "== a rank that stops (SIGSTOP: a wedged node) ends the run past the deadline, named by the others"
+status=0
+"${mpirun[@]}" -np 1 "${train[@]}" --epochs 1000 --allreduce-deadline 4 : \
+  -np 1 "${train[@]}" --epochs 1000 --allreduce-deadline 4 --train-sample 77 > "$tmp/stop.out" 2> "$tmp/stop.err" &
+job=$!
+for _ in $(seq 1 600); do  # until the ranks train (MPI's start has no deadline of ours)
+  if grep -q "epoch 1 \[" "$tmp/stop.err"; then break; fi
+  sleep 0.1
+done
+stopped=""
+for _ in $(seq 1 300); do  # rank 1 (the marker is its --train-sample)
+  for p in $(pgrep -f -- "--train-sample 77" || true); do
+    if [[ "$(cat "/proc/$p/comm" 2> /dev/null)" == train ]]; then stopped=$p; break; fi
+  done
+  if [[ -n "$stopped" ]]; then break; fi
+  sleep 0.1
+done
+[[ -n "$stopped" ]]
+kill -STOP "$stopped"
+# Until rank 0 has said it; then rank 1 may run again to take mpirun's SIGTERM.
+for _ in $(seq 1 600); do
+  if grep -q "did not arrive" "$tmp/stop.err"; then break; fi
+  sleep 0.1
+done
+kill -CONT "$stopped" 2> /dev/null || true
+wait "$job" || status=$?
+[[ $status -ne 0 ]] || { echo "rank 1 (pid $stopped) stopped, yet the run ended well:"; tail -5 "$tmp/stop.err"; false; }
+grep -q "pejit: rank 0 of 2: the .* waited 4 s (--allreduce-deadline) for rank 1, which did not arrive" "$tmp/stop.err" ||
+  { cat "$tmp/stop.err"; false; }
+
 echo "== a 2-rank checkpoint resumes in 1 process"
 "${mpirun[@]}" -np 2 "${train[@]}" --epochs 2 --save "$tmp/whole.ckpt" > "$tmp/whole.json"
 "${mpirun[@]}" -np 2 "${train[@]}" --epochs 1 --save "$tmp/half.ckpt" > /dev/null
