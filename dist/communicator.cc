@@ -11,6 +11,7 @@
 #include <cstring>
 #include <numeric>
 #include <stdexcept>
+#include <thread>
 
 namespace pejit::dist {
 namespace {
@@ -234,6 +235,30 @@ std::vector<std::string> Communicator::AllGather(const std::string& mine) {
   std::vector<std::string> out;
   for (int r = 0; r < size_; ++r) out.push_back(all.substr(offsets[static_cast<size_t>(r)], sizes[static_cast<size_t>(r)]));
   return out;
+}
+
+void Communicator::RequireSameSettings(const std::vector<std::pair<std::string, std::string>>& settings) {
+  if (size_ == 1) return;
+  std::string mine;
+  for (const auto& [name, value] : settings) mine += value + '\n';
+  const std::vector<std::string> all = AllGather(mine);
+  auto lines = [](const std::string& text) {
+    std::vector<std::string> out;
+    for (size_t at = 0, nl; (nl = text.find('\n', at)) != std::string::npos; at = nl + 1) out.push_back(text.substr(at, nl - at));
+    return out;
+  };
+  auto bounded = [](const std::string& s) { return s.size() <= 80 ? s : s.substr(0, 70) + "..."; };
+  const std::vector<std::string> first = lines(all[0]);
+  for (size_t rank = 1; rank < all.size(); ++rank) {
+    if (all[rank] == all[0]) continue;
+    const std::vector<std::string> theirs = lines(all[rank]);
+    for (size_t i = 0; i < settings.size() && i < first.size() && i < theirs.size(); ++i) {
+      if (first[i] == theirs[i]) continue;
+      if (rank_ != 0) std::this_thread::sleep_for(std::chrono::seconds(10));
+      Abort("the ranks were started differently: " + settings[i].first + " is \"" + bounded(first[i]) + "\" on rank 0 and \"" +
+            bounded(theirs[i]) + "\" on rank " + std::to_string(rank) + "; every rank must get the same options and data");
+    }
+  }
 }
 
 void Communicator::Abort(const std::string& why) {

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "interp/interpreter.h"
@@ -45,6 +46,14 @@ class Communicator {
 
   // Every rank's `mine`, by rank (a group of one: {mine}).
   std::vector<std::string> AllGather(const std::string& mine);
+
+  // Ranks started with different options or data wait for each other for
+  // ever (other step counts), crash (other sizes) or silently train other
+  // runs (another rate or seed). Compares `settings` (name, value: what
+  // shapes the run) with rank 0's, before any step; a difference ends the
+  // run on every rank, rank 0 naming the setting and both values (the
+  // others wait for its abort, which would cut their messages short).
+  void RequireSameSettings(const std::vector<std::pair<std::string, std::string>>& settings);
 
   // Ends the whole run: prints "pejit: rank R of N: <why>" on stderr and
   // aborts every rank through MPI (a group of one exits with status 1).

@@ -71,6 +71,17 @@ int Run(const Config& c, dist::Communicator& group) {
   mlp::FashionMnist data = mlp::LoadFashionMnist(UserPath(c.data));
   mlp::Split train = Head(data.train, c.limit), test = Head(data.test, c.limit);
 
+  char rate[32], decay[32];
+  std::snprintf(rate, sizeof rate, "%.17g", c.run.optimizer.learning_rate);
+  std::snprintf(decay, sizeof decay, "%.17g", c.run.optimizer.weight_decay);
+  group.RequireSameSettings({{"the training set's size", std::to_string(train.size())},
+                             {"the test set's size", std::to_string(test.size())},
+                             {"--epochs", std::to_string(c.epochs)},
+                             {"--batch", std::to_string(c.run.batch)},
+                             {"--optimizer", c.run.optimizer.kind},
+                             {"--lr", rate},
+                             {"--weight-decay", decay},
+                             {"--seed", std::to_string(c.run.seed)}});
   EngineOptions options;
   ApplyEngineFlags(c.engine, options);
   mlp::Trainer trainer(c.run, train, test, options, &group);

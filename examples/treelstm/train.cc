@@ -13,7 +13,6 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
-#include <thread>
 #include <cstdlib>
 #include <limits>
 #include <optional>
@@ -26,7 +25,6 @@
 #include "support/input_file.h"
 #include "support/progress.h"
 #include "train/checkpoint.h"
-#include "support/bounded.h"
 
 namespace pejit {
 namespace {
@@ -60,19 +58,15 @@ std::string Status(const treelstm::EpochResult& r) {
   return text;
 }
 
-// Ranks started with different options or data would wait for each other
-// for ever (other epoch or step counts), crash (other sizes) or silently
-// train different runs (another rate or seed): every rank compares what
-// shapes the run with rank 0's before any step, and a difference ends the
-// run on every rank, naming the option.
-void CheckRanksAgree(const Config& c, const treelstm::Dataset& d, dist::Communicator& group) {
+// What shapes the run, which every rank must share (RequireSameSettings).
+std::vector<std::pair<std::string, std::string>> Settings(const Config& c, const treelstm::Dataset& d) {
   const treelstm::RunOptions& r = c.run;
   auto text = [](double v) {
     char buf[32];
     std::snprintf(buf, sizeof buf, "%.17g", v);
     return std::string(buf);
   };
-  const std::vector<std::pair<std::string, std::string>> settings = {
+  return {
       {"--data", r.data},
       {"the training set's size", std::to_string(d.train.size())},
       {"the dev set's size", std::to_string(d.dev.size())},
@@ -89,29 +83,6 @@ void CheckRanksAgree(const Config& c, const treelstm::Dataset& d, dist::Communic
       {"--reshuffle", r.reshuffle ? "on" : "off"},
       {"--resume", c.resume},
   };
-  std::string mine;
-  for (const auto& [name, value] : settings) mine += value + '\n';
-  const std::vector<std::string> all = group.AllGather(mine);
-  for (size_t rank = 1; rank < all.size(); ++rank) {
-    if (all[rank] == all[0]) continue;
-    auto lines = [](const std::string& all_lines) {
-      std::vector<std::string> out;
-      for (size_t at = 0, nl; (nl = all_lines.find('\n', at)) != std::string::npos; at = nl + 1) {
-        out.push_back(all_lines.substr(at, nl - at));
-      }
-      return out;
-    };
-    const std::vector<std::string> first = lines(all[0]), theirs = lines(all[rank]);
-    for (size_t i = 0; i < settings.size() && i < first.size() && i < theirs.size(); ++i) {
-      if (first[i] == theirs[i]) continue;
-      // Every rank sees it; rank 0 says it (the others wait for its abort,
-      // which would cut their messages short).
-      if (group.rank() != 0) std::this_thread::sleep_for(std::chrono::seconds(10));
-      throw std::runtime_error("the ranks were started differently: " + settings[i].first + " is \"" + Bounded(first[i], 80) +
-                               "\" on rank 0 and \"" + Bounded(theirs[i], 80) + "\" on rank " + std::to_string(rank) +
-                               "; every rank must get the same options and data");
-    }
-  }
 }
 
 // `group`: this process's ranks (several under mpirun: data-parallel; rank
@@ -129,7 +100,7 @@ int Run(Config c, dist::Communicator& group) {
   if (lead && data.warnings.size() > shown) std::fprintf(stderr, "warning: ... and %zu more lines skipped\n", data.warnings.size() - shown);
 
   group.set_deadline_seconds(c.allreduce_deadline);
-  if (group.distributed()) CheckRanksAgree(c, data, group);
+  group.RequireSameSettings(Settings(c, data));
   EngineOptions engine;
   ApplyEngineFlags(c.engine, engine);
   engine.worker_nice = c.worker_nice;

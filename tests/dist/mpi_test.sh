@@ -52,7 +52,7 @@ for pair in "--epochs 2|--epochs 3" "--lr 0.05|--lr 0.5" "--seed 1|--seed 2"; do
     > "$tmp/differ.out" 2> "$tmp/differ.err" || status=$?
   [[ $status -ne 0 ]]
   option=${pair%% *}
-  grep -q "pejit: rank 0 of 2: train: the ranks were started differently: $option is .* on rank 0 and .* on rank 1" "$tmp/differ.err" ||
+  grep -q "pejit: rank 0 of 2: the ranks were started differently: $option is .* on rank 0 and .* on rank 1" "$tmp/differ.err" ||
     { cat "$tmp/differ.err"; false; }
 done
 
