@@ -13,6 +13,8 @@
 #include <stdexcept>
 #include <thread>
 
+#include "support/bounded.h"
+
 namespace pejit::dist {
 namespace {
 
@@ -247,7 +249,6 @@ void Communicator::RequireSameSettings(const std::vector<std::pair<std::string, 
     for (size_t at = 0, nl; (nl = text.find('\n', at)) != std::string::npos; at = nl + 1) out.push_back(text.substr(at, nl - at));
     return out;
   };
-  auto bounded = [](const std::string& s) { return s.size() <= 80 ? s : s.substr(0, 70) + "..."; };
   const std::vector<std::string> first = lines(all[0]);
   for (size_t rank = 1; rank < all.size(); ++rank) {
     if (all[rank] == all[0]) continue;
@@ -255,8 +256,9 @@ void Communicator::RequireSameSettings(const std::vector<std::pair<std::string, 
     for (size_t i = 0; i < settings.size() && i < first.size() && i < theirs.size(); ++i) {
       if (first[i] == theirs[i]) continue;
       if (rank_ != 0) std::this_thread::sleep_for(std::chrono::seconds(10));
-      Abort("the ranks were started differently: " + settings[i].first + " is \"" + bounded(first[i]) + "\" on rank 0 and \"" +
-            bounded(theirs[i]) + "\" on rank " + std::to_string(rank) + "; every rank must get the same options and data");
+      Abort("the ranks were started differently: " + settings[i].first + " is \"" + Bounded(first[i], 80) +
+            "\" on rank 0 and \"" + Bounded(theirs[i], 80) + "\" on rank " + std::to_string(rank) +
+            "; every rank must get the same options and data");
     }
   }
 }

@@ -10,6 +10,7 @@
 #include "ir/prelude.h"
 #include "ir/printer.h"
 #include "ir/typecheck.h"
+#include "ir/value.h"
 #include "ir/visitor.h"
 #include "support/spelling.h"
 
@@ -32,6 +33,11 @@ const Definition& ModuleSnapshot::Get(std::string_view name) const {
 TypeDefPtr ModuleSnapshot::FindType(std::string_view name) const {
   auto it = types_.find(name);
   return it == types_.end() ? nullptr : it->second;
+}
+
+std::string ModuleSnapshot::ForeignConstructors(const TypeDef& made) const {
+  TypeDefPtr mine = FindType(made.name);
+  return !mine || mine.get() == &made ? std::string() : pejit::ForeignConstructors(made, *mine);
 }
 
 bool ModuleSnapshot::CanHoldFloat(const Type& root) const {

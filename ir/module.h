@@ -50,6 +50,10 @@ class ModuleSnapshot {
   // Throws IrError "unknown definition '@lsos'; did you mean '@loss'?".
   const Definition& Get(std::string_view name) const;
   TypeDefPtr FindType(std::string_view name) const;
+  // Why values made with `made`'s constructors cannot be read as this
+  // module's type of that name (ForeignConstructors, ir/value.h), or "" when
+  // they can: it is that type, a copy of it, or a type the module lacks.
+  std::string ForeignConstructors(const TypeDef& made) const;
   // Whether a value of `type` can hold a float tensor: a tensor of f32 or
   // f64, or a tuple or constructor field that can (a type variable can). A
   // gradient is taken only for arguments of such types.

@@ -1,7 +1,6 @@
 #include "pe/signature.h"
 
 #include <algorithm>
-
 #include <cstdio>
 #include <cstring>
 #include <stdexcept>

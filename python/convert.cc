@@ -153,9 +153,7 @@ bool IsPyValue(py::handle obj) { return py::isinstance<PyValue>(obj); }
 
 void CheckMadeHere(const Value& v, const ModuleSnapshot* module, const std::string& where) {
   if (!module || v.kind() != Value::Kind::kAdt) return;
-  TypeDefPtr mine = module->FindType(v.adt()->name);
-  if (!mine || mine == v.adt()) return;
-  if (std::string why = ForeignConstructors(*v.adt(), *mine); !why.empty()) throw ConversionError(where + ": " + why);
+  if (std::string why = module->ForeignConstructors(*v.adt()); !why.empty()) throw ConversionError(where + ": " + why);
 }
 
 namespace {

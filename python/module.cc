@@ -16,9 +16,9 @@
 #include "python/convert.h"
 #include "scheduler/engine.h"
 #include "scheduler/policy.h"
+#include "support/interrupt.h"
 #include "support/refusal.h"
 #include "train/optimizer.h"
-#include "support/interrupt.h"
 
 namespace pejit::python {
 namespace {
@@ -68,8 +68,10 @@ std::vector<Value> Arguments(Engine& engine, const std::string& name, const py::
   for (size_t i = 0; i < args.size(); ++i) {
     if (py::isinstance<PyValue>(args[i])) {  // the loop's common case: no conversion, no message built
       const Value& v = args[i].cast<const PyValue&>().value;
-      if (v.kind() == Value::Kind::kAdt && v.adt() != snapshot->FindType(v.adt()->name)) {
-        CheckMadeHere(v, snapshot.get(), "@" + name + " argument " + std::to_string(i) + " (%" + params[i]->name + ")");
+      if (v.kind() == Value::Kind::kAdt) {
+        if (std::string why = snapshot->ForeignConstructors(*v.adt()); !why.empty()) {
+          throw ConversionError("@" + name + " argument " + std::to_string(i) + " (%" + params[i]->name + "): " + why);
+        }
       }
       out.push_back(v);
       continue;

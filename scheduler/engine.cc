@@ -513,9 +513,8 @@ void EngineImpl::Prepare(Request& r) {
   // Structures made with another module's constructors of the same name:
   // tier 0 refuses them (CheckArguments) before any tier reads them.
   for (const auto& [made, arg] : r.key.signature.adts) {
-    TypeDefPtr mine = r.snapshot->FindType(made->name);
-    if (mine && mine.get() != made && !ForeignConstructors(*made, *mine).empty()) {
-      r.uncacheable = "argument " + std::to_string(arg) + " holds " + ForeignConstructors(*made, *mine);
+    if (std::string why = r.snapshot->ForeignConstructors(*made); !why.empty()) {
+      r.uncacheable = "argument " + std::to_string(arg) + " holds " + why;
       r.cacheable = false;
       return;
     }
@@ -1007,13 +1006,7 @@ void EngineImpl::Drain(const std::function<void(int64_t)>& progress) {
   std::unique_lock<std::mutex> lock(tasks_mu_);
   int64_t seen = outstanding_;
   while (outstanding_ > 0) {
-    // Woken every kInterruptPollMs: a caller that asked to stop waits no longer.
-    if (!tasks_cv_.wait_for(lock, std::chrono::milliseconds(kInterruptPollMs), [&] { return outstanding_ != seen; })) {
-      lock.unlock();
-      CheckInterruptNow();
-      lock.lock();
-      continue;
-    }
+    WaitInterruptibly(tasks_cv_, lock, [&] { return outstanding_ != seen; });
     seen = outstanding_;
     if (progress) {
       lock.unlock();
@@ -1230,15 +1223,10 @@ void EngineImpl::Settle(Slot& slot) {
 
 void EngineImpl::Wait(const Slot& slot) {
   std::unique_lock<std::mutex> lock(wait_mu_);
-  auto done = [&] {
+  WaitInterruptibly(wait_cv_, lock, [&] {
     SlotState s = slot.Load();
     return (s == SlotState::kReady || s == SlotState::kFailed) && slot.settled.load(std::memory_order_acquire);
-  };
-  while (!wait_cv_.wait_for(lock, std::chrono::milliseconds(kInterruptPollMs), done)) {
-    lock.unlock();
-    CheckInterruptNow();  // the caller asked to stop waiting (Ctrl-C)
-    lock.lock();
-  }
+  });
 }
 
 CodeStatus EngineImpl::StatusOf(const Slot& slot) {
@@ -1323,13 +1311,8 @@ void EngineImpl::ClaimGenericWalk(Request& r) {
     std::erase_if(*queue, [&](const GenericWalk& w) { return w.entry == &r.entry && w.structures == structures; });
   }
   auto mine = std::make_pair(&r.entry, structures);
-  while (!walked_cv_.wait_for(lock, std::chrono::milliseconds(kInterruptPollMs), [&] {
-    return std::find(walking_.begin(), walking_.end(), mine) == walking_.end();
-  })) {
-    lock.unlock();
-    CheckInterruptNow();
-    lock.lock();
-  }
+  WaitInterruptibly(walked_cv_, lock,
+                    [&] { return std::find(walking_.begin(), walking_.end(), mine) == walking_.end(); });
 }
 
 void EngineImpl::RunGenericWalk(GenericWalk& walk) {

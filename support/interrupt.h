@@ -9,7 +9,10 @@
 // the call's and goes on.
 #pragma once
 
+#include <chrono>
+#include <condition_variable>
 #include <functional>
+#include <mutex>
 #include <stdexcept>
 
 namespace pejit {
@@ -45,5 +48,17 @@ void PollInterrupt();
 // For a wait that wakes every kInterruptPollMs: throws Interrupted when this
 // thread's check says so, asking it each time.
 void CheckInterruptNow();
+
+// cv.wait(lock, done), woken every kInterruptPollMs to ask this thread's
+// check (CheckInterruptNow, `lock` released meanwhile): a call's wait its
+// caller may stop.
+template <typename Done>
+void WaitInterruptibly(std::condition_variable& cv, std::unique_lock<std::mutex>& lock, Done done) {
+  while (!cv.wait_for(lock, std::chrono::milliseconds(kInterruptPollMs), done)) {
+    lock.unlock();
+    CheckInterruptNow();
+    lock.lock();
+  }
+}
 
 }  // namespace pejit
