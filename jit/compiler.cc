@@ -34,8 +34,10 @@
 
 #include <llvm/ExecutionEngine/Orc/CompileUtils.h>
 #include <llvm/ExecutionEngine/Orc/ExecutionUtils.h>
+#include <llvm/ExecutionEngine/Orc/ExecutorProcessControl.h>
 #include <llvm/ExecutionEngine/Orc/LLJIT.h>
 #include <llvm/ExecutionEngine/Orc/ObjectTransformLayer.h>
+#include <llvm/ExecutionEngine/Orc/TaskDispatch.h>
 #include <llvm/ExecutionEngine/Orc/ThreadSafeModule.h>
 #include <llvm/IR/IRBuilder.h>
 #include <llvm/IR/Intrinsics.h>
@@ -517,7 +519,15 @@ std::unique_ptr<JitSession> JitSession::Create() {
   }
   // Workers compile at once: each compile needs a TargetMachine of its own
   // (LLJIT's default shares one, which corrupts objects built concurrently).
+  // Code generation and linking run on the thread that asked for the code
+  // (a worker): with concurrent compilation LLJIT's default dispatcher
+  // starts a thread per task, so a worker's compile took a third thread
+  // beside it and the training thread, on two cores.
+  auto epc = Unwrap(llvm::orc::SelfExecutorProcessControl::Create(
+                        nullptr, std::make_unique<llvm::orc::InPlaceTaskDispatcher>()),
+                    "creating the executor process control");
   state->jit = Unwrap(llvm::orc::LLJITBuilder()
+                          .setExecutorProcessControl(std::move(epc))
                           .setJITTargetMachineBuilder(jtmb)
                           .setSupportConcurrentCompilation(true)
                           .setCompileFunctionCreator([](llvm::orc::JITTargetMachineBuilder host)
