@@ -278,6 +278,30 @@ try:
 except TypeError as x:
     print(x)
 "
+  case_ python "Ctrl-C during a call that does not end" 0 "KeyboardInterrupt, still serving: -1.0" -- "${py[@]}" "
+import os, signal, threading, pejit
+e = pejit.Engine(policy='eager')
+e.module.add_source('def @spin(%x: Tensor[(), f32]) -> Tensor[(), f32] { if (greater(%x, 0f32)) { @spin(add(%x, 1f32)) } else { %x } }')
+spin = e.entry('spin')
+threading.Timer(0.3, lambda: os.kill(os.getpid(), signal.SIGINT)).start()
+try:
+    spin(1.0)
+except KeyboardInterrupt:
+    print('KeyboardInterrupt, still serving:', float(spin(-1.0)))
+"
+  case_ python "a static array changed after the call" 0 "static values kept: [2.0, 2.0] [5.0, 5.0]" -- "${py[@]}" "
+import numpy as np, pejit
+e = pejit.Engine(policy='eager')
+e.module.add_source('def @scale(%x: Tensor[(2), f32], %s: Tensor[(2), f32]) -> Tensor[(2), f32] { mul(%x, %s) }')
+scale = e.entry('scale', static_argnums=[1])
+x, s = np.ones(2, dtype=np.float32), np.full(2, 2.0, dtype=np.float32)
+first = scale(x, s)
+s[:] = 5.0  # while its specialization may still be queued
+e.drain()
+again = scale(x, np.full(2, 2.0, dtype=np.float32))
+changed = scale(x, s)
+print('static values kept:', [float(v) for v in again], [float(v) for v in changed])
+"
 elif [[ -z "$only" || "$only" == python ]]; then
   echo "skip  python     (no --python DIR with pejit.so)"
 fi
