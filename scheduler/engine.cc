@@ -953,18 +953,37 @@ void EngineImpl::WorkerTask() {
 }
 
 bool EngineImpl::RunOneWaiting(bool background) {
+  // The work order, most urgent first:
+  //   1. a specialization job a caller waits for (policy sync, wait_ready);
+  //   2. the walk of a prefetched next call (the call may wait for it);
+  //   3. a generic segment variant's compile (every later minibatch runs it);
+  //   4. specialization jobs prefetched next or missed (job_queue.h's order);
+  //   5. walks prefetched for some later time, then jobs prefetched so.
   std::optional<GenericWalk> walk;
   std::optional<GenericCompile> compile;
-  {
-    std::lock_guard<std::mutex> lock(generic_queue_mu_);
-    auto take = [](auto& queue, auto& into) {
-      if (queue.empty()) return false;
-      into = std::move(queue.front());
-      queue.pop_front();
-      return true;
-    };
-    take(walks_next_, walk) || take(generic_queue_, compile) || take(walks_idle_, walk);
-    if (walk) walking_.emplace_back(walk->entry, walk->structures);
+  auto take = [](auto& queue, auto& into) {
+    if (queue.empty()) return false;
+    into = std::move(queue.front());
+    queue.pop_front();
+    return true;
+  };
+  auto take_walk = [&](std::deque<GenericWalk>& walks) {
+    if (!take(walks, walk)) return false;
+    walking_.emplace_back(walk->entry, walk->structures);
+    return true;
+  };
+  JobPtr job = queue.Pop(JobPriority::kWait);
+  const bool waited_for = job != nullptr;
+  if (!job) {
+    std::unique_lock<std::mutex> lock(generic_queue_mu_);
+    if (!take_walk(walks_next_) && !take(generic_queue_, compile)) {
+      lock.unlock();
+      job = queue.Pop(JobPriority::kMiss);
+      if (!job) {
+        lock.lock();
+        take_walk(walks_idle_);
+      }
+    }
   }
   const int nice = background ? options.worker_nice : 0;
   if (walk) {
@@ -985,8 +1004,10 @@ bool EngineImpl::RunOneWaiting(bool background) {
     RunGenericCompile(*compile);
     return true;
   }
-  if (JobPtr job = queue.Pop()) {
-    ScopedLowerPriority lowered(options.policy.kind == Policy::Kind::kSync ? 0 : nice);
+  if (!job) job = queue.Pop();
+  if (job) {
+    // A job a caller waits for runs at the caller's priority.
+    ScopedLowerPriority lowered(waited_for || options.policy.kind == Policy::Kind::kSync ? 0 : nice);
     RunJob(*job);
     return true;
   }

@@ -59,9 +59,9 @@ bool JobQueue::RequeueLocked(const Slot* slot, JobPriority priority) {
   return true;
 }
 
-JobPtr JobQueue::Pop() {
+JobPtr JobQueue::Pop(JobPriority at_most) {
   std::lock_guard<std::mutex> lock(mu_);
-  if (queue_.empty()) return nullptr;
+  if (queue_.empty() || queue_.begin()->first.first > static_cast<int>(at_most)) return nullptr;
   auto node = queue_.extract(queue_.begin());
   index_.erase(node.mapped()->slot.get());
   return std::move(node.mapped());

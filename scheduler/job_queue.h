@@ -57,8 +57,9 @@ class JobQueue {
   // the back of the next ones; `idle` changes nothing. Returns true when the
   // job moved.
   bool Requeue(const Slot* slot, JobPriority priority);
-  // The most urgent job, or null.
-  JobPtr Pop();
+  // The most urgent job, or null; with `at_most`, only a job of that class
+  // or a more urgent one (null otherwise).
+  JobPtr Pop(JobPriority at_most = JobPriority::kIdle);
   // Everything queued, emptying the queue (shutdown).
   std::vector<JobPtr> TakeAll();
   size_t size() const;
