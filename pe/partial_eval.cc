@@ -76,8 +76,11 @@
 // Known limitations:
 //  a. A `match` on a dynamic ADT value (the result of a residual function)
 //     is refused.
-//  b. Function values cannot be left in the residual: a dynamic `if` that
-//     returns a closure is refused.
+//  b. Function values cannot be left in the residual. A dynamic `if` that
+//     returns a function is a choice (PVal::Kind::kChoice, pe_values.h),
+//     whose uses run on both values under a residual `if`; it is refused
+//     only where the function itself would have to be a residual value
+//     (Settle: returned by the entry, passed to a residual function).
 //  c. Only outermost helper calls are kept across runs (a helper nested in
 //     one is part of its template); a helper whose recording is refused
 //     (step 7) is not kept, and neither are the helpers inside it.

@@ -8,27 +8,34 @@
 // unlinks it and counts it (the engine may keep the unlinked code a while, for
 // the JIT to reuse its kernels: EngineOptions::retained_code_bytes).
 //
-// A call (engine.cc repeats these numbers):
+// A call (the numbers are EngineImpl::Run's, engine.cc):
 //   1. takes a module snapshot and the entry's definition versions in it
 //      (cached per snapshot generation);
 //   2. computes the signature of its arguments (static arguments included);
-//   3. looks its slot up (a shared lock, no allocation besides the key);
+//   3. looks its slot up (a shared lock, no allocation besides the key), and
+//      one this engine never had in the persistent code cache
+//      (disk_cache.h), which loads it ready;
 //   4. ready: copies the slot's Executable (a shared_ptr), runs it on the
 //      flattened dynamic leaves, and rebuilds the result Value (in grad
 //      mode, the gradients, by the slot's gradient layout); done;
-//   5. otherwise, per policy: creates the slot pending and enqueues one job
+//   5. the structure-generic tier (generic/program.h), where it serves the
+//      entry, runs the call on code shared by every structure; a signature
+//      that keeps coming back may be admitted to a job of its own
+//      (admission.h); done;
+//   6. otherwise, per policy: creates the slot pending and enqueues one job
 //      (eager, sync, hot:N at its N-th call; never twice: only the thread
 //      that creates the slot or moves it cold → pending enqueues), or moves
 //      a queued job up (most recent miss first; job_queue.h);
-//   6. runs tier 0, the interpreter, on the same snapshot — unless the policy
+//   7. runs tier 0, the interpreter, on the same snapshot — unless the policy
 //      is sync, which waits for the slot and then goes to step 4.
 // A job, on a oneTBB worker:
 //   J1. drops out if its slot was invalidated or the engine is shutting down;
 //   J2. partially evaluates the entry on the call's snapshot and arguments;
-//   J3. refuses residuals that still call residual functions (loops) or
-//       results that are not tensors in tuples; batches the residual and,
-//       in grad mode, differentiates it with respect to the float leaves of
-//       the wrt arguments (jit/pipeline.h);
+//   J3. batches a straight-line residual and, in grad mode, differentiates it
+//       with respect to the float leaves of the wrt arguments
+//       (jit/pipeline.h); a residual with control flow (a dynamic `if`, a
+//       loop the data ends) stays as it is, for the compile hook to compile
+//       as regions and differentiate (jit/control_flow.h);
 //   J4. runs the compile hook (LLVM, or the residual interpreter);
 //   J5. publishes: the Executable is written into the slot, then the slot's
 //       state is set to ready with one release store — the swap;

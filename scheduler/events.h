@@ -25,7 +25,7 @@ namespace pejit {
 // here has its section there.
 #define PEJIT_EVENTS(X)                                                                                         \
   X(kStart, "start", "an engine started; policy, workers")                                                      \
-  X(kCall, "call", "a call ran, signature to result; tier (interpreter, residual-interpreter, native), mode")   \
+  X(kCall, "call", "a call ran, signature to result; tier (interpreter, residual-interpreter, native, generic), mode")   \
   X(kHit, "hit", "a call found ready code for its signature; tier")                                             \
   X(kMiss, "miss", "a call found no ready code; state (new, cold, pending, failed), policy, queue")              \
   X(kAdmission, "admission", "a signature the generic tier serves came back: does it get its own job? decision (admit, postpone, boost), reason, mode, calls, interval_us, saving_us, benefit_us, job_us, pending") \
