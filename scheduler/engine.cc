@@ -973,7 +973,6 @@ bool EngineImpl::RunOneWaiting(bool background) {
     return true;
   };
   JobPtr job = queue.Pop(JobPriority::kWait);
-  const bool waited_for = job != nullptr;
   if (!job) {
     std::unique_lock<std::mutex> lock(generic_queue_mu_);
     if (!take_walk(walks_next_) && !take(generic_queue_, compile)) {
@@ -1006,8 +1005,7 @@ bool EngineImpl::RunOneWaiting(bool background) {
   }
   if (!job) job = queue.Pop();
   if (job) {
-    // A job a caller waits for runs at the caller's priority.
-    ScopedLowerPriority lowered(waited_for || options.policy.kind == Policy::Kind::kSync ? 0 : nice);
+    ScopedLowerPriority lowered(options.policy.kind == Policy::Kind::kSync ? 0 : nice);
     RunJob(*job);
     return true;
   }
