@@ -301,7 +301,7 @@ int Measure(const Config& c) {
     // optimizer's update (the rest is the loop's own).
     double lookahead_s = 0, call_s = 0, update_s = 0;
     // Reshuffled, the next epoch's minibatches are others (as in the demo's trainer).
-    treelstm::Lookahead lookahead(loss, batches, params, c.lookahead, /*wraps=*/!c.reshuffle);
+    Lookahead lookahead = treelstm::BatchLookahead(loss, batches, params, c.lookahead, /*wraps=*/!c.reshuffle);
     const auto epoch_start = Clock::now();
     for (size_t i = 0; i < batches.size(); ++i) {
       const treelstm::Batch& b = batches[i];

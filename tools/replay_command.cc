@@ -18,6 +18,7 @@
 #include "support/input_file.h"
 #include "support/progress.h"
 #include "tools/program_files.h"
+#include "train/lookahead.h"
 
 namespace pejit {
 namespace {
@@ -155,15 +156,16 @@ int ReplayCommand::Run() const {
     size_t code_before = stats_before.code_bytes + stats_before.generic_code_bytes;
     ProgressBar progress("epoch " + std::to_string(epoch), "calls", order.size());
     auto epoch_start = Clock::now();
-    auto prefetch = [&](size_t position) {
-      if (position >= order.size()) return;
-      const std::vector<Value>& args = calls[order[position]].args;
-      entry.prefetch(args, Prefetch::kNext);
-    };
-    for (size_t k = 1; k <= static_cast<size_t>(o_.lookahead); ++k) prefetch(k);
+    Lookahead lookahead(
+        entry,
+        [&](size_t step) -> std::optional<std::vector<Value>> {
+          if (step >= order.size()) return std::nullopt;
+          return calls[order[step]].args;
+        },
+        o_.lookahead);
     int64_t compiled_before = before.calls_compiled();
     for (size_t step = 0; step < order.size(); ++step) {
-      if (o_.lookahead > 0) prefetch(step + static_cast<size_t>(o_.lookahead));
+      lookahead.BeforeStep(step);
       const Call& call = calls[order[step]];
       auto where = [&] { return o_.calls + ":" + std::to_string(call.line) + " (epoch " + std::to_string(epoch) + ")"; };
       std::vector<Tensor> got;

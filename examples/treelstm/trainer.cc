@@ -78,21 +78,14 @@ nlohmann::json RunShape(const RunOptions& o, const Dataset& d, const std::string
 
 }  // namespace
 
-Lookahead::Lookahead(Entry loss, const std::vector<Batch>& batches, const Value& params, int ahead, bool wraps)
-    : loss_(std::move(loss)), batches_(batches), params_(params), ahead_(static_cast<size_t>(std::max(0, ahead))),
-      wraps_(wraps) {
-  for (size_t k = 1; k < ahead_; ++k) Prefetch(k);
-}
-
-void Lookahead::BeforeStep(size_t step) {
-  if (ahead_ > 0) Prefetch(step + ahead_);
-}
-
-void Lookahead::Prefetch(size_t step) {
-  if (batches_.empty() || (step >= batches_.size() && !wraps_)) return;
-  const Batch& b = batches_[step % batches_.size()];
-  if (b.nodes == 0) return;  // a rank's empty share of a minibatch
-  loss_.prefetch({b.trees, b.labels, params_}, pejit::Prefetch::kNext);
+Lookahead BatchLookahead(Entry loss, const std::vector<Batch>& batches, const Value& params, int ahead, bool wraps) {
+  auto args_of = [&batches, &params, wraps](size_t step) -> std::optional<std::vector<Value>> {
+    if (batches.empty() || (step >= batches.size() && !wraps)) return std::nullopt;
+    const Batch& b = batches[step % batches.size()];
+    if (b.nodes == 0) return std::nullopt;  // a rank's empty share of a minibatch
+    return std::vector<Value>{b.trees, b.labels, params};
+  };
+  return Lookahead(std::move(loss), args_of, ahead);
 }
 
 std::vector<std::vector<const Example*>> MakeBatches(const std::vector<Example>& examples, int size, Rng& rng) {
@@ -253,7 +246,7 @@ EpochResult Trainer::TrainEpoch(const StepCallback& after_step) {
   r.epoch = epoch_;
   double loss_sum = 0;
   // Reshuffled, the next epoch's minibatches are not known yet.
-  Lookahead lookahead(loss, values, params_, options_.lookahead, /*wraps=*/!options_.reshuffle);
+  Lookahead lookahead = BatchLookahead(loss, values, params_, options_.lookahead, /*wraps=*/!options_.reshuffle);
   auto epoch_start = Clock::now();
   for (size_t i = 0; i < values.size(); ++i) {
     auto step_start = Clock::now();

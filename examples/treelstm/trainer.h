@@ -18,6 +18,7 @@
 #include "examples/treelstm/data.h"
 #include "examples/treelstm/model.h"
 #include "scheduler/engine.h"
+#include "train/lookahead.h"
 #include "train/optimizer.h"
 
 namespace pejit::treelstm {
@@ -136,27 +137,10 @@ class Trainer {
   int epoch_ = 0;
 };
 
-// Keeps the minibatches `ahead` steps in front of a training loop over
-// `batches` prefetched as next (Prefetch::kNext) in `loss`'s mode (the
-// trainer's: grad mode for the parameters), so that the workers compile
-// them before the loop gets there: those of steps 1 .. ahead-1 at once, then
-// one per step. Past the end, the next epoch's (the same minibatches) when
-// `wraps`. `ahead` 0 prefetches nothing. The trainer and bench/treelstm use it.
-class Lookahead {
- public:
-  Lookahead(Entry loss, const std::vector<Batch>& batches, const Value& params, int ahead, bool wraps);
-  // Call as step `step` begins.
-  void BeforeStep(size_t step);
-
- private:
-  void Prefetch(size_t step);
-
-  Entry loss_;
-  const std::vector<Batch>& batches_;
-  const Value& params_;
-  size_t ahead_;
-  bool wraps_;
-};
+// The minibatches of a loop over `batches` kept `ahead` steps prefetched in
+// `loss`'s mode (train/lookahead.h); past the end, the next epoch's (the
+// same minibatches) when `wraps`. The trainer and bench/treelstm use it.
+Lookahead BatchLookahead(Entry loss, const std::vector<Batch>& batches, const Value& params, int ahead, bool wraps);
 
 // Minibatches of `size` examples of similar size (bucketed by node count),
 // in a shuffled order; deterministic for `rng`'s state.
