@@ -15,7 +15,7 @@
 #include "scheduler/disk_cache.h"
 #include "support/input_file.h"
 #include "support/mac.h"
-#include "tools/program_files.h"
+#include "ir/program_files.h"
 
 namespace pejit {
 namespace {

@@ -23,7 +23,7 @@
 #include "pe/partial_eval.h"
 #include "support/cli_checks.h"
 #include "tools/export_command.h"
-#include "tools/program_files.h"
+#include "ir/program_files.h"
 #include "tools/replay_command.h"
 #include "tools/trace_command.h"
 

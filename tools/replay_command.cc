@@ -17,7 +17,7 @@
 #include "support/cli_checks.h"
 #include "support/input_file.h"
 #include "support/progress.h"
-#include "tools/program_files.h"
+#include "ir/program_files.h"
 #include "train/lookahead.h"
 
 namespace pejit {

@@ -1,4 +1,4 @@
-#include "tools/program_files.h"
+#include "ir/program_files.h"
 
 #include <fstream>
 #include <set>
