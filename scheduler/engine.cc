@@ -1,85 +1,15 @@
 // The engine: the call path and the jobs of code_cache.h, on a oneTBB arena.
 //
-// The numbers (1)-(6) and (J1)-(J6) are the steps of the essay in
-// code_cache.h. Threads: any number of callers; the workers of one
+// The numbers (1)-(7) and (J1)-(J6) are the steps of the essay in
+// code_cache.h. The generic tier's part is engine_generic.cc, the
+// persistent cache's engine_disk.cc (engine_impl.h says why). Threads: any number of callers; the workers of one
 // tbb::task_arena, each running one job at a time; the module's editing
 // thread, which runs OnEdit. Everything they share is behind the cache's and
 // the queue's locks, or in atomics; the only hand-off TSan cannot see is TBB
 // passing a task to a worker, annotated in Spawn.
-#include "scheduler/engine.h"
-#include "scheduler/native_compile.h"
-
-#include <tbb/global_control.h>
-#include <tbb/info.h>
-#include <tbb/task_arena.h>
-
-#include <algorithm>
-#include <atomic>
-#include <condition_variable>
-#include <deque>
-#include <map>
-#include <mutex>
-#include <optional>
-#include <stdexcept>
-#include <unordered_set>
-
-#include "generic/executor.h"
-#include "generic/program.h"
-#include "ir/printer.h"
-#include "jit/control_flow.h"
-#include "jit/image.h"
-#include "jit/native_executable.h"
-#include "jit/pipeline.h"
-#include "ops/blas.h"
-#include "scheduler/admission.h"
-#include "scheduler/code_cache.h"
-#include "scheduler/disk_cache.h"
-#include "scheduler/job_events.h"
-#include "scheduler/job_queue.h"
-#include "scheduler/residual_executable.h"
-#include "scheduler/trace_sinks.h"
-#include "support/interrupt.h"
-#include "support/parallel.h"
-#include "support/team.h"
-#include "support/thread_priority.h"
+#include "scheduler/engine_impl.h"
 
 namespace pejit {
-
-struct EntryState {
-  explicit EntryState(std::string n) : name(std::move(n)) {}
-  const std::string name;
-
-  std::atomic<int64_t> calls_interpreter{0}, calls_residual{0}, calls_native{0}, calls_generic{0}, calls_generic_native{0};
-  std::atomic<int64_t> generic_runs{0}, generic_native_runs{0};
-  std::atomic<int64_t> hits{0}, misses{0}, compiled{0}, failed{0}, evicted{0}, invalidated{0}, cancelled{0},
-      prefetched{0}, loaded{0};
-
-  // The structure-generic tier for the entry's definitions as of
-  // `generic_versions` (its key); null with `generic_refusal` when it does
-  // not serve them.
-  std::mutex generic_mu;
-  std::string generic_versions;
-  std::shared_ptr<generic::GenericProgram> generic;
-  std::string generic_refusal;
-  // Signatures whose structure reaches a construct the tier does not serve
-  // (a Refusal): their later calls go straight to the other tiers, and the
-  // `generic-refused` event is said once per signature, not per call.
-  std::unordered_set<SlotKey, SlotKeyHash> generic_refused;
-
-  // Which repeating signatures the generic tier serves get a job.
-  Admission admission;
-
-  // The entry's definition versions in the newest snapshot seen so far.
-  std::mutex versions_mu;
-  uint64_t versions_generation = 0;
-  VersionsPtr versions;
-
-  // The persistent code cache's hash of the entry's definitions, for the
-  // definitions of `definitions_versions` (a VersionsOf key).
-  std::mutex definitions_mu;
-  std::string definitions_versions;
-  uint64_t definitions_hash = 0;
-};
 
 namespace {
 
@@ -87,35 +17,11 @@ namespace {
 // (libtbb is not instrumented); this address carries that edge.
 char task_handoff;
 
-void Count(std::atomic<int64_t>& c, int64_t n = 1) { c.fetch_add(n, std::memory_order_relaxed); }
-
 // RunJob's stage while PrepareResidual runs: PipelineReport::stage says which.
 const char* const kPipelineStage = "pipeline";
 
 // Job numbers for events, unique in the process (engines may share a trace file).
 std::atomic<int64_t> next_job_id{1};
-
-// What compiled code of an entry returning `ret` returns for these
-// arguments: its tensor count and, in grad mode (`wrt`), the leaves it
-// differentiates for and where each gradient is among its results
-// (Slot::gradient_result).
-struct ResultLayout {
-  size_t tensors = 0;
-  std::vector<int> wrt_leaves, gradient_result;
-};
-
-ResultLayout LayoutOf(const Type& ret, const std::vector<Value>& args, const std::vector<bool>& static_args,
-                      const std::vector<int>* wrt) {
-  ResultLayout layout;
-  layout.tensors = CountTensorLeaves(ret);
-  if (!wrt) return layout;
-  std::vector<size_t> first;
-  std::vector<Tensor> leaves = Flatten(args, static_args, &first);
-  layout.wrt_leaves = FloatWrtLeaves(leaves, first, *wrt);
-  layout.tensors = 1 + layout.wrt_leaves.size();
-  layout.gradient_result = GradientResultOf(leaves.size(), layout.wrt_leaves);
-  return layout;
-}
 
 
 // Compiled code can serve a grad call when every wrt index names a distinct
@@ -142,6 +48,19 @@ CodeStatus::State ToCodeState(SlotState s) {
 
 }  // namespace
 
+ResultLayout LayoutOf(const Type& ret, const std::vector<Value>& args, const std::vector<bool>& static_args,
+                      const std::vector<int>* wrt) {
+  ResultLayout layout;
+  layout.tensors = CountTensorLeaves(ret);
+  if (!wrt) return layout;
+  std::vector<size_t> first;
+  std::vector<Tensor> leaves = Flatten(args, static_args, &first);
+  layout.wrt_leaves = FloatWrtLeaves(leaves, first, *wrt);
+  layout.tensors = 1 + layout.wrt_leaves.size();
+  layout.gradient_result = GradientResultOf(leaves.size(), layout.wrt_leaves);
+  return layout;
+}
+
 const char* CodeStateName(CodeStatus::State s) {
   switch (s) {
     case CodeStatus::State::kNone: return "none";
@@ -153,198 +72,7 @@ const char* CodeStateName(CodeStatus::State s) {
   return "?";
 }
 
-class EngineImpl {
- public:
-  explicit EngineImpl(EngineOptions options);
-  ~EngineImpl();
-
-  // One call of an entry, from steps (1)-(2) on.
-  struct Request {
-    EntryState& entry;
-    const std::vector<bool>& static_args;
-    const std::vector<Value>& args;
-    const std::vector<int>* wrt;  // null: value mode
-    Snapshot snapshot;
-    SlotKey key;
-    bool cacheable = false;
-    std::string uncacheable;  // why not, when not
-    int64_t start_us = 0;     // when the call began, for its event (0 with no sink)
-  };
-
-  ValueAndGrad Run(Request& r);
-  void Prefetch(Request& r, pejit::Prefetch when);
-  CodeStatus WaitReady(Request& r);
-  CodeStatus Status(Request& r);
-  void Drain(const std::function<void(int64_t)>& progress);
-  // Takes the most urgent waiting work (a walk, a segment compile, a job)
-  // and runs it on the calling thread, at the workers' niceness when
-  // `background`; false when nothing waits. A worker runs one per task
-  // handed to the arena; Drain runs them too.
-  bool RunOneWaiting(bool background);
-  std::string CacheDir() const { return disk_ ? disk_->dir() : std::string(); }
-  EntryState& State(const std::string& name);
-  std::vector<std::shared_ptr<generic::GenericProgram>> GenericPrograms();
-  const std::shared_ptr<generic::SegmentTable>& GenericSegments() const { return segments_; }
-
-  Module module;
-  const EngineOptions options;
-  int workers;
-  int step_threads;  // EngineOptions::step_threads resolved: the caller and up to `workers` helpers
-  CodeCache cache;
-  JobQueue queue;
-  PeCache pe_cache;  // shared by the workers' PE runs
-  SignatureCache signatures;  // of arguments passed before (a minibatch's trees, every epoch)
-
- private:
-  void Prepare(Request& r);
-  std::optional<ValueAndGrad> RunCompiled(Request& r, Slot& slot);
-  std::optional<ValueAndGrad> RunGeneric(Request& r);
-  std::shared_ptr<generic::GenericProgram> GenericFor(Request& r);
-  bool PrefetchGeneric(Request& r, pejit::Prefetch when);
-  void PrefetchSpecialized(Request& r, pejit::Prefetch when);
-  // The `prefetch` event (docs/tracing.md): what the prefetch found or did.
-  void EmitPrefetch(const Request& r, const std::string& state, JobPriority priority);
-  void RefuseGeneric(Request& r, const std::string& reason);
-  void QueueGenericCompile(const std::string& entry, std::shared_ptr<generic::GenericProgram> program,
-                           generic::SegmentCode* code, generic::SegmentCode::Variant* variant);
-  ValueAndGrad RunInterpreter(Request& r);
-  // The persistent code cache (EngineOptions::cache_dir).
-  DiskKey DiskKeyOf(EntryState& entry, const ModuleSnapshot& snapshot, const SlotKey& key) const;
-  SlotPtr LoadFromDisk(Request& r);
-  struct DiskHit {
-    ExecutablePtr exec;
-    std::vector<int> gradient_result;
-  };
-  std::optional<DiskHit> LoadImage(EntryState& entry, const ModuleSnapshot& snapshot, const SlotKey& key,
-                                   const std::vector<Value>& args, const std::vector<bool>& static_args,
-                                   const std::vector<int>* wrt, int64_t job);
-  void StoreToDisk(const Job& job, const Slot& slot, const ExecutablePtr& exec);
-  // The code stored under `key` linked, or null; `check` (may be empty)
-  // throws to refuse it. Refusals remove the entry and say why.
-  ExecutablePtr LinkFromDisk(const DiskKey& key, const std::string& entry, const Signature* sig, int64_t job,
-                             const std::function<void(const Executable&)>& check);
-  // Writes native code under `key` (other tiers' code is not stored).
-  void WriteToDisk(const DiskKey& key, const std::string& entry, const Signature* sig, const Executable& exec,
-                   int64_t job);
-  void RefuseCacheEntry(const std::string& entry, const Signature* sig, const std::string& reason);
-  // A straight-line program's code (a generic segment's, a control-flow
-  // region's) loaded when an earlier run stored it, else compiled and stored.
-  ExecutablePtr CompileThroughDisk(const std::string& entry, const char* kind, const Func& program,
-                                   const CompileOptions& options);
-  // `hot_calls` > 0: the generic tier served the call (in `generic_us`):
-  // count the signature's calls and, from that many on, queue its job when
-  // Admit says it pays, whatever the policy.
-  SlotPtr Miss(Request& r, SlotPtr slot, int hot_calls = 0, int64_t generic_us = 0);
-  // Whether a signature the generic tier serves, at its `calls`-th call, gets
-  // a job (scheduler/admission.h); emits the `admission` event.
-  bool Admit(Request& r, Slot& slot, int64_t calls);
-  // Runs the job of a pending slot that calls keep missing at the caller's
-  // priority; emits an `admission` event (decision boost).
-  void Boost(Request& r, Slot& slot);
-  static constexpr int kBoostAfterMisses = 3;
-  // A job of `slot` ended (worker_us < 0: not measured): its entry's
-  // admission learns its time and, if it admitted the job, that it is done.
-  static void JobEnded(Slot& slot, int64_t worker_us) {
-    slot.key.entry->admission.JobEnded(worker_us, slot.admitted.exchange(false, std::memory_order_relaxed));
-  }
-  SlotPtr Insert(Request& r, SlotState initial, bool* inserted);
-  void Enqueue(Request& r, const SlotPtr& slot, JobPriority priority);
-  bool Promote(Request& r, const SlotPtr& slot, JobPriority priority);
-  void Spawn();
-  void WorkerTask();
-  void RunJob(Job& job);
-  void Cancel(Job& job, const char* why);
-  void Wait(const Slot& slot);
-  // The job's outcome is counted and reported: wakes its waiters.
-  void Settle(Slot& slot);
-  void NotifyWaiters();
-  void ReportEvictions(const std::vector<Eviction>& evicted);
-  void OnEdit(const ModuleEdit& edit);
-  static CodeStatus StatusOf(const Slot& slot);
-
-  // Events: built only when a sink wants them.
-  bool On(EventKind kind) const { return sink_ && sink_->Wants(kind); }
-  Event Make(EventKind kind, const std::string& entry, const Signature* sig, int64_t start_us = 0,
-             int64_t duration_us = 0) const;
-  void Emit(const Event& e) const;
-
-  Interpreter interpreter_;
-  std::shared_ptr<JitSession> jit_;  // LLVM for the default compile hook and the generic tier; may be null
-  CompileFn compile_;
-  std::unique_ptr<DiskCache> disk_;  // with the default compile hook and a cache directory
-  std::string disk_cpu_, disk_options_;  // DiskKey fields every entry shares
-
-  // Segment variants of the generic tier waiting for native code; workers
-  // take these before specialization jobs (each is small, and serves every
-  // call that runs the segment).
-  struct GenericCompile {
-    std::string entry;
-    std::shared_ptr<generic::GenericProgram> program;  // keeps the variant alive
-    generic::SegmentCode* code;
-    generic::SegmentCode::Variant* variant;
-  };
-  // Segment programs and their code, shared by all entries (generic/program.h).
-  std::shared_ptr<generic::SegmentTable> segments_ = std::make_shared<generic::SegmentTable>();
-  // A prefetched call whose structure a worker walks ahead of it
-  // (GenericProgram::InspectAhead), so that the caller's thread finds its
-  // schedule made: the walk is a tenth of a Tree-LSTM training step and
-  // would otherwise run on the training thread. The walk owns what the
-  // prefetch's Request referred to.
-  struct GenericWalk {
-    EntryState* entry;
-    std::vector<bool> static_args;
-    std::vector<Value> args;
-    std::optional<std::vector<int>> wrt;
-    Snapshot snapshot;
-    SlotKey key;
-    pejit::Prefetch when;
-    std::vector<const void*> structures;  // StructureIdentities(args)
-  };
-  std::mutex generic_queue_mu_;
-  std::deque<GenericCompile> generic_queue_;
-  // Walks of `next` prefetches go before segment compiles, `idle` ones after
-  // them. A call drops its own walk while it is still queued (it walks
-  // itself rather than wait for a worker) and waits for one a worker took
-  // (`walking_`, each the entry and StructureIdentities): it is under way,
-  // and walking again would only duplicate it.
-  std::deque<GenericWalk> walks_next_, walks_idle_;
-  std::vector<std::pair<EntryState*, std::vector<const void*>>> walking_;
-  std::condition_variable walked_cv_;  // with generic_queue_mu_: a walk left walking_
-  void RunGenericCompile(GenericCompile& job);
-  void QueueGenericWalk(Request& r, pejit::Prefetch when);
-  void ClaimGenericWalk(Request& r);
-  void RunGenericWalk(GenericWalk& walk);
-  EngineTrace trace_;  // the program's sink, the log and the trace file
-  EventSink* sink_;    // trace_.sink(): null when nobody listens
-  int64_t started_us_;
-  std::unique_ptr<tbb::global_control> parallelism_;
-  tbb::task_arena arena_;
-
-  std::mutex entries_mu_;
-  std::map<std::string, std::unique_ptr<EntryState>, std::less<>> entries_;
-
-  // Tasks handed to the arena and not yet finished; shutdown waits for 0.
-  std::mutex tasks_mu_;
-  std::condition_variable tasks_cv_;
-  int64_t outstanding_ = 0;
-  std::atomic<int64_t> jobs_in_flight_{0};  // outstanding_, read without the lock
-  std::atomic<bool> stopping_{false};
-
-  // wait_ready and policy sync sleep here until a slot leaves pending.
-  std::mutex wait_mu_;
-  std::condition_variable wait_cv_;
-
-  // Lends the arena's workers to compiled calls while no job is in flight;
-  // declared last, so destroyed first: it waits for its helpers while the arena and what they read are still there.
-  ArenaHelpers helpers_{arena_, workers, [this] {
-                          return jobs_in_flight_.load(std::memory_order_relaxed) > 0 || stopping_.load(std::memory_order_relaxed);
-                        }};
-};
-
 namespace {
-
-// The job queue's class of a prefetch.
-JobPriority PriorityOf(pejit::Prefetch when) { return when == pejit::Prefetch::kNext ? JobPriority::kNext : JobPriority::kIdle; }
 
 int DefaultWorkers() { return std::max(1, tbb::info::default_concurrency() - 1); }
 
@@ -439,16 +167,6 @@ EngineImpl::~EngineImpl() {
     Emit(Make(EventKind::kStop, "", nullptr, started_us_, now - started_us_));
   }
   trace_.Finish();
-}
-
-std::vector<std::shared_ptr<generic::GenericProgram>> EngineImpl::GenericPrograms() {
-  std::vector<std::shared_ptr<generic::GenericProgram>> programs;
-  std::lock_guard<std::mutex> lock(entries_mu_);
-  for (const auto& [name, entry] : entries_) {
-    std::lock_guard<std::mutex> generic_lock(entry->generic_mu);
-    if (entry->generic) programs.push_back(entry->generic);
-  }
-  return programs;
 }
 
 EntryState& EngineImpl::State(const std::string& name) {
@@ -566,148 +284,6 @@ ValueAndGrad EngineImpl::Run(Request& r) {
   }
   // (7) Tier 0.
   return RunInterpreter(r);
-}
-
-std::shared_ptr<generic::GenericProgram> EngineImpl::GenericFor(Request& r) {
-  EntryState& entry = r.entry;
-  std::lock_guard<std::mutex> lock(entry.generic_mu);
-  if (entry.generic_versions != r.key.versions->key) {
-    entry.generic_versions = r.key.versions->key;
-    entry.generic.reset();
-    entry.generic_refusal.clear();
-    entry.generic_refused.clear();
-    try {
-      entry.generic = std::make_shared<generic::GenericProgram>(r.snapshot, entry.name, generic::GenericOptions{},
-                                                                 segments_);
-    } catch (const Refusal& e) {
-      entry.generic_refusal = e.what();
-      RefuseGeneric(r, entry.generic_refusal);
-    }
-  }
-  return entry.generic;
-}
-
-void EngineImpl::RefuseGeneric(Request& r, const std::string& reason) {
-  if (!On(EventKind::kGenericRefused)) return;
-  Event e = Make(EventKind::kGenericRefused, r.entry.name, &r.key.signature);
-  e.fields.push_back({"mode", r.key.mode});
-  e.fields.push_back({"reason", reason});
-  Emit(e);
-}
-
-std::optional<ValueAndGrad> EngineImpl::RunGeneric(Request& r) {
-  std::shared_ptr<generic::GenericProgram> program = GenericFor(r);
-  if (!program) return std::nullopt;
-  if (r.cacheable) {
-    std::lock_guard<std::mutex> lock(r.entry.generic_mu);
-    if (r.entry.generic_refused.count(r.key)) return std::nullopt;
-  }
-  ClaimGenericWalk(r);  // walked ahead, or now: once
-  int64_t start = r.start_us;
-  ValueAndGrad out;
-  generic::Execution run;
-  generic::Schedule schedule;
-  try {
-    // Refused before anything runs: the whole run would be thrown away.
-    for (size_t k = 0; r.wrt && k < r.wrt->size(); ++k) {
-      if (generic::HoldsStructure(r.args.at((*r.wrt)[k]))) {
-        throw Refusal("generic: a gradient with respect to a structure argument (argument " +
-                      std::to_string((*r.wrt)[k]) + ")");
-      }
-    }
-    schedule = program->Inspect(r.args);
-    generic::ExecuteOptions eo;
-    eo.grad = r.wrt != nullptr;
-    if (options.policy.kind == Policy::Kind::kSync) eo.compile_now = jit_.get();
-    run = generic::Execute(schedule, eo);
-    out.value = std::move(run.value);
-    if (r.wrt) {
-      for (int i : *r.wrt) out.grads.push_back(generic::ArgumentGradient(r.args, run.root_grads, i));
-    }
-  } catch (const Refusal& e) {
-    if (r.cacheable) {
-      // Bounded: a run of ever new structures keeps the newest few thousand.
-      constexpr size_t kMaxRefusedSignatures = 4096;
-      std::lock_guard<std::mutex> lock(r.entry.generic_mu);
-      if (r.entry.generic_refused.size() >= kMaxRefusedSignatures) r.entry.generic_refused.clear();
-      r.entry.generic_refused.insert(r.key);
-    }
-    RefuseGeneric(r, e.what());
-    return std::nullopt;
-  } catch (const Interrupted&) {
-    throw;  // the caller's stop, not the tier's fault
-  } catch (const std::exception& e) {
-    // Bad input, or a fault of this tier: the interpreter gives the answer
-    // or the proper error.
-    RefuseGeneric(r, std::string("run: ") + e.what());
-    return std::nullopt;
-  }
-  if (jit_ && options.policy.kind != Policy::Kind::kSync) {
-    for (size_t i = 0; i < run.missing_native.size(); ++i) {
-      QueueGenericCompile(r.entry.name, program, run.missing_codes[i], run.missing_native[i]);
-    }
-  }
-  Count(r.entry.calls_generic);
-  if (run.interpreted_runs == 0) Count(r.entry.calls_generic_native);
-  Count(r.entry.generic_runs, run.native_runs + run.interpreted_runs);
-  Count(r.entry.generic_native_runs, run.native_runs);
-  if (On(EventKind::kCall)) {
-    Event e = Make(EventKind::kCall, r.entry.name, &r.key.signature, start, NowMicros() - start);
-    e.fields.push_back({"tier", std::string("generic")});
-    e.fields.push_back({"mode", std::string(r.wrt ? "grad" : "value")});
-    e.fields.push_back({"threads", static_cast<int64_t>(Team::Current()->threads_used())});
-    e.fields.push_back({"inspect_us", static_cast<int64_t>(schedule.inspect_ms * 1000)});
-    if (schedule.kept) e.fields.push_back({"schedule", std::string("prefetched")});
-    e.fields.push_back({"runs", static_cast<int64_t>(run.native_runs + run.interpreted_runs)});
-    e.fields.push_back({"native_runs", static_cast<int64_t>(run.native_runs)});
-    e.fields.push_back({"levels", static_cast<int64_t>(schedule.levels)});
-    if (schedule.new_cells > 0) e.fields.push_back({"new_cells", static_cast<int64_t>(schedule.new_cells)});
-    Emit(e);
-  }
-  return out;
-}
-
-void EngineImpl::QueueGenericCompile(const std::string& entry, std::shared_ptr<generic::GenericProgram> program,
-                                     generic::SegmentCode* code, generic::SegmentCode::Variant* variant) {
-  if (variant->queued.exchange(true)) return;  // one compile per variant at a time
-  {
-    std::lock_guard<std::mutex> lock(generic_queue_mu_);
-    generic_queue_.push_back({entry, std::move(program), code, variant});
-  }
-  Spawn();
-}
-
-void EngineImpl::RunGenericCompile(GenericCompile& job) {
-  if (stopping_.load()) return;
-  int64_t start = NowMicros();
-  std::string failure;
-  try {
-    CompileProgram through_disk;
-    if (disk_) {
-      through_disk = [&](const Func& program, const CompileOptions& o) {
-        return CompileThroughDisk(job.entry, "generic segment", program, o);
-      };
-    }
-    generic::CompileVariant(*jit_, *job.code, *job.variant, through_disk);
-  } catch (const std::exception& e) {
-    failure = e.what();  // the variant keeps running in the interpreter
-  }
-  if (!failure.empty()) {
-    if (On(EventKind::kGenericRefused)) {
-      Event e = Make(EventKind::kGenericRefused, job.entry, nullptr);
-      e.fields.push_back({"reason", "compile of segment " + std::to_string(job.code->id) + ": " + failure});
-      Emit(e);
-    }
-    return;
-  }
-  if (On(EventKind::kGenericCompile)) {
-    Event e = Make(EventKind::kGenericCompile, job.entry, nullptr, start, NowMicros() - start);
-    e.fields.push_back({"segment", static_cast<int64_t>(job.code->id)});
-    e.fields.push_back({"rows", job.variant->rows});
-    e.fields.push_back({"ops", static_cast<int64_t>(job.code->ops)});
-    e.fields.push_back({"code_bytes", static_cast<int64_t>(job.variant->code_bytes.load())});
-    Emit(e);
-  }
 }
 
 std::optional<ValueAndGrad> EngineImpl::RunCompiled(Request& r, Slot& slot) {
@@ -1260,90 +836,6 @@ CodeStatus EngineImpl::StatusOf(const Slot& slot) {
   return status;
 }
 
-bool EngineImpl::PrefetchGeneric(Request& r, pejit::Prefetch when) {
-  std::shared_ptr<generic::GenericProgram> program = GenericFor(r);
-  if (!program || !jit_) return false;
-  generic::Ahead ahead;
-  const int64_t start = NowMicros();
-  int queued = 0;
-  try {
-    // The call takes this walk's schedule (GenericProgram::InspectAhead).
-    ahead = program->InspectAhead(r.args);
-    for (const auto& [code, rows] : ahead.variants) {
-      generic::SegmentCode::Variant& v = generic::VariantEntry(*code, rows, r.wrt != nullptr);  // the worker makes it
-      if (!v.native.load()) {
-        QueueGenericCompile(r.entry.name, program, code, &v);
-        ++queued;
-      }
-    }
-  } catch (const std::exception& e) {
-    RefuseGeneric(r, e.what());
-    return false;
-  }
-  if (On(EventKind::kGenericInspect)) {
-    Event e = Make(EventKind::kGenericInspect, r.entry.name, &r.key.signature, start, NowMicros() - start);
-    e.fields.push_back({"inspect_us", static_cast<int64_t>(ahead.inspect_ms * 1000)});
-    if (ahead.new_cells > 0) e.fields.push_back({"new_cells", static_cast<int64_t>(ahead.new_cells)});
-    e.fields.push_back({"variants", static_cast<int64_t>(ahead.variants.size())});
-    e.fields.push_back({"queued", static_cast<int64_t>(queued)});
-    e.fields.push_back({"priority", std::string(JobPriorityName(PriorityOf(when)))});
-    Emit(e);
-  }
-  return true;
-}
-
-namespace {
-
-// The identities of the structures (ADT values) among `args`: a prefetch
-// and its call pass the same minibatch values (their parameters may differ).
-std::vector<const void*> StructureIdentities(const std::vector<Value>& args) {
-  std::vector<const void*> out;
-  auto visit = [&](auto& self, const Value& v) -> void {
-    if (v.kind() == Value::Kind::kAdt) {
-      out.push_back(&v.fields());
-    } else if (v.kind() == Value::Kind::kTuple) {
-      for (const Value& f : v.fields()) self(self, f);
-    }
-  };
-  for (const Value& a : args) visit(visit, a);
-  return out;
-}
-
-}  // namespace
-
-void EngineImpl::QueueGenericWalk(Request& r, pejit::Prefetch when) {
-  GenericWalk walk{&r.entry, r.static_args, r.args, std::nullopt, r.snapshot, r.key, when, StructureIdentities(r.args)};
-  if (r.wrt) walk.wrt = *r.wrt;
-  {
-    std::lock_guard<std::mutex> lock(generic_queue_mu_);
-    (when == pejit::Prefetch::kNext ? walks_next_ : walks_idle_).push_back(std::move(walk));
-  }
-  Spawn();
-}
-
-void EngineImpl::ClaimGenericWalk(Request& r) {
-  std::unique_lock<std::mutex> lock(generic_queue_mu_);
-  if (walks_next_.empty() && walks_idle_.empty() && walking_.empty()) return;
-  std::vector<const void*> structures = StructureIdentities(r.args);
-  if (structures.empty()) return;
-  for (auto* queue : {&walks_next_, &walks_idle_}) {
-    std::erase_if(*queue, [&](const GenericWalk& w) { return w.entry == &r.entry && w.structures == structures; });
-  }
-  auto mine = std::make_pair(&r.entry, structures);
-  WaitInterruptibly(walked_cv_, lock,
-                    [&] { return std::find(walking_.begin(), walking_.end(), mine) == walking_.end(); });
-}
-
-void EngineImpl::RunGenericWalk(GenericWalk& walk) {
-  if (stopping_.load()) return;
-  // An edit since the prefetch: the entry's program is another one now, and
-  // the call will be prepared against it.
-  if (module.snapshot()->generation() != walk.snapshot->generation()) return;
-  Request r{*walk.entry, walk.static_args, walk.args, walk.wrt ? &*walk.wrt : nullptr, walk.snapshot, walk.key,
-            true, "", 0};
-  if (!PrefetchGeneric(r, walk.when)) PrefetchSpecialized(r, walk.when);
-}
-
 void EngineImpl::Prefetch(Request& r, pejit::Prefetch when) {
   Prepare(r);
   if (!r.cacheable) return;
@@ -1549,137 +1041,6 @@ EntryStats Entry::stats() const {
 
 void CompileFn::RefuseUndifferentiated() {
   throw JitFailure("the compile hook takes differentiated programs only, and autodiff takes no control flow");
-}
-
-DiskKey EngineImpl::DiskKeyOf(EntryState& entry, const ModuleSnapshot& snapshot, const SlotKey& key) const {
-  DiskKey k;
-  k.entry = entry.name;
-  k.mode = key.mode;
-  k.signature = key.signature.key;
-  k.options = disk_options_;
-  k.cpu = disk_cpu_;
-  // The text of the entry's definitions and of the module's types: an edit
-  // of any of them is another key, an edit of nothing they print is not.
-  std::lock_guard<std::mutex> lock(entry.definitions_mu);
-  if (entry.definitions_versions != key.versions->key) {
-    entry.definitions_hash = DefinitionsHash(snapshot, entry.name);
-    entry.definitions_versions = key.versions->key;
-  }
-  k.definitions = entry.definitions_hash;
-  return k;
-}
-
-void EngineImpl::RefuseCacheEntry(const std::string& entry, const Signature* sig, const std::string& reason) {
-  if (!On(EventKind::kCacheRefused)) return;
-  Event e = Make(EventKind::kCacheRefused, entry, sig);
-  e.fields.push_back({"reason", reason});
-  Emit(e);
-}
-
-// A signature this engine has no slot for, found on disk: linked and
-// published at once, on the calling thread (reading and linking an entry is
-// milliseconds; the call then runs compiled instead of waiting for a job).
-SlotPtr EngineImpl::LoadFromDisk(Request& r) {
-  std::optional<DiskHit> hit = LoadImage(r.entry, *r.snapshot, r.key, r.args, r.static_args, r.wrt, 0);
-  if (!hit) return nullptr;
-  bool inserted = false;
-  SlotPtr slot = Insert(r, SlotState::kPending, &inserted);
-  if (!slot || !inserted) return slot;  // another call got there first, or an edit did
-  std::vector<Eviction> evicted = cache.Publish(*slot, hit->exec, std::move(hit->gradient_result));
-  ReportEvictions(evicted);
-  Settle(*slot);
-  return slot;
-}
-
-// The stored code of `key`, linked and checked against what the entry
-// returns for these arguments (`job` 0: on a call's thread).
-std::optional<EngineImpl::DiskHit> EngineImpl::LoadImage(EntryState& entry, const ModuleSnapshot& snapshot,
-                                                         const SlotKey& key, const std::vector<Value>& args,
-                                                         const std::vector<bool>& static_args,
-                                                         const std::vector<int>* wrt, int64_t job) {
-  DiskHit hit;
-  hit.exec = LinkFromDisk(DiskKeyOf(entry, snapshot, key), entry.name, &key.signature, job, [&](const Executable& exec) {
-    ResultLayout layout = LayoutOf(AsFunc(snapshot.Get(entry.name).type)->ret, args, static_args, wrt);
-    if (!IsTensorTree(exec.result_type()) || CountTensorLeaves(exec.result_type()) != layout.tensors) {
-      throw ImageError("the image returns " + TypeToString(exec.result_type()) + ", not " +
-                       std::to_string(layout.tensors) + " tensors");
-    }
-    hit.gradient_result = std::move(layout.gradient_result);
-  });
-  if (!hit.exec) return std::nullopt;
-  Count(entry.loaded);
-  return hit;
-}
-
-ExecutablePtr EngineImpl::LinkFromDisk(const DiskKey& key, const std::string& entry, const Signature* sig,
-                                       int64_t job, const std::function<void(const Executable&)>& check) {
-  const int64_t start = NowMicros();
-  std::string refused;
-  std::optional<DiskCache::Loaded> file = disk_->Load(key, &refused);
-  ExecutablePtr exec;
-  JitSession::LoadReport linked;
-  if (file) {
-    try {
-      exec = jit_->Load(file->image, &linked);
-      if (check) check(*exec);
-    } catch (const std::exception& e) {
-      exec.reset();
-      refused = disk_->PathOf(key) + ": " + e.what();
-      std::remove(disk_->PathOf(key).c_str());
-    }
-  }
-  if (!refused.empty()) RefuseCacheEntry(entry, sig, refused);
-  if (exec && On(EventKind::kCacheLoad)) {
-    Event e = Make(EventKind::kCacheLoad, entry, sig, start, NowMicros() - start);
-    if (job > 0) e.fields.push_back({"job", job});
-    e.fields.push_back({"mode", key.mode});
-    e.fields.push_back({"bytes", static_cast<int64_t>(file->bytes)});
-    e.fields.push_back({"objects_linked", static_cast<int64_t>(linked.objects_linked)});
-    e.fields.push_back({"code_bytes", static_cast<int64_t>(exec->code_bytes())});
-    Emit(e);
-  }
-  return exec;
-}
-
-void EngineImpl::WriteToDisk(const DiskKey& key, const std::string& entry, const Signature* sig,
-                             const Executable& exec, int64_t job) {
-  const auto* native = dynamic_cast<const NativeExecutable*>(&exec);
-  if (!native) return;  // regions with a driver, the residual interpreter: not stored
-  const int64_t start = NowMicros();
-  try {
-    DiskCache::Stored stored = disk_->Store(key, EncodeImage(*native));
-    if (On(EventKind::kCacheStore)) {
-      Event e = Make(EventKind::kCacheStore, entry, sig, start, NowMicros() - start);
-      e.fields.push_back({"job", job});
-      e.fields.push_back({"bytes", static_cast<int64_t>(stored.bytes)});
-      e.fields.push_back({"evicted", static_cast<int64_t>(stored.evicted)});
-      Emit(e);
-    }
-  } catch (const std::exception& e) {
-    RefuseCacheEntry(entry, sig, e.what());
-  }
-}
-
-// Native code just published, written for later engines (on the worker).
-void EngineImpl::StoreToDisk(const Job& job, const Slot& slot, const ExecutablePtr& exec) {
-  EntryState& entry = *slot.key.entry;
-  WriteToDisk(DiskKeyOf(entry, *job.snapshot, slot.key), entry.name, &slot.key.signature, *exec, job.id);
-}
-
-// The key is the program's own text, which says all it computes: equal
-// texts are the same code, whatever definitions they came from.
-ExecutablePtr EngineImpl::CompileThroughDisk(const std::string& entry, const char* kind, const Func& program,
-                                             const CompileOptions& options) {
-  DiskKey key;
-  key.entry = kind;
-  key.mode = options.optimize_machine_code ? "O2" : "O0";
-  key.signature = PrintFunction("segment", program);
-  key.options = disk_options_;
-  key.cpu = disk_cpu_;
-  if (ExecutablePtr loaded = LinkFromDisk(key, entry, nullptr, 0, {})) return loaded;
-  ExecutablePtr exec = jit_->Compile(program, options);
-  WriteToDisk(key, entry, nullptr, *exec, 0);
-  return exec;
 }
 
 }  // namespace pejit

@@ -1,0 +1,243 @@
+// The structure-generic tier's part of the engine: serving a call, walking a prefetched call's
+// structure ahead, compiling segment variants (generic/program.h, generic/executor.h).
+#include "scheduler/engine_impl.h"
+
+namespace pejit {
+
+namespace {
+
+// The identities of the structures (ADT values) among `args`: a prefetch
+// and its call pass the same minibatch values (their parameters may differ).
+std::vector<const void*> StructureIdentities(const std::vector<Value>& args) {
+  std::vector<const void*> out;
+  auto visit = [&](auto& self, const Value& v) -> void {
+    if (v.kind() == Value::Kind::kAdt) {
+      out.push_back(&v.fields());
+    } else if (v.kind() == Value::Kind::kTuple) {
+      for (const Value& f : v.fields()) self(self, f);
+    }
+  };
+  for (const Value& a : args) visit(visit, a);
+  return out;
+}
+
+}  // namespace
+
+std::vector<std::shared_ptr<generic::GenericProgram>> EngineImpl::GenericPrograms() {
+  std::vector<std::shared_ptr<generic::GenericProgram>> programs;
+  std::lock_guard<std::mutex> lock(entries_mu_);
+  for (const auto& [name, entry] : entries_) {
+    std::lock_guard<std::mutex> generic_lock(entry->generic_mu);
+    if (entry->generic) programs.push_back(entry->generic);
+  }
+  return programs;
+}
+
+std::shared_ptr<generic::GenericProgram> EngineImpl::GenericFor(Request& r) {
+  EntryState& entry = r.entry;
+  std::lock_guard<std::mutex> lock(entry.generic_mu);
+  if (entry.generic_versions != r.key.versions->key) {
+    entry.generic_versions = r.key.versions->key;
+    entry.generic.reset();
+    entry.generic_refusal.clear();
+    entry.generic_refused.clear();
+    try {
+      entry.generic = std::make_shared<generic::GenericProgram>(r.snapshot, entry.name, generic::GenericOptions{},
+                                                                 segments_);
+    } catch (const Refusal& e) {
+      entry.generic_refusal = e.what();
+      RefuseGeneric(r, entry.generic_refusal);
+    }
+  }
+  return entry.generic;
+}
+
+void EngineImpl::RefuseGeneric(Request& r, const std::string& reason) {
+  if (!On(EventKind::kGenericRefused)) return;
+  Event e = Make(EventKind::kGenericRefused, r.entry.name, &r.key.signature);
+  e.fields.push_back({"mode", r.key.mode});
+  e.fields.push_back({"reason", reason});
+  Emit(e);
+}
+
+std::optional<ValueAndGrad> EngineImpl::RunGeneric(Request& r) {
+  std::shared_ptr<generic::GenericProgram> program = GenericFor(r);
+  if (!program) return std::nullopt;
+  if (r.cacheable) {
+    std::lock_guard<std::mutex> lock(r.entry.generic_mu);
+    if (r.entry.generic_refused.count(r.key)) return std::nullopt;
+  }
+  ClaimGenericWalk(r);  // walked ahead, or now: once
+  int64_t start = r.start_us;
+  ValueAndGrad out;
+  generic::Execution run;
+  generic::Schedule schedule;
+  try {
+    // Refused before anything runs: the whole run would be thrown away.
+    for (size_t k = 0; r.wrt && k < r.wrt->size(); ++k) {
+      if (generic::HoldsStructure(r.args.at((*r.wrt)[k]))) {
+        throw Refusal("generic: a gradient with respect to a structure argument (argument " +
+                      std::to_string((*r.wrt)[k]) + ")");
+      }
+    }
+    schedule = program->Inspect(r.args);
+    generic::ExecuteOptions eo;
+    eo.grad = r.wrt != nullptr;
+    if (options.policy.kind == Policy::Kind::kSync) eo.compile_now = jit_.get();
+    run = generic::Execute(schedule, eo);
+    out.value = std::move(run.value);
+    if (r.wrt) {
+      for (int i : *r.wrt) out.grads.push_back(generic::ArgumentGradient(r.args, run.root_grads, i));
+    }
+  } catch (const Refusal& e) {
+    if (r.cacheable) {
+      // Bounded: a run of ever new structures keeps the newest few thousand.
+      constexpr size_t kMaxRefusedSignatures = 4096;
+      std::lock_guard<std::mutex> lock(r.entry.generic_mu);
+      if (r.entry.generic_refused.size() >= kMaxRefusedSignatures) r.entry.generic_refused.clear();
+      r.entry.generic_refused.insert(r.key);
+    }
+    RefuseGeneric(r, e.what());
+    return std::nullopt;
+  } catch (const Interrupted&) {
+    throw;  // the caller's stop, not the tier's fault
+  } catch (const std::exception& e) {
+    // Bad input, or a fault of this tier: the interpreter gives the answer
+    // or the proper error.
+    RefuseGeneric(r, std::string("run: ") + e.what());
+    return std::nullopt;
+  }
+  if (jit_ && options.policy.kind != Policy::Kind::kSync) {
+    for (size_t i = 0; i < run.missing_native.size(); ++i) {
+      QueueGenericCompile(r.entry.name, program, run.missing_codes[i], run.missing_native[i]);
+    }
+  }
+  Count(r.entry.calls_generic);
+  if (run.interpreted_runs == 0) Count(r.entry.calls_generic_native);
+  Count(r.entry.generic_runs, run.native_runs + run.interpreted_runs);
+  Count(r.entry.generic_native_runs, run.native_runs);
+  if (On(EventKind::kCall)) {
+    Event e = Make(EventKind::kCall, r.entry.name, &r.key.signature, start, NowMicros() - start);
+    e.fields.push_back({"tier", std::string("generic")});
+    e.fields.push_back({"mode", std::string(r.wrt ? "grad" : "value")});
+    e.fields.push_back({"threads", static_cast<int64_t>(Team::Current()->threads_used())});
+    e.fields.push_back({"inspect_us", static_cast<int64_t>(schedule.inspect_ms * 1000)});
+    if (schedule.kept) e.fields.push_back({"schedule", std::string("prefetched")});
+    e.fields.push_back({"runs", static_cast<int64_t>(run.native_runs + run.interpreted_runs)});
+    e.fields.push_back({"native_runs", static_cast<int64_t>(run.native_runs)});
+    e.fields.push_back({"levels", static_cast<int64_t>(schedule.levels)});
+    if (schedule.new_cells > 0) e.fields.push_back({"new_cells", static_cast<int64_t>(schedule.new_cells)});
+    Emit(e);
+  }
+  return out;
+}
+
+void EngineImpl::QueueGenericCompile(const std::string& entry, std::shared_ptr<generic::GenericProgram> program,
+                                     generic::SegmentCode* code, generic::SegmentCode::Variant* variant) {
+  if (variant->queued.exchange(true)) return;  // one compile per variant at a time
+  {
+    std::lock_guard<std::mutex> lock(generic_queue_mu_);
+    generic_queue_.push_back({entry, std::move(program), code, variant});
+  }
+  Spawn();
+}
+
+void EngineImpl::RunGenericCompile(GenericCompile& job) {
+  if (stopping_.load()) return;
+  int64_t start = NowMicros();
+  std::string failure;
+  try {
+    CompileProgram through_disk;
+    if (disk_) {
+      through_disk = [&](const Func& program, const CompileOptions& o) {
+        return CompileThroughDisk(job.entry, "generic segment", program, o);
+      };
+    }
+    generic::CompileVariant(*jit_, *job.code, *job.variant, through_disk);
+  } catch (const std::exception& e) {
+    failure = e.what();  // the variant keeps running in the interpreter
+  }
+  if (!failure.empty()) {
+    if (On(EventKind::kGenericRefused)) {
+      Event e = Make(EventKind::kGenericRefused, job.entry, nullptr);
+      e.fields.push_back({"reason", "compile of segment " + std::to_string(job.code->id) + ": " + failure});
+      Emit(e);
+    }
+    return;
+  }
+  if (On(EventKind::kGenericCompile)) {
+    Event e = Make(EventKind::kGenericCompile, job.entry, nullptr, start, NowMicros() - start);
+    e.fields.push_back({"segment", static_cast<int64_t>(job.code->id)});
+    e.fields.push_back({"rows", job.variant->rows});
+    e.fields.push_back({"ops", static_cast<int64_t>(job.code->ops)});
+    e.fields.push_back({"code_bytes", static_cast<int64_t>(job.variant->code_bytes.load())});
+    Emit(e);
+  }
+}
+
+bool EngineImpl::PrefetchGeneric(Request& r, pejit::Prefetch when) {
+  std::shared_ptr<generic::GenericProgram> program = GenericFor(r);
+  if (!program || !jit_) return false;
+  generic::Ahead ahead;
+  const int64_t start = NowMicros();
+  int queued = 0;
+  try {
+    // The call takes this walk's schedule (GenericProgram::InspectAhead).
+    ahead = program->InspectAhead(r.args);
+    for (const auto& [code, rows] : ahead.variants) {
+      generic::SegmentCode::Variant& v = generic::VariantEntry(*code, rows, r.wrt != nullptr);  // the worker makes it
+      if (!v.native.load()) {
+        QueueGenericCompile(r.entry.name, program, code, &v);
+        ++queued;
+      }
+    }
+  } catch (const std::exception& e) {
+    RefuseGeneric(r, e.what());
+    return false;
+  }
+  if (On(EventKind::kGenericInspect)) {
+    Event e = Make(EventKind::kGenericInspect, r.entry.name, &r.key.signature, start, NowMicros() - start);
+    e.fields.push_back({"inspect_us", static_cast<int64_t>(ahead.inspect_ms * 1000)});
+    if (ahead.new_cells > 0) e.fields.push_back({"new_cells", static_cast<int64_t>(ahead.new_cells)});
+    e.fields.push_back({"variants", static_cast<int64_t>(ahead.variants.size())});
+    e.fields.push_back({"queued", static_cast<int64_t>(queued)});
+    e.fields.push_back({"priority", std::string(JobPriorityName(PriorityOf(when)))});
+    Emit(e);
+  }
+  return true;
+}
+
+void EngineImpl::QueueGenericWalk(Request& r, pejit::Prefetch when) {
+  GenericWalk walk{&r.entry, r.static_args, r.args, std::nullopt, r.snapshot, r.key, when, StructureIdentities(r.args)};
+  if (r.wrt) walk.wrt = *r.wrt;
+  {
+    std::lock_guard<std::mutex> lock(generic_queue_mu_);
+    (when == pejit::Prefetch::kNext ? walks_next_ : walks_idle_).push_back(std::move(walk));
+  }
+  Spawn();
+}
+
+void EngineImpl::ClaimGenericWalk(Request& r) {
+  std::unique_lock<std::mutex> lock(generic_queue_mu_);
+  if (walks_next_.empty() && walks_idle_.empty() && walking_.empty()) return;
+  std::vector<const void*> structures = StructureIdentities(r.args);
+  if (structures.empty()) return;
+  for (auto* queue : {&walks_next_, &walks_idle_}) {
+    std::erase_if(*queue, [&](const GenericWalk& w) { return w.entry == &r.entry && w.structures == structures; });
+  }
+  auto mine = std::make_pair(&r.entry, structures);
+  WaitInterruptibly(walked_cv_, lock,
+                    [&] { return std::find(walking_.begin(), walking_.end(), mine) == walking_.end(); });
+}
+
+void EngineImpl::RunGenericWalk(GenericWalk& walk) {
+  if (stopping_.load()) return;
+  // An edit since the prefetch: the entry's program is another one now, and
+  // the call will be prepared against it.
+  if (module.snapshot()->generation() != walk.snapshot->generation()) return;
+  Request r{*walk.entry, walk.static_args, walk.args, walk.wrt ? &*walk.wrt : nullptr, walk.snapshot, walk.key,
+            true, "", 0};
+  if (!PrefetchGeneric(r, walk.when)) PrefetchSpecialized(r, walk.when);
+}
+
+}  // namespace pejit
