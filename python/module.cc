@@ -18,6 +18,7 @@
 #include "scheduler/policy.h"
 #include "support/interrupt.h"
 #include "support/refusal.h"
+#include "train/lookahead.h"
 #include "train/optimizer.h"
 
 namespace pejit::python {
@@ -448,6 +449,25 @@ PYBIND11_MODULE(pejit, m) {
         py::gil_scoped_release release;
         engine.reset();
       });
+
+  // The window the C++ trainers keep (train/lookahead.h); args_of is called
+  // on the loop's thread, with the GIL, from before_step.
+  py::class_<Lookahead>(m, "Lookahead",
+                        "Keeps the call `ahead` steps in front of a training loop prefetched as next, so that it "
+                        "compiles before the loop gets there: args_of(step) gives that step's arguments (a tuple) or "
+                        "None; call before_step(step) as each step begins.")
+      .def(py::init([](py::object entry, py::function args_of, int ahead) {
+             if (ahead < 0) throw std::invalid_argument("Lookahead: ahead must be 0 or more, not " + std::to_string(ahead));
+             const PyEntry& e = entry.cast<const PyEntry&>();
+             auto args = [entry, args_of](size_t step) -> std::optional<std::vector<Value>> {
+               py::object got = args_of(step);
+               if (got.is_none()) return std::nullopt;
+               return ArgumentsOf(entry.cast<const PyEntry&>(), py::args(py::tuple(got))).values;
+             };
+             return std::make_unique<Lookahead>(e.entry, std::move(args), ahead);
+           }),
+           py::arg("entry"), py::arg("args_of"), py::arg("ahead"))
+      .def("before_step", &Lookahead::BeforeStep, py::arg("step"));
 
   py::class_<Optimizer>(m, "Optimizer", "Updates a parameter structure (a pejit.Value) in place from gradients.")
       .def(py::init([](const std::string& kind, double learning_rate, double weight_decay, double clip_norm,

@@ -346,15 +346,12 @@ def main():
                 batches.append((trees, labels, len(chunk)))
         before = loss.stats()
         progress = Progress(f"epoch {epoch}", len(batches))
-        ahead = o.lookahead
-        for k in range(1, min(ahead, len(batches))):
-            loss.prefetch(batches[k][0], batches[k][1], params, when="next")
+        lookahead = pejit.Lookahead(
+            loss, lambda step: batches[step][:2] + (params,) if step < len(batches) else None, o.lookahead)
         total_loss = trees_done = 0
         epoch_start = time.perf_counter()
         for step, (trees, labels, n) in enumerate(batches):
-            if ahead and step + ahead < len(batches):
-                nxt = batches[step + ahead]
-                loss.prefetch(nxt[0], nxt[1], params, when="next")
+            lookahead.before_step(step)
             value, grads = loss.value_and_grad(trees, labels, params)
             optimizer.step(params, grads)
             total_loss += float(value) * n

@@ -162,3 +162,33 @@ def test_step_threads_default_to_the_workers_and_the_caller():
         assert engine.stats()["step_threads"] == 1
     with pytest.raises(ValueError, match="step_threads"):
         pejit.Engine(step_threads=-1)
+
+
+def test_a_lookahead_window_asks_for_the_calls_ahead_of_the_loop():
+    # train/lookahead.h from Python: steps 1 .. ahead-1 when the window opens,
+    # then step + ahead as each step begins; None (past the end) asks nothing.
+    with pejit.Engine(policy="eager", workers=1) as engine:
+        engine.module.add_source(PROGRAM)
+        loss = engine.entry("loss", wrt=1)
+        rng = np.random.default_rng(5)
+        p = params(rng)
+        calls = [rng.standard_normal((k + 1, 3)).astype(np.float32) for k in range(6)]  # six signatures
+        asked = []
+
+        def args_of(step):
+            asked.append(step)
+            return (calls[step], p) if step < len(calls) else None
+
+        window = pejit.Lookahead(loss, args_of, 3)
+        assert asked == [1, 2]
+        for step in range(len(calls)):
+            window.before_step(step)
+            loss.value_and_grad(calls[step], p)
+        assert asked == [1, 2, 3, 4, 5, 6, 7, 8]
+        engine.drain()
+        assert loss.status(calls[5], p).ready  # asked for ahead, compiled
+        silent = []
+        pejit.Lookahead(loss, lambda step: silent.append(step), 0).before_step(0)
+        assert silent == []
+        with pytest.raises(ValueError, match="ahead must be 0 or more"):
+            pejit.Lookahead(loss, args_of, -1)
