@@ -4,9 +4,9 @@
 
 #include <cstdio>
 
+#include "ir/program_files.h"
 #include "runtime/artifact.h"
 #include "support/input_file.h"
-#include "ir/program_files.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"Run an entry of a pejit export artifact (runtime/artifact.h) on JSON arguments; no LLVM"};

@@ -2,9 +2,9 @@
 //
 // The numbers (1)-(7) and (J1)-(J6) are the steps of the essay in
 // code_cache.h. The generic tier's part is engine_generic.cc, the
-// persistent cache's engine_disk.cc (engine_impl.h says why). Threads: any number of callers; the workers of one
-// tbb::task_arena, each running one job at a time; the module's editing
-// thread, which runs OnEdit. Everything they share is behind the cache's and
+// persistent cache's engine_disk.cc (engine_impl.h says why). Threads: any
+// number of callers; the workers of one tbb::task_arena, each running one job
+// at a time; the module's editing thread, which runs OnEdit. Everything they share is behind the cache's and
 // the queue's locks, or in atomics; the only hand-off TSan cannot see is TBB
 // passing a task to a worker, annotated in Spawn.
 #include "scheduler/engine_impl.h"

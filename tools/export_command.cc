@@ -7,6 +7,7 @@
 #include <map>
 #include <memory>
 
+#include "ir/program_files.h"
 #include "jit/image.h"
 #include "jit/native_executable.h"
 #include "jit/pipeline.h"
@@ -15,7 +16,6 @@
 #include "scheduler/disk_cache.h"
 #include "support/input_file.h"
 #include "support/mac.h"
-#include "ir/program_files.h"
 
 namespace pejit {
 namespace {

@@ -18,12 +18,12 @@
 #include "ir/json.h"
 #include "ir/module.h"
 #include "ir/printer.h"
+#include "ir/program_files.h"
 #include "jit/control_flow.h"
 #include "jit/pipeline.h"
 #include "pe/partial_eval.h"
 #include "support/cli_checks.h"
 #include "tools/export_command.h"
-#include "ir/program_files.h"
 #include "tools/replay_command.h"
 #include "tools/trace_command.h"
 

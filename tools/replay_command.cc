@@ -12,12 +12,12 @@
 #include <stdexcept>
 
 #include "interp/interpreter.h"
+#include "ir/program_files.h"
 #include "pe/signature.h"
 #include "scheduler/engine.h"
 #include "support/cli_checks.h"
 #include "support/input_file.h"
 #include "support/progress.h"
-#include "ir/program_files.h"
 #include "train/lookahead.h"
 
 namespace pejit {
