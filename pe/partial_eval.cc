@@ -125,7 +125,7 @@ class PartialEvaluator {
   PartialEvaluator(const ModuleSnapshot& module, const PeOptions& options, PeCache* cache)
       : module_(module),
         options_(options),
-        cache_(cache && cache->enabled() && !options.record_instances ? cache : nullptr) {}
+        cache_(cache && cache->enabled() ? cache : nullptr) {}
 
   Residual Run(const std::string& entry, const std::vector<Value>& args, const std::vector<bool>& static_args) {
     auto start = std::chrono::steady_clock::now();
@@ -143,24 +143,11 @@ class PartialEvaluator {
       pargs.push_back(FromValue(args[i], whole, params));
     }
     OpenScope(true);
-    if (options_.record_instances) {
-      instances_.push_back({entry, -1, 0, 0, {}, ArgTypes(pargs), "", Atoms(pargs, true), {}});
-      current_instance_ = 0;
-    }
     const PVal* result = Apply(nullptr, NewGlobal(&entry_), pargs);
     Expr reified = Reify(result, def.func->loc);
-    if (options_.record_instances) {
-      instances_[0].result_type = TypeText(result);
-      instances_[0].result_atoms = Atoms({&result, 1}, false);
-      const Scope& root = scopes_.back();
-      binding_instance_.assign(root.constant_lets.size(), -1);
-      binding_instance_.insert(binding_instance_.end(), root.let_instances.begin(), root.let_instances.end());
-    }
     Expr body = CloseScope(std::move(reified));
 
     Residual out;
-    out.instances = std::move(instances_);
-    out.binding_instance = std::move(binding_instance_);
     out.main = MakeFunc(std::move(params), body, nullptr, def.func->loc);
     out.functions = std::move(residual_functions_);
     for (const auto& [_, t] : module_.types()) out.types.push_back(t);
@@ -220,13 +207,6 @@ class PartialEvaluator {
   IndexTable adt_index_;
   std::vector<TypeDefPtr> adts_;
   std::vector<uint64_t> adt_hashes_;
-
-  // PeOptions::record_instances: the instances so far, the one being
-  // evaluated, main's bindings' instances, and which functions are structural.
-  std::vector<CallInstance> instances_;
-  int current_instance_ = -1;
-  std::vector<int> binding_instance_;
-  std::unordered_map<const FuncNode*, bool> structural_;
 
   // (7) The helper call being recorded (one at a time: the outermost), the
   // templates replayed (their tensors are pointed at), definitions by name.
@@ -407,27 +387,11 @@ class PartialEvaluator {
   Var Emit(Expr value, const Type& type) {
     Var v = NewVar(type, value->loc);
     scopes_.back().lets.push_back({v, std::move(value)});
-    if (options_.record_instances) scopes_.back().let_instances.push_back(current_instance_);
     return v;
   }
 
-  // ---- Structural call instances (PeOptions::record_instances) ----------------------
-
-  // Whether `f`'s body matches on one of its parameters.
-  bool Structural(const FuncNode& f) {
-    auto [it, added] = structural_.try_emplace(&f, false);
-    if (added) {
-      PostOrderVisit(f.body, [&](const Expr& e) {
-        auto* m = As<MatchNode>(e);
-        if (!m || m->scrutinee->kind != ExprKind::kVar) return;
-        for (const auto& p : f.params) it->second = it->second || m->scrutinee.get() == p.get();
-      });
-    }
-    return it->second;
-  }
-
-  // A value's type as the instance keys see it: tensors with their shapes,
-  // ADT values by their type's name alone.
+  // A value's type as refusals name it: tensors with their shapes, ADT
+  // values by their type's name alone.
   std::string TypeText(const PVal* v) {
     switch (v->kind) {
       case PVal::Kind::kDynamic: return TypeToString(v->type->type);
@@ -498,31 +462,6 @@ class PartialEvaluator {
     if (!f.ret_type || Fits(result, f.ret_type)) return;
     throw PeFailure(f.loc.ToString() + ": the result of " + (name ? "@" + *name : std::string("the function")) +
                     " is " + TypeText(result) + ", not its declared " + TypeToString(f.ret_type));
-  }
-
-  // The dynamic atoms of `values`, depth first, with their paths.
-  static std::vector<std::pair<std::string, Expr>> Atoms(std::span<const PVal* const> values, bool top_is_tuple) {
-    std::vector<std::pair<std::string, Expr>> out;
-    std::vector<std::pair<std::string, const PVal*>> stack;
-    for (size_t i = values.size(); i-- > 0;) stack.push_back({top_is_tuple ? std::to_string(i) : "", values[i]});
-    while (!stack.empty()) {
-      auto [path, v] = stack.back();
-      stack.pop_back();
-      if (v->kind == PVal::Kind::kDynamic) out.push_back({path, v->atom});
-      if (v->kind == PVal::Kind::kTuple || v->kind == PVal::Kind::kAdt || v->kind == PVal::Kind::kClosure ||
-          v->kind == PVal::Kind::kChoice) {
-        for (uint32_t i = v->size; i-- > 0;) {
-          stack.push_back({path + (path.empty() ? "" : ".") + std::to_string(i), v->fields[i]});
-        }
-      }
-    }
-    return out;
-  }
-
-  std::string ArgTypes(std::span<const PVal* const> args) {
-    std::string out;
-    for (const PVal* a : args) out += (out.empty() ? "" : ", ") + TypeText(a);
-    return out;
   }
 
   void OpenScope(bool function_root) {
@@ -1154,9 +1093,6 @@ class PartialEvaluator {
     for (size_t i = 0; i < n.clauses.size(); ++i) {
       const Clause& c = n.clauses[i];
       if (!Match(c.pattern, v, n.loc)) continue;
-      if (options_.record_instances && v->kind == PVal::Kind::kAdt) {
-        instances_[current_instance_].clauses.push_back(static_cast<int>(i));
-      }
       return Eval(c.body);
     }
     throw PeFailure(n.loc.ToString() + ": no clause of match fits " + Describe(v));
@@ -1642,19 +1578,8 @@ class PartialEvaluator {
         PushActive(skeleton, f, closure, args);
         bool recorded = record != nullptr;  // nested unfoldings leave the recording to this one
         if (recorded) StartRecording(std::move(record), unfoldings_before);
-        int caller = current_instance_;
-        bool instance = options_.record_instances && call && global && Structural(*f);
-        if (instance) {
-          instances_.push_back({*global, caller, instances_[caller].calls++, 0, {}, ArgTypes(args), "", Atoms(args, true), {}});
-          current_instance_ = static_cast<int>(instances_.size()) - 1;
-        }
         result = Eval(f->body);
         CheckResult(result, *f, global);
-        if (instance) {
-          instances_[current_instance_].result_type = TypeText(result);
-          instances_[current_instance_].result_atoms = Atoms({&result, 1}, false);
-          current_instance_ = caller;
-        }
         if (recorded) FinishRecording(result);
         PopActive();
         Unbind(mark);

@@ -36,10 +36,6 @@ struct PeOptions {
   // 1.5 KiB per level of a recursion over a list, so ~700,000 levels; memory
   // is used only as deep as the recursion goes).
   int64_t max_stack_bytes = int64_t{1} << 30;
-  // Record the structural call instances of the run (Residual::instances).
-  // Costs a little per emitted binding; the PE cache is bypassed, since a
-  // replayed template would not say which instance each binding came from.
-  bool record_instances = false;
 };
 
 // Partial evaluation gave up; the call should run in the interpreter. what()
@@ -68,30 +64,6 @@ struct PeStats {
   double seconds = 0;
 };
 
-// One structural call instance of a run (PeOptions::record_instances): the
-// entry's unfolding (instance 0), or that of a function that matches on one
-// of its parameters, called inside another instance. Instances of a
-// recursion over a tree are its nodes; what instances with one key (function,
-// clauses taken, the types they receive) emit is the same code, the cell the
-// generic tier is to compile once (docs/architecture.md).
-struct CallInstance {
-  std::string function;
-  int parent = -1;    // the instance whose evaluation made this call
-  int position = 0;   // among the parent's structural calls, from 0
-  int calls = 0;      // structural calls it made
-  // The clause every match on a known constructor took while evaluating this
-  // instance's body (its inlined helpers' too), in order.
-  std::vector<int> clauses;
-  // The types of its arguments, constructors left out ("List"), and of its
-  // result, as text; a static tensor with a hash of its contents.
-  std::string arg_types, result_type;
-  // The residual atoms its arguments and its result hold, each with its path
-  // of field numbers ("2.4": argument 2's field 4; "1" for the result's
-  // field 1, "" for the result itself): what its code reads from outside,
-  // what its caller reads of it.
-  std::vector<std::pair<std::string, Expr>> arg_atoms, result_atoms;
-};
-
 struct Residual {
   // The residual entry: one parameter per dynamic leaf, in Flatten's order.
   Func main;
@@ -100,11 +72,6 @@ struct Residual {
   // ADT types the residual constructs or receives.
   std::vector<TypeDefPtr> types;
   PeStats stats;
-  // With PeOptions::record_instances: the structural call instances, and for
-  // every let-binding of `main`, in order, the instance that emitted it (-1
-  // for the tensors materialized once at the top).
-  std::vector<CallInstance> instances;
-  std::vector<int> binding_instance;
 
   // The residual as a .pj program: its types, the functions, and `@main`.
   std::string ToText() const;

@@ -256,7 +256,6 @@ class PValArena {
 // A let-list being filled.
 struct Scope {
   std::vector<std::pair<Var, Expr>> lets;
-  std::vector<int32_t> let_instances;  // PeOptions::record_instances: who emitted each let
   size_t calls_mark = 0;      // the call memo's size when the scope opened
   bool function_root = false;  // the body of a residual function (or main)
   // Function roots: tensors materialized once. The tensor is kept alive with

@@ -10,7 +10,6 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
-#include <map>
 #include <sstream>
 
 #include "interp/interpreter.h"
@@ -87,35 +86,6 @@ int Run(const std::string& file, const std::string& entry, const std::string& ar
   return 0;
 }
 
-// `pe --instances`: the structural call instances, grouped by function and
-// the clauses they took, with the bindings each emitted.
-void PrintInstances(const Residual& r) {
-  std::vector<int> bindings(r.instances.size(), 0);
-  for (int i : r.binding_instance) {
-    if (i >= 0) ++bindings[i];
-  }
-  struct Group {
-    int count = 0, min_bindings = 0, max_bindings = 0;
-  };
-  std::map<std::string, Group> groups;
-  for (size_t i = 0; i < r.instances.size(); ++i) {
-    const CallInstance& c = r.instances[i];
-    std::string key = "@" + c.function + " clauses";
-    for (int k : c.clauses) key += " " + std::to_string(k);
-    if (c.clauses.empty()) key += " -";
-    Group& g = groups[key];
-    g.min_bindings = g.count == 0 ? bindings[i] : std::min(g.min_bindings, bindings[i]);
-    g.max_bindings = std::max(g.max_bindings, bindings[i]);
-    ++g.count;
-  }
-  std::printf("# %zu structural call instances:\n", r.instances.size());
-  for (const auto& [key, g] : groups) {
-    std::printf("#   %-40s %6d  bindings %d", key.c_str(), g.count, g.min_bindings);
-    if (g.max_bindings != g.min_bindings) std::printf("-%d", g.max_bindings);
-    std::printf("\n");
-  }
-}
-
 int PartialEval(const std::string& file, const std::string& entry, const std::string& args_file,
                 const std::string& static_list, const PeOptions& options) {
   Snapshot s = LoadProgram(file);
@@ -138,7 +108,6 @@ int PartialEval(const std::string& file, const std::string& entry, const std::st
       static_cast<long long>(st.generalized_calls),
       static_cast<long long>(st.unfoldings), static_cast<long long>(st.folded_ops),
       static_cast<long long>(st.shared_calls), st.seconds * 1e3);
-  if (options.record_instances) PrintInstances(r);
   return 0;
 }
 
@@ -262,8 +231,6 @@ int main(int argc, char** argv) {
   pe->add_option("--fuel", pe_options.fuel, "function bodies to unfold before residualizing calls")
       ->capture_default_str()->check(pejit::NonNegativeInteger());
   pe->add_option("--max-ops", pe_options.max_residual_ops, "operators the residual may hold")->capture_default_str()->check(pejit::NonNegativeInteger());
-  pe->add_flag("--instances", pe_options.record_instances,
-               "also list the structural call instances (one per node a recursion visits), by function and clauses");
 
   std::string emit = "fused";
   int opt_level = 3;

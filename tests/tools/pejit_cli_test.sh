@@ -109,13 +109,6 @@ echo '[{"dtype":"i64","shape":[],"data":[0]},{"dtype":"i64","shape":[],"data":[1
 out=$("$pejit" run "$tmp/residual.pj" --entry main --args "$tmp/leaves.json")
 [[ "$out" == '{"value":{"dtype":"f32","shape":[1,2],"data":[2.5,3.5]}}' ]] || fail "residual run: $out"
 
-# The structural call instances: @loss, and @encode on the tree's five nodes
-# (its second call on the same tree is answered by the first).
-out=$("$pejit" pe "$dir/trees.pj" --entry loss --args "$dir/trees_args.json" --instances)
-[[ "$out" == *"# 6 structural call instances:"* ]] || fail "pe --instances: $out"
-grep -q '^#   @encode clauses 0 .* 3  bindings 2$' <<< "$out" || fail "pe --instances leaves: $out"
-grep -q '^#   @encode clauses 1 .* 2  bindings 2$' <<< "$out" || fail "pe --instances nodes: $out"
-
 # Without fuel, partial evaluation leaves every call residual: both modes
 # compile them as native regions between residual calls (grad mode with each
 # region's VJP), with run's answer.
