@@ -280,25 +280,28 @@ bool HoldsStructure(const Value& arg) {
   return structure;
 }
 
-Value ArgumentGradient(const std::vector<Value>& args, const std::vector<Tensor>& root_grads, int arg) {
-  size_t root = 0;
-  for (int a = 0; a < arg; ++a) root += CountRoots(args.at(a));
-  const Value& like = args.at(arg);
-  bool structure = false;
-  std::vector<Tensor> tensors;
-  ForEachNode(like, [&](const Value& v) {
-    structure |= v.kind() == Value::Kind::kAdt;
-    if (v.is_tensor()) tensors.push_back(v.tensor());
-  });
-  if (structure) throw Refusal("generic: a gradient with respect to a structure argument");
-  std::vector<Value> grads;
-  for (const Tensor& t : tensors) {
-    const Tensor& g = root_grads.at(root++);
-    // As the interpreter: a leaf no gradient can flow to (integers) holds
-    // itself; a float one nothing reached gets zeros.
-    grads.emplace_back(g.defined() ? g : !IsFloat(t.dtype()) ? t : Tensor::Zeros(t.dtype(), t.shape()));
+ValueAndGrad CallResult(const std::vector<Value>& args, const std::vector<int>* wrt, Execution& run) {
+  ValueAndGrad out;
+  out.value = std::move(run.value);
+  if (!wrt) return out;
+  for (int i : *wrt) {
+    if (HoldsStructure(args.at(i))) throw Refusal("generic: a gradient with respect to a structure argument");
   }
-  return ReplaceTensorLeaves(like, grads);
+  // Results as compiled code lays them out: the loss, then per wrt leaf its
+  // gradient. An argument without structures has its roots for leaves, in
+  // the same order.
+  std::vector<size_t> first;
+  std::vector<Tensor> leaves = Flatten(args, {}, &first);
+  std::vector<int> wrt_leaves = FloatWrtLeaves(leaves, first, *wrt);
+  std::vector<size_t> first_root(args.size(), 0);
+  for (size_t a = 1; a < args.size(); ++a) first_root[a] = first_root[a - 1] + CountRoots(args[a - 1]);
+  std::vector<Tensor> results{out.value.tensor()};
+  size_t a = 0;
+  for (int leaf : wrt_leaves) {
+    while (a + 1 < first.size() && first[a + 1] <= static_cast<size_t>(leaf)) ++a;
+    results.push_back(run.root_grads.at(first_root[a] + (leaf - first[a])));
+  }
+  return FromResults(nullptr, args, wrt, leaves, first, GradientResultOf(leaves.size(), wrt_leaves), results);
 }
 
 namespace {

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "generic/program.h"
+#include "ir/abi.h"
 #include "ir/value.h"
 #include "jit/compiler.h"
 
@@ -52,13 +53,14 @@ struct Execution {
 // or the errors of the code it runs (EvalError, OpError, JitFailure).
 Execution Execute(const Schedule& schedule, const ExecuteOptions& options);
 
-// The gradient for argument `arg` of `args`, shaped like it, from
-// Execution::root_grads, as Interpreter::CallWithGrad gives it: zeros for a
-// float leaf nothing reached, the leaf itself for an integer one. Throws
-// Refusal when the argument holds a structure value (HoldsStructure).
-Value ArgumentGradient(const std::vector<Value>& args, const std::vector<Tensor>& root_grads, int arg);
-// Whether `arg` holds a structure (ADT) value anywhere: ArgumentGradient
-// refuses it, so a caller asking for its gradient can be refused before
+// The call's value and, with `wrt`, its gradients, each shaped like its
+// argument, from `run` (its value moved out), as every tier answers
+// (ir/abi.h's FromResults): zeros for a float leaf nothing reached, the leaf
+// itself for an integer one. Throws Refusal when an argument of `wrt` holds
+// a structure value (HoldsStructure).
+ValueAndGrad CallResult(const std::vector<Value>& args, const std::vector<int>* wrt, Execution& run);
+// Whether `arg` holds a structure (ADT) value anywhere: CallResult refuses
+// a gradient for it, so a caller asking for its gradient can be refused before
 // anything runs.
 bool HoldsStructure(const Value& arg);
 

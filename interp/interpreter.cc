@@ -522,28 +522,4 @@ Interpreter::ValueAndGrad Interpreter::CallWithGrad(const ModuleSnapshot& module
   return out;
 }
 
-std::vector<int> GradientResultOf(size_t leaves, const std::vector<int>& wrt_leaves) {
-  std::vector<int> result_of(leaves, -1);
-  for (size_t g = 0; g < wrt_leaves.size(); ++g) result_of.at(wrt_leaves[g]) = static_cast<int>(g) + 1;
-  return result_of;
-}
-
-Interpreter::ValueAndGrad GradientsFromResults(const std::vector<Value>& args, const std::vector<int>& wrt,
-                                               const std::vector<Tensor>& leaves, const std::vector<size_t>& first,
-                                               const std::vector<int>& result_of, const std::vector<Tensor>& results) {
-  if (result_of.size() != leaves.size()) {
-    throw std::logic_error("the code's gradient layout has " + std::to_string(result_of.size()) + " leaves, the call " +
-                           std::to_string(leaves.size()));
-  }
-  Interpreter::ValueAndGrad out;
-  out.value = Value(results.at(0));
-  for (int i : wrt) {
-    size_t end = static_cast<size_t>(i) + 1 < first.size() ? first[i + 1] : leaves.size();
-    std::vector<Value> replaced;
-    for (size_t j = first[i]; j < end; ++j) replaced.emplace_back(result_of[j] >= 0 ? results.at(result_of[j]) : leaves[j]);
-    out.grads.push_back(ReplaceTensorLeaves(args[i], replaced));
-  }
-  return out;
-}
-
 }  // namespace pejit

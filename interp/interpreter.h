@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "ir/abi.h"
 #include "ir/module.h"
 #include "ir/value.h"
 #include "support/bounded.h"
@@ -66,10 +67,7 @@ class Interpreter {
   // parameter types). Throws EvalError.
   Value Call(const ModuleSnapshot& module, const std::string& entry, const std::vector<Value>& args) const;
 
-  struct ValueAndGrad {
-    Value value;              // the loss
-    std::vector<Value> grads; // one per index of `wrt`, shaped like that argument
-  };
+  using ValueAndGrad = pejit::ValueAndGrad;  // ir/abi.h: every tier answers so
   // Runs `entry` recording a tape, then returns its value (a scalar f32 loss)
   // and the gradients with respect to arguments `wrt` — tensors, or tuples
   // and ADT values of tensors (a parameter tuple), returned in the same
@@ -89,19 +87,5 @@ class Interpreter {
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };
-
-// A grad call's loss and gradients from compiled code's results, exactly as
-// CallWithGrad returns them: one per index of `wrt`, shaped like that
-// argument. `leaves` are the call's dynamic leaves (argument i's from
-// first[i]); leaf j's gradient is results[result_of[j]], the loss
-// results[0]; a leaf without one (result_of -1: an integer) stands for
-// itself. Throws std::logic_error when the layout does not fit the call.
-// The layout compiled code for the gradients of leaves `wrt_leaves` (of
-// `leaves` dynamic leaves) returns them in: the loss first, then one per
-// wrt leaf in order; -1 for the others. GradientsFromResults's `result_of`.
-std::vector<int> GradientResultOf(size_t leaves, const std::vector<int>& wrt_leaves);
-Interpreter::ValueAndGrad GradientsFromResults(const std::vector<Value>& args, const std::vector<int>& wrt,
-                                               const std::vector<Tensor>& leaves, const std::vector<size_t>& first,
-                                               const std::vector<int>& result_of, const std::vector<Tensor>& results);
 
 }  // namespace pejit

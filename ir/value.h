@@ -100,7 +100,7 @@ class Value {
 // ---- Tensor leaves: the contract between the tiers --------------------------
 //
 // A value's tensor leaves are its tensors, depth first, fields left to right.
-// Compiled code takes a call's arguments as their leaves (pe/signature.h) and
+// Compiled code takes a call's arguments as their leaves (ir/abi.h) and
 // gives gradients back as leaves, which ReplaceTensorLeaves shapes like the
 // argument again; the interpreter's tape watches the same leaves. The walks
 // keep an explicit stack: a structure nests as deep as its data (a

@@ -196,45 +196,6 @@ size_t SignatureCache::size() const {
   return entries_.size();
 }
 
-std::vector<Tensor> Flatten(const std::vector<Value>& args, const std::vector<bool>& static_args,
-                            std::vector<size_t>* first) {
-  std::vector<Tensor> leaves;
-  if (first) first->assign(args.size(), 0);
-  for (size_t i = 0; i < args.size(); ++i) {
-    if (first) (*first)[i] = leaves.size();
-    if (!IsStatic(static_args, i)) AppendTensorLeaves(args[i], leaves);
-  }
-  return leaves;
-}
-
-std::vector<int> FloatWrtLeaves(std::span<const Tensor> leaves, std::span<const size_t> first,
-                                std::span<const int> wrt) {
-  std::vector<bool> wanted(first.size(), false);
-  for (int i : wrt) {
-    if (i < 0 || static_cast<size_t>(i) >= first.size()) {
-      throw std::invalid_argument("gradient with respect to argument " + std::to_string(i) +
-                                  ": there is no such argument (the call has " + std::to_string(first.size()) + ")");
-    }
-    wanted[i] = true;
-  }
-  std::vector<int> out;
-  for (size_t i = 0; i < first.size(); ++i) {
-    if (!wanted[i]) continue;
-    size_t end = i + 1 < first.size() ? first[i + 1] : leaves.size();
-    for (size_t j = first[i]; j < end; ++j) {
-      if (IsFloat(leaves[j].dtype())) out.push_back(static_cast<int>(j));
-    }
-  }
-  return out;
-}
-
-std::vector<int> FloatWrtLeaves(const std::vector<Value>& args, std::span<const int> wrt,
-                                const std::vector<bool>& static_args) {
-  std::vector<size_t> first;
-  std::vector<Tensor> leaves = Flatten(args, static_args, &first);
-  return FloatWrtLeaves(leaves, first, wrt);
-}
-
 std::string ModeName(const std::vector<int>* wrt) {
   if (!wrt) return "value";
   std::string mode = "grad:";

@@ -5,10 +5,9 @@
 // caller marks static. Two minibatches of trees with the same shapes (other
 // words, other labels) have equal signatures.
 //
-// The dynamic leaves are the tensors the skeleton leaves out, in this order
-// (the residual program's parameters): arguments left to right, each walked
-// depth first, tuple and constructor fields left to right; arguments marked
-// static contribute none.
+// The dynamic leaves are the tensors the skeleton leaves out, in the order
+// of the calling convention (ir/abi.h's Flatten): the residual program's
+// parameters.
 #pragma once
 
 #include <cstdint>
@@ -19,6 +18,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "ir/abi.h"
 #include "ir/value.h"
 
 namespace pejit {
@@ -79,25 +79,8 @@ class SignatureCache {
   std::unordered_map<const void*, Entry> entries_;
 };
 
-// The dynamic leaves of `args`, in the order above (each argument's
-// TensorLeaves, ir/value.h); given `first`, where argument i's begin.
-std::vector<Tensor> Flatten(const std::vector<Value>& args, const std::vector<bool>& static_args = {},
-                            std::vector<size_t>* first = nullptr);
-
 // A specialization's mode as logs and keys spell it: "value" (no `wrt`), or
 // "grad:" and the argument indices, "grad:0,2".
 std::string ModeName(const std::vector<int>* wrt);
-
-// The leaves a gradient with respect to arguments `wrt` is taken for: the
-// indices, into the dynamic leaves, of the float tensors of those arguments,
-// ascending and each once (integer leaves such as word ids have none, static
-// arguments have no leaves). Throws std::invalid_argument for an index that
-// names no argument.
-std::vector<int> FloatWrtLeaves(const std::vector<Value>& args, std::span<const int> wrt,
-                                const std::vector<bool>& static_args = {});
-// The same from leaves already flattened, where argument i's leaves begin at
-// `first[i]` (and end where the next one's begin, the last one's at the end).
-std::vector<int> FloatWrtLeaves(std::span<const Tensor> leaves, std::span<const size_t> first,
-                                std::span<const int> wrt);
 
 }  // namespace pejit

@@ -7,6 +7,7 @@
 #include <fstream>
 #include <stdexcept>
 
+#include "ir/abi.h"
 #include "ir/parser.h"
 #include "jit/image.h"
 #include "jit/native_executable.h"
@@ -170,14 +171,9 @@ Interpreter::ValueAndGrad Artifact::Call(const std::string& entry, const std::ve
   std::vector<size_t> first;
   std::vector<Tensor> leaves = Flatten(args, {}, &first);
   std::vector<Tensor> results = it->second->Run(leaves);
-  if (wrt) {
-    std::vector<int> wrt_leaves = FloatWrtLeaves(leaves, first, *wrt);
-    return GradientsFromResults(args, *wrt, leaves, first, GradientResultOf(leaves.size(), wrt_leaves), results);
-  }
-  size_t pos = 0;
-  Interpreter::ValueAndGrad out;
-  out.value = ValueFromTensors(it->second->result_type(), results, pos);
-  return out;
+  std::vector<int> gradient_result;
+  if (wrt) gradient_result = GradientResultOf(leaves.size(), FloatWrtLeaves(leaves, first, *wrt));
+  return FromResults(it->second->result_type(), args, wrt, leaves, first, gradient_result, results);
 }
 
 }  // namespace pejit

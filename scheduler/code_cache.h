@@ -146,9 +146,8 @@ struct Slot {
   // of kReady or kFailed and only read after an acquire load saw it.
   std::atomic<SlotState> state;
   ExecutablePtr exec;  // kReady
-  // kReady, grad mode: per dynamic leaf of a call (pe/signature.h), the
-  // index of its gradient among exec's results, or -1 (computed once, by
-  // the job, for every call of the signature).
+  // kReady, grad mode: ir/abi.h's CallLayout::gradient_result (computed
+  // once, by the job, for every call of the signature).
   std::vector<int> gradient_result;
   std::string tier;    // kReady: exec->tier()
   size_t bytes = 0;    // kReady: exec->code_bytes()

@@ -24,18 +24,6 @@ const char* const kPipelineStage = "pipeline";
 std::atomic<int64_t> next_job_id{1};
 
 
-// Compiled code can serve a grad call when every wrt index names a distinct
-// dynamic argument; anything else is tier 0's to accept or reject.
-bool CompilableWrt(const std::vector<int>& wrt, size_t nargs, const std::vector<bool>& static_args) {
-  std::vector<bool> seen(nargs, false);
-  for (int i : wrt) {
-    if (i < 0 || static_cast<size_t>(i) >= nargs || seen[i]) return false;
-    if (static_cast<size_t>(i) < static_args.size() && static_args[i]) return false;
-    seen[i] = true;
-  }
-  return true;
-}
-
 CodeStatus::State ToCodeState(SlotState s) {
   switch (s) {
     case SlotState::kCold: return CodeStatus::State::kCold;
@@ -47,19 +35,6 @@ CodeStatus::State ToCodeState(SlotState s) {
 }
 
 }  // namespace
-
-ResultLayout LayoutOf(const Type& ret, const std::vector<Value>& args, const std::vector<bool>& static_args,
-                      const std::vector<int>* wrt) {
-  ResultLayout layout;
-  layout.tensors = CountTensorLeaves(ret);
-  if (!wrt) return layout;
-  std::vector<size_t> first;
-  std::vector<Tensor> leaves = Flatten(args, static_args, &first);
-  layout.wrt_leaves = FloatWrtLeaves(leaves, first, *wrt);
-  layout.tensors = 1 + layout.wrt_leaves.size();
-  layout.gradient_result = GradientResultOf(leaves.size(), layout.wrt_leaves);
-  return layout;
-}
 
 const char* CodeStateName(CodeStatus::State s) {
   switch (s) {
@@ -294,17 +269,11 @@ std::optional<ValueAndGrad> EngineImpl::RunCompiled(Request& r, Slot& slot) {
   std::string failure;
   ValueAndGrad out;
   try {
-    // Flatten, run, rebuild.
+    // Flatten, run, rebuild (ir/abi.h).
     std::vector<size_t> first;
     std::vector<Tensor> leaves = signatures.Flatten(r.args, r.static_args, &first);
     std::vector<Tensor> results = exec->Run(leaves);
-    if (r.wrt) {
-      out = GradientsFromResults(r.args, *r.wrt, leaves, first, slot.gradient_result, results);
-    } else {
-      size_t pos = 0;
-      out.value = ValueFromTensors(exec->result_type(), results, pos);
-      if (pos != results.size()) throw std::logic_error("more result tensors than the result type has");
-    }
+    out = FromResults(exec->result_type(), r.args, r.wrt, leaves, first, slot.gradient_result, results);
   } catch (const Interrupted&) {
     throw;  // the caller's stop: the code is not at fault
   } catch (const std::exception& e) {
@@ -683,8 +652,8 @@ void EngineImpl::RunJob(Job& job) {
     // straight-line code. A residual with control flow (a dynamic `if`, a
     // loop the data ends) stays as it is, and the compile hook decides what
     // it can do with it, differentiating it too (CompileTask).
-    ResultLayout layout = LayoutOf(type->ret, job.args, job.static_args, job.grad ? &job.wrt : nullptr);
-    const size_t expected_results = layout.tensors;
+    CallLayout layout = LayoutOf(type->ret, job.args, job.static_args, job.grad ? &job.wrt : nullptr);
+    const size_t expected_results = layout.results;
     gradient_result = std::move(layout.gradient_result);
     PipelineOptions pipeline;
     pipeline.batch = options.batch;

@@ -52,10 +52,10 @@ std::optional<EngineImpl::DiskHit> EngineImpl::LoadImage(EntryState& entry, cons
                                                          const std::vector<int>* wrt, int64_t job) {
   DiskHit hit;
   hit.exec = LinkFromDisk(DiskKeyOf(entry, snapshot, key), entry.name, &key.signature, job, [&](const Executable& exec) {
-    ResultLayout layout = LayoutOf(AsFunc(snapshot.Get(entry.name).type)->ret, args, static_args, wrt);
-    if (!IsTensorTree(exec.result_type()) || CountTensorLeaves(exec.result_type()) != layout.tensors) {
+    CallLayout layout = LayoutOf(AsFunc(snapshot.Get(entry.name).type)->ret, args, static_args, wrt);
+    if (!IsTensorTree(exec.result_type()) || CountTensorLeaves(exec.result_type()) != layout.results) {
       throw ImageError("the image returns " + TypeToString(exec.result_type()) + ", not " +
-                       std::to_string(layout.tensors) + " tensors");
+                       std::to_string(layout.results) + " tensors");
     }
     hit.gradient_result = std::move(layout.gradient_result);
   });

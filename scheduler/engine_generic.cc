@@ -85,10 +85,7 @@ std::optional<ValueAndGrad> EngineImpl::RunGeneric(Request& r) {
     eo.grad = r.wrt != nullptr;
     if (options.policy.kind == Policy::Kind::kSync) eo.compile_now = jit_.get();
     run = generic::Execute(schedule, eo);
-    out.value = std::move(run.value);
-    if (r.wrt) {
-      for (int i : *r.wrt) out.grads.push_back(generic::ArgumentGradient(r.args, run.root_grads, i));
-    }
+    out = generic::CallResult(r.args, r.wrt, run);
   } catch (const Refusal& e) {
     if (r.cacheable) {
       // Bounded: a run of ever new structures keeps the newest few thousand.

@@ -26,6 +26,7 @@
 
 #include "generic/executor.h"
 #include "generic/program.h"
+#include "ir/abi.h"
 #include "ir/printer.h"
 #include "jit/control_flow.h"
 #include "jit/image.h"
@@ -52,17 +53,6 @@ inline void Count(std::atomic<int64_t>& c, int64_t n = 1) { c.fetch_add(n, std::
 inline JobPriority PriorityOf(pejit::Prefetch when) {
   return when == pejit::Prefetch::kNext ? JobPriority::kNext : JobPriority::kIdle;
 }
-
-// What compiled code of an entry returning `ret` returns for these
-// arguments: its tensor count and, in grad mode (`wrt`), the leaves it
-// differentiates for and where each gradient is among its results
-// (Slot::gradient_result). Jobs and the persistent cache both lay results out so.
-struct ResultLayout {
-  size_t tensors = 0;
-  std::vector<int> wrt_leaves, gradient_result;
-};
-ResultLayout LayoutOf(const Type& ret, const std::vector<Value>& args, const std::vector<bool>& static_args,
-                      const std::vector<int>* wrt);
 
 struct EntryState {
   explicit EntryState(std::string n) : name(std::move(n)) {}

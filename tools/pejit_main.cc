@@ -13,6 +13,7 @@
 #include <sstream>
 
 #include "interp/interpreter.h"
+#include "ir/abi.h"
 #include "ir/exhaustive.h"
 #include "ir/json.h"
 #include "ir/module.h"
@@ -181,19 +182,16 @@ int Compile(const std::string& file, const std::string& entry, const std::string
   if (!run_compiled) return 0;
   // The compiled code on the arguments' dynamic leaves, its results rebuilt
   // as `run` prints them.
-  std::vector<Tensor> leaves;
   std::vector<size_t> first;
-  for (const Value& a : args) {
-    first.push_back(leaves.size());
-    AppendTensorLeaves(a, leaves);
-  }
+  std::vector<Tensor> leaves = Flatten(args, {}, &first);
   std::vector<Tensor> results = exe->Run(leaves);
+  std::vector<int> gradient_result;
+  if (grad) gradient_result = GradientResultOf(leaves.size(), *options.wrt_leaves);
+  ValueAndGrad out = FromResults(exe->result_type(), args, grad ? &wrt : nullptr, leaves, first, gradient_result, results);
   if (grad) {
-    PrintResult(GradientsFromResults(args, wrt, leaves, first, GradientResultOf(leaves.size(), *options.wrt_leaves),
-                                     results), wrt);
+    PrintResult(out, wrt);
   } else {
-    size_t pos = 0;
-    PrintResult(ValueFromTensors(exe->result_type(), results, pos));
+    PrintResult(out.value);
   }
   return 0;
 }

@@ -86,9 +86,9 @@ TEST_P(GenericTest, ValuesAndGradientsMatchTheInterpreterOnUnseenStructures) {
     options.compile_now = c % 2 ? jit.get() : nullptr;
     Execution got = Execute(schedule, options);
     EXPECT_TRUE(ValueAllClose(got.value, want.value, 1e-4, 1e-5)) << got.value.ToString() << " vs " << want.value.ToString();
+    ValueAndGrad grads = CallResult(args, &model.wrt, got);
     for (size_t w = 0; w < model.wrt.size(); ++w) {
-      Value grad = ArgumentGradient(args, got.root_grads, model.wrt[w]);
-      EXPECT_TRUE(ValueAllClose(grad, want.grads[w], 1e-4, 1e-5)) << "gradient of argument " << model.wrt[w];
+      EXPECT_TRUE(ValueAllClose(grads.grads[w], want.grads[w], 1e-4, 1e-5)) << "gradient of argument " << model.wrt[w];
     }
     if (c % 2) {
       EXPECT_EQ(got.interpreted_runs, 0);
@@ -138,8 +138,10 @@ def @loss(%a: Tree, %b: Tree, %emb: Tensor[(?, ?), f32], %w1: Tensor[(?, ?), f32
     options.grad = true;
     Execution got = Execute(schedule, options);
     EXPECT_TRUE(ValueAllClose(got.value, want.value, 1e-4, 1e-5)) << got.value.ToString() << " vs " << want.value.ToString();
-    EXPECT_TRUE(ValueAllClose(ArgumentGradient(args, got.root_grads, 3), want.grads[0], 1e-4, 1e-5));
-    EXPECT_TRUE(ValueAllClose(ArgumentGradient(args, got.root_grads, 4), want.grads[1], 1e-4, 1e-5));
+    const std::vector<int> wrt{3, 4};
+    ValueAndGrad grads = CallResult(args, &wrt, got);
+    EXPECT_TRUE(ValueAllClose(grads.grads[0], want.grads[0], 1e-4, 1e-5));
+    EXPECT_TRUE(ValueAllClose(grads.grads[1], want.grads[1], 1e-4, 1e-5));
   }
 };
 
@@ -258,8 +260,10 @@ def @loss(%t: Tree, %emb: Tensor[(?, ?), f32], %w: Tensor[(?, ?), f32], %g: Tens
   options.grad = true;
   Execution got = Execute(schedule, options);
   EXPECT_TRUE(ValueAllClose(got.value, want.value, 1e-4, 1e-5)) << got.value.ToString() << " vs " << want.value.ToString();
+  const std::vector<int> wrt{1, 2, 3, 4};
+  ValueAndGrad grads = CallResult(args, &wrt, got);
   for (int a = 1; a <= 4; ++a) {
-    EXPECT_TRUE(ValueAllClose(ArgumentGradient(args, got.root_grads, a), want.grads[a - 1], 1e-4, 1e-5)) << "argument " << a;
+    EXPECT_TRUE(ValueAllClose(grads.grads[a - 1], want.grads[a - 1], 1e-4, 1e-5)) << "argument " << a;
   }
 }
 
@@ -325,7 +329,8 @@ TEST(GenericTier, RunsBatchNodesOfOneHeightWhateverTheirChildCounts) {
   options.grad = true;
   Execution got = Execute(schedule, options);
   EXPECT_TRUE(ValueAllClose(got.value, want.value, 1e-4, 1e-5));
-  EXPECT_TRUE(ValueAllClose(ArgumentGradient(args, got.root_grads, 2), want.grads[0], 1e-4, 1e-5));
+  const std::vector<int> wrt{2};
+  EXPECT_TRUE(ValueAllClose(CallResult(args, &wrt, got).grads[0], want.grads[0], 1e-4, 1e-5));
 }
 
 int Height(const Value& tree) {
@@ -444,7 +449,8 @@ def @built(%t: Tree) -> Rows {
     options.grad = true;
     Execution got = Execute(program.Inspect(args), options);
     EXPECT_TRUE(ValueAllClose(got.value, want.value, 1e-4, 1e-5)) << got.value.ToString() << " vs " << want.value.ToString();
-    EXPECT_TRUE(ValueAllClose(ArgumentGradient(args, got.root_grads, 1), want.grads[0], 1e-4, 1e-5));
+    const std::vector<int> wrt{1};
+    EXPECT_TRUE(ValueAllClose(CallResult(args, &wrt, got).grads[0], want.grads[0], 1e-4, 1e-5));
   }
   GenericProgram refused(module, "built");
   try {
