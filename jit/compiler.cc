@@ -564,7 +564,9 @@ ExecutablePtr JitSession::Compile(const Func& program, const CompileOptions& opt
 
   // (1) Lower: simplify, fuse, plan memory.
   auto t0 = Clock::now();
-  Plan plan = Lower(program, options.lower);
+  LowerOptions lower = options.lower;
+  lower.instrument = &options.instrument;
+  Plan plan = Lower(program, lower);
   r.lower_ms = Ms(t0);
   if (options.keep_plan) r.plan = plan.ToString();
   r.kernels = plan.kernels();

@@ -17,6 +17,7 @@
 
 #include "ir/expr.h"
 #include "jit/executable.h"
+#include "jit/pass.h"
 #include "jit/plan.h"
 
 namespace pejit {
@@ -41,6 +42,9 @@ struct CompileOptions {
   bool keep_plan = false; // fill CompileReport::plan
   bool keep_ir = false;   // fill CompileReport::llvm_ir (optimized)
   bool keep_asm = false;  // fill CompileReport::assembly
+  // Shown every pass the program goes through on its way to this compile
+  // (jit/pass.h): the pipeline's, a control-flow program's, lowering's.
+  PassInstrument instrument;
 };
 
 struct CompileReport {

@@ -6,6 +6,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "ir/printer.h"
 #include "ir/value.h"
 #include "ir/visitor.h"
 #include "jit/batch_branches.h"
@@ -20,6 +21,13 @@
 
 namespace pejit {
 namespace {
+
+// A program with control flow as text: its residual functions, then main.
+std::string ProgramWithFunctions(const Func& main, const std::vector<std::pair<std::string, Func>>& functions) {
+  std::string out;
+  for (const auto& [name, f] : functions) out += PrintFunction(name, f) + "\n";
+  return out + PrintFunction("main", main);
+}
 
 // A variable's value in the driver and, in grad mode, the tape ids of its
 // tensors depth first (-1: no gradient reaches it, a constant's).
@@ -621,9 +629,21 @@ ExecutablePtr CompileControlFlow(JitSession& session, const Func& main,
                                  const ControlFlowOptions& options, ControlFlowStats* stats) {
   if (!HasControlFlow(main)) throw JitFailure("control flow: the program is straight-line code");
   auto program = std::make_shared<ControlFlowProgram>(session, options);
-  RefinedProgram refined = RefineShapes(main, functions);
+  // The control-flow pass list (jit/pass.h); its regions then go through
+  // the residual and lowering lists.
+  const PassInstrument& instrument = options.compile.instrument;
+  if (instrument.after) {
+    instrument.after("residual", PassProduct{nullptr, [&] { return ProgramWithFunctions(main, functions); }}, 0);
+  }
+  RefinedProgram refined = RunPass(
+      instrument, "refine-shapes", [&] { return RefineShapes(main, functions); },
+      [](const RefinedProgram& p) { return ProgramWithFunctions(p.main, p.functions); });
   BatchedBranches batched{refined.main, refined.functions};
-  if (options.batch_branches) batched = BatchBranches(refined.main, refined.functions);
+  if (options.batch_branches) {
+    batched = RunPass(
+        instrument, "batch-branches", [&] { return BatchBranches(refined.main, refined.functions); },
+        [](const BatchedBranches& p) { return ProgramWithFunctions(p.main, p.functions); });
+  }
   program->Build(batched.main, batched.functions);
   if (stats) {
     *stats = program->stats();

@@ -10,8 +10,9 @@
 //
 // PrepareResidual() runs the first two, which every compile step takes (the engine's
 // compile hook may be another tier than LLVM); CompileResidual() all three. Each
-// stage is timed, and `print_after` sees the program after every stage that
-// ran, for tests and `pejit compile --print-after`. The pipeline takes the
+// stage is a pass of jit/pass.h's lists (batch and autodiff here, lowering's
+// inside the compile), run under `compile.instrument`, which sees the program
+// after each (tests, `pejit compile --print-after`). The pipeline takes the
 // residual's main function, not the partial evaluator's result, so that jit/
 // does not depend on pe/.
 #pragma once
@@ -37,10 +38,7 @@ struct PipelineOptions {
   // Grad mode: the residual parameters (dynamic leaves) to differentiate for;
   // the program's result must then be a scalar f32 loss. Empty: value mode.
   std::optional<std::vector<int>> wrt_leaves;
-  CompileOptions compile;
-  // Called with a stage's name ("residual", "batch", "autodiff") and the
-  // program it produced, once per stage that ran.
-  std::function<void(std::string_view stage, const Func& program)> print_after;
+  CompileOptions compile;  // its instrument sees the residual, then every pass
 };
 
 struct PipelineReport {

@@ -39,11 +39,14 @@ class Lowering {
   Plan Run(const Func& program) {
     Func f = program;
     Decompose(f);  // checks
-    f = FoldConstants(f);
-    f = CombineSums(f);
-    if (options_.pack_gemm && PackedGemmFast()) f = PackGemmOperands(f);
-    if (options_.cse) f = EliminateCommonSubexpressions(f);
-    f = EliminateDeadCode(f);
+    // The lowering pass list (jit/pass.h), in its order.
+    static const PassInstrument kNone;
+    const PassInstrument& shown = options_.instrument ? *options_.instrument : kNone;
+    f = RunPass(shown, "fold-constants", [&] { return FoldConstants(f); });
+    f = RunPass(shown, "combine-sums", [&] { return CombineSums(f); });
+    if (options_.pack_gemm && PackedGemmFast()) f = RunPass(shown, "pack-gemm", [&] { return PackGemmOperands(f); });
+    if (options_.cse) f = RunPass(shown, "cse", [&] { return EliminateCommonSubexpressions(f); });
+    f = RunPass(shown, "dce", [&] { return EliminateDeadCode(f); });
     Straight s = Decompose(f);
 
     for (size_t i = 0; i < s.params.size(); ++i) {

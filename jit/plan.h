@@ -34,6 +34,7 @@
 #include "ir/expr.h"
 #include "jit/executable.h"
 #include "jit/moves.h"
+#include "jit/pass.h"
 #include "ops/op.h"
 
 namespace pejit {
@@ -126,6 +127,8 @@ struct LowerOptions {
   bool fuse = true;
   bool cse = true;
   bool pack_gemm = true;  // PackGemmOperands (jit/simplify.h), where PackedGemmFast()
+  // Shown each lowering pass (jit/pass.h); null: none. Not owned.
+  const PassInstrument* instrument = nullptr;
 };
 
 // Lowers a residual program; throws JitFailure naming what it cannot compile.

@@ -20,6 +20,7 @@
 #include "ir/printer.h"
 #include "ir/program_files.h"
 #include "jit/control_flow.h"
+#include "jit/pass.h"
 #include "jit/pipeline.h"
 #include "pe/partial_eval.h"
 #include "support/cli_checks.h"
@@ -131,10 +132,10 @@ int Compile(const std::string& file, const std::string& entry, const std::string
     if (!why.empty()) throw std::runtime_error("@" + entry + ": " + why);
     options.wrt_leaves = FloatWrtLeaves(args, wrt);
   }
-  options.print_after = [&](std::string_view stage, const Func& program) {
-    if (std::find(print_after.begin(), print_after.end(), stage) == print_after.end()) return;
-    std::printf("# after %.*s\n%s\n", static_cast<int>(stage.size()), stage.data(),
-                PrintFunction("main", program).c_str());
+  bool all = std::find(print_after.begin(), print_after.end(), "all") != print_after.end();
+  options.compile.instrument.after = [&](std::string_view pass, const PassProduct& product, double ms) {
+    if (!all && std::find(print_after.begin(), print_after.end(), pass) == print_after.end()) return;
+    std::printf("# after %.*s (%.3f ms)\n%s\n", static_cast<int>(pass.size()), pass.data(), ms, product.text().c_str());
   };
   options.compile.opt_level = opt_level;
   options.compile.keep_plan = emit == "fused";
@@ -253,10 +254,14 @@ int main(int argc, char** argv) {
   bool run_compiled = false;
   compile->add_flag("--run", run_compiled, "also run the compiled code on the arguments and print its result as `run` does");
   std::vector<std::string> print_after;
+  std::vector<std::string> passes = {"all"};
+  for (const pejit::PassList& list : pejit::PassLists()) passes.insert(passes.end(), list.passes.begin(), list.passes.end());
+  passes.push_back("residual");
   compile->add_option("--print-after", print_after,
-                      "also print the program after these stages (comma-separated): residual, batch, autodiff")
+                      "also print the program after these passes (comma-separated; jit/pass.h), or after all; "
+                      "the regions of a program with control flow each go through the residual and lowering passes")
       ->delimiter(',')
-      ->check(CLI::IsMember({"residual", "batch", "autodiff"}));
+      ->check(CLI::IsMember(passes));
 
   pejit::ReplayCommand replay(app);
   pejit::ExportCommand export_command(app);

@@ -11,6 +11,7 @@
 #include "interp/interpreter.h"
 #include "ir/module.h"
 #include "jit/control_flow.h"
+#include "jit/pass.h"
 #include "ops/random.h"
 #include "pe/partial_eval.h"
 
@@ -262,6 +263,34 @@ TEST_F(ControlFlowTest, SizesDeclaredOpenAreTheOnesTheProgramComputes) {
     ControlFlowStats stats = CheckGrad("ponder_loss", {x, w, uu}, {0, 1, 2}, /*finite_differences=*/scale == 1.0f);
     EXPECT_GE(stats.calls, 2);
   }
+}
+
+// The control-flow pass list runs once over the whole program, in order,
+// and shows what each made: refine-shapes writes the sizes `(1, ?)` left
+// open; each region then goes through the residual and lowering lists.
+TEST_F(ControlFlowTest, ItsPassesRunInTheirOrderAndShowWhatTheyMade) {
+  Rng rng(6);
+  Value x(RandomUniform(rng, {1, 16}, -1, 1)), w(RandomUniform(rng, {16, 16}, -0.5f, 0.5f));
+  Snapshot s = module_.snapshot();
+  Residual r = PartialEvaluate(*s, "branch_loss", {x, w});
+  std::vector<std::string> passes;
+  std::string refined;
+  ControlFlowOptions options;
+  options.compile.instrument.after = [&](std::string_view pass, const PassProduct& product, double ms) {
+    passes.emplace_back(pass);
+    EXPECT_TRUE(IsPassName(pass)) << pass;
+    EXPECT_GE(ms, 0);
+    if (pass == "refine-shapes") refined = product.text();
+  };
+  CompileControlFlow(*session_, r.main, r.functions, options);
+  ASSERT_GE(passes.size(), 4u);
+  EXPECT_EQ(std::vector<std::string>(passes.begin(), passes.begin() + 3),
+            (std::vector<std::string>{"residual", "refine-shapes", "batch-branches"}));
+  EXPECT_NE(refined.find("Tensor[(1, 16), f32]"), std::string::npos) << refined;
+  EXPECT_EQ(std::count(passes.begin(), passes.end(), "dce"),
+            std::count(passes.begin() + 3, passes.end(), "residual"))
+      << "every region is lowered";
+  EXPECT_GE(std::count(passes.begin(), passes.end(), "dce"), 2) << "a region per side of the branch";
 }
 
 // A size the program does not determine is refused with where the value is

@@ -9,8 +9,11 @@
 #include "examples/treelstm/listops.h"
 #include "examples/treelstm/model.h"
 #include "interp/interpreter.h"
+#include "ir/printer.h"
 #include "ir/visitor.h"
+#include "jit/pass.h"
 #include "jit/pipeline.h"
+#include "ops/packed_gemm.h"
 #include "ops/random.h"
 #include "pe/partial_eval.h"
 
@@ -44,16 +47,27 @@ TEST(PipelineTest, GradModeRunsBatchThenAutodiffAndMatchesTheInterpreterTape) {
   options.wrt_leaves = FloatWrtLeaves(call.args, std::vector<int>{2});
   std::vector<std::string> stages;
   std::vector<int> ops;
-  options.print_after = [&](std::string_view stage, const Func& program) {
+  std::vector<double> ms;
+  options.compile.instrument.after = [&](std::string_view stage, const PassProduct& product, double took) {
     stages.emplace_back(stage);
-    ops.push_back(CountOps(program));
+    ASSERT_NE(product.program, nullptr);
+    ops.push_back(CountOps(*product.program));
+    EXPECT_EQ(product.text(), PrintFunction("main", *product.program));
+    ms.push_back(took);
   };
   auto session = JitSession::Create();
   PipelineReport report;
   ExecutablePtr exe = CompileResidual(*session, residual.main, options, &report);
 
-  EXPECT_EQ(stages, (std::vector<std::string>{"residual", "batch", "autodiff"}));
-  ASSERT_EQ(ops.size(), 3u);
+  // The residual pass list, then lowering's (jit/pass.h), each once, in order.
+  std::vector<std::string> passes = {"residual", "batch", "autodiff", "fold-constants", "combine-sums"};
+  if (PackedGemmFast()) passes.push_back("pack-gemm");
+  passes.insert(passes.end(), {"cse", "dce"});
+  EXPECT_EQ(stages, passes);
+  for (const std::string& stage : stages) EXPECT_TRUE(IsPassName(stage)) << stage;
+  ASSERT_EQ(ops.size(), passes.size());
+  EXPECT_DOUBLE_EQ(report.batch_ms, ms[1]);
+  EXPECT_DOUBLE_EQ(report.autodiff_ms, ms[2]);
   EXPECT_LT(ops[1], ops[0]) << "batching merges the cells of the four trees";
   EXPECT_GT(ops[2], ops[1]) << "autodiff adds the backward pass";
   EXPECT_TRUE(report.batched);
@@ -145,7 +159,7 @@ TEST(PipelineTest, ValueModeWithoutBatchingHasOneStage) {
   PipelineOptions options;
   options.batch = false;
   std::vector<std::string> stages;
-  options.print_after = [&](std::string_view stage, const Func&) { stages.emplace_back(stage); };
+  options.compile.instrument.after = [&](std::string_view stage, const PassProduct&, double) { stages.emplace_back(stage); };
   PipelineReport report;
   Func program = PrepareResidual(residual.main, options, &report);
   EXPECT_EQ(stages, std::vector<std::string>{"residual"});

@@ -41,6 +41,15 @@ fi
 # compile --run runs the compiled code and prints what run prints.
 out=$("$pejit" compile "$dir/trees.pj" --entry loss --args "$dir/trees_args.json" --grad --run | tail -n 1)
 [[ "$out" == "$want" ]] || fail "compile --grad --run: $out"
+# --print-after all: the program after every pass (jit/pass.h), in their
+# order; a name that is no pass is refused with the names.
+passes=$("$pejit" compile "$dir/trees.pj" --entry loss --args "$dir/trees_args.json" --grad --print-after all |
+         sed -n 's/^# after \([a-z-]*\) (.*/\1/p' | grep -v pack-gemm | tr '\n' ' ')
+[[ "$passes" == "residual batch autodiff fold-constants combine-sums cse dce " ]] || fail "--print-after all: $passes"
+if err=$("$pejit" compile "$dir/trees.pj" --entry loss --args "$dir/trees_args.json" --print-after lower 2>&1); then
+  fail "--print-after lower accepted"
+fi
+[[ "$err" == *"--print-after: lower not in {all,batch,autodiff,"* ]] || fail "--print-after lower: $err"
 out=$("$pejit" compile "$dir/trees.pj" --entry encode --args "$dir/trees_args.json" --run | tail -n 1)
 [[ "$out" == '{"value":{"dtype":"f32","shape":[1,2],"data":[2.5,3.5]}}' ]] || fail "compile --run: $out"
 # A loop the data ends (halving until the norm is below 1, at most 50 times):
