@@ -42,7 +42,7 @@ void BM_GenericInspect(benchmark::State& state) {
   size_t i = 0;
   double runs = 0, levels = 0, rows = 0, padded = 0, instances = 0;
   for (auto _ : state) {
-    generic::Schedule s = program.Inspect(w.calls[i++ % w.calls.size()]);
+    generic::Inspection s = program.Inspect(w.calls[i++ % w.calls.size()]);
     runs += s.runs.size();
     levels += s.levels;
     instances += s.instances;
@@ -65,7 +65,7 @@ BENCHMARK(BM_GenericInspect)->Unit(benchmark::kMicrosecond);
 // The inspector as a training loop meets it: the minibatch's values were
 // made long before and a step's tensors have pushed them out of the cache
 // since. Between iterations (untimed) 64 MiB are written; every minibatch
-// is walked once (its schedule was not kept ahead).
+// is walked once (its inspection was not kept ahead).
 void BM_GenericInspectCold(benchmark::State& state) {
   Workload w(32, 64);
   generic::GenericProgram program(w.snapshot, "loss");

@@ -447,9 +447,9 @@ int SharedRoot(const Run& run, int p) { return (*run.shared_roots)[run.code->inp
 
 }  // namespace
 
-Execution Execute(const Schedule& schedule, const ExecuteOptions& options) {
+Execution Execute(const Inspection& inspection, const ExecuteOptions& options) {
   Execution result;
-  const size_t n_runs = schedule.runs.size();
+  const size_t n_runs = inspection.runs.size();
   std::vector<std::vector<Tensor>> outputs(n_runs), inputs(n_runs);
   std::vector<SegmentCode::Variant*> variants(n_runs);
 
@@ -459,20 +459,20 @@ Execution Execute(const Schedule& schedule, const ExecuteOptions& options) {
     for (const SegmentCode::Pack& pack : packs) {
       const int root = SharedRoot(run, pack.param);
       Tensor& t = packed[{root, pack.transpose_b}];
-      if (!t.defined()) t = CallOp("gemm_pack", {schedule.roots.at(root)}, {{"transpose_b", pack.transpose_b}});
+      if (!t.defined()) t = CallOp("gemm_pack", {inspection.roots.at(root)}, {{"transpose_b", pack.transpose_b}});
       in.push_back(t);
     }
   };
 
-  auto row_of = [&](const Slot& slot, int64_t bytes) -> const char* {
+  auto row_of = [&](const Place& slot, int64_t bytes) -> const char* {
     const Tensor* t = nullptr;
     switch (slot.kind) {
-      case Slot::Kind::kRoot: t = &schedule.roots[slot.index]; break;
-      case Slot::Kind::kStruct:
-      case Slot::Kind::kConstant: t = slot.tensor; break;
-      case Slot::Kind::kRow: {
-        const Tensor& out = outputs[schedule.si_run[slot.index]][slot.output];
-        return static_cast<const char*>(out.raw_data()) + schedule.si_row[slot.index] * bytes;
+      case Place::Kind::kRoot: t = &inspection.roots[slot.index]; break;
+      case Place::Kind::kStruct:
+      case Place::Kind::kConstant: t = slot.tensor; break;
+      case Place::Kind::kRow: {
+        const Tensor& out = outputs[inspection.si_run[slot.index]][slot.output];
+        return static_cast<const char*>(out.raw_data()) + inspection.si_row[slot.index] * bytes;
       }
     }
     if (static_cast<int64_t>(t->nbytes()) != bytes) {
@@ -497,14 +497,14 @@ Execution Execute(const Schedule& schedule, const ExecuteOptions& options) {
       const TensorType& member = code.inputs[p];
       const int64_t bytes = RowBytes(member);
       if (code.shared[p]) {
-        in[p] = schedule.roots.at(SharedRoot(run, p));
+        in[p] = inspection.roots.at(SharedRoot(run, p));
         continue;
       }
       Tensor stacked = Tensor::Empty(member.dtype, Prepend(rows, member.shape));
       char* dst = static_cast<char*>(stacked.raw_data());
       for (int64_t i = 0; i < rows; ++i) {
         int si = run.members[first + (i < count ? i : 0)];
-        std::memcpy(dst + i * bytes, row_of(schedule.si_inputs[schedule.si_input_begin[si] + code.input_slot[p]], bytes), bytes);
+        std::memcpy(dst + i * bytes, row_of(inspection.si_inputs[inspection.si_input_begin[si] + code.input_slot[p]], bytes), bytes);
       }
       in[p] = std::move(stacked);
     }
@@ -519,7 +519,7 @@ Execution Execute(const Schedule& schedule, const ExecuteOptions& options) {
   };
 
   for (size_t r = 0; r < n_runs; ++r) {
-    const Run& run = schedule.runs[r];
+    const Run& run = inspection.runs[r];
     SegmentCode& code = *run.code;
     // Value mode makes its own variant only when no other native code serves the run.
     SegmentCode::Variant& variant =
@@ -592,25 +592,25 @@ Execution Execute(const Schedule& schedule, const ExecuteOptions& options) {
   }
 
   // The result: rows of the runs' outputs, rebuilt into the result type.
-  auto tensor_of = [&](const Slot& slot, const TensorType& type) -> Tensor {
-    if (slot.kind != Slot::Kind::kRow) return slot.kind == Slot::Kind::kRoot ? schedule.roots[slot.index] : *slot.tensor;
+  auto tensor_of = [&](const Place& slot, const TensorType& type) -> Tensor {
+    if (slot.kind != Place::Kind::kRow) return slot.kind == Place::Kind::kRoot ? inspection.roots[slot.index] : *slot.tensor;
     Tensor t = Tensor::Empty(type.dtype, type.shape);
     std::memcpy(t.raw_data(), row_of(slot, RowBytes(type)), t.nbytes());
     return t;
   };
   size_t leaf = 0;
   auto rebuild = [&](auto& self, const Type& type) -> Value {
-    if (auto* t = AsTensor(type)) return Value(tensor_of(schedule.result.at(leaf++), t->type));
+    if (auto* t = AsTensor(type)) return Value(tensor_of(inspection.result.at(leaf++), t->type));
     std::vector<Value> fields;
     for (const Type& f : AsTuple(type)->fields) fields.push_back(self(self, f));
     return Value::Tuple(std::move(fields));
   };
-  result.value = rebuild(rebuild, schedule.result_type);
+  result.value = rebuild(rebuild, inspection.result_type);
   if (!options.grad) return result;
 
-  const TensorTypeNode* loss = AsTensor(schedule.result_type);
+  const TensorTypeNode* loss = AsTensor(inspection.result_type);
   if (!loss || loss->type.dtype != DType::kF32 || !loss->type.shape.empty()) {
-    throw Refusal("generic: gradients need a scalar f32 result, not " + TypeToString(schedule.result_type));
+    throw Refusal("generic: gradients need a scalar f32 result, not " + TypeToString(inspection.result_type));
   }
   std::vector<std::vector<Tensor>> cotangents(n_runs);
   struct RowFactor {
@@ -619,33 +619,33 @@ Execution Execute(const Schedule& schedule, const ExecuteOptions& options) {
   };
   std::map<int, std::vector<RowFactor>> row_factors;  // per entry tensor: its gradient's products
   std::map<std::pair<int, Shape>, std::vector<Tensor>> row_sums;  // per entry tensor and shape: its reductions
-  result.root_grads.assign(schedule.roots.size(), Tensor());
+  result.root_grads.assign(inspection.roots.size(), Tensor());
   auto add_into = [](Tensor& target, const TensorType& type, const float* src) {
     if (!target.defined()) target = Tensor::Zeros(type.dtype, type.shape);
     float* dst = target.data<float>();
     for (int64_t i = 0; i < target.numel(); ++i) dst[i] += src[i];
   };
-  auto add_to_slot = [&](const Slot& slot, const TensorType& member, const float* src) {
-    if (slot.kind == Slot::Kind::kRoot) {
-      add_into(result.root_grads[slot.index], schedule.roots[slot.index].type(), src);
-    } else if (slot.kind == Slot::Kind::kRow) {
-      int r = schedule.si_run[slot.index];
-      const SegmentCode& code = *schedule.runs[r].code;
+  auto add_to_slot = [&](const Place& slot, const TensorType& member, const float* src) {
+    if (slot.kind == Place::Kind::kRoot) {
+      add_into(result.root_grads[slot.index], inspection.roots[slot.index].type(), src);
+    } else if (slot.kind == Place::Kind::kRow) {
+      int r = inspection.si_run[slot.index];
+      const SegmentCode& code = *inspection.runs[r].code;
       std::vector<Tensor>& cot = cotangents[r];
       if (cot.empty()) cot.resize(code.outputs.size());
       const TensorType& out = code.outputs[slot.output];
-      if (!cot[slot.output].defined()) cot[slot.output] = Tensor::Zeros(out.dtype, Prepend(schedule.runs[r].rows, out.shape));
-      float* dst = cot[slot.output].data<float>() + schedule.si_row[slot.index] * NumElements(member.shape);
+      if (!cot[slot.output].defined()) cot[slot.output] = Tensor::Zeros(out.dtype, Prepend(inspection.runs[r].rows, out.shape));
+      float* dst = cot[slot.output].data<float>() + inspection.si_row[slot.index] * NumElements(member.shape);
       const int64_t elems = NumElements(member.shape);
       for (int64_t i = 0; i < elems; ++i) dst[i] += src[i];
     }  // structure tensors and constants take no gradient
   };
   const float one = 1.0f;
-  add_to_slot(schedule.result.at(0), loss->type, &one);
+  add_to_slot(inspection.result.at(0), loss->type, &one);
 
   for (size_t r = n_runs; r-- > 0;) {
     if (cotangents[r].empty()) continue;
-    const Run& run = schedule.runs[r];
+    const Run& run = inspection.runs[r];
     const SegmentCode& code = *run.code;
     SegmentCode::Variant& variant = *variants[r];
     std::shared_ptr<const Executable> backward = variant.backward_code.load();
@@ -666,12 +666,12 @@ Execution Execute(const Schedule& schedule, const ExecuteOptions& options) {
       const TensorType& member = code.inputs[p];
       if (code.shared[p]) {
         const int root = SharedRoot(run, p);
-        add_into(result.root_grads[root], schedule.roots[root].type(), grad.data<float>());
+        add_into(result.root_grads[root], inspection.roots[root].type(), grad.data<float>());
         continue;
       }
       const int64_t elems = NumElements(member.shape);
       for (int i = 0; i < members; ++i) {
-        const Slot& slot = schedule.si_inputs[schedule.si_input_begin[run.members[i]] + code.input_slot[p]];
+        const Place& slot = inspection.si_inputs[inspection.si_input_begin[run.members[i]] + code.input_slot[p]];
         add_to_slot(slot, member, grad.data<float>() + i * elems);
       }
     }
@@ -695,9 +695,9 @@ Execution Execute(const Schedule& schedule, const ExecuteOptions& options) {
     int64_t rows = 0;
     for (const RowFactor& f : factors) rows += f.rows;
     const int64_t m = factors[0].lhs.shape()[1], n = factors[0].rhs.shape()[1];
-    if (schedule.roots[root].numel() != m * n) {
+    if (inspection.roots[root].numel() != m * n) {
       throw Refusal("generic: a weight gradient of " + std::to_string(m) + "x" + std::to_string(n) +
-                    " for a tensor of " + schedule.roots[root].type().ToString());
+                    " for a tensor of " + inspection.roots[root].type().ToString());
     }
     Tensor& grad = result.root_grads[root];
     if (!PackedGemmFast()) {  // the right factors stacked (rows, n), the left ones (rows, m)
@@ -708,7 +708,7 @@ Execution Execute(const Schedule& schedule, const ExecuteOptions& options) {
         std::memcpy(rhs.data<float>() + at * n, f.rhs.data<float>(), f.rows * n * sizeof(float));
         at += f.rows;
       }
-      add_into(grad, schedule.roots[root].type(), CallOp("matmul", {lhs, rhs}, {{"transpose_a", true}}).data<float>());
+      add_into(grad, inspection.roots[root].type(), CallOp("matmul", {lhs, rhs}, {{"transpose_a", true}}).data<float>());
       continue;
     }
     // The micro-kernel takes its left operand as it lies: the left factors
@@ -722,7 +722,7 @@ Execution Execute(const Schedule& schedule, const ExecuteOptions& options) {
       at += f.rows;
     }
     const bool accumulate = grad.defined();
-    if (!accumulate) grad = Tensor::Empty(DType::kF32, schedule.roots[root].shape());
+    if (!accumulate) grad = Tensor::Empty(DType::kF32, inspection.roots[root].shape());
     GemmPacked(m, n, rows, lhs.data<float>(), rows, packed_rhs.data<float>(), grad.data<float>(), n, accumulate);
   }
   for (auto& [key, terms] : row_sums) {  // all runs' rows stacked, reduced once
@@ -737,7 +737,7 @@ Execution Execute(const Schedule& schedule, const ExecuteOptions& options) {
       at += t.nbytes();
     }
     Tensor grad = CallOp("sum_to", {all}, {{"shape", key.second}});
-    add_into(result.root_grads[key.first], schedule.roots[key.first].type(), grad.data<float>());
+    add_into(result.root_grads[key.first], inspection.roots[key.first].type(), grad.data<float>());
   }
   return result;
 }

@@ -1,6 +1,6 @@
-// \file Runs a Schedule: every run one batched call of its segment's code.
+// \file Runs an Inspection: every run one batched call of its segment's code.
 //
-// Forward, runs go in the schedule's order: a run's stacked inputs are gathered row by row
+// Forward, runs go in the inspection's order: a run's stacked inputs are gathered row by row
 // from the slots its instances read (earlier runs' outputs, the entry's
 // tensors, the structure's tokens), padded to the run's row bucket with
 // copies of its first row, and its segment's code runs once over all rows.
@@ -40,7 +40,7 @@ struct ExecuteOptions {
 
 struct Execution {
   Value value;
-  // Grad mode: d result / d each entry-argument tensor (Schedule::roots
+  // Grad mode: d result / d each entry-argument tensor (Inspection::roots
   // order); undefined where no gradient flows (integer tensors, unused ones).
   std::vector<Tensor> root_grads;
   int native_runs = 0, interpreted_runs = 0;
@@ -51,7 +51,7 @@ struct Execution {
 
 // Throws Refusal (a program the vector-Jacobian product cannot be taken of)
 // or the errors of the code it runs (EvalError, OpError, JitFailure).
-Execution Execute(const Schedule& schedule, const ExecuteOptions& options);
+Execution Execute(const Inspection& inspection, const ExecuteOptions& options);
 
 // The call's value and, with `wrt`, its gradients, each shaped like its
 // argument, from `run` (its value moved out), as every tier answers

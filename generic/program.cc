@@ -437,25 +437,25 @@ double MillisSince(std::chrono::steady_clock::time_point start) {
 
 }  // namespace
 
-Schedule GenericProgram::Inspect(const std::vector<Value>& args) {
+Inspection GenericProgram::Inspect(const std::vector<Value>& args) {
   auto start = std::chrono::steady_clock::now();
   std::vector<Tensor> roots;
   std::vector<const Value*> structures;
   std::string encoded;
   for (const Value& a : args) EncodeRoot(a, roots, structures, encoded);
-  auto finish = [&](Schedule schedule, bool kept) {
-    schedule.roots = std::move(roots);
-    if (kept) schedule.new_cells = 0;
-    schedule.kept = kept;
-    schedule.inspect_ms = MillisSince(start);
-    return schedule;
+  auto finish = [&](Inspection inspection, bool kept) {
+    inspection.roots = std::move(roots);
+    if (kept) inspection.new_cells = 0;
+    inspection.kept = kept;
+    inspection.inspect_ms = MillisSince(start);
+    return inspection;
   };
-  // A kept schedule is taken without waiting for a walk of another call in
+  // A kept inspection is taken without waiting for a walk of another call in
   // progress (a worker walking a later minibatch ahead).
-  if (std::optional<Schedule> kept = TakeKept(encoded, structures)) return finish(std::move(*kept), true);
+  if (std::optional<Inspection> kept = TakeKept(encoded, structures)) return finish(std::move(*kept), true);
   std::lock_guard lock(mu_);
   // The walk in progress may have been this call's own.
-  if (std::optional<Schedule> kept = TakeKept(encoded, structures)) return finish(std::move(*kept), true);
+  if (std::optional<Inspection> kept = TakeKept(encoded, structures)) return finish(std::move(*kept), true);
   return finish(Walked(encoded, std::move(structures)), false);
 }
 
@@ -465,7 +465,7 @@ Ahead GenericProgram::InspectAhead(const std::vector<Value>& args) {
   std::vector<Tensor> roots;
   std::vector<const Value*> structures;
   for (const Value& a : args) EncodeRoot(a, roots, structures, kept.encoded);
-  auto variants_of = [](const Schedule& s) {
+  auto variants_of = [](const Inspection& s) {
     Ahead ahead;
     for (const Run& run : s.runs) ahead.variants.emplace_back(run.code, run.rows);
     std::sort(ahead.variants.begin(), ahead.variants.end());
@@ -477,15 +477,15 @@ Ahead GenericProgram::InspectAhead(const std::vector<Value>& args) {
     std::lock_guard kept_lock(kept_mu_);
     auto already = FindKept(kept.encoded, structures);  // prefetched twice: walked once
     if (already != kept_.end()) {
-      Ahead ahead = variants_of(already->schedule);
+      Ahead ahead = variants_of(already->inspection);
       ahead.inspect_ms = MillisSince(start);
       return ahead;
     }
   }
   for (const Value* v : structures) kept.structures.push_back(v->fields_identity());
-  kept.schedule = Walked(kept.encoded, std::move(structures));  // no roots: the call brings its own
-  Ahead ahead = variants_of(kept.schedule);
-  ahead.new_cells = kept.schedule.new_cells;
+  kept.inspection = Walked(kept.encoded, std::move(structures));  // no roots: the call brings its own
+  Ahead ahead = variants_of(kept.inspection);
+  ahead.new_cells = kept.inspection.new_cells;
   std::lock_guard kept_lock(kept_mu_);
   kept_.push_back(std::move(kept));
   if (kept_.size() > kMaxKept) kept_.pop_front();
@@ -493,13 +493,13 @@ Ahead GenericProgram::InspectAhead(const std::vector<Value>& args) {
   return ahead;
 }
 
-std::optional<Schedule> GenericProgram::TakeKept(const std::string& encoded, const std::vector<const Value*>& structures) {
+std::optional<Inspection> GenericProgram::TakeKept(const std::string& encoded, const std::vector<const Value*>& structures) {
   std::lock_guard lock(kept_mu_);
   auto kept = FindKept(encoded, structures);
   if (kept == kept_.end()) return std::nullopt;
-  Schedule schedule = std::move(kept->schedule);
+  Inspection inspection = std::move(kept->inspection);
   kept_.erase(kept);
-  return schedule;
+  return inspection;
 }
 
 std::deque<GenericProgram::Kept>::iterator GenericProgram::FindKept(const std::string& encoded,
@@ -519,7 +519,7 @@ std::deque<GenericProgram::Kept>::iterator GenericProgram::FindKept(const std::s
 }
 
 // Groups segment instances into runs in an order the dependencies allow.
-// No schedule runs a program fewer times than the longest chain of its
+// No inspection runs a program fewer times than the longest chain of its
 // instances in which each depends, through any others, on the one before:
 // an instance's *rank* is its place in such a chain (a Tree-LSTM's cell: the
 // node's height, whatever the child counts that spread its ASAP level). An
@@ -532,7 +532,7 @@ std::deque<GenericProgram::Kept>::iterator GenericProgram::FindKept(const std::s
 // with matrix products.
 static void AgendaRuns(const std::vector<int>& si_level, const std::vector<int>& si_code,
                        const std::vector<SegmentCode*>& codes, const std::vector<const std::vector<int>*>& run_roots,
-                       Schedule& schedule) {
+                       Inspection& inspection) {
   const int n = static_cast<int>(si_level.size());
   const int programs = static_cast<int>(codes.size());  // si_code numbers them
   // Ranks for programs of more than one instance (at most 64 of them, and
@@ -549,9 +549,9 @@ static void AgendaRuns(const std::vector<int>& si_level, const std::vector<int>&
   std::vector<int> pending(n, 0), succ_begin(n + 1, 0);
   for (int i = 0; i < n; ++i) {
     int* mine = chain.data() + static_cast<size_t>(i) * columns;
-    for (int k = schedule.si_input_begin[i]; k < schedule.si_input_begin[i + 1]; ++k) {
-      const Slot& slot = schedule.si_inputs[k];
-      if (slot.kind != Slot::Kind::kRow) continue;
+    for (int k = inspection.si_input_begin[i]; k < inspection.si_input_begin[i + 1]; ++k) {
+      const Place& slot = inspection.si_inputs[k];
+      if (slot.kind != Place::Kind::kRow) continue;
       ++pending[i];
       ++succ_begin[slot.index + 1];
       const int* before = chain.data() + static_cast<size_t>(slot.index) * columns;
@@ -563,9 +563,9 @@ static void AgendaRuns(const std::vector<int>& si_level, const std::vector<int>&
   for (int i = 0; i < n; ++i) succ_begin[i + 1] += succ_begin[i];
   std::vector<int> succ(succ_begin[n]), fill(succ_begin.begin(), succ_begin.end() - 1);
   for (int i = 0; i < n; ++i) {
-    for (int k = schedule.si_input_begin[i]; k < schedule.si_input_begin[i + 1]; ++k) {
-      const Slot& slot = schedule.si_inputs[k];
-      if (slot.kind == Slot::Kind::kRow) succ[fill[slot.index]++] = i;
+    for (int k = inspection.si_input_begin[i]; k < inspection.si_input_begin[i + 1]; ++k) {
+      const Place& slot = inspection.si_inputs[k];
+      if (slot.kind == Place::Kind::kRow) succ[fill[slot.index]++] = i;
     }
   }
   // Per program and rank, instances not run yet and those of them ready.
@@ -588,8 +588,8 @@ static void AgendaRuns(const std::vector<int>& si_level, const std::vector<int>&
   for (int i = 0; i < n; ++i) {
     if (pending[i] == 0) make_ready(i);
   }
-  schedule.si_run.assign(n, -1);
-  schedule.si_row.assign(n, -1);
+  inspection.si_run.assign(n, -1);
+  inspection.si_row.assign(n, -1);
   while (!active.empty()) {
     // depth[p] / |ready[p]| < depth[q] / |ready[q]|, ties to the lower program
     auto shallower = [&](int p, int q) {
@@ -621,11 +621,11 @@ static void AgendaRuns(const std::vector<int>& si_level, const std::vector<int>&
     ready[p].clear();
     depth[p] = 0;
     std::sort(run.members.begin(), run.members.end());  // rows in evaluation order
-    const int r = static_cast<int>(schedule.runs.size());
+    const int r = static_cast<int>(inspection.runs.size());
     for (size_t row = 0; row < run.members.size(); ++row) {
       const int i = run.members[row];
-      schedule.si_run[i] = r;
-      schedule.si_row[i] = static_cast<int>(row);
+      inspection.si_run[i] = r;
+      inspection.si_row[i] = static_cast<int>(row);
       --left[rank_begin[p] + rank[i]];
       --ready_n[rank_begin[p] + rank[i]];
     }
@@ -635,12 +635,12 @@ static void AgendaRuns(const std::vector<int>& si_level, const std::vector<int>&
         if (--pending[succ[k]] == 0) make_ready(succ[k]);
       }
     }
-    schedule.runs.push_back(std::move(run));
+    inspection.runs.push_back(std::move(run));
   }
 }
 
-Schedule GenericProgram::Walked(const std::string& encoded, std::vector<const Value*> structures) {
-  Schedule schedule;
+Inspection GenericProgram::Walked(const std::string& encoded, std::vector<const Value*> structures) {
+  Inspection inspection;
   Walker w;
   w.structures.reserve(structures.size());
   for (const Value* v : structures) w.structures.push_back({v});
@@ -656,63 +656,63 @@ Schedule GenericProgram::Walked(const std::string& encoded, std::vector<const Va
 
   // Place the segment instances in evaluation order, resolving every slot.
   std::vector<int> si_level, si_code, seg_si;
-  std::vector<Slot> results, inputs_of;  // result slots; input slots of the instances being placed
+  std::vector<Place> results, inputs_of;  // result slots; input slots of the instances being placed
   std::vector<const Tensor*> computed_of;  // per instance, per data op: what it made, once asked for
   si_level.reserve(last_.segment_instances);
   si_code.reserve(last_.segment_instances);
   seg_si.reserve(last_.segment_instances);
   results.reserve(last_.results);
-  schedule.si_input_begin.reserve(last_.segment_instances + 1);
-  schedule.si_inputs.reserve(last_.inputs);
+  inspection.si_input_begin.reserve(last_.segment_instances + 1);
+  inspection.si_inputs.reserve(last_.inputs);
   // Appends the slot of instance `id`'s value `v` to `out`, built in place:
-  // a Slot returned by value is stored in pieces and reloaded whole, which
+  // a Place returned by value is stored in pieces and reloaded whole, which
   // stalls store forwarding on every input (a third of the inspector's
   // time). An instance placed earlier is asked for a tensor it put in a
   // structure it built: its inputs, segments and results stay where they are.
-  auto resolve = [&](auto& self, int id, int v, std::vector<Slot>& out) -> void {
+  auto resolve = [&](auto& self, int id, int v, std::vector<Place>& out) -> void {
     const Instance& inst = w.instances[id];
     const Source& s = inst.cell->sources[v];
     switch (s.kind) {
       case Source::Kind::kInput: out.push_back(inputs_of[inst.inputs + s.index]); return;
-      case Source::Kind::kRoot: out.emplace_back(Slot::Kind::kRoot, s.index, 0, nullptr); return;
+      case Source::Kind::kRoot: out.emplace_back(Place::Kind::kRoot, s.index, 0, nullptr); return;
       case Source::Kind::kStructLeaf: {
         const Leaf& leaf = w.leaves[inst.leaves + s.index];
         if (leaf.tensor) {
-          out.emplace_back(Slot::Kind::kStruct, 0, 0, leaf.tensor);
+          out.emplace_back(Place::Kind::kStruct, 0, 0, leaf.tensor);
         } else {
           self(self, leaf.instance, leaf.value, out);
         }
         return;
       }
       case Source::Kind::kSegment:
-        out.emplace_back(Slot::Kind::kRow, seg_si[inst.segments + s.index], s.output, nullptr);
+        out.emplace_back(Place::Kind::kRow, seg_si[inst.segments + s.index], s.output, nullptr);
         return;
       case Source::Kind::kCall:
         out.push_back(results[w.instances[w.children[inst.children + s.index]].result + s.output]);
         return;
-      case Source::Kind::kConstant: out.emplace_back(Slot::Kind::kConstant, 0, 0, &inst.cell->constants[s.index]); return;
+      case Source::Kind::kConstant: out.emplace_back(Place::Kind::kConstant, 0, 0, &inst.cell->constants[s.index]); return;
       case Source::Kind::kDataOp: {
         const int at = inst.data_ops + s.index;
         if (!computed_of[at]) {
           const DataOp& op = inst.cell->data_ops[s.index];
           std::vector<Tensor> args;
-          std::vector<Slot> arg;
+          std::vector<Place> arg;
           for (int a : op.args) {
             arg.clear();
             self(self, id, a, arg);
-            if (arg[0].kind != Slot::Kind::kStruct && arg[0].kind != Slot::Kind::kConstant) {
+            if (arg[0].kind != Place::Kind::kStruct && arg[0].kind != Place::Kind::kConstant) {
               throw std::logic_error("generic: a data op's operand is not data");
             }
             args.push_back(*arg[0].tensor);
           }
           try {
-            schedule.computed->push_back(CallOp(op.call->op->name, std::move(args), op.call->attrs));
+            inspection.computed->push_back(CallOp(op.call->op->name, std::move(args), op.call->attrs));
           } catch (const OpError& e) {
             throw Refusal(std::string("generic: ") + e.what() + " at " + op.call->loc.ToString());
           }
-          computed_of[at] = &schedule.computed->back();
+          computed_of[at] = &inspection.computed->back();
         }
-        out.emplace_back(Slot::Kind::kStruct, 0, 0, computed_of[at]);
+        out.emplace_back(Place::Kind::kStruct, 0, 0, computed_of[at]);
         return;
       }
     }
@@ -730,11 +730,11 @@ Schedule GenericProgram::Walked(const std::string& encoded, std::vector<const Va
         const Segment& seg = cell.segments[step.index];
         int si = static_cast<int>(si_level.size());
         int level = 0;
-        schedule.si_input_begin.push_back(static_cast<int>(schedule.si_inputs.size()));
+        inspection.si_input_begin.push_back(static_cast<int>(inspection.si_inputs.size()));
         for (int v : seg.row_inputs) {
-          resolve(resolve, id, v, schedule.si_inputs);
-          const Slot& slot = schedule.si_inputs.back();
-          if (slot.kind == Slot::Kind::kRow) level = std::max(level, si_level[slot.index] + 1);
+          resolve(resolve, id, v, inspection.si_inputs);
+          const Place& slot = inspection.si_inputs.back();
+          if (slot.kind == Place::Kind::kRow) level = std::max(level, si_level[slot.index] + 1);
         }
         si_level.push_back(level);
         si_code.push_back(seg.code);
@@ -750,19 +750,19 @@ Schedule GenericProgram::Walked(const std::string& encoded, std::vector<const Va
     for (int v : cell.result_leaves) resolve(resolve, id, v, results);
   };
   place(place, top, 0);  // the entry's tensors are all kRoot: it has no kInput
-  schedule.si_input_begin.push_back(static_cast<int>(schedule.si_inputs.size()));
+  inspection.si_input_begin.push_back(static_cast<int>(inspection.si_inputs.size()));
   const Cell& top_cell = *w.instances[top].cell;
-  schedule.result.assign(results.begin() + w.instances[top].result,
+  inspection.result.assign(results.begin() + w.instances[top].result,
                          results.begin() + w.instances[top].result + top_cell.result_leaves.size());
-  schedule.result_type = top_cell.result_type;
-  schedule.instances = static_cast<int64_t>(w.instances.size());
-  last_ = {w.instances.size(), w.leaves.size(), si_level.size(), results.size(), schedule.si_inputs.size()};
-  schedule.new_cells = static_cast<int>(cells_.size() - cells_before);
+  inspection.result_type = top_cell.result_type;
+  inspection.instances = static_cast<int64_t>(w.instances.size());
+  last_ = {w.instances.size(), w.leaves.size(), si_level.size(), results.size(), inspection.si_inputs.size()};
+  inspection.new_cells = static_cast<int>(cells_.size() - cells_before);
 
-  schedule.levels = si_level.empty() ? 0 : *std::max_element(si_level.begin(), si_level.end()) + 1;
-  AgendaRuns(si_level, si_code, codes_, run_roots_, schedule);
-  for (Run& run : schedule.runs) run.rows = RowBucket(static_cast<int64_t>(run.members.size()));
-  return schedule;
+  inspection.levels = si_level.empty() ? 0 : *std::max_element(si_level.begin(), si_level.end()) + 1;
+  AgendaRuns(si_level, si_code, codes_, run_roots_, inspection);
+  for (Run& run : inspection.runs) run.rows = RowBucket(static_cast<int64_t>(run.members.size()));
+  return inspection;
 }
 
 }  // namespace pejit::generic

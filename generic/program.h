@@ -5,7 +5,7 @@
 // along the trie of cells (generic/cell.h): at each question the concrete
 // structure answers, and a cell met for the first time is built then, once
 // (abstract interpretation of one body, microseconds to a millisecond). The
-// result is a Schedule, the structure as data:
+// result is an Inspection, the structure as data:
 //   - one *segment instance* per straight-line segment of every cell
 //     instance;
 //   - *runs*: segment instances of one segment program whose inputs earlier
@@ -42,7 +42,7 @@
 namespace pejit::generic {
 
 // Where a tensor a segment instance reads lies at run time.
-struct Slot {
+struct Place {
   enum class Kind : uint8_t { kRoot, kRow, kStruct, kConstant };
   Kind kind = Kind::kRoot;
   int32_t index = 0;               // kRoot: entry-argument tensor leaf; kRow: segment instance
@@ -84,7 +84,7 @@ struct SegmentCode {
   std::vector<bool> shared;        // per input
   std::vector<bool> data;          // per input: never differentiated for (Segment::data)
   // Per input, where a run finds it: a per-row input's place among an
-  // instance's slots (Schedule::si_inputs), a shared input's among the run's
+  // instance's slots (Inspection::si_inputs), a shared input's among the run's
   // entry tensors (Run::shared_roots). Shared inputs are stored once per
   // run, not once per instance: they are a third of a Tree-LSTM's inputs.
   std::vector<int> input_slot;
@@ -115,7 +115,7 @@ struct SegmentCode {
     std::vector<Output> forward_outputs, backward_outputs;
     // The code each program runs now: the interpreter's, then native code.
     // (A lock, not std::atomic<std::shared_ptr>: libstdc++'s is invisible to TSan.)
-    class CodeSlot {
+    class CodeRef {
      public:
       ExecutablePtr load() const {
         std::lock_guard lock(mu_);
@@ -130,7 +130,7 @@ struct SegmentCode {
       mutable std::mutex mu_;
       ExecutablePtr exe_;
     };
-    CodeSlot forward_code, backward_code;  // null until made
+    CodeRef forward_code, backward_code;  // null until made
     // Native code for forward and (once made) backward; both guarded by the
     // SegmentCode's mutex, `native` readable without it.
     bool forward_native = false, backward_native = false;
@@ -161,26 +161,26 @@ class SegmentTable {
 
 struct Run {
   SegmentCode* code = nullptr;
-  const std::vector<int>* shared_roots = nullptr;  // per shared input, the entry tensor (Schedule::roots) it is
+  const std::vector<int>* shared_roots = nullptr;  // per shared input, the entry tensor (Inspection::roots) it is
   std::vector<int> members;  // segment instances, one per row
   int64_t rows = 0;          // the bucket: members padded with copies of the first row
 };
 
-struct Schedule {
+struct Inspection {
   std::vector<Tensor> roots;          // the entry arguments' tensors (not those in structures)
   std::vector<int> si_run, si_row;    // per segment instance
   std::vector<int> si_input_begin;    // per segment instance, into si_inputs (one past the end at the back)
-  std::vector<Slot> si_inputs;        // per segment instance, its per-row inputs (SegmentCode::input_slot)
+  std::vector<Place> si_inputs;        // per segment instance, its per-row inputs (SegmentCode::input_slot)
   std::vector<Run> runs;              // in execution order: a run reads only earlier runs' rows
-  std::vector<Slot> result;           // the entry result's tensor leaves, depth first
+  std::vector<Place> result;           // the entry result's tensor leaves, depth first
   // What the walk's data ops (generic/cell.h's DataOp) made, read as kStruct
-  // slots: shared, so that the slots stay valid as the schedule moves.
+  // slots: shared, so that the slots stay valid as the inspection moves.
   std::shared_ptr<std::deque<Tensor>> computed = std::make_shared<std::deque<Tensor>>();
   Type result_type;
   int64_t instances = 0;              // cell instances
   int new_cells = 0;                  // cells this call's structure built first
   int levels = 0;                     // the longest chain of segment instances, each reading the one before
-  double inspect_ms = 0;              // this Inspect's time: the walk's, or taking a kept schedule
+  double inspect_ms = 0;              // this Inspect's time: the walk's, or taking a kept inspection
   bool kept = false;                  // walked ahead by InspectAhead, taken by the call
 };
 
@@ -210,11 +210,11 @@ class GenericProgram {
 
   // Throws Refusal naming what this call's structure needs that the tier
   // does not serve; the program is unchanged by a refused call.
-  Schedule Inspect(const std::vector<Value>& args);
+  Inspection Inspect(const std::vector<Value>& args);
   // Walks the arguments of a call to come (a prefetch) and keeps the
-  // schedule, so that the call's Inspect takes it instead of walking the
+  // inspection, so that the call's Inspect takes it instead of walking the
   // same structure again. Thread-safe: a worker may walk ahead while the
-  // caller's thread runs other calls. A kept schedule is found by the identity of the
+  // caller's thread runs other calls. A kept inspection is found by the identity of the
   // argument structures (values are immutable) and the types of the other
   // arguments; their tensors are the call's own. At most kMaxKept are kept,
   // the oldest dropped first. Throws Refusal as Inspect does.
@@ -247,8 +247,8 @@ class GenericProgram {
   // Walks one cell instance whose structures are Walker::structures from
   // `base`; returns its index.
   int Walk(TrieNode* root, size_t base, Walker& w, int depth);
-  // Inspect's walk and placement, under mu_: the schedule but its roots.
-  Schedule Walked(const std::string& encoded, std::vector<const Value*> structures);
+  // Inspect's walk and placement, under mu_: the inspection but its roots.
+  Inspection Walked(const std::string& encoded, std::vector<const Value*> structures);
 
   Snapshot module_;
   std::string entry_;
@@ -260,25 +260,25 @@ class GenericProgram {
   std::unordered_map<std::string, TrieNode*> roots_;
   std::deque<Cell> cells_;
   std::shared_ptr<SegmentTable> segments_;
-  std::vector<SegmentCode*> codes_;  // by the run ids the schedule groups by (Segment::code)
+  std::vector<SegmentCode*> codes_;  // by the run ids the inspection groups by (Segment::code)
   std::vector<const std::vector<int>*> run_roots_;  // by run id: the shared inputs' entry tensors
   std::map<std::pair<const SegmentCode*, std::vector<int>>, int> run_id_;
   // Schedules InspectAhead walked, oldest first: the structures' identities
-  // (weak: a kept schedule never keeps a minibatch alive) and the encoding.
+  // (weak: a kept inspection never keeps a minibatch alive) and the encoding.
   struct Kept {
     std::string encoded;
     std::vector<std::weak_ptr<const std::vector<Value>>> structures;
-    Schedule schedule;
+    Inspection inspection;
   };
   // Its own lock (taken after mu_ where both are): a call takes its kept
-  // schedule while a worker walks another call ahead under mu_.
+  // inspection while a worker walks another call ahead under mu_.
   mutable std::mutex kept_mu_;
   std::deque<Kept> kept_;
-  // The kept schedule of these structures and encoding, or end(); drops
+  // The kept inspection of these structures and encoding, or end(); drops
   // those whose structures died. Under kept_mu_.
   std::deque<Kept>::iterator FindKept(const std::string& encoded, const std::vector<const Value*>& structures);
-  // That schedule, taken out of kept_ (locks kept_mu_).
-  std::optional<Schedule> TakeKept(const std::string& encoded, const std::vector<const Value*>& structures);
+  // That inspection, taken out of kept_ (locks kept_mu_).
+  std::optional<Inspection> TakeKept(const std::string& encoded, const std::vector<const Value*>& structures);
   struct Sizes {
     size_t instances = 0, leaves = 0, segment_instances = 0, results = 0, inputs = 0;
   } last_;  // of the last call's walk, to reserve the next one's arrays

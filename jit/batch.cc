@@ -137,7 +137,7 @@ class Batcher {
   Func Run() {
     for (const Var& p : in_.params) refs_[p.get()] = AtomRef(p);
     Group();
-    Schedule();
+    EmitGroups();
     Straight out;
     out.params = in_.params;
     out.result = MaterializeResult(in_.result);  // may emit row reads
@@ -300,7 +300,7 @@ class Batcher {
 
   // ---- Agenda: emit whole groups as soon as every member is computable ----------
 
-  void Schedule() {
+  void EmitGroups() {
     const size_t groups = members_.size();
     std::vector<std::vector<int>> ready(groups);
     std::vector<int> unemitted(groups);

@@ -71,7 +71,7 @@ std::optional<ValueAndGrad> EngineImpl::RunGeneric(Request& r) {
   int64_t start = r.start_us;
   ValueAndGrad out;
   generic::Execution run;
-  generic::Schedule schedule;
+  generic::Inspection inspection;
   try {
     // Refused before anything runs: the whole run would be thrown away.
     for (size_t k = 0; r.wrt && k < r.wrt->size(); ++k) {
@@ -80,11 +80,11 @@ std::optional<ValueAndGrad> EngineImpl::RunGeneric(Request& r) {
                       std::to_string((*r.wrt)[k]) + ")");
       }
     }
-    schedule = program->Inspect(r.args);
+    inspection = program->Inspect(r.args);
     generic::ExecuteOptions eo;
     eo.grad = r.wrt != nullptr;
     if (options.policy.kind == Policy::Kind::kSync) eo.compile_now = jit_.get();
-    run = generic::Execute(schedule, eo);
+    run = generic::Execute(inspection, eo);
     out = generic::CallResult(r.args, r.wrt, run);
   } catch (const Refusal& e) {
     if (r.cacheable) {
@@ -118,12 +118,12 @@ std::optional<ValueAndGrad> EngineImpl::RunGeneric(Request& r) {
     e.fields.push_back({"tier", std::string("generic")});
     e.fields.push_back({"mode", std::string(r.wrt ? "grad" : "value")});
     e.fields.push_back({"threads", static_cast<int64_t>(Team::Current()->threads_used())});
-    e.fields.push_back({"inspect_us", static_cast<int64_t>(schedule.inspect_ms * 1000)});
-    if (schedule.kept) e.fields.push_back({"schedule", std::string("prefetched")});
+    e.fields.push_back({"inspect_us", static_cast<int64_t>(inspection.inspect_ms * 1000)});
+    if (inspection.kept) e.fields.push_back({"schedule", std::string("prefetched")});
     e.fields.push_back({"runs", static_cast<int64_t>(run.native_runs + run.interpreted_runs)});
     e.fields.push_back({"native_runs", static_cast<int64_t>(run.native_runs)});
-    e.fields.push_back({"levels", static_cast<int64_t>(schedule.levels)});
-    if (schedule.new_cells > 0) e.fields.push_back({"new_cells", static_cast<int64_t>(schedule.new_cells)});
+    e.fields.push_back({"levels", static_cast<int64_t>(inspection.levels)});
+    if (inspection.new_cells > 0) e.fields.push_back({"new_cells", static_cast<int64_t>(inspection.new_cells)});
     Emit(e);
   }
   return out;
@@ -179,7 +179,7 @@ bool EngineImpl::PrefetchGeneric(Request& r, pejit::Prefetch when) {
   const int64_t start = NowMicros();
   int queued = 0;
   try {
-    // The call takes this walk's schedule (GenericProgram::InspectAhead).
+    // The call takes this walk's inspection (GenericProgram::InspectAhead).
     ahead = program->InspectAhead(r.args);
     for (const auto& [code, rows] : ahead.variants) {
       generic::SegmentCode::Variant& v = generic::VariantEntry(*code, rows, r.wrt != nullptr);  // the worker makes it

@@ -224,7 +224,7 @@ class EngineImpl {
   std::shared_ptr<generic::SegmentTable> segments_ = std::make_shared<generic::SegmentTable>();
   // A prefetched call whose structure a worker walks ahead of it
   // (GenericProgram::InspectAhead), so that the caller's thread finds its
-  // schedule made: the walk is a tenth of a Tree-LSTM training step and
+  // inspection made: the walk is a tenth of a Tree-LSTM training step and
   // would otherwise run on the training thread. The walk owns what the
   // prefetch's Request referred to.
   struct GenericWalk {

@@ -79,12 +79,12 @@ TEST_P(GenericTest, ValuesAndGradientsMatchTheInterpreterOnUnseenStructures) {
     SCOPED_TRACE("call " + std::to_string(c));
     const std::vector<Value>& args = calls[c];
     Interpreter::ValueAndGrad want = interpreter.CallWithGrad(*module, "loss", args, model.wrt);
-    Schedule schedule = program.Inspect(args);
+    Inspection inspection = program.Inspect(args);
     // Odd calls compile every segment variant they run; even ones use what is there.
     ExecuteOptions options;
     options.grad = true;
     options.compile_now = c % 2 ? jit.get() : nullptr;
-    Execution got = Execute(schedule, options);
+    Execution got = Execute(inspection, options);
     EXPECT_TRUE(ValueAllClose(got.value, want.value, 1e-4, 1e-5)) << got.value.ToString() << " vs " << want.value.ToString();
     ValueAndGrad grads = CallResult(args, &model.wrt, got);
     for (size_t w = 0; w < model.wrt.size(); ++w) {
@@ -95,7 +95,7 @@ TEST_P(GenericTest, ValuesAndGradientsMatchTheInterpreterOnUnseenStructures) {
     }
     // Value mode on what grad mode compiled: runs whose row count has no
     // native code run in pieces of counts that have.
-    Execution value = Execute(schedule, ExecuteOptions{});
+    Execution value = Execute(inspection, ExecuteOptions{});
     EXPECT_TRUE(ValueAllClose(value.value, want.value, 1e-4, 1e-5)) << "value mode";
   }
   // Code is per segment program and row bucket, not per minibatch.
@@ -132,11 +132,11 @@ def @loss(%a: Tree, %b: Tree, %emb: Tensor[(?, ?), f32], %w1: Tensor[(?, ?), f32
     return Value(Tensor::FromVector<float>({rows, cols}, v));
   }
   // The loss and its gradients wrt the two weights, by the interpreter and by `program`.
-  void ExpectAgrees(GenericProgram& program, const std::vector<Value>& args, Schedule schedule) const {
+  void ExpectAgrees(GenericProgram& program, const std::vector<Value>& args, Inspection inspection) const {
     Interpreter::ValueAndGrad want = Interpreter().CallWithGrad(*module, "loss", args, {3, 4});
     ExecuteOptions options;
     options.grad = true;
-    Execution got = Execute(schedule, options);
+    Execution got = Execute(inspection, options);
     EXPECT_TRUE(ValueAllClose(got.value, want.value, 1e-4, 1e-5)) << got.value.ToString() << " vs " << want.value.ToString();
     const std::vector<int> wrt{3, 4};
     ValueAndGrad grads = CallResult(args, &wrt, got);
@@ -157,7 +157,7 @@ TEST(GenericTier, CellsAlikeButForTheirWeightsKeepTheirOwnWeights) {
   t.ExpectAgrees(program, args, program.Inspect(args));
 }
 
-// A prefetch walks a minibatch once: its call takes the schedule, computing
+// A prefetch walks a minibatch once: its call takes the inspection, computing
 // with the call's own parameters (an optimizer step came in between), and a
 // second call of the same minibatch, or another minibatch, walks anew.
 TEST(GenericTier, ACallTakesTheScheduleItsPrefetchWalkedWithItsOwnParameters) {
@@ -169,12 +169,12 @@ TEST(GenericTier, ACallTakesTheScheduleItsPrefetchWalkedWithItsOwnParameters) {
   EXPECT_GT(ahead.new_cells, 0);
 
   std::vector<Value> stepped = {a, b, t.Matrix(4, 3, 0.5f), t.Matrix(3, 3, 2.0f), t.Matrix(3, 3, 0.3f)};
-  Schedule taken = program.Inspect(stepped);
+  Inspection taken = program.Inspect(stepped);
   EXPECT_TRUE(taken.kept);
   EXPECT_EQ(taken.new_cells, 0);
   t.ExpectAgrees(program, stepped, std::move(taken));
 
-  Schedule again = program.Inspect(stepped);
+  Inspection again = program.Inspect(stepped);
   EXPECT_FALSE(again.kept);
   t.ExpectAgrees(program, stepped, std::move(again));
 
@@ -182,7 +182,7 @@ TEST(GenericTier, ACallTakesTheScheduleItsPrefetchWalkedWithItsOwnParameters) {
   program.InspectAhead({a, b, t.Matrix(4, 3, 1.0f), t.Matrix(3, 3, 1.0f), t.Matrix(3, 3, -0.7f)});
   std::vector<Value> other = {t.Node(t.Node(t.Leaf(0), t.Leaf(1)), t.Leaf(2)), b, t.Matrix(4, 3, 1.0f),
                               t.Matrix(3, 3, 1.0f), t.Matrix(3, 3, -0.7f)};
-  Schedule fresh = program.Inspect(other);
+  Inspection fresh = program.Inspect(other);
   EXPECT_FALSE(fresh.kept);
   t.ExpectAgrees(program, other, std::move(fresh));
 }
@@ -240,9 +240,9 @@ def @loss(%t: Tree, %emb: Tensor[(?, ?), f32], %w: Tensor[(?, ?), f32], %g: Tens
                              Value(Tensor::FromVector<float>({3}, {1.0f, 0.5f, -0.7f})),
                              Value(Tensor::FromVector<float>({3}, {0.1f, -0.2f, 0.3f}))};
   GenericProgram program(module, "loss");
-  Schedule schedule = program.Inspect(args);
+  Inspection inspection = program.Inspect(args);
   int batched = 0;
-  for (const generic::Run& run : schedule.runs) {
+  for (const generic::Run& run : inspection.runs) {
     if (run.members.size() < 2) continue;
     const SegmentCode::Variant& v = VariantFor(*run.code, run.rows, true);
     int norms = 0;
@@ -258,7 +258,7 @@ def @loss(%t: Tree, %emb: Tensor[(?, ?), f32], %w: Tensor[(?, ?), f32], %g: Tens
   Interpreter::ValueAndGrad want = Interpreter().CallWithGrad(*module, "loss", args, {1, 2, 3, 4});
   ExecuteOptions options;
   options.grad = true;
-  Execution got = Execute(schedule, options);
+  Execution got = Execute(inspection, options);
   EXPECT_TRUE(ValueAllClose(got.value, want.value, 1e-4, 1e-5)) << got.value.ToString() << " vs " << want.value.ToString();
   const std::vector<int> wrt{1, 2, 3, 4};
   ValueAndGrad grads = CallResult(args, &wrt, got);
@@ -268,9 +268,9 @@ def @loss(%t: Tree, %emb: Tensor[(?, ?), f32], %w: Tensor[(?, ?), f32], %g: Tens
 }
 
 // For each segment program, the longest chain of its instances in which
-// each depends (through any others) on the one before: no schedule can run
+// each depends (through any others) on the one before: no inspection can run
 // the program fewer times.
-std::map<const SegmentCode*, int> FewestRuns(const Schedule& s) {
+std::map<const SegmentCode*, int> FewestRuns(const Inspection& s) {
   const size_t n = s.si_run.size();
   std::map<const SegmentCode*, int> fewest;
   for (const Run& run : s.runs) fewest[run.code] = 0;
@@ -279,7 +279,7 @@ std::map<const SegmentCode*, int> FewestRuns(const Schedule& s) {
     for (size_t i = 0; i < n; ++i) {
       int longest = 0;
       for (int k = s.si_input_begin[i]; k < s.si_input_begin[i + 1]; ++k) {
-        if (s.si_inputs[k].kind == Slot::Kind::kRow) longest = std::max(longest, chain[s.si_inputs[k].index]);
+        if (s.si_inputs[k].kind == Place::Kind::kRow) longest = std::max(longest, chain[s.si_inputs[k].index]);
       }
       chain[i] = longest + (s.runs[s.si_run[i]].code == code ? 1 : 0);
       best = std::max(best, chain[i]);
@@ -312,11 +312,11 @@ TEST(GenericTier, RunsBatchNodesOfOneHeightWhateverTheirChildCounts) {
   std::vector<Value> args = {trees, Value(Tensor::FromVector<int64_t>({3}, {1, 2, 3})), calls[0][2]};
 
   GenericProgram program(module, "loss");
-  Schedule schedule = program.Inspect(args);
+  Inspection inspection = program.Inspect(args);
   std::map<const SegmentCode*, int> runs;
-  for (const generic::Run& run : schedule.runs) ++runs[run.code];
+  for (const generic::Run& run : inspection.runs) ++runs[run.code];
   int products = 0;
-  for (const auto& [code, fewest] : FewestRuns(schedule)) {
+  for (const auto& [code, fewest] : FewestRuns(inspection)) {
     const std::string text = PrintFunction("segment", code->program);
     if (text.find("matmul(") == std::string::npos && text.find("dense(") == std::string::npos) continue;
     EXPECT_EQ(runs[code], fewest) << text;
@@ -327,7 +327,7 @@ TEST(GenericTier, RunsBatchNodesOfOneHeightWhateverTheirChildCounts) {
   Interpreter::ValueAndGrad want = Interpreter().CallWithGrad(*module, "loss", args, {2});
   ExecuteOptions options;
   options.grad = true;
-  Execution got = Execute(schedule, options);
+  Execution got = Execute(inspection, options);
   EXPECT_TRUE(ValueAllClose(got.value, want.value, 1e-4, 1e-5));
   const std::vector<int> wrt{2};
   EXPECT_TRUE(ValueAllClose(CallResult(args, &wrt, got).grads[0], want.grads[0], 1e-4, 1e-5));
@@ -353,7 +353,7 @@ TEST(GenericTier, AFoldOrAMapBatchesTheTreesAsThePlainRecursionDoes) {
   auto plain_calls = Calls(*plain, "loss", "tests/generic/tree_rnn_calls.jsonl");
   auto map_calls = Calls(*map, "loss", "tests/generic/tree_rnn_calls.jsonl");
   GenericProgram plain_program(plain, "loss"), fold_program(fold, "loss"), map_program(map, "loss");
-  auto product_runs = [](const Schedule& s) {
+  auto product_runs = [](const Inspection& s) {
     std::map<std::string, int> runs, fewest;
     auto fewest_by_code = FewestRuns(s);
     for (const generic::Run& run : s.runs) {
@@ -520,8 +520,8 @@ TEST(GenericTier, LeavesOfEverySentenceLengthRunOneProgram) {
   GenericProgram program(module, "loss");
   std::set<const SegmentCode*> row_readers;
   for (const auto& args : calls) {
-    Schedule schedule = program.Inspect(args);
-    for (const generic::Run& run : schedule.runs) {
+    Inspection inspection = program.Inspect(args);
+    for (const generic::Run& run : inspection.runs) {
       const std::string text = PrintFunction("segment", run.code->program);
       EXPECT_EQ(text.find("take("), std::string::npos) << text;
       for (size_t i = 0; i < run.code->inputs.size(); ++i) {
