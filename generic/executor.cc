@@ -409,7 +409,8 @@ SegmentCode::Variant& VariantFor(SegmentCode& code, int64_t rows, bool grad) {
   return v;
 }
 
-void CompileVariant(JitSession& jit, SegmentCode& code, SegmentCode::Variant& variant, const CompileProgram& compile) {
+void CompileVariant(JitSession& jit, SegmentCode& code, SegmentCode::Variant& variant, const CompileProgram& compile,
+                    const CompileOptions& options) {
   Make(code, variant);
   Func forward, backward;
   {
@@ -417,8 +418,8 @@ void CompileVariant(JitSession& jit, SegmentCode& code, SegmentCode::Variant& va
     if (!variant.forward_native) forward = variant.forward;
     if (variant.backward && !variant.backward_native) backward = variant.backward;
   }
-  CompileOptions shared;  // one variant's code serves every minibatch of its row bucket
-  shared.optimize_machine_code = true;
+  CompileOptions shared = options;
+  shared.optimize_machine_code = true;  // one variant's code serves every minibatch of its row bucket
   auto make = [&](const Func& program) {
     if (!program) return ExecutablePtr();
     return compile ? compile(program, shared) : jit.Compile(program, shared);
@@ -524,7 +525,7 @@ Execution Execute(const Inspection& inspection, const ExecuteOptions& options) {
     // Value mode makes its own variant only when no other native code serves the run.
     SegmentCode::Variant& variant =
         options.grad ? VariantFor(code, run.rows, true) : VariantEntry(code, run.rows, false);
-    if (options.compile_now && !variant.native.load()) CompileVariant(*options.compile_now, code, variant);
+    if (options.compile_now && !variant.native.load()) CompileVariant(*options.compile_now, code, variant, {}, options.compile_options);
     variants[r] = &variant;
     const int members = static_cast<int>(run.members.size());
     if (!options.grad && !variant.native.load()) {

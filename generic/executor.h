@@ -36,6 +36,7 @@ struct ExecuteOptions {
   // Compile every variant the call needs that has no native code yet,
   // before running it (tests, `--policy sync`). Null: use what is there.
   JitSession* compile_now = nullptr;
+  CompileOptions compile_options;  // what compile_now compiles with (CompileVariant)
 };
 
 struct Execution {
@@ -75,9 +76,10 @@ SegmentCode::Variant& VariantEntry(SegmentCode& code, int64_t rows, bool grad);
 // Compiles those of a variant's programs that have no native code yet (made
 // first if they were not) and publishes them; the variant's next runs use
 // them. `compile`, when given, stands for `jit.Compile` (the engine's
-// persistent code cache loads what an earlier run compiled). Thread-safe.
-// Throws JitFailure; the variant keeps its interpreter code then.
+// persistent code cache loads what an earlier run compiled). Both compile
+// with `options`, their machine code by the optimizing code generator.
+// Thread-safe. Throws JitFailure; the variant keeps its interpreter code then.
 void CompileVariant(JitSession& jit, SegmentCode& code, SegmentCode::Variant& variant,
-                    const CompileProgram& compile = {});
+                    const CompileProgram& compile = {}, const CompileOptions& options = {});
 
 }  // namespace pejit::generic

@@ -86,7 +86,7 @@ EngineImpl::EngineImpl(EngineOptions opts)
       pe_cache(options.pe_cache),
       interpreter_(options.interpreter),
       jit_(MakeSession(static_cast<bool>(options.compile))),
-      compile_(options.compile ? options.compile : CompileNative(jit_)),
+      compile_(options.compile ? options.compile : CompileNative(jit_, options.compile_options)),
       trace_(ResolveTraceSettings(options.log_level, options.trace_file), options.events),
       sink_(trace_.sink()),
       started_us_(NowMicros()),
@@ -112,7 +112,7 @@ EngineImpl::EngineImpl(EngineOptions opts)
     disk_options_ = "batch=" + std::to_string(options.batch) + ";fuel=" + std::to_string(options.pe.fuel);
     // Control-flow specializations are a driver over regions: the regions'
     // code persists, keyed by their text (the job still partially evaluates).
-    compile_ = CompileNative(jit_, [this](const CompileTask& task) -> CompileProgram {
+    compile_ = CompileNative(jit_, options.compile_options, [this](const CompileTask& task) -> CompileProgram {
       return [this, entry = task.entry](const Func& program, const CompileOptions& o) {
         return CompileThroughDisk(entry, "control-flow region", program, o);
       };
@@ -657,6 +657,7 @@ void EngineImpl::RunJob(Job& job) {
     gradient_result = std::move(layout.gradient_result);
     PipelineOptions pipeline;
     pipeline.batch = options.batch;
+    pipeline.compile = options.compile_options;  // the instrument sees these passes too
     CompileTask task{residual, std::nullopt, slot.key.entry->name, options.batch};
     if (job.grad) {
       (HasControlFlow(residual.main) ? task.differentiate : pipeline.wrt_leaves) = std::move(layout.wrt_leaves);

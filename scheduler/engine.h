@@ -162,6 +162,12 @@ struct EngineOptions {
   InterpreterOptions interpreter;
   // Null: native code with LLVM (CompileNative, scheduler/native_compile.h).
   CompileFn compile;
+  // What LLVM compiles with, for the default hook and the generic tier's
+  // segments alike (jit/compiler.h: optimization level, profiling, NaN
+  // poisoning of dead buffers, and the instrument shown every pass, jit/pass.h,
+  // called on the worker that compiles). The segments' machine code is
+  // always made by the optimizing code generator.
+  CompileOptions compile_options;
   // The persistent code cache (scheduler/disk_cache.h): a directory where
   // compiled specializations are written and from which a later engine, in
   // this process or another, loads them on a signature's first call instead

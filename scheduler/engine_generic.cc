@@ -83,7 +83,10 @@ std::optional<ValueAndGrad> EngineImpl::RunGeneric(Request& r) {
     inspection = program->Inspect(r.args);
     generic::ExecuteOptions eo;
     eo.grad = r.wrt != nullptr;
-    if (options.policy.kind == Policy::Kind::kSync) eo.compile_now = jit_.get();
+    if (options.policy.kind == Policy::Kind::kSync) {
+      eo.compile_now = jit_.get();
+      eo.compile_options = options.compile_options;
+    }
     run = generic::Execute(inspection, eo);
     out = generic::CallResult(r.args, r.wrt, run);
   } catch (const Refusal& e) {
@@ -150,7 +153,7 @@ void EngineImpl::RunGenericCompile(GenericCompile& job) {
         return CompileThroughDisk(job.entry, "generic segment", program, o);
       };
     }
-    generic::CompileVariant(*jit_, *job.code, *job.variant, through_disk);
+    generic::CompileVariant(*jit_, *job.code, *job.variant, through_disk, options.compile_options);
   } catch (const std::exception& e) {
     failure = e.what();  // the variant keeps running in the interpreter
   }

@@ -20,12 +20,13 @@ std::string Describe(const ControlFlowStats& stats) {
 
 }  // namespace
 
-CompileFn CompileNative(std::shared_ptr<JitSession> session,
+CompileFn CompileNative(std::shared_ptr<JitSession> session, CompileOptions options,
                         std::function<CompileProgram(const CompileTask&)> regions) {
-  return [session = std::move(session), regions = std::move(regions)](const CompileTask& task,
-                                                                      CompileNotes& notes) -> ExecutablePtr {
+  return [session = std::move(session), options = std::move(options), regions = std::move(regions)](
+             const CompileTask& task, CompileNotes& notes) -> ExecutablePtr {
     const Residual& residual = task.residual;
     ControlFlowOptions control;
+    control.compile = options;
     control.batch_branches = task.batch;
     if (regions) control.compile_program = regions(task);
     if (task.differentiate) {
@@ -39,7 +40,7 @@ CompileFn CompileNative(std::shared_ptr<JitSession> session,
     }
     try {
       CompileReport report;
-      ExecutablePtr exec = session->Compile(residual.main, {}, &report);
+      ExecutablePtr exec = session->Compile(residual.main, options, &report);
       notes.jit = std::move(report);
       return exec;
     } catch (const JitFailure& native) {

@@ -18,7 +18,8 @@ namespace pejit {
 // Reports LLVM's stages, or the reason for the fallback, in CompileNotes.
 // `regions`, when given, says how a task's control-flow regions are compiled
 // (ControlFlowOptions::compile_program: the engine's persistent cache).
-CompileFn CompileNative(std::shared_ptr<JitSession> session,
+// Everything compiles with `options` (EngineOptions::compile_options).
+CompileFn CompileNative(std::shared_ptr<JitSession> session, CompileOptions options = {},
                         std::function<CompileProgram(const CompileTask&)> regions = {});
 
 }  // namespace pejit

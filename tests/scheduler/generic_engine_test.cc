@@ -5,6 +5,10 @@
 // other tiers with the reason in the log; and a module edit replaces its code.
 #include <gtest/gtest.h>
 
+#include <map>
+#include <mutex>
+
+#include "jit/pass.h"
 #include "scheduler/engine.h"
 #include "tests/scheduler/fixtures.h"
 
@@ -55,6 +59,39 @@ TEST(GenericEngine, EveryNewStructureRunsGenericCodeFromItsFirstCall) {
   EXPECT_EQ(es.generic_cells, new_cells);
   EXPECT_GT(es.generic_segments, 0);
   EXPECT_LT(es.generic_segments, 12);
+}
+
+// EngineOptions::compile_options reach every compile the engine makes, on
+// the thread that compiles: the generic tier's segments (vectorized, then
+// lowered through the lowering passes) and a signature's own specialization
+// (the residual passes first).
+TEST(GenericEngine, ItsCompileOptionsReachEveryCompile) {
+  for (bool generic : {true, false}) {
+    SCOPED_TRACE(generic ? "generic tier" : "specialization");
+    std::mutex mu;
+    std::map<std::string, int> shown;
+    Engine engine(Options(Policy::Sync(), [&](EngineOptions& o) {
+      o.generic = generic;
+      o.specialize_after_calls = 0;
+      o.compile_options.instrument.after = [&](std::string_view pass, const PassProduct& product, double) {
+        std::lock_guard lock(mu);
+        ++shown[std::string(pass)];
+        EXPECT_NE(product.program, nullptr) << pass;
+      };
+    }));
+    engine.module().AddSource(kProgram, "program.pj");
+    Snapshot s = engine.module().snapshot();
+    Rng rng(4);
+    std::vector<Value> args = {MakeTree(*s, 4, 1, 10), RandomMatrix(rng, 10, 4)};
+    Entry loss = engine.entry("loss").with_grad({1});
+    ValueAndGrad got = loss.value_and_grad(args);  // policy sync: compiled before it runs
+    ValueAndGrad want = Interpreter().CallWithGrad(*s, "loss", args, {1});
+    EXPECT_TRUE(Close(got.grads[0], want.grads[0]));
+    std::lock_guard lock(mu);
+    EXPECT_GT(shown["dce"], 0) << "every compile goes through the lowering passes";
+    EXPECT_EQ(shown["autodiff"], generic ? 0 : 1) << "segments are differentiated before, a residual in, the pipeline";
+    EXPECT_EQ(loss.stats().calls_generic, generic ? 1 : 0);
+  }
 }
 
 // A training loop prefetches the minibatches it will call: each is walked
