@@ -48,7 +48,7 @@ struct DiskKey {
   std::string mode;          // "value", "grad:0,2", ...
   std::string signature;     // the skeleton (pe/signature.h), verbatim
   uint64_t definitions = 0;  // a hash of the text of the definitions it was specialized from
-  std::string options;       // engine options that change the code (batching, ...)
+  std::string options;       // engine options that change the code (batching, fuel, compile options)
   std::string cpu;           // the host CPU and its features
 
   std::string ToString() const;  // every field, for the header

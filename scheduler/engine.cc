@@ -109,7 +109,12 @@ EngineImpl::EngineImpl(EngineOptions opts)
   if (!dir.empty() && !options.compile && jit_) {
     disk_ = std::make_unique<DiskCache>(dir, options.cache_dir_bytes);
     disk_cpu_ = jit_->host_cpu() + " " + jit_->host_features();
-    disk_options_ = "batch=" + std::to_string(options.batch) + ";fuel=" + std::to_string(options.pe.fuel);
+    const CompileOptions& c = options.compile_options;  // what changes the code made
+    disk_options_ = "batch=" + std::to_string(options.batch) + ";fuel=" + std::to_string(options.pe.fuel) +
+                    (c.opt_level != 3 ? ";O" + std::to_string(c.opt_level) : "") +
+                    (c.profile ? ";profile" : "") + (c.poison_dead_buffers ? ";poison" : "") +
+                    (!c.lower.fuse ? ";nofuse" : "") + (!c.lower.cse ? ";nocse" : "") +
+                    (!c.lower.pack_gemm ? ";nopack" : "");
     // Control-flow specializations are a driver over regions: the regions'
     // code persists, keyed by their text (the job still partially evaluates).
     compile_ = CompileNative(jit_, options.compile_options, [this](const CompileTask& task) -> CompileProgram {

@@ -8,7 +8,9 @@
 
 #include <filesystem>
 #include <fstream>
+#include <functional>
 
+#include "jit/pass.h"
 #include "scheduler/disk_cache.h"
 #include "tests/scheduler/fixtures.h"
 
@@ -29,11 +31,12 @@ class PersistentCacheTest : public testing::Test {
   void TearDown() override { fs::remove_all(dir_); }
 
   // An engine on the cache directory, recording its events in `events_`.
-  std::unique_ptr<Engine> Start(Policy policy) {
+  std::unique_ptr<Engine> Start(Policy policy, const std::function<void(EngineOptions&)>& more = {}) {
     events_ = std::make_shared<RecordingSink>();
     auto engine = std::make_unique<Engine>(Options(policy, [&](EngineOptions& o) {
       o.cache_dir = dir_.string();
       o.events = events_;
+      if (more) more(o);
     }));
     engine->module().AddSource(kProgram, "program.pj");
     return engine;
@@ -165,6 +168,24 @@ TEST_F(PersistentCacheTest, AnEditedDefinitionMissesTheStoredCode) {
   same->module().AddSource(kHelperChanged, "again.pj", /*replace_existing=*/true);
   same->entry("loss").with_grad({1}).value_and_grad(Args(*same));
   EXPECT_EQ(events_->Count(EventKind::kCacheLoad), 1);
+}
+
+// Compile options that change the code made are part of the key: code of
+// another optimization level or with profiling is not loaded; an instrument,
+// which changes nothing made, is not.
+TEST_F(PersistentCacheTest, CompileOptionsThatChangeTheCodeMissTheStoredCode) {
+  Fill();
+  for (int variant = 0; variant < 3; ++variant) {
+    SCOPED_TRACE(variant);
+    std::unique_ptr<Engine> engine = Start(Policy::Sync(), [&](EngineOptions& o) {
+      if (variant == 0) o.compile_options.opt_level = 1;
+      if (variant == 1) o.compile_options.profile = true;
+      if (variant == 2) o.compile_options.instrument.after = [](std::string_view, const PassProduct&, double) {};
+    });
+    std::vector<Value> args = Args(*engine);
+    ExpectTheInterpretersGradient(*engine, engine->entry("loss").with_grad({1}).value_and_grad(args), args);
+    EXPECT_EQ(events_->Count(EventKind::kCacheLoad), variant == 2 ? 1 : 0);
+  }
 }
 
 TEST_F(PersistentCacheTest, ADamagedEntryIsRefusedRemovedAndRecompiled) {
