@@ -18,6 +18,7 @@
 #include "jit/vjp.h"
 #include "ops/eager.h"
 #include "ops/packed_gemm.h"
+#include "ir/printer.h"
 #include "ir/visitor.h"
 
 #include <unordered_map>
@@ -344,11 +345,21 @@ Programs MakePrograms(const SegmentCode& code, int64_t rows, bool grad) {
   Programs p;
   std::vector<bool> stacked;
   for (bool s : code.shared) stacked.push_back(!s);
-  Func vectorized = Vectorize(code.program, stacked, rows);
+  // The segment pass list (jit/pass.h), in its order.
+  static const PassInstrument kNone;
+  const PassInstrument& shown = code.instrument ? *code.instrument : kNone;
+  Func vectorized = RunPass(shown, "vectorize", [&] { return Vectorize(code.program, stacked, rows); });
+  auto pack = [&](const Func& program, std::vector<SegmentCode::Pack>& packs) {
+    return RunPass(shown, "pack-shared-weights", [&] { return PackSharedWeights(program, code.shared, packs); });
+  };
   if (grad) {
-    GradPrograms g = MakeGradPrograms(vectorized, code.shared, code.data);
-    p.forward = PackSharedWeights(g.forward, code.shared, p.forward_packs);
-    if (g.backward) p.backward = PackSharedWeights(g.backward, code.shared, p.backward_packs);
+    GradPrograms g = RunPass(
+        shown, "vjp", [&] { return MakeGradPrograms(vectorized, code.shared, code.data); },
+        [](const GradPrograms& g) {
+          return PrintFunction("forward", g.forward) + (g.backward ? "\n" + PrintFunction("backward", g.backward) : "");
+        });
+    p.forward = pack(g.forward, p.forward_packs);
+    if (g.backward) p.backward = pack(g.backward, p.backward_packs);
     p.grad_inputs = std::move(g.grad_inputs);
     p.grad_outputs = std::move(g.grad_outputs);
     p.residuals = g.residuals;
@@ -358,7 +369,7 @@ Programs MakePrograms(const SegmentCode& code, int64_t rows, bool grad) {
   } else {
     Straight f = Decompose(vectorized);
     p.forward_outputs = ReturnByReference(f, As<TupleNode>(f.result)->fields);
-    p.forward = PackSharedWeights(Recompose(f), code.shared, p.forward_packs);
+    p.forward = pack(Recompose(f), p.forward_packs);
   }
   return p;
 }

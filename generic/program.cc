@@ -272,6 +272,7 @@ SegmentCode* SegmentTable::Intern(const Func& program, const std::vector<bool>& 
   if (!fresh) return it->second;
   SegmentCode& code = codes_.emplace_back();
   code.id = static_cast<int>(codes_.size()) - 1;
+  code.instrument = &instrument_;
   code.program = program;
   code.shared = shared;
   code.data = data;

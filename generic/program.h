@@ -38,6 +38,7 @@
 #include "ir/module.h"
 #include "ir/value.h"
 #include "jit/executable.h"
+#include "jit/pass.h"
 
 namespace pejit::generic {
 
@@ -80,6 +81,7 @@ struct SegmentCode {
     Shape shape;
   };
   int id = -1;
+  const PassInstrument* instrument = nullptr;  // the table's: shown the passes that make variants
   Func program;                    // over one instance
   std::vector<bool> shared;        // per input
   std::vector<bool> data;          // per input: never differentiated for (Segment::data)
@@ -148,12 +150,17 @@ struct SegmentCode {
 // compiled for the same cells, and an edit adds only the segments it changed.
 class SegmentTable {
  public:
+  // `instrument` is shown the segment passes that make each variant's
+  // programs (vectorize, vjp, pack-shared-weights; jit/pass.h), on the
+  // thread that makes them.
+  explicit SegmentTable(PassInstrument instrument = {}) : instrument_(std::move(instrument)) {}
   // The code of `program`, made on first sight. Thread-safe; the pointer
   // lives as long as the table.
   SegmentCode* Intern(const Func& program, const std::vector<bool>& shared, const std::vector<bool>& data);
   std::vector<SegmentCode*> codes() const;
 
  private:
+  const PassInstrument instrument_;
   mutable std::mutex mu_;
   std::deque<SegmentCode> codes_;
   std::unordered_map<std::string, SegmentCode*> by_text_;

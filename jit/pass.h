@@ -11,11 +11,13 @@
 //   control-flow  a residual with branches and loops (jit/control_flow.h):
 //                 refine-shapes, batch-branches; then its regions go
 //                 through `residual` and `lowering`
+//   segment       a generic-tier segment's variant for a row count
+//                 (generic/executor.cc): vectorize, vjp (grad mode: the
+//                 forward that keeps residuals and the backward),
+//                 pack-shared-weights (of each); then, compiled, `lowering`
 //   lowering      every compile (jit/plan.h), on straight-line code:
 //                 fold-constants, combine-sums, pack-gemm, cse, dce
 //
-// The generic tier's segments are made by vectorize, vjp and
-// pack-shared-weights (generic/executor.cc) and lowered like the rest.
 // "residual" names the program as a pipeline receives it (no pass ran).
 #pragma once
 

@@ -165,8 +165,10 @@ struct EngineOptions {
   // What LLVM compiles with, for the default hook and the generic tier's
   // segments alike (jit/compiler.h: optimization level, profiling, NaN
   // poisoning of dead buffers, and the instrument shown every pass, jit/pass.h,
-  // called on the worker that compiles). The segments' machine code is
-  // always made by the optimizing code generator.
+  // called on the thread that runs the pass: workers and, for the generic
+  // tier's segment passes, the calling thread, possibly several at once).
+  // The segments' machine code is always made by the optimizing code
+  // generator.
   CompileOptions compile_options;
   // The persistent code cache (scheduler/disk_cache.h): a directory where
   // compiled specializations are written and from which a later engine, in

@@ -221,7 +221,8 @@ class EngineImpl {
     generic::SegmentCode::Variant* variant;
   };
   // Segment programs and their code, shared by all entries (generic/program.h).
-  std::shared_ptr<generic::SegmentTable> segments_ = std::make_shared<generic::SegmentTable>();
+  std::shared_ptr<generic::SegmentTable> segments_ =
+      std::make_shared<generic::SegmentTable>(options.compile_options.instrument);
   // A prefetched call whose structure a worker walks ahead of it
   // (GenericProgram::InspectAhead), so that the caller's thread finds its
   // inspection made: the walk is a tenth of a Tree-LSTM training step and

@@ -76,7 +76,8 @@ TEST(GenericEngine, ItsCompileOptionsReachEveryCompile) {
       o.compile_options.instrument.after = [&](std::string_view pass, const PassProduct& product, double) {
         std::lock_guard lock(mu);
         ++shown[std::string(pass)];
-        EXPECT_NE(product.program, nullptr) << pass;
+        EXPECT_EQ(product.program != nullptr, pass != "vjp") << pass;  // vjp makes two programs
+        EXPECT_FALSE(product.text().empty()) << pass;
       };
     }));
     engine.module().AddSource(kProgram, "program.pj");
@@ -90,6 +91,11 @@ TEST(GenericEngine, ItsCompileOptionsReachEveryCompile) {
     std::lock_guard lock(mu);
     EXPECT_GT(shown["dce"], 0) << "every compile goes through the lowering passes";
     EXPECT_EQ(shown["autodiff"], generic ? 0 : 1) << "segments are differentiated before, a residual in, the pipeline";
+    // A segment's variants: vectorized, split into their VJP's halves, each
+    // half's weights packed.
+    EXPECT_EQ(shown["vjp"], shown["vectorize"]);
+    EXPECT_EQ(shown["pack-shared-weights"], generic ? 2 * shown["vectorize"] : 0);
+    EXPECT_EQ(shown["vectorize"] > 0, generic);
     EXPECT_EQ(loss.stats().calls_generic, generic ? 1 : 0);
   }
 }
