@@ -255,7 +255,9 @@ int main(int argc, char** argv) {
   compile->add_flag("--run", run_compiled, "also run the compiled code on the arguments and print its result as `run` does");
   std::vector<std::string> print_after;
   std::vector<std::string> passes = {"all"};
-  for (const pejit::PassList& list : pejit::PassLists()) passes.insert(passes.end(), list.passes.begin(), list.passes.end());
+  for (const pejit::PassList& list : pejit::PassLists()) {
+    if (list.pipeline != "segment") passes.insert(passes.end(), list.passes.begin(), list.passes.end());  // compile makes no segments
+  }
   passes.push_back("residual");
   compile->add_option("--print-after", print_after,
                       "also print the program after these passes (comma-separated; jit/pass.h), or after all; "
