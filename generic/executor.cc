@@ -536,7 +536,7 @@ Execution Execute(const Inspection& inspection, const ExecuteOptions& options) {
     // Value mode makes its own variant only when no other native code serves the run.
     SegmentCode::Variant& variant =
         options.grad ? VariantFor(code, run.rows, true) : VariantEntry(code, run.rows, false);
-    if (options.compile_now && !variant.native.load()) CompileVariant(*options.compile_now, code, variant, {}, options.compile_options);
+    if (options.compile_now && !variant.native.load()) CompileVariant(*options.compile_now, code, variant, options.compile_program, options.compile_options);
     variants[r] = &variant;
     const int members = static_cast<int>(run.members.size());
     if (!options.grad && !variant.native.load()) {

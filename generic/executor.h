@@ -36,7 +36,10 @@ struct ExecuteOptions {
   // Compile every variant the call needs that has no native code yet,
   // before running it (tests, `--policy sync`). Null: use what is there.
   JitSession* compile_now = nullptr;
-  CompileOptions compile_options;  // what compile_now compiles with (CompileVariant)
+  // What compile_now compiles with, and through (CompileVariant's `compile`:
+  // the engine's persistent code cache).
+  CompileOptions compile_options;
+  CompileProgram compile_program;
 };
 
 struct Execution {

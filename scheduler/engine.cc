@@ -569,8 +569,9 @@ void EngineImpl::Drain(const std::function<void(int64_t)>& progress) {
   };
   // The caller's core compiles too rather than sleep (the work's own task,
   // when a worker takes it, finds nothing left and ends).
+  int64_t reported = -1;
   while (!stopping_.load() && RunOneWaiting(/*background=*/false)) {
-    if (progress) progress(left());
+    if (progress) progress(reported = left());
   }
   std::unique_lock<std::mutex> lock(tasks_mu_);
   int64_t seen = outstanding_;
@@ -579,10 +580,14 @@ void EngineImpl::Drain(const std::function<void(int64_t)>& progress) {
     seen = outstanding_;
     if (progress) {
       lock.unlock();
-      progress(seen);
+      progress(reported = seen);
       lock.lock();
     }
   }
+  // The last report is the end, even when the tasks counted above ended
+  // before this thread looked again.
+  lock.unlock();
+  if (progress && reported != 0) progress(0);
 }
 
 void EngineImpl::Cancel(Job& job, const char* why) {

@@ -119,6 +119,13 @@ void EngineImpl::StoreToDisk(const Job& job, const Slot& slot, const ExecutableP
   WriteToDisk(DiskKeyOf(entry, *job.snapshot, slot.key), entry.name, &slot.key.signature, *exec, job.id);
 }
 
+CompileProgram EngineImpl::SegmentCompiler(const std::string& entry) {
+  if (!disk_) return {};
+  return [this, entry](const Func& program, const CompileOptions& o) {
+    return CompileThroughDisk(entry, "generic segment", program, o);
+  };
+}
+
 // The key is the program's own text, which says all it computes: equal
 // texts are the same code, whatever definitions they came from.
 ExecutablePtr EngineImpl::CompileThroughDisk(const std::string& entry, const char* kind, const Func& program,

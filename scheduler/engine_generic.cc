@@ -86,6 +86,7 @@ std::optional<ValueAndGrad> EngineImpl::RunGeneric(Request& r) {
     if (options.policy.kind == Policy::Kind::kSync) {
       eo.compile_now = jit_.get();
       eo.compile_options = options.compile_options;
+      eo.compile_program = SegmentCompiler(r.entry.name);
     }
     run = generic::Execute(inspection, eo);
     out = generic::CallResult(r.args, r.wrt, run);
@@ -147,13 +148,7 @@ void EngineImpl::RunGenericCompile(GenericCompile& job) {
   int64_t start = NowMicros();
   std::string failure;
   try {
-    CompileProgram through_disk;
-    if (disk_) {
-      through_disk = [&](const Func& program, const CompileOptions& o) {
-        return CompileThroughDisk(job.entry, "generic segment", program, o);
-      };
-    }
-    generic::CompileVariant(*jit_, *job.code, *job.variant, through_disk, options.compile_options);
+    generic::CompileVariant(*jit_, *job.code, *job.variant, SegmentCompiler(job.entry), options.compile_options);
   } catch (const std::exception& e) {
     failure = e.what();  // the variant keeps running in the interpreter
   }

@@ -166,6 +166,9 @@ class EngineImpl {
   void RefuseCacheEntry(const std::string& entry, const Signature* sig, const std::string& reason);
   // A straight-line program's code (a generic segment's, a control-flow
   // region's) loaded when an earlier run stored it, else compiled and stored.
+  // How the generic tier's segments of `entry` compile: through the
+  // persistent cache when there is one (empty: the session's Compile).
+  CompileProgram SegmentCompiler(const std::string& entry);
   ExecutablePtr CompileThroughDisk(const std::string& entry, const char* kind, const Func& program,
                                    const CompileOptions& options);
   // `hot_calls` > 0: the generic tier served the call (in `generic_us`):

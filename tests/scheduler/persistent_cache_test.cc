@@ -188,6 +188,34 @@ TEST_F(PersistentCacheTest, CompileOptionsThatChangeTheCodeMissTheStoredCode) {
   }
 }
 
+// The generic tier's segments persist under every policy: a later engine
+// links every segment an earlier one compiled (under sync, at the call)
+// and compiles none.
+TEST_F(PersistentCacheTest, GenericSegmentsAreStoredAndALaterEngineCompilesNone) {
+  auto generic = [](EngineOptions& o) {
+    o.generic = true;
+    o.specialize_after_calls = 0;
+  };
+  int64_t stored = 0;
+  for (int run = 0; run < 2; ++run) {
+    SCOPED_TRACE(run);
+    std::unique_ptr<Engine> engine = Start(Policy::Sync(), generic);
+    std::vector<Value> args = Args(*engine);
+    Entry loss = engine->entry("loss");
+    ExpectTheInterpretersGradient(*engine, loss.with_grad({1}).value_and_grad(args), args);
+    EXPECT_EQ(loss.stats().calls_generic, 1);
+    engine.reset();
+    if (run == 0) {
+      stored = events_->Count(EventKind::kCacheStore);
+      EXPECT_GT(stored, 0);
+      EXPECT_EQ(events_->Count(EventKind::kCacheLoad), 0);
+    } else {
+      EXPECT_EQ(events_->Count(EventKind::kCacheStore), 0);
+      EXPECT_EQ(events_->Count(EventKind::kCacheLoad), stored);
+    }
+  }
+}
+
 TEST_F(PersistentCacheTest, ADamagedEntryIsRefusedRemovedAndRecompiled) {
   Fill();
   for (const auto& e : fs::directory_iterator(dir_)) {
