@@ -288,21 +288,32 @@ ValueAndGrad CallResult(const std::vector<Value>& args, const std::vector<int>* 
   for (int i : *wrt) {
     if (HoldsStructure(args.at(i))) throw Refusal("generic: a gradient with respect to a structure argument");
   }
-  // Results as compiled code lays them out: the loss, then per wrt leaf its
-  // gradient. An argument without structures has its roots for leaves, in
-  // the same order.
+  // The call of the wrt arguments alone (the others hold the structures,
+  // which are not walked again), its results laid out as compiled code lays
+  // them out: the loss, then per wrt leaf its gradient. An argument without
+  // structures has its roots for leaves, in the same order.
+  std::vector<Value> wrt_args;
+  std::vector<size_t> first_root;
+  for (int i : *wrt) {
+    size_t root = 0;
+    for (int a = 0; a < i; ++a) root += CountRoots(args[a]);
+    wrt_args.push_back(args[i]);
+    first_root.push_back(root);
+  }
+  std::vector<int> local(wrt_args.size());
+  for (size_t k = 0; k < local.size(); ++k) local[k] = static_cast<int>(k);
   std::vector<size_t> first;
-  std::vector<Tensor> leaves = Flatten(args, {}, &first);
-  std::vector<int> wrt_leaves = FloatWrtLeaves(leaves, first, *wrt);
-  std::vector<size_t> first_root(args.size(), 0);
-  for (size_t a = 1; a < args.size(); ++a) first_root[a] = first_root[a - 1] + CountRoots(args[a - 1]);
+  std::vector<Tensor> leaves = Flatten(wrt_args, {}, &first);
+  std::vector<int> wrt_leaves = FloatWrtLeaves(leaves, first, local);
   std::vector<Tensor> results{out.value.tensor()};
   size_t a = 0;
   for (int leaf : wrt_leaves) {
     while (a + 1 < first.size() && first[a + 1] <= static_cast<size_t>(leaf)) ++a;
     results.push_back(run.root_grads.at(first_root[a] + (leaf - first[a])));
   }
-  return FromResults(nullptr, args, wrt, leaves, first, GradientResultOf(leaves.size(), wrt_leaves), results);
+  out.grads = FromResults(nullptr, wrt_args, &local, leaves, first, GradientResultOf(leaves.size(), wrt_leaves), results)
+                  .grads;
+  return out;
 }
 
 namespace {
