@@ -468,34 +468,55 @@ namespace {
 // The entry tensor shared input `p` of `run`'s program reads.
 int SharedRoot(const Run& run, int p) { return (*run.shared_roots)[run.code->input_slot[p]]; }
 
-}  // namespace
+void AddInto(Tensor& target, const TensorType& type, const float* src) {
+  if (!target.defined()) target = Tensor::Zeros(type.dtype, type.shape);
+  float* dst = target.data<float>();
+  for (int64_t i = 0; i < target.numel(); ++i) dst[i] += src[i];
+}
 
-Execution Execute(const Inspection& inspection, const ExecuteOptions& options) {
-  Execution result;
-  const size_t n_runs = inspection.runs.size();
-  std::vector<std::vector<Tensor>> outputs(n_runs), inputs(n_runs);
-  std::vector<SegmentCode::Variant*> variants(n_runs);
+// One call of Execute: the runs forward, the result, and in grad mode the
+// runs backward and the shared weights' gradients, each a method over the
+// call's state.
+class CallRun {
+ public:
+  CallRun(const Inspection& inspection, const ExecuteOptions& options)
+      : inspection_(inspection),
+        options_(options),
+        n_runs_(inspection.runs.size()),
+        outputs_(n_runs_),
+        inputs_(n_runs_),
+        variants_(n_runs_) {}
 
+  Execution Run() {
+    for (size_t r = 0; r < n_runs_; ++r) Forward(r);
+    result_.value = ResultValue();
+    if (!options_.grad) return std::move(result_);
+    Backward();
+    SumProducts();
+    SumRows();
+    return std::move(result_);
+  }
+
+ private:
   // Weights packed for the micro-kernel, once per call: (entry tensor, transpose_b).
-  std::map<std::pair<int, bool>, Tensor> packed;
-  auto append_packs = [&](const Run& run, const std::vector<SegmentCode::Pack>& packs, std::vector<Tensor>& in) {
+  void AppendPacks(const generic::Run& run, const std::vector<SegmentCode::Pack>& packs, std::vector<Tensor>& in) {
     for (const SegmentCode::Pack& pack : packs) {
       const int root = SharedRoot(run, pack.param);
-      Tensor& t = packed[{root, pack.transpose_b}];
-      if (!t.defined()) t = CallOp("gemm_pack", {inspection.roots.at(root)}, {{"transpose_b", pack.transpose_b}});
+      Tensor& t = packed_[{root, pack.transpose_b}];
+      if (!t.defined()) t = CallOp("gemm_pack", {inspection_.roots.at(root)}, {{"transpose_b", pack.transpose_b}});
       in.push_back(t);
     }
-  };
+  }
 
-  auto row_of = [&](const Place& slot, int64_t bytes) -> const char* {
+  const char* RowOf(const Place& place, int64_t bytes) const {
     const Tensor* t = nullptr;
-    switch (slot.kind) {
-      case Place::Kind::kRoot: t = &inspection.roots[slot.index]; break;
+    switch (place.kind) {
+      case Place::Kind::kRoot: t = &inspection_.roots[place.index]; break;
       case Place::Kind::kStruct:
-      case Place::Kind::kConstant: t = slot.tensor; break;
+      case Place::Kind::kConstant: t = place.tensor; break;
       case Place::Kind::kRow: {
-        const Tensor& out = outputs[inspection.si_run[slot.index]][slot.output];
-        return static_cast<const char*>(out.raw_data()) + inspection.si_row[slot.index] * bytes;
+        const Tensor& out = outputs_[inspection_.si_run[place.index]][place.output];
+        return static_cast<const char*>(out.raw_data()) + inspection_.si_row[place.index] * bytes;
       }
     }
     if (static_cast<int64_t>(t->nbytes()) != bytes) {
@@ -503,184 +524,203 @@ Execution Execute(const Inspection& inspection, const ExecuteOptions& options) {
                     std::to_string(bytes));
     }
     return static_cast<const char*>(t->raw_data());
-  };
+  }
 
   // A variant that ran without native code of its own, once per call.
-  auto missing = [&](SegmentCode& code, SegmentCode::Variant& variant) {
-    if (std::find(result.missing_native.begin(), result.missing_native.end(), &variant) != result.missing_native.end()) return;
-    result.missing_native.push_back(&variant);
-    result.missing_codes.push_back(&code);
-  };
+  void Missing(SegmentCode& code, SegmentCode::Variant& variant) {
+    if (std::find(result_.missing_native.begin(), result_.missing_native.end(), &variant) !=
+        result_.missing_native.end()) {
+      return;
+    }
+    result_.missing_native.push_back(&variant);
+    result_.missing_codes.push_back(&code);
+  }
+
   // The inputs of members [first, first + count) of `run`, stacked to `rows`
   // rows (padded with copies of the first).
-  auto gather = [&](const Run& run, int first, int count, int64_t rows) {
+  std::vector<Tensor> Gather(const generic::Run& run, int first, int count, int64_t rows) const {
     const SegmentCode& code = *run.code;
     std::vector<Tensor> in(code.inputs.size());
     for (size_t p = 0; p < code.inputs.size(); ++p) {
       const TensorType& member = code.inputs[p];
       const int64_t bytes = RowBytes(member);
       if (code.shared[p]) {
-        in[p] = inspection.roots.at(SharedRoot(run, p));
+        in[p] = inspection_.roots.at(SharedRoot(run, p));
         continue;
       }
       Tensor stacked = Tensor::Empty(member.dtype, Prepend(rows, member.shape));
       char* dst = static_cast<char*>(stacked.raw_data());
       for (int64_t i = 0; i < rows; ++i) {
         int si = run.members[first + (i < count ? i : 0)];
-        std::memcpy(dst + i * bytes, row_of(inspection.si_inputs[inspection.si_input_begin[si] + code.input_slot[p]], bytes), bytes);
+        std::memcpy(dst + i * bytes, RowOf(inspection_.si_inputs[inspection_.si_input_begin[si] + code.input_slot[p]], bytes),
+                    bytes);
       }
       in[p] = std::move(stacked);
     }
     return in;
-  };
+  }
+
   // The forward code of a variant on gathered inputs (packed weights appended).
-  auto run_forward = [&](const Run& run, const SegmentCode::Variant& v, const std::vector<Tensor>& in) {
+  std::vector<Tensor> RunForward(const generic::Run& run, const SegmentCode::Variant& v, const std::vector<Tensor>& in) {
     if (v.forward_packs.empty()) return LogicalOutputs(v.forward_outputs, in, v.forward_code.load()->Run(in));
     std::vector<Tensor> packed_in = in;
-    append_packs(run, v.forward_packs, packed_in);
+    AppendPacks(run, v.forward_packs, packed_in);
     return LogicalOutputs(v.forward_outputs, in, v.forward_code.load()->Run(packed_in));
-  };
+  }
 
-  for (size_t r = 0; r < n_runs; ++r) {
-    const Run& run = inspection.runs[r];
+  void Forward(size_t r) {
+    const generic::Run& run = inspection_.runs[r];
     SegmentCode& code = *run.code;
     // Value mode makes its own variant only when no other native code serves the run.
     SegmentCode::Variant& variant =
-        options.grad ? VariantFor(code, run.rows, true) : VariantEntry(code, run.rows, false);
-    if (options.compile_now && !variant.native.load()) CompileVariant(*options.compile_now, code, variant, options.compile_program, options.compile_options);
-    variants[r] = &variant;
-    const int members = static_cast<int>(run.members.size());
-    if (!options.grad && !variant.native.load()) {
-      // Value mode: the run in pieces that native code serves (value-mode
-      // variants, or grad-mode ones whose forward training compiled, their
-      // extra outputs unused), so that a row count not compiled yet does
-      // not run interpreted where other counts have native code.
-      std::vector<std::pair<int64_t, SegmentCode::Variant*>> native;  // by rows
-      {
-        std::lock_guard lock(code.mu);
-        for (const auto& [key, v] : code.variants) {
-          if (v->native.load() || (v->grad && v->forward_native)) native.emplace_back(v->rows, v.get());
-        }
-      }
-      if (!native.empty()) {
-        std::vector<Tensor> out;
-        bool all_native = true;
-        for (int first = 0; first < members;) {
-          const int left = members - first;
-          SegmentCode::Variant* pick = NativePiece(native, left);
-          if (!pick) {  // the rest interpreted in its own row bucket
-            pick = &VariantFor(code, RowBucket(left), false);
-            if (!pick->native.load()) {
-              all_native = false;
-              missing(code, *pick);
-            }
-          }
-          const int count = static_cast<int>(std::min<int64_t>(pick->rows, left));
-          std::vector<Tensor> piece = run_forward(run, *pick, gather(run, first, count, pick->rows));
-          if (first == 0 && count == members && pick->rows == run.rows) {  // one piece, the run's own shape
-            piece.resize(code.outputs.size());  // a grad-mode forward's residuals go unused
-            outputs[r] = std::move(piece);
-            break;
-          }
-          if (out.empty()) {
-            for (size_t o = 0; o < code.outputs.size(); ++o) {
-              out.push_back(Tensor::Empty(code.outputs[o].dtype, Prepend(run.rows, code.outputs[o].shape)));
-            }
-          }
-          for (size_t o = 0; o < code.outputs.size(); ++o) {
-            const int64_t bytes = RowBytes(code.outputs[o]);
-            std::memcpy(static_cast<char*>(out[o].raw_data()) + first * bytes, piece[o].raw_data(), count * bytes);
-          }
-          first += count;
-          if (first == members) {
-            outputs[r] = std::move(out);
-            break;
-          }
-        }
-        ++(all_native ? result.native_runs : result.interpreted_runs);
-        missing(code, variant);  // its own code still compiles: one run next time, not pieces
-        continue;
+        options_.grad ? VariantFor(code, run.rows, true) : VariantEntry(code, run.rows, false);
+    if (options_.compile_now && !variant.native.load()) {
+      CompileVariant(*options_.compile_now, code, variant, options_.compile_program, options_.compile_options);
+    }
+    variants_[r] = &variant;
+    if (!options_.grad && !variant.native.load()) {
+      if (ForwardInNativePieces(r)) {
+        Missing(code, variant);  // its own code still compiles: one run next time, not pieces
+        return;
       }
       VariantFor(code, run.rows, false);  // made now: it runs interpreted
     }
-    std::vector<Tensor> in = gather(run, 0, members, run.rows);
+    std::vector<Tensor> in = Gather(run, 0, static_cast<int>(run.members.size()), run.rows);
     if (variant.native.load()) {
-      ++result.native_runs;
+      ++result_.native_runs;
     } else {
-      ++result.interpreted_runs;
-      missing(code, variant);
+      ++result_.interpreted_runs;
+      Missing(code, variant);
     }
-    outputs[r] = run_forward(run, variant, in);
-    if (options.grad) inputs[r] = std::move(in);
+    outputs_[r] = RunForward(run, variant, in);
+    if (options_.grad) inputs_[r] = std::move(in);
+  }
+
+  // Value mode: run `r` in pieces that native code serves (value-mode
+  // variants, or grad-mode ones whose forward training compiled, their
+  // extra outputs unused), so that a row count not compiled yet does not
+  // run interpreted where other counts have native code. False when no
+  // variant of the segment has native code.
+  bool ForwardInNativePieces(size_t r) {
+    const generic::Run& run = inspection_.runs[r];
+    SegmentCode& code = *run.code;
+    std::vector<std::pair<int64_t, SegmentCode::Variant*>> native;  // by rows
+    {
+      std::lock_guard lock(code.mu);
+      for (const auto& [key, v] : code.variants) {
+        if (v->native.load() || (v->grad && v->forward_native)) native.emplace_back(v->rows, v.get());
+      }
+    }
+    if (native.empty()) return false;
+    const int members = static_cast<int>(run.members.size());
+    std::vector<Tensor> out;
+    bool all_native = true;
+    for (int first = 0; first < members;) {
+      const int left = members - first;
+      SegmentCode::Variant* pick = NativePiece(native, left);
+      if (!pick) {  // the rest interpreted in its own row bucket
+        pick = &VariantFor(code, RowBucket(left), false);
+        if (!pick->native.load()) {
+          all_native = false;
+          Missing(code, *pick);
+        }
+      }
+      const int count = static_cast<int>(std::min<int64_t>(pick->rows, left));
+      std::vector<Tensor> piece = RunForward(run, *pick, Gather(run, first, count, pick->rows));
+      if (first == 0 && count == members && pick->rows == run.rows) {  // one piece, the run's own shape
+        piece.resize(code.outputs.size());  // a grad-mode forward's residuals go unused
+        outputs_[r] = std::move(piece);
+        break;
+      }
+      if (out.empty()) {
+        for (size_t o = 0; o < code.outputs.size(); ++o) {
+          out.push_back(Tensor::Empty(code.outputs[o].dtype, Prepend(run.rows, code.outputs[o].shape)));
+        }
+      }
+      for (size_t o = 0; o < code.outputs.size(); ++o) {
+        const int64_t bytes = RowBytes(code.outputs[o]);
+        std::memcpy(static_cast<char*>(out[o].raw_data()) + first * bytes, piece[o].raw_data(), count * bytes);
+      }
+      first += count;
+      if (first == members) {
+        outputs_[r] = std::move(out);
+        break;
+      }
+    }
+    ++(all_native ? result_.native_runs : result_.interpreted_runs);
+    return true;
   }
 
   // The result: rows of the runs' outputs, rebuilt into the result type.
-  auto tensor_of = [&](const Place& slot, const TensorType& type) -> Tensor {
-    if (slot.kind != Place::Kind::kRow) return slot.kind == Place::Kind::kRoot ? inspection.roots[slot.index] : *slot.tensor;
-    Tensor t = Tensor::Empty(type.dtype, type.shape);
-    std::memcpy(t.raw_data(), row_of(slot, RowBytes(type)), t.nbytes());
-    return t;
-  };
-  size_t leaf = 0;
-  auto rebuild = [&](auto& self, const Type& type) -> Value {
-    if (auto* t = AsTensor(type)) return Value(tensor_of(inspection.result.at(leaf++), t->type));
-    std::vector<Value> fields;
-    for (const Type& f : AsTuple(type)->fields) fields.push_back(self(self, f));
-    return Value::Tuple(std::move(fields));
-  };
-  result.value = rebuild(rebuild, inspection.result_type);
-  if (!options.grad) return result;
-
-  const TensorTypeNode* loss = AsTensor(inspection.result_type);
-  if (!loss || loss->type.dtype != DType::kF32 || !loss->type.shape.empty()) {
-    throw Refusal("generic: gradients need a scalar f32 result, not " + TypeToString(inspection.result_type));
+  Value ResultValue() const {
+    auto tensor_of = [&](const Place& place, const TensorType& type) -> Tensor {
+      if (place.kind != Place::Kind::kRow) {
+        return place.kind == Place::Kind::kRoot ? inspection_.roots[place.index] : *place.tensor;
+      }
+      Tensor t = Tensor::Empty(type.dtype, type.shape);
+      std::memcpy(t.raw_data(), RowOf(place, RowBytes(type)), t.nbytes());
+      return t;
+    };
+    size_t leaf = 0;
+    auto rebuild = [&](auto& self, const Type& type) -> Value {
+      if (auto* t = AsTensor(type)) return Value(tensor_of(inspection_.result.at(leaf++), t->type));
+      std::vector<Value> fields;
+      for (const Type& f : AsTuple(type)->fields) fields.push_back(self(self, f));
+      return Value::Tuple(std::move(fields));
+    };
+    return rebuild(rebuild, inspection_.result_type);
   }
-  std::vector<std::vector<Tensor>> cotangents(n_runs);
-  struct RowFactor {
-    Tensor lhs, rhs;
-    int64_t rows;
-  };
-  std::map<int, std::vector<RowFactor>> row_factors;  // per entry tensor: its gradient's products
-  std::map<std::pair<int, Shape>, std::vector<Tensor>> row_sums;  // per entry tensor and shape: its reductions
-  result.root_grads.assign(inspection.roots.size(), Tensor());
-  auto add_into = [](Tensor& target, const TensorType& type, const float* src) {
-    if (!target.defined()) target = Tensor::Zeros(type.dtype, type.shape);
-    float* dst = target.data<float>();
-    for (int64_t i = 0; i < target.numel(); ++i) dst[i] += src[i];
-  };
-  auto add_to_slot = [&](const Place& slot, const TensorType& member, const float* src) {
-    if (slot.kind == Place::Kind::kRoot) {
-      add_into(result.root_grads[slot.index], inspection.roots[slot.index].type(), src);
-    } else if (slot.kind == Place::Kind::kRow) {
-      int r = inspection.si_run[slot.index];
-      const SegmentCode& code = *inspection.runs[r].code;
-      std::vector<Tensor>& cot = cotangents[r];
+
+  // Adds `src` (a member's worth) to the gradient of what `place` holds.
+  void AddToPlace(const Place& place, const TensorType& member, const float* src) {
+    if (place.kind == Place::Kind::kRoot) {
+      AddInto(result_.root_grads[place.index], inspection_.roots[place.index].type(), src);
+    } else if (place.kind == Place::Kind::kRow) {
+      int r = inspection_.si_run[place.index];
+      const SegmentCode& code = *inspection_.runs[r].code;
+      std::vector<Tensor>& cot = cotangents_[r];
       if (cot.empty()) cot.resize(code.outputs.size());
-      const TensorType& out = code.outputs[slot.output];
-      if (!cot[slot.output].defined()) cot[slot.output] = Tensor::Zeros(out.dtype, Prepend(inspection.runs[r].rows, out.shape));
-      float* dst = cot[slot.output].data<float>() + inspection.si_row[slot.index] * NumElements(member.shape);
+      const TensorType& out = code.outputs[place.output];
+      if (!cot[place.output].defined()) {
+        cot[place.output] = Tensor::Zeros(out.dtype, Prepend(inspection_.runs[r].rows, out.shape));
+      }
+      float* dst = cot[place.output].data<float>() + inspection_.si_row[place.index] * NumElements(member.shape);
       const int64_t elems = NumElements(member.shape);
       for (int64_t i = 0; i < elems; ++i) dst[i] += src[i];
     }  // structure tensors and constants take no gradient
-  };
-  const float one = 1.0f;
-  add_to_slot(inspection.result.at(0), loss->type, &one);
+  }
 
-  for (size_t r = n_runs; r-- > 0;) {
-    if (cotangents[r].empty()) continue;
-    const Run& run = inspection.runs[r];
+  // The runs in reverse, each its segment's VJP on the cotangents its
+  // readers added; a shared weight's gradient comes back as row factors,
+  // summed once per call (SumProducts, SumRows).
+  void Backward() {
+    const TensorTypeNode* loss = AsTensor(inspection_.result_type);
+    if (!loss || loss->type.dtype != DType::kF32 || !loss->type.shape.empty()) {
+      throw Refusal("generic: gradients need a scalar f32 result, not " + TypeToString(inspection_.result_type));
+    }
+    cotangents_.resize(n_runs_);
+    result_.root_grads.assign(inspection_.roots.size(), Tensor());
+    const float one = 1.0f;
+    AddToPlace(inspection_.result.at(0), loss->type, &one);
+    for (size_t r = n_runs_; r-- > 0;) {
+      if (!cotangents_[r].empty()) BackwardRun(r);
+    }
+  }
+
+  void BackwardRun(size_t r) {
+    const generic::Run& run = inspection_.runs[r];
     const SegmentCode& code = *run.code;
-    SegmentCode::Variant& variant = *variants[r];
+    SegmentCode::Variant& variant = *variants_[r];
     std::shared_ptr<const Executable> backward = variant.backward_code.load();
-    if (!backward) continue;
-    std::vector<Tensor> in = std::move(inputs[r]);
+    if (!backward) return;
+    std::vector<Tensor> in = std::move(inputs_[r]);
     for (int o : variant.grad_outputs) {
-      Tensor& c = cotangents[r][o];
+      Tensor& c = cotangents_[r][o];
       in.push_back(c.defined() ? c : Tensor::Zeros(code.outputs[o].dtype, Prepend(run.rows, code.outputs[o].shape)));
     }
     const size_t first_residual = code.outputs.size();
-    for (int k = 0; k < variant.residuals; ++k) in.push_back(std::move(outputs[r][first_residual + k]));
-    append_packs(run, variant.backward_packs, in);
+    for (int k = 0; k < variant.residuals; ++k) in.push_back(std::move(outputs_[r][first_residual + k]));
+    AppendPacks(run, variant.backward_packs, in);
     std::vector<Tensor> grads = LogicalOutputs(variant.backward_outputs, in, backward->Run(in));  // (d/d grad_inputs..., factor pairs...)
     const int members = static_cast<int>(run.members.size());
     for (size_t g = 0; g < variant.grad_inputs.size(); ++g) {
@@ -689,13 +729,13 @@ Execution Execute(const Inspection& inspection, const ExecuteOptions& options) {
       const TensorType& member = code.inputs[p];
       if (code.shared[p]) {
         const int root = SharedRoot(run, p);
-        add_into(result.root_grads[root], inspection.roots[root].type(), grad.data<float>());
+        AddInto(result_.root_grads[root], inspection_.roots[root].type(), grad.data<float>());
         continue;
       }
       const int64_t elems = NumElements(member.shape);
       for (int i = 0; i < members; ++i) {
-        const Place& slot = inspection.si_inputs[inspection.si_input_begin[run.members[i]] + code.input_slot[p]];
-        add_to_slot(slot, member, grad.data<float>() + i * elems);
+        const Place& place = inspection_.si_inputs[inspection_.si_input_begin[run.members[i]] + code.input_slot[p]];
+        AddToPlace(place, member, grad.data<float>() + i * elems);
       }
     }
     // Padding rows add exact zeros: their cotangents are zero, their
@@ -707,62 +747,92 @@ Execution Execute(const Inspection& inspection, const ExecuteOptions& options) {
         Tensor& lhs = grads.at(next++);
         Tensor& rhs = grads.at(next++);
         int64_t rows = lhs.shape()[0];
-        row_factors[root].push_back({std::move(lhs), std::move(rhs), rows});
+        row_factors_[root].push_back({std::move(lhs), std::move(rhs), rows});
       } else {
-        row_sums[{root, factor.shape}].push_back(std::move(grads.at(next++)));
+        row_sums_[{root, factor.shape}].push_back(std::move(grads.at(next++)));
       }
     }
-    cotangents[r].clear();
+    cotangents_[r].clear();
   }
-  for (auto& [root, factors] : row_factors) {
-    int64_t rows = 0;
-    for (const RowFactor& f : factors) rows += f.rows;
-    const int64_t m = factors[0].lhs.shape()[1], n = factors[0].rhs.shape()[1];
-    if (inspection.roots[root].numel() != m * n) {
-      throw Refusal("generic: a weight gradient of " + std::to_string(m) + "x" + std::to_string(n) +
-                    " for a tensor of " + inspection.roots[root].type().ToString());
-    }
-    Tensor& grad = result.root_grads[root];
-    if (!PackedGemmFast()) {  // the right factors stacked (rows, n), the left ones (rows, m)
-      Tensor lhs = Tensor::Empty(DType::kF32, {rows, m}), rhs = Tensor::Empty(DType::kF32, {rows, n});
+
+  // Each weight's gradient from every run's row factors: one product whose
+  // inner dimension is all their rows.
+  void SumProducts() {
+    for (auto& [root, factors] : row_factors_) {
+      int64_t rows = 0;
+      for (const RowFactor& f : factors) rows += f.rows;
+      const int64_t m = factors[0].lhs.shape()[1], n = factors[0].rhs.shape()[1];
+      if (inspection_.roots[root].numel() != m * n) {
+        throw Refusal("generic: a weight gradient of " + std::to_string(m) + "x" + std::to_string(n) +
+                      " for a tensor of " + inspection_.roots[root].type().ToString());
+      }
+      Tensor& grad = result_.root_grads[root];
+      if (!PackedGemmFast()) {  // the right factors stacked (rows, n), the left ones (rows, m)
+        Tensor lhs = Tensor::Empty(DType::kF32, {rows, m}), rhs = Tensor::Empty(DType::kF32, {rows, n});
+        int64_t at = 0;
+        for (const RowFactor& f : factors) {
+          std::memcpy(lhs.data<float>() + at * m, f.lhs.data<float>(), f.rows * m * sizeof(float));
+          std::memcpy(rhs.data<float>() + at * n, f.rhs.data<float>(), f.rows * n * sizeof(float));
+          at += f.rows;
+        }
+        AddInto(grad, inspection_.roots[root].type(), CallOp("matmul", {lhs, rhs}, {{"transpose_a", true}}).data<float>());
+        continue;
+      }
+      // The micro-kernel takes its left operand as it lies: the left factors
+      // stacked and transposed (m, rows); the right ones packed where they
+      // go along k; the product added into the gradient.
+      Tensor lhs = Tensor::Empty(DType::kF32, {m, rows}), packed_rhs = Tensor::Empty(DType::kF32, PackedShape(rows, n));
       int64_t at = 0;
       for (const RowFactor& f : factors) {
-        std::memcpy(lhs.data<float>() + at * m, f.lhs.data<float>(), f.rows * m * sizeof(float));
-        std::memcpy(rhs.data<float>() + at * n, f.rhs.data<float>(), f.rows * n * sizeof(float));
+        Transpose(f.lhs.data<float>(), f.rows, m, lhs.data<float>() + at, rows);
+        PackGemmRhsRows(rows, at, f.rows, n, f.rhs.data<float>(), n, packed_rhs.data<float>());
         at += f.rows;
       }
-      add_into(grad, inspection.roots[root].type(), CallOp("matmul", {lhs, rhs}, {{"transpose_a", true}}).data<float>());
-      continue;
+      const bool accumulate = grad.defined();
+      if (!accumulate) grad = Tensor::Empty(DType::kF32, inspection_.roots[root].shape());
+      GemmPacked(m, n, rows, lhs.data<float>(), rows, packed_rhs.data<float>(), grad.data<float>(), n, accumulate);
     }
-    // The micro-kernel takes its left operand as it lies: the left factors
-    // stacked and transposed (m, rows); the right ones packed where they
-    // go along k; the product added into the gradient.
-    Tensor lhs = Tensor::Empty(DType::kF32, {m, rows}), packed_rhs = Tensor::Empty(DType::kF32, PackedShape(rows, n));
-    int64_t at = 0;
-    for (const RowFactor& f : factors) {
-      Transpose(f.lhs.data<float>(), f.rows, m, lhs.data<float>() + at, rows);
-      PackGemmRhsRows(rows, at, f.rows, n, f.rhs.data<float>(), n, packed_rhs.data<float>());
-      at += f.rows;
-    }
-    const bool accumulate = grad.defined();
-    if (!accumulate) grad = Tensor::Empty(DType::kF32, inspection.roots[root].shape());
-    GemmPacked(m, n, rows, lhs.data<float>(), rows, packed_rhs.data<float>(), grad.data<float>(), n, accumulate);
   }
-  for (auto& [key, terms] : row_sums) {  // all runs' rows stacked, reduced once
-    int64_t rows = 0;
-    for (const Tensor& t : terms) rows += t.shape()[0];
-    Shape stacked = terms[0].shape();
-    stacked[0] = rows;
-    Tensor all = Tensor::Empty(DType::kF32, stacked);
-    char* at = static_cast<char*>(all.raw_data());
-    for (const Tensor& t : terms) {
-      std::memcpy(at, t.raw_data(), t.nbytes());
-      at += t.nbytes();
+
+  // Row sums of every run, stacked and reduced once per weight and shape.
+  void SumRows() {
+    for (auto& [key, terms] : row_sums_) {
+      int64_t rows = 0;
+      for (const Tensor& t : terms) rows += t.shape()[0];
+      Shape stacked = terms[0].shape();
+      stacked[0] = rows;
+      Tensor all = Tensor::Empty(DType::kF32, stacked);
+      char* at = static_cast<char*>(all.raw_data());
+      for (const Tensor& t : terms) {
+        std::memcpy(at, t.raw_data(), t.nbytes());
+        at += t.nbytes();
+      }
+      Tensor grad = CallOp("sum_to", {all}, {{"shape", key.second}});
+      AddInto(result_.root_grads[key.first], inspection_.roots[key.first].type(), grad.data<float>());
     }
-    Tensor grad = CallOp("sum_to", {all}, {{"shape", key.second}});
-    add_into(result.root_grads[key.first], inspection.roots[key.first].type(), grad.data<float>());
   }
-  return result;
+
+  struct RowFactor {
+    Tensor lhs, rhs;
+    int64_t rows;
+  };
+
+  const Inspection& inspection_;
+  const ExecuteOptions& options_;
+  const size_t n_runs_;
+  Execution result_;
+  std::vector<std::vector<Tensor>> outputs_, inputs_;  // per run; inputs kept in grad mode
+  std::vector<SegmentCode::Variant*> variants_;
+  std::map<std::pair<int, bool>, Tensor> packed_;
+  std::vector<std::vector<Tensor>> cotangents_;                    // per run, per output
+  std::map<int, std::vector<RowFactor>> row_factors_;              // per entry tensor: its gradient's products
+  std::map<std::pair<int, Shape>, std::vector<Tensor>> row_sums_;  // per entry tensor and shape: its reductions
+};
+
+}  // namespace
+
+Execution Execute(const Inspection& inspection, const ExecuteOptions& options) {
+  return CallRun(inspection, options).Run();
 }
 
 }  // namespace pejit::generic
