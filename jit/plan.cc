@@ -37,17 +37,25 @@ class Lowering {
   explicit Lowering(const LowerOptions& options) : options_(options) {}
 
   Plan Run(const Func& program) {
-    Func f = program;
-    Decompose(f);  // checks
+    Straight s = Decompose(program);  // checks; the passes below edit this form
     // The lowering pass list (jit/pass.h), in its order.
     static const PassInstrument kNone;
     const PassInstrument& shown = options_.instrument ? *options_.instrument : kNone;
-    f = RunPass(shown, "fold-constants", [&] { return FoldConstants(f); });
-    f = RunPass(shown, "combine-sums", [&] { return CombineSums(f); });
-    if (options_.pack_gemm && PackedGemmFast()) f = RunPass(shown, "pack-gemm", [&] { return PackGemmOperands(f); });
-    if (options_.cse) f = RunPass(shown, "cse", [&] { return EliminateCommonSubexpressions(f); });
-    f = RunPass(shown, "dce", [&] { return EliminateDeadCode(f); });
-    Straight s = Decompose(f);
+    auto pass = [&](std::string_view name, Straight (*simplify)(Straight)) {
+      if (!shown.after) {
+        s = simplify(std::move(s));
+        return;
+      }
+      RunPass(shown, name, [&] {  // shown as a program, recomposed only for the instrument
+        s = simplify(std::move(s));
+        return Recompose(s);
+      });
+    };
+    pass("fold-constants", FoldConstants);
+    pass("combine-sums", CombineSums);
+    if (options_.pack_gemm && PackedGemmFast()) pass("pack-gemm", PackGemmOperands);
+    if (options_.cse) pass("cse", EliminateCommonSubexpressions);
+    pass("dce", EliminateDeadCode);
 
     for (size_t i = 0; i < s.params.size(); ++i) {
       int b = NewBuffer(PlanBuffer::Kind::kParam, TensorTypeOf(s.params[i]), s.params[i]->name);

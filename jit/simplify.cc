@@ -31,8 +31,7 @@ constexpr int64_t kMaxFoldedExpansion = 64;  // elements
 
 }  // namespace
 
-Func FoldConstants(const Func& program) {
-  Straight s = Decompose(program);
+Straight FoldConstants(Straight s) {
   std::unordered_map<const ExprNode*, Expr> subst;
   std::unordered_set<const ExprNode*> ones;  // variables holding 1 in every element
   auto is_ones = [&](const Expr& e) {
@@ -97,11 +96,10 @@ Func FoldConstants(const Func& program) {
   }
   s.bindings = std::move(kept);
   s.result = Substitute(s.result, subst);
-  return Recompose(s);
+  return s;
 }
 
-Func EliminateCommonSubexpressions(const Func& program) {
-  Straight s = Decompose(program);
+Straight EliminateCommonSubexpressions(Straight s) {
   std::unordered_map<const ExprNode*, Expr> subst;
   // Key: operator, attributes and argument identities (constants by value).
   std::map<std::string, Var> seen;
@@ -148,11 +146,10 @@ Func EliminateCommonSubexpressions(const Func& program) {
   }
   s.bindings = std::move(kept);
   s.result = Substitute(s.result, subst);
-  return Recompose(s);
+  return s;
 }
 
-Func EliminateDeadCode(const Func& program) {
-  Straight s = Decompose(program);
+Straight EliminateDeadCode(Straight s) {
   std::unordered_set<const ExprNode*> live;
   std::function<void(const Expr&)> mark = [&](const Expr& e) {
     if (e->kind == ExprKind::kVar) live.insert(e.get());
@@ -169,11 +166,10 @@ Func EliminateDeadCode(const Func& program) {
   }
   std::reverse(kept.begin(), kept.end());
   s.bindings = std::move(kept);
-  return Recompose(s);
+  return s;
 }
 
-Func CombineSums(const Func& program) {
-  Straight s = Decompose(program);
+Straight CombineSums(Straight s) {
   std::unordered_map<const ExprNode*, int> uses, binding_of;
   std::function<void(const Expr&)> count = [&](const Expr& e) {
     if (e->kind == ExprKind::kVar) ++uses[e.get()];
@@ -305,7 +301,7 @@ Func CombineSums(const Func& program) {
                                                                            add->attrs, add->loc)});
   }
   s.bindings = std::move(out);
-  return EliminateDeadCode(Recompose(s));
+  return EliminateDeadCode(std::move(s));
 }
 
 std::optional<bool> PackableProduct(const OpCallNode& call) {
@@ -326,8 +322,7 @@ Expr PackedProduct(const OpCallNode& call, const Expr& packed, const TensorType&
              : MakeOpCall("packed_matmul", {call.args[0], packed}, {{"n", result.shape[1]}}, call.loc);
 }
 
-Func PackGemmOperands(const Func& program) {
-  Straight s = Decompose(program);
+Straight PackGemmOperands(Straight s) {
   std::vector<Binding> out;
   int fresh = 0;
   auto pack = [&](const Expr& rhs, bool transpose_b) -> Expr {
@@ -357,7 +352,15 @@ Func PackGemmOperands(const Func& program) {
     out.push_back(std::move(b));
   }
   s.bindings = std::move(out);
-  return Recompose(s);
+  return s;
 }
+
+Func FoldConstants(const Func& program) { return Recompose(FoldConstants(Decompose(program))); }
+Func EliminateCommonSubexpressions(const Func& program) {
+  return Recompose(EliminateCommonSubexpressions(Decompose(program)));
+}
+Func EliminateDeadCode(const Func& program) { return Recompose(EliminateDeadCode(Decompose(program))); }
+Func CombineSums(const Func& program) { return Recompose(CombineSums(Decompose(program))); }
+Func PackGemmOperands(const Func& program) { return Recompose(PackGemmOperands(Decompose(program))); }
 
 }  // namespace pejit

@@ -1,5 +1,8 @@
 // \file The simplifications lowering runs first: straight-line programs in,
-// equivalent straight-line programs out (same parameters), each alone.
+// equivalent straight-line programs out (same parameters), each alone. Each
+// takes and returns the straight-line form (jit/straight.h), so that
+// lowering decomposes a program once for all of them; the Func versions
+// decompose and recompose around one (tests, the generic tier).
 //
 // Lowering (jit/plan.h) runs them in this order: FoldConstants,
 // CombineSums, PackGemmOperands (where the CPU runs the packed micro-kernel),
@@ -10,10 +13,16 @@
 #include <optional>
 
 #include "ir/expr.h"
+#include "jit/straight.h"
 #include "ops/op.h"
 
 namespace pejit {
 
+Straight FoldConstants(Straight program);
+Straight EliminateCommonSubexpressions(Straight program);
+Straight EliminateDeadCode(Straight program);
+Straight CombineSums(Straight program);
+Straight PackGemmOperands(Straight program);
 Func FoldConstants(const Func& program);
 Func EliminateCommonSubexpressions(const Func& program);
 Func EliminateDeadCode(const Func& program);
