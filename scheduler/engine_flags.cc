@@ -2,8 +2,13 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
+#include <memory>
+#include <mutex>
+#include <set>
 #include <string>
 
+#include "jit/pass.h"
 #include "scheduler/policy.h"
 #include "scheduler/trace_sinks.h"
 #include "support/cli_checks.h"
@@ -33,6 +38,13 @@ void AddEngineFlags(CLI::App& app, EngineFlags& flags) {
   app.add_flag("--no-batch", flags.no_batch,
                "compile each example's operations, branches and loops apart instead of batching the independent "
                "instances of each (to measure what batching gives)");
+  std::vector<std::string> passes = {"all", "residual"};
+  for (const PassList& list : PassLists()) passes.insert(passes.end(), list.passes.begin(), list.passes.end());
+  app.add_option("--print-after", flags.print_after,
+                 "print the program after these passes (comma-separated; jit/pass.h) of every compile, or after "
+                 "all, on stderr")
+      ->delimiter(',')
+      ->check(CLI::IsMember(passes));
 }
 
 void ApplyEngineFlags(const EngineFlags& flags, EngineOptions& options) {
@@ -43,6 +55,19 @@ void ApplyEngineFlags(const EngineFlags& flags, EngineOptions& options) {
   options.trace_file = UserPath(flags.trace_file);
   options.cache_dir = UserPath(flags.cache_dir);
   options.batch = !flags.no_batch;
+  if (!flags.print_after.empty()) {
+    auto wanted = std::make_shared<const std::set<std::string, std::less<>>>(flags.print_after.begin(),
+                                                                             flags.print_after.end());
+    options.compile_options.instrument.after = [wanted](std::string_view pass, const PassProduct& product, double ms) {
+      if (!wanted->count("all") && !wanted->count(pass)) return;
+      char head[96];
+      std::snprintf(head, sizeof head, "# after %.*s (%.3f ms)\n", static_cast<int>(pass.size()), pass.data(), ms);
+      std::string text = head + product.text() + "\n";
+      static std::mutex mu;  // passes run on workers and callers at once: one program at a time
+      std::lock_guard lock(mu);
+      std::fputs(text.c_str(), stderr);
+    };
+  }
 }
 
 double FinishCompilesIntoCache(Engine& engine) {

@@ -1,5 +1,5 @@
 // \file The engine's options as every command-line tool spells them:
-// --workers, --step-threads, --policy, --log, --trace and --cache-dir, declared once so that the demos,
+// --workers, --step-threads, --policy, --log, --trace, --cache-dir and --print-after, declared once so that the demos,
 // `pejit replay` and the benchmarks check them alike and say the same about
 // them (a bad value is refused when the line is parsed, by the parsers the
 // engine itself uses).
@@ -8,6 +8,7 @@
 #include <CLI/CLI.hpp>
 
 #include <string>
+#include <vector>
 
 #include "scheduler/engine.h"
 
@@ -21,13 +22,16 @@ struct EngineFlags {
   std::string trace_file;        // empty: PEJIT_TRACE
   std::string cache_dir;         // empty: PEJIT_CACHE_DIR, or none
   bool no_batch = false;         // EngineOptions::batch off
+  // Passes (jit/pass.h) or "all": every compile's program after them, on
+  // stderr (EngineOptions::compile_options.instrument).
+  std::vector<std::string> print_after;
 };
 
 // Adds the options to `app`, writing into `flags`, whose values are the
 // defaults shown by --help.
 void AddEngineFlags(CLI::App& app, EngineFlags& flags);
 
-// Sets `options`' workers, step threads, policy, log level, trace file, code cache and batching. A
+// Sets `options`' workers, step threads, policy, log level, trace file, code cache, batching and pass printing. A
 // relative path is the user's (UserPath), not the runfiles directory's.
 void ApplyEngineFlags(const EngineFlags& flags, EngineOptions& options);
 
