@@ -357,8 +357,7 @@ Programs MakePrograms(const SegmentCode& code, int64_t rows, bool grad) {
   std::vector<bool> stacked;
   for (bool s : code.shared) stacked.push_back(!s);
   // The segment pass list (jit/pass.h), in its order.
-  static const PassInstrument kNone;
-  const PassInstrument& shown = code.instrument ? *code.instrument : kNone;
+  const PassInstrument& shown = *code.instrument;
   Func vectorized = RunPass(shown, "vectorize", [&] { return Vectorize(code.program, stacked, rows); });
   auto pack = [&](const Func& program, std::vector<SegmentCode::Pack>& packs) {
     return RunPass(shown, "pack-shared-weights", [&] { return PackSharedWeights(program, code.shared, packs); });

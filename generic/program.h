@@ -81,7 +81,7 @@ struct SegmentCode {
     Shape shape;
   };
   int id = -1;
-  const PassInstrument* instrument = nullptr;  // the table's: shown the passes that make variants
+  const PassInstrument* instrument = nullptr;  // the table's (set by Intern): shown the passes that make variants
   Func program;                    // over one instance
   std::vector<bool> shared;        // per input
   std::vector<bool> data;          // per input: never differentiated for (Segment::data)

@@ -22,6 +22,7 @@
 #pragma once
 
 #include <chrono>
+#include <cstdio>
 #include <functional>
 #include <string>
 #include <string_view>
@@ -79,5 +80,11 @@ Func RunPass(const PassInstrument& instrument, std::string_view name, Pass&& pas
 }
 // Shows `instrument` a program no pass made (the residual as a pipeline receives it).
 void ShowProgram(const PassInstrument& instrument, std::string_view name, const Func& program);
+
+// An instrument that prints the program after each pass named in `passes`
+// ("all": every pass) to `out` under a "# after PASS (MS ms)" line, one
+// program at a time (passes run on several threads at once). Empty
+// `passes`: an instrument that shows nothing.
+PassInstrument PrintAfter(const std::vector<std::string>& passes, std::FILE* out);
 
 }  // namespace pejit

@@ -39,14 +39,13 @@ class Lowering {
   Plan Run(const Func& program) {
     Straight s = Decompose(program);  // checks; the passes below edit this form
     // The lowering pass list (jit/pass.h), in its order.
-    static const PassInstrument kNone;
-    const PassInstrument& shown = options_.instrument ? *options_.instrument : kNone;
+    const PassInstrument* shown = options_.instrument;
     auto pass = [&](std::string_view name, Straight (*simplify)(Straight)) {
-      if (!shown.after) {
+      if (!shown || !shown->after) {
         s = simplify(std::move(s));
         return;
       }
-      RunPass(shown, name, [&] {  // shown as a program, recomposed only for the instrument
+      RunPass(*shown, name, [&] {  // shown as a program, recomposed only for the instrument
         s = simplify(std::move(s));
         return Recompose(s);
       });

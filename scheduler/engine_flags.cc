@@ -2,10 +2,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cstdio>
-#include <memory>
-#include <mutex>
-#include <set>
 #include <string>
 
 #include "jit/pass.h"
@@ -55,19 +51,7 @@ void ApplyEngineFlags(const EngineFlags& flags, EngineOptions& options) {
   options.trace_file = UserPath(flags.trace_file);
   options.cache_dir = UserPath(flags.cache_dir);
   options.batch = !flags.no_batch;
-  if (!flags.print_after.empty()) {
-    auto wanted = std::make_shared<const std::set<std::string, std::less<>>>(flags.print_after.begin(),
-                                                                             flags.print_after.end());
-    options.compile_options.instrument.after = [wanted](std::string_view pass, const PassProduct& product, double ms) {
-      if (!wanted->count("all") && !wanted->count(pass)) return;
-      char head[96];
-      std::snprintf(head, sizeof head, "# after %.*s (%.3f ms)\n", static_cast<int>(pass.size()), pass.data(), ms);
-      std::string text = head + product.text() + "\n";
-      static std::mutex mu;  // passes run on workers and callers at once: one program at a time
-      std::lock_guard lock(mu);
-      std::fputs(text.c_str(), stderr);
-    };
-  }
+  options.compile_options.instrument = PrintAfter(flags.print_after, stderr);
 }
 
 double FinishCompilesIntoCache(Engine& engine) {

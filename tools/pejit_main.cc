@@ -132,11 +132,7 @@ int Compile(const std::string& file, const std::string& entry, const std::string
     if (!why.empty()) throw std::runtime_error("@" + entry + ": " + why);
     options.wrt_leaves = FloatWrtLeaves(args, wrt);
   }
-  bool all = std::find(print_after.begin(), print_after.end(), "all") != print_after.end();
-  options.compile.instrument.after = [&](std::string_view pass, const PassProduct& product, double ms) {
-    if (!all && std::find(print_after.begin(), print_after.end(), pass) == print_after.end()) return;
-    std::printf("# after %.*s (%.3f ms)\n%s\n", static_cast<int>(pass.size()), pass.data(), ms, product.text().c_str());
-  };
+  options.compile.instrument = PrintAfter(print_after, stdout);
   options.compile.opt_level = opt_level;
   options.compile.keep_plan = emit == "fused";
   options.compile.keep_ir = emit == "llvm";

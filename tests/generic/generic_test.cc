@@ -9,7 +9,6 @@
 // LLVM.
 #include <gtest/gtest.h>
 
-#include <fstream>
 #include <map>
 #include <random>
 #include <set>
@@ -24,25 +23,12 @@
 #include "ir/json.h"
 #include "ir/module.h"
 #include "ir/printer.h"
+#include "ir/program_files.h"
 #include "ir/visitor.h"
 #include "jit/compiler.h"
 
 namespace pejit::generic {
 namespace {
-
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path);
-  EXPECT_TRUE(in) << path;
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-Snapshot Load(const std::string& path) {
-  Module m;
-  m.AddSource(ReadFile(path), path);
-  return m.snapshot();
-}
 
 std::vector<std::vector<Value>> Calls(const ModuleSnapshot& module, const std::string& entry, const std::string& path) {
   std::vector<std::vector<Value>> calls;
@@ -69,7 +55,7 @@ class GenericTest : public ::testing::TestWithParam<Model> {};
 
 TEST_P(GenericTest, ValuesAndGradientsMatchTheInterpreterOnUnseenStructures) {
   const Model& model = GetParam();
-  Snapshot module = Load(model.program);
+  Snapshot module = LoadProgram(model.program);
   auto calls = Calls(*module, "loss", model.calls);
   ASSERT_EQ(calls.size(), 24u);
   GenericProgram program(module, "loss");
@@ -191,7 +177,7 @@ TEST(GenericTier, ACallTakesTheScheduleItsPrefetchWalkedWithItsOwnParameters) {
 // code of other row counts (training's forwards, padded or in pieces) or the
 // interpreter, with the interpreter's values, and asks for its own variants.
 TEST(GenericTier, ValueModeRunsRowCountsWithoutCodeOfTheirOwnOnOtherCounts) {
-  Snapshot module = Load("examples/treelstm/treelstm.pj");
+  Snapshot module = LoadProgram("examples/treelstm/treelstm.pj");
   auto calls = Calls(*module, "loss", "tests/generic/treelstm_calls.jsonl");
   GenericProgram program(module, "loss");
   std::unique_ptr<JitSession> jit = JitSession::Create();
@@ -295,7 +281,7 @@ std::map<const SegmentCode*, int> FewestRuns(const Inspection& s) {
 // longest chain of instances requires (here the tree heights), where the
 // sums split when both cannot; values and gradients are the interpreter's.
 TEST(GenericTier, RunsBatchNodesOfOneHeightWhateverTheirChildCounts) {
-  Snapshot module = Load("examples/treelstm/treelstm.pj");
+  Snapshot module = LoadProgram("examples/treelstm/treelstm.pj");
   TypeDefPtr tree = module->FindType("Tree"), list = module->FindType("List");
   auto token = [](int64_t t) { return Value(Tensor::FromVector<int64_t>({}, {t})); };
   auto leaf = [&](int64_t t) { return Value::Adt(tree, 0, {token(t)}); };
@@ -347,8 +333,8 @@ int Height(const Value& tree) {
 // plain recursion over the list does, no more than the longest chain of its
 // instances requires: the tallest tree's height, plus one.
 TEST(GenericTier, AFoldOrAMapBatchesTheTreesAsThePlainRecursionDoes) {
-  Snapshot plain = Load("tests/tools/testdata/tree_rnn.pj"), fold = Load("tests/generic/models/tree_rnn_fold.pj"),
-           map = Load("tests/generic/models/tree_rnn_map.pj");
+  Snapshot plain = LoadProgram("tests/tools/testdata/tree_rnn.pj"), fold = LoadProgram("tests/generic/models/tree_rnn_fold.pj"),
+           map = LoadProgram("tests/generic/models/tree_rnn_map.pj");
   auto calls = Calls(*fold, "loss", "tests/generic/tree_rnn_calls.jsonl");
   auto plain_calls = Calls(*plain, "loss", "tests/generic/tree_rnn_calls.jsonl");
   auto map_calls = Calls(*map, "loss", "tests/generic/tree_rnn_calls.jsonl");
@@ -515,7 +501,7 @@ def @make(%t: Tree, %w: Tensor[(), f32]) -> fn(Tensor[(), f32]) -> Tensor[(), f3
 // only the root's attention, which reads the whole sentence, has a program
 // per length.
 TEST(GenericTier, LeavesOfEverySentenceLengthRunOneProgram) {
-  Snapshot module = Load("tests/generic/models/dag.pj");
+  Snapshot module = LoadProgram("tests/generic/models/dag.pj");
   auto calls = Calls(*module, "loss", "tests/generic/dag_calls.jsonl");
   GenericProgram program(module, "loss");
   std::set<const SegmentCode*> row_readers;
