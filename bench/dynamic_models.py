@@ -30,8 +30,10 @@ A policy may carry replay's flags after slashes: `sync/no-batch` compiles
 each example's operations, branches and loops apart (what batching gives).
 Each policy's run is its own process (`pejit replay --policy P --reshuffle`),
 timed from its start: epoch 0 includes what compiling costs it. `compiled`
-is the share of calls that ran native code only; `batched-interp` the share
-of generic calls some of whose runs took the batched interpreter.
+is the share of calls that ran native code only; `baseline` the share of
+generic calls some of whose runs took a segment variant's baseline code
+(registered kernels, no code generator: generic/executor.h) while its native
+code compiled (the JSON's `generic_interpreted_share`).
 
 Build first: bazel build --config=opt //tools:pejit. The PyTorch peer
 (--torch) needs Debian's python3-torch (tools/setup.sh bench) and runs under
@@ -488,7 +490,7 @@ def main():
                 results["runs"].append(row)
                 print(f"{model:14s} {policy:12s} calls/s " + " ".join(f"{x:8.1f}" for x in row["calls_per_s"]) +
                       "  compiled " + " ".join(f"{100 * x:3.0f}%" for x in row["compiled_share"]) +
-                      "  batched-interp " + " ".join(f"{100 * x:3.0f}%" for x in row["generic_interpreted_share"]) +
+                      "  baseline " + " ".join(f"{100 * x:3.0f}%" for x in row["generic_interpreted_share"]) +
                       f"  ({r['process_seconds']:.1f} s)", flush=True)
         for make, calls in calls_of.items() if o.torch else []:
             peer = make.__name__

@@ -101,8 +101,8 @@ void TimeUnseen(benchmark::State& state, generic::GenericProgram& program, const
   int64_t interpreted = 0, runs = 0;
   for (auto _ : state) {
     generic::Execution e = generic::Execute(program.Inspect(w.calls[i]), options);
-    interpreted += e.interpreted_runs;
-    runs += e.interpreted_runs + e.native_runs;
+    interpreted += e.baseline_runs;
+    runs += e.baseline_runs + e.native_runs;
     if (++i == w.calls.size()) i = warm;
   }
   state.counters["trees_per_s"] = benchmark::Counter(32.0, benchmark::Counter::kIsIterationInvariantRate);

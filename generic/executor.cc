@@ -5,12 +5,14 @@
 #include <algorithm>
 #include <cstring>
 #include <map>
+#include <optional>
 #include <span>
 
 #include "interp/interpreter.h"
 #include "jit/autodiff.h"
 #include "jit/batch_rules.h"
 #include "jit/compiler.h"
+#include "jit/native_executable.h"
 #include "jit/straight.h"
 #include "jit/plan.h"
 #include "jit/simplify.h"
@@ -27,8 +29,8 @@
 namespace pejit::generic {
 namespace {
 
-// A segment variant run by the tier-0 interpreter: correct at once, while
-// native code is compiled.
+// A segment variant run by the tier-0 interpreter: the baseline code of a
+// program lowering refuses.
 class InterpretedSegment final : public Executable {
  public:
   explicit InterpretedSegment(Func program) : program_(std::move(program)), result_type_(ResultTypeOf(Decompose(program_).result)) {}
@@ -384,18 +386,22 @@ Programs MakePrograms(const SegmentCode& code, int64_t rows, bool grad) {
   return p;
 }
 
-// Makes `v`'s programs if they are not: built without the lock (other runs
-// of the segment go on meanwhile), published under it, all or nothing.
-void Make(SegmentCode& code, SegmentCode::Variant& v) {
-  {
-    std::lock_guard lock(code.mu);
-    if (v.made) return;
+// A variant program's baseline code: a plan of registered kernels, made in
+// the time lowering takes; the interpreter's where lowering refuses it.
+ExecutablePtr BaselineCode(const Func& program) {
+  if (!program) return nullptr;
+  try {
+    return LowerToKernelPlan(program);
+  } catch (const JitFailure&) {
+    return std::make_shared<InterpretedSegment>(program);
   }
-  Programs p = MakePrograms(code, v.rows, v.grad);
-  auto forward_code = std::make_shared<InterpretedSegment>(p.forward);
-  auto backward_code = p.backward ? std::make_shared<InterpretedSegment>(p.backward) : nullptr;
-  std::lock_guard lock(code.mu);
-  if (v.made) return;  // another thread made them meanwhile
+}
+
+// Publishes `p` as `v`'s programs, with the code given for each, unless
+// another thread made them meanwhile (MakePrograms is deterministic: code
+// made for its programs runs theirs). Under the segment's lock.
+void Publish(SegmentCode::Variant& v, Programs&& p, ExecutablePtr forward_code, ExecutablePtr backward_code) {
+  if (v.made) return;
   v.forward = std::move(p.forward);
   v.backward = std::move(p.backward);
   v.forward_packs = std::move(p.forward_packs);
@@ -409,6 +415,21 @@ void Make(SegmentCode& code, SegmentCode::Variant& v) {
   v.forward_code.store(std::move(forward_code));
   if (backward_code) v.backward_code.store(std::move(backward_code));
   v.made = true;
+}
+
+// Makes `v`'s programs and their first code if they are not: built without
+// the lock (other runs of the segment go on meanwhile), published under it,
+// all or nothing.
+void Make(SegmentCode& code, SegmentCode::Variant& v) {
+  {
+    std::lock_guard lock(code.mu);
+    if (v.made) return;
+  }
+  Programs p = MakePrograms(code, v.rows, v.grad);
+  ExecutablePtr forward_code = BaselineCode(p.forward);
+  ExecutablePtr backward_code = BaselineCode(p.backward);
+  std::lock_guard lock(code.mu);
+  Publish(v, std::move(p), std::move(forward_code), std::move(backward_code));
 }
 
 }  // namespace
@@ -432,12 +453,21 @@ SegmentCode::Variant& VariantFor(SegmentCode& code, int64_t rows, bool grad) {
 
 void CompileVariant(JitSession& jit, SegmentCode& code, SegmentCode::Variant& variant, const CompileProgram& compile,
                     const CompileOptions& options) {
-  Make(code, variant);
+  // A variant no run has made yet is made here without its first code:
+  // native code is about to replace it.
+  std::optional<Programs> fresh;
   Func forward, backward;
   {
     std::lock_guard lock(code.mu);
-    if (!variant.forward_native) forward = variant.forward;
-    if (variant.backward && !variant.backward_native) backward = variant.backward;
+    if (variant.made) {
+      if (!variant.forward_native) forward = variant.forward;
+      if (variant.backward && !variant.backward_native) backward = variant.backward;
+    }
+  }
+  if (!forward && !backward && !variant.native.load()) {
+    fresh = MakePrograms(code, variant.rows, variant.grad);
+    forward = fresh->forward;
+    backward = fresh->backward;
   }
   CompileOptions shared = options;
   shared.optimize_machine_code = true;  // one variant's code serves every minibatch of its row bucket
@@ -445,9 +475,16 @@ void CompileVariant(JitSession& jit, SegmentCode& code, SegmentCode::Variant& va
     if (!program) return ExecutablePtr();
     return compile ? compile(program, shared) : jit.Compile(program, shared);
   };
-  ExecutablePtr forward_exe = make(forward);
-  ExecutablePtr backward_exe = make(backward);
+  ExecutablePtr forward_exe, backward_exe;
+  try {
+    forward_exe = make(forward);
+    backward_exe = make(backward);
+  } catch (...) {
+    if (fresh) Make(code, variant);  // runnable meanwhile: the variant keeps its first code
+    throw;
+  }
   std::lock_guard lock(code.mu);
+  if (fresh) Publish(variant, std::move(*fresh), forward_exe, backward_exe);
   if (forward_exe) {
     variant.code_bytes.fetch_add(forward_exe->code_bytes());
     variant.forward_code.store(std::move(forward_exe));
@@ -471,6 +508,20 @@ void AddInto(Tensor& target, const TensorType& type, const float* src) {
   if (!target.defined()) target = Tensor::Zeros(type.dtype, type.shape);
   float* dst = target.data<float>();
   for (int64_t i = 0; i < target.numel(); ++i) dst[i] += src[i];
+}
+
+// A variant of `code` that runs `rows` rows now in place of their own
+// bucket's: the smallest with native code (or, with `native` false, made)
+// that pads the run to at most 2 rows + 8; null when none does. Padded rows
+// are copies of a real row with zero cotangents: they change no result.
+SegmentCode::Variant* StandIn(SegmentCode& code, int64_t rows, bool grad, bool native) {
+  const int64_t most = 2 * rows + 8;
+  std::lock_guard lock(code.mu);
+  for (auto it = code.variants.lower_bound(rows * 2); it != code.variants.end() && it->second->rows <= most; ++it) {
+    SegmentCode::Variant& v = *it->second;
+    if (v.grad == grad && (native ? v.native.load() : v.made)) return &v;
+  }
+  return nullptr;
 }
 
 // One call of Execute: the runs forward, the result, and in grad mode the
@@ -570,28 +621,28 @@ class CallRun {
   void Forward(size_t r) {
     const generic::Run& run = inspection_.runs[r];
     SegmentCode& code = *run.code;
-    // Value mode makes its own variant only when no other native code serves the run.
-    SegmentCode::Variant& variant =
-        options_.grad ? VariantFor(code, run.rows, true) : VariantEntry(code, run.rows, false);
-    if (options_.compile_now && !variant.native.load()) {
-      CompileVariant(*options_.compile_now, code, variant, options_.compile_program, options_.compile_options);
+    SegmentCode::Variant& own = VariantEntry(code, run.rows, options_.grad);
+    if (options_.compile_now && !own.native.load()) {
+      CompileVariant(*options_.compile_now, code, own, options_.compile_program, options_.compile_options);
     }
-    variants_[r] = &variant;
-    if (!options_.grad && !variant.native.load()) {
-      if (ForwardInNativePieces(r)) {
-        Missing(code, variant);  // its own code still compiles: one run next time, not pieces
-        return;
-      }
-      VariantFor(code, run.rows, false);  // made now: it runs interpreted
+    if (!options_.grad && !own.native.load() && ForwardInNativePieces(r)) {
+      variants_[r] = &own;
+      Missing(code, own);  // its own code still compiles: one run next time, not pieces
+      return;
     }
-    std::vector<Tensor> in = Gather(run, 0, static_cast<int>(run.members.size()), run.rows);
-    if (variant.native.load()) {
-      ++result_.native_runs;
-    } else {
-      ++result_.interpreted_runs;
-      Missing(code, variant);
+    // Until its own bucket's code is native, the run may take a larger
+    // bucket's (padded rows cost less than making a variant on this thread).
+    SegmentCode::Variant* variant = &own;
+    if (!own.native.load()) {
+      variant = StandIn(code, run.rows, options_.grad, /*native=*/true);
+      if (!variant) variant = StandIn(code, run.rows, options_.grad, /*native=*/false);
+      if (!variant) variant = &VariantFor(code, run.rows, options_.grad);  // made now: it runs interpreted
+      Missing(code, own);
     }
-    outputs_[r] = RunForward(run, variant, in);
+    variants_[r] = variant;
+    std::vector<Tensor> in = Gather(run, 0, static_cast<int>(run.members.size()), variant->rows);
+    ++(variant->native.load() ? result_.native_runs : result_.baseline_runs);
+    outputs_[r] = RunForward(run, *variant, in);
     if (options_.grad) inputs_[r] = std::move(in);
   }
 
@@ -646,7 +697,7 @@ class CallRun {
         break;
       }
     }
-    ++(all_native ? result_.native_runs : result_.interpreted_runs);
+    ++(all_native ? result_.native_runs : result_.baseline_runs);
     return true;
   }
 
@@ -681,7 +732,7 @@ class CallRun {
       if (cot.empty()) cot.resize(code.outputs.size());
       const TensorType& out = code.outputs[place.output];
       if (!cot[place.output].defined()) {
-        cot[place.output] = Tensor::Zeros(out.dtype, Prepend(inspection_.runs[r].rows, out.shape));
+        cot[place.output] = Tensor::Zeros(out.dtype, Prepend(variants_[r]->rows, out.shape));
       }
       float* dst = cot[place.output].data<float>() + inspection_.si_row[place.index] * NumElements(member.shape);
       const int64_t elems = NumElements(member.shape);
@@ -715,7 +766,7 @@ class CallRun {
     std::vector<Tensor> in = std::move(inputs_[r]);
     for (int o : variant.grad_outputs) {
       Tensor& c = cotangents_[r][o];
-      in.push_back(c.defined() ? c : Tensor::Zeros(code.outputs[o].dtype, Prepend(run.rows, code.outputs[o].shape)));
+      in.push_back(c.defined() ? c : Tensor::Zeros(code.outputs[o].dtype, Prepend(variant.rows, code.outputs[o].shape)));
     }
     const size_t first_residual = code.outputs.size();
     for (int k = 0; k < variant.residuals; ++k) in.push_back(std::move(outputs_[r][first_residual + k]));

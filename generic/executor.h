@@ -11,10 +11,17 @@
 // arrives summed over the rows already). Padded rows get zero cotangents,
 // so they add nothing to any gradient.
 //
-// A segment's code for a row bucket is made on first use (vectorized in
-// microseconds, run by the interpreter) and replaced by native code when a
-// JIT session compiles it (CompileVariant, synchronously or from a worker):
-// a run never waits for a compiler.
+// A segment's code for a row bucket is made on first use with its baseline
+// code: the variant's programs lowered without fusion, every step a
+// registered kernel or a copy, intermediates in the arena
+// (jit/native_executable.h's LowerToKernelPlan: no code generator, a
+// fraction of a millisecond to make; the interpreter where lowering
+// refuses). A worker then compiles it with LLVM (CompileVariant) and the
+// native code replaces the baseline code: a run never waits for a compiler.
+// Until a run's own bucket has native code, it may take a larger bucket's
+// code, native or baseline (padding at most to 2 rows + 8), rather than
+// make its own on the caller's thread: in epoch 0 most of the caller's
+// time went into making variants (NMN: 55 of 111 ms, bench/RESULTS.md).
 #pragma once
 
 #include <functional>
@@ -47,7 +54,8 @@ struct Execution {
   // Grad mode: d result / d each entry-argument tensor (Inspection::roots
   // order); undefined where no gradient flows (integer tensors, unused ones).
   std::vector<Tensor> root_grads;
-  int native_runs = 0, interpreted_runs = 0;
+  // Runs on native code (LLVM's), and on a variant's baseline code.
+  int native_runs = 0, baseline_runs = 0;
   // Variants that ran without native code, once each, and their segments' ids.
   std::vector<SegmentCode::Variant*> missing_native;
   std::vector<SegmentCode*> missing_codes;
@@ -69,7 +77,7 @@ ValueAndGrad CallResult(const std::vector<Value>& args, const std::vector<int>* 
 bool HoldsStructure(const Value& arg);
 
 // The variant of `code` for `rows` rows, made (forward and, in grad mode,
-// backward programs, with interpreter code) on first use. Thread-safe.
+// backward programs, with their baseline code) on first use. Thread-safe.
 SegmentCode::Variant& VariantFor(SegmentCode& code, int64_t rows, bool grad);
 // The same variant, its programs not made yet if they were not: cheap, for
 // asking a worker to make and compile it (a prefetch, or a value-mode run
@@ -77,11 +85,11 @@ SegmentCode::Variant& VariantFor(SegmentCode& code, int64_t rows, bool grad);
 SegmentCode::Variant& VariantEntry(SegmentCode& code, int64_t rows, bool grad);
 
 // Compiles those of a variant's programs that have no native code yet (made
-// first if they were not) and publishes them; the variant's next runs use
+// first if they were not, without baseline code) and publishes them; the variant's next runs use
 // them. `compile`, when given, stands for `jit.Compile` (the engine's
 // persistent code cache loads what an earlier run compiled). Both compile
 // with `options`, their machine code by the optimizing code generator.
-// Thread-safe. Throws JitFailure; the variant keeps its interpreter code then.
+// Thread-safe. Throws JitFailure; the variant keeps (or gets) its baseline code then.
 void CompileVariant(JitSession& jit, SegmentCode& code, SegmentCode::Variant& variant,
                     const CompileProgram& compile = {}, const CompileOptions& options = {});
 

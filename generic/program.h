@@ -115,7 +115,7 @@ struct SegmentCode {
     std::vector<Factor> factors;  // after the gradients of grad_inputs: two outputs a product, one a row sum
     // Where the programs' logical outputs are (above) among their results and inputs.
     std::vector<Output> forward_outputs, backward_outputs;
-    // The code each program runs now: the interpreter's, then native code.
+    // The code each program runs now: its baseline code, then native code.
     // (A lock, not std::atomic<std::shared_ptr>: libstdc++'s is invisible to TSan.)
     class CodeRef {
      public:

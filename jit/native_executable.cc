@@ -108,6 +108,7 @@ NativeExecutable::NativeExecutable(Plan plan, std::vector<int> step_kernel, std:
       throw std::invalid_argument("step " + std::to_string(s) + " of the plan has no kernel of its kind");
     }
     step_fn_.push_back(k >= 0 ? kernels_[k].fn : nullptr);
+    if (k >= 0) plan_has_no_fused_ = false;
   }
   // What each step reads and writes, in the order its kernel wants them.
   for (const PlanStep& step : plan_.steps) {
@@ -503,6 +504,15 @@ void NativeExecutable::Poison(int step, const std::vector<void*>& address) const
       std::memset(address[i], 0xff, static_cast<size_t>(buf.bytes()));  // NaN floats, -1 integers
     }
   }
+}
+
+ExecutablePtr LowerToKernelPlan(const Func& program, LowerOptions options) {
+  options.fuse = false;
+  Plan plan = Lower(program, options);
+  const size_t steps = plan.steps.size();
+  return std::make_shared<NativeExecutable>(std::move(plan), std::vector<int>(steps, -1), std::vector<int64_t>(steps, 0),
+                                            std::vector<KernelRef>{}, std::vector<std::shared_ptr<const CodeObject>>{},
+                                            0, false, false);
 }
 
 }  // namespace pejit

@@ -57,7 +57,9 @@ class NativeExecutable final : public Executable {
   double work_ns() const override { return work_ns_; }
   const Type& result_type() const override { return plan_.result_type; }
   size_t code_bytes() const override { return code_bytes_; }
-  const char* tier() const override { return "native"; }
+  // "native" where a code generator made its fused steps; "kernel-plan"
+  // for a plan of registered kernels only (LowerToKernelPlan).
+  const char* tier() const override { return kernels_.empty() && plan_has_no_fused_ ? "kernel-plan" : "native"; }
 
   // What an image (image.h) records.
   const Plan& plan() const { return plan_; }
@@ -142,9 +144,19 @@ class NativeExecutable final : public Executable {
   // Dropped with the last holder, when no call can still be running the code.
   std::vector<std::shared_ptr<const CodeObject>> objects_;
   size_t code_bytes_;
+  bool plan_has_no_fused_ = true;
   bool poison_;
   mutable std::vector<std::atomic<int64_t>> step_ns_;  // per step, when profiling
   mutable std::atomic<int64_t> runs_{0};
 };
+
+// Code made with no code generator: `program` lowered without fusion (every
+// elementwise operator its own step), each step a registered kernel or a
+// copy, the intermediates in the arena. It costs what lowering costs (tens to
+// hundreds of microseconds for a generic segment, against milliseconds for
+// LLVM) and runs the interpreter's operators without its environment, boxing
+// and allocations: the generic tier's first code for a segment variant,
+// while a worker compiles the fused one. Throws JitFailure as Lower does.
+ExecutablePtr LowerToKernelPlan(const Func& program, LowerOptions options = {});
 
 }  // namespace pejit

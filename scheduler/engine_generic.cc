@@ -114,8 +114,8 @@ std::optional<ValueAndGrad> EngineImpl::RunGeneric(Request& r) {
     }
   }
   Count(r.entry.calls_generic);
-  if (run.interpreted_runs == 0) Count(r.entry.calls_generic_native);
-  Count(r.entry.generic_runs, run.native_runs + run.interpreted_runs);
+  if (run.baseline_runs == 0) Count(r.entry.calls_generic_native);
+  Count(r.entry.generic_runs, run.native_runs + run.baseline_runs);
   Count(r.entry.generic_native_runs, run.native_runs);
   if (On(EventKind::kCall)) {
     Event e = Make(EventKind::kCall, r.entry.name, &r.key.signature, start, NowMicros() - start);
@@ -124,7 +124,7 @@ std::optional<ValueAndGrad> EngineImpl::RunGeneric(Request& r) {
     e.fields.push_back({"threads", static_cast<int64_t>(Team::Current()->threads_used())});
     e.fields.push_back({"inspect_us", static_cast<int64_t>(inspection.inspect_ms * 1000)});
     if (inspection.kept) e.fields.push_back({"schedule", std::string("prefetched")});
-    e.fields.push_back({"runs", static_cast<int64_t>(run.native_runs + run.interpreted_runs)});
+    e.fields.push_back({"runs", static_cast<int64_t>(run.native_runs + run.baseline_runs)});
     e.fields.push_back({"native_runs", static_cast<int64_t>(run.native_runs)});
     e.fields.push_back({"levels", static_cast<int64_t>(inspection.levels)});
     if (inspection.new_cells > 0) e.fields.push_back({"new_cells", static_cast<int64_t>(inspection.new_cells)});

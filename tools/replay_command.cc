@@ -219,7 +219,7 @@ int ReplayCommand::Run() const {
     EngineStats es = engine.stats();
     size_t code_bytes = es.code_bytes + es.generic_code_bytes;
     // Compiled: calls that ran native code only. A generic call with a run
-    // in the batched interpreter is counted apart.
+    // on a variant's baseline code (generic/executor.h) is counted apart.
     std::printf("epoch %d: %zu calls in %.2f s, %.1f calls/s; compiled %.0f%% (native %.0f%%, generic all-native "
                 "%.0f%%), generic with interpreted runs %.0f%% (%.0f%% of all generic runs native), "
                 "residual-interpreter %.0f%%, interpreter %.0f%%; %lld specializations compiled, "

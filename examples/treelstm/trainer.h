@@ -63,7 +63,7 @@ struct EpochResult {
   std::vector<double> step_cpu_ms;  // ... CPU time of the training thread: wall >> CPU is a stall
   int64_t trees = 0, steps = 0;
   int64_t compiled_steps = 0;            // ran native code only (EntryStats::calls_compiled)
-  int64_t generic_interpreted_steps = 0;  // generic, some runs in the batched interpreter
+  int64_t generic_interpreted_steps = 0;  // generic, some runs on baseline code (not LLVM's)
   double seconds = 0;
   std::vector<std::string> warnings;     // this epoch's (RunOptions::blowup)
 };

@@ -5,6 +5,9 @@
 //
 //   PartialEvaluate → Batch → (grad mode) Differentiate → JitSession::Compile → Run
 //
+// (and the same program lowered without fusion, LowerToKernelPlan, its every
+// step a registered kernel)
+//
 // (Batch for two programs in three, as the engine's default; without it for
 // the rest, as with EngineOptions::batch = false)
 // gives the interpreter's values of @main and the tape's loss and gradients
@@ -36,6 +39,7 @@
 #include "jit/batch.h"
 #include "jit/compiler.h"
 #include "jit/control_flow.h"
+#include "jit/native_executable.h"
 #include "pe/partial_eval.h"
 #include "pe/signature.h"
 #include "tests/support/random_program.h"
@@ -140,6 +144,7 @@ class DifferentialTest : public testing::TestWithParam<int> {
     Snapshot program_module;   // `program` as entry "program", when it is not the residual
     ExecutablePtr native;      // null when refused or not compiled
     ExecutablePtr regions;     // control flow: native regions and their driver (jit/control_flow.h)
+    ExecutablePtr kernel_plan; // the same program lowered without fusion or codegen (LowerToKernelPlan)
   };
 
   // One program on its three inputs; failures are collected in `log_`.
@@ -257,6 +262,7 @@ class DifferentialTest : public testing::TestWithParam<int> {
       c.native = session_->Compile(c.program, options, &report);
       if (OnlySeed()) std::printf("---- %sfused plan\n%s\n", where.c_str(), report.plan.c_str());
       keep_->push_back(c.native);
+      c.kernel_plan = LowerToKernelPlan(c.program);
     } catch (const JitFailure& e) {
       refused(e, "compile");
       if (!grad && HasControlFlow(c.program)) compile_regions(options);
@@ -336,7 +342,9 @@ class DifferentialTest : public testing::TestWithParam<int> {
     // (2) Native code.
     bool native_agrees = c.native && agrees(c.native->Run(leaves), want.size(), "native code");
     if (c.regions) native_agrees = agrees(c.regions->Run(leaves), want.size(), "native regions");
-    // (3) The batched and/or differentiated program in the interpreter: the
+    // (3) Registered kernels only: what the generic tier runs first.
+    if (c.kernel_plan) agrees(c.kernel_plan->Run(leaves), want.size(), "kernel plan");
+    // (4) The batched and/or differentiated program in the interpreter: the
     // only tier of a program the JIT refused, and where native code is wrong,
     // whether batching or autodiff or codegen is at fault.
     if (c.program_module && !native_agrees) {
