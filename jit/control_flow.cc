@@ -212,8 +212,18 @@ class ControlFlowProgram final : public Executable {
     return out;
   }
   const Type& result_type() const override { return result_type_; }
-  size_t code_bytes() const override { return code_bytes_; }
-  const char* tier() const override { return "native"; }
+  size_t code_bytes() const override {
+    size_t bytes = 0;
+    for (const ExecutablePtr& code : codes_) bytes += code->code_bytes();
+    return bytes;
+  }
+  // "kernel-plan" while a region still runs baseline code (jit/tiered.h).
+  const char* tier() const override {
+    for (const ExecutablePtr& code : codes_) {
+      if (std::string_view(code->tier()) == "kernel-plan") return "kernel-plan";
+    }
+    return "native";
+  }
 
  private:
   // Nested (non-tail) residual calls: each is a few hundred bytes of native
@@ -365,7 +375,7 @@ class ControlFlowProgram final : public Executable {
       step.exe = CompileRegion(
           MakeFunc(std::move(params), WithLets(lets, MakeTuple(std::move(results))), TupleTy(std::move(types))));
     }
-    code_bytes_ += step.exe->code_bytes();
+    codes_.push_back(step.exe);
     ++stats_.regions;
     block.steps.push_back(std::move(step));
   }
@@ -421,7 +431,7 @@ class ControlFlowProgram final : public Executable {
     step.vjp = CompileRegion(Recompose(split->backward));
     step.float_inputs = std::move(split->grad_inputs);
     step.float_leaves = std::move(split->grad_outputs);
-    code_bytes_ += step.vjp->code_bytes();
+    codes_.push_back(step.vjp);
     ++stats_.vjp_regions;
     return true;
   }
@@ -610,7 +620,7 @@ class ControlFlowProgram final : public Executable {
   std::vector<Function> functions_;
   Function main_;
   Type result_type_;
-  size_t code_bytes_ = 0;
+  std::vector<ExecutablePtr> codes_;  // every region's, and every VJP's
 };
 
 }  // namespace

@@ -88,13 +88,14 @@ class ThreadArena {
 
 NativeExecutable::NativeExecutable(Plan plan, std::vector<int> step_kernel, std::vector<int64_t> outer,
                                    std::vector<KernelRef> kernels, std::vector<std::shared_ptr<const CodeObject>> objects,
-                                   size_t code_bytes, bool poison, bool profile)
+                                   size_t code_bytes, bool poison, bool profile, bool baseline)
     : plan_(std::move(plan)),
       step_kernel_(std::move(step_kernel)),
       outer_(std::move(outer)),
       kernels_(std::move(kernels)),
       objects_(std::move(objects)),
       code_bytes_(code_bytes),
+      baseline_(baseline),
       poison_(poison),
       step_ns_(profile ? plan_.steps.size() : 0) {
   if (step_kernel_.size() != plan_.steps.size() || outer_.size() != plan_.steps.size()) {
@@ -108,7 +109,6 @@ NativeExecutable::NativeExecutable(Plan plan, std::vector<int> step_kernel, std:
       throw std::invalid_argument("step " + std::to_string(s) + " of the plan has no kernel of its kind");
     }
     step_fn_.push_back(k >= 0 ? kernels_[k].fn : nullptr);
-    if (k >= 0) plan_has_no_fused_ = false;
   }
   // What each step reads and writes, in the order its kernel wants them.
   for (const PlanStep& step : plan_.steps) {
@@ -512,7 +512,7 @@ ExecutablePtr LowerToKernelPlan(const Func& program, LowerOptions options) {
   const size_t steps = plan.steps.size();
   return std::make_shared<NativeExecutable>(std::move(plan), std::vector<int>(steps, -1), std::vector<int64_t>(steps, 0),
                                             std::vector<KernelRef>{}, std::vector<std::shared_ptr<const CodeObject>>{},
-                                            0, false, false);
+                                            0, false, false, /*baseline=*/true);
 }
 
 }  // namespace pejit

@@ -49,7 +49,7 @@ class NativeExecutable final : public Executable {
   // for other steps; `outer[s]`: that kernel's outermost extent.
   NativeExecutable(Plan plan, std::vector<int> step_kernel, std::vector<int64_t> outer, std::vector<KernelRef> kernels,
                    std::vector<std::shared_ptr<const CodeObject>> objects, size_t code_bytes, bool poison,
-                   bool profile);
+                   bool profile, bool baseline = false);
 
   std::vector<Tensor> Run(std::span<const Tensor> inputs) const override;
   std::vector<ProfileLine> profile() const override;
@@ -57,9 +57,9 @@ class NativeExecutable final : public Executable {
   double work_ns() const override { return work_ns_; }
   const Type& result_type() const override { return plan_.result_type; }
   size_t code_bytes() const override { return code_bytes_; }
-  // "native" where a code generator made its fused steps; "kernel-plan"
-  // for a plan of registered kernels only (LowerToKernelPlan).
-  const char* tier() const override { return kernels_.empty() && plan_has_no_fused_ ? "kernel-plan" : "native"; }
+  // "native" for what the JIT compiled (or an image of it); "kernel-plan"
+  // for baseline code (LowerToKernelPlan), made without the compiler.
+  const char* tier() const override { return baseline_ ? "kernel-plan" : "native"; }
 
   // What an image (image.h) records.
   const Plan& plan() const { return plan_; }
@@ -144,7 +144,7 @@ class NativeExecutable final : public Executable {
   // Dropped with the last holder, when no call can still be running the code.
   std::vector<std::shared_ptr<const CodeObject>> objects_;
   size_t code_bytes_;
-  bool plan_has_no_fused_ = true;
+  bool baseline_ = false;
   bool poison_;
   mutable std::vector<std::atomic<int64_t>> step_ns_;  // per step, when profiling
   mutable std::atomic<int64_t> runs_{0};

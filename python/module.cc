@@ -165,6 +165,7 @@ py::dict StatsDict(const EntryStats& s) {
   d["calls_interpreter"] = s.calls_interpreter;
   d["calls_residual_interpreter"] = s.calls_residual_interpreter;
   d["calls_native"] = s.calls_native;
+  d["calls_baseline"] = s.calls_baseline;
   d["calls_generic"] = s.calls_generic;
   d["calls_generic_native"] = s.calls_generic_native;
   d["calls_generic_interpreted"] = s.calls_generic_interpreted();

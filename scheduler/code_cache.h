@@ -168,6 +168,9 @@ struct Slot {
   std::atomic<int> job_thread{0}, pending_misses{0};
   std::atomic<bool> boosted{false};
   std::atomic<bool> run_failed{false};  // the one thread that fails a ready slot
+  // Published as baseline code whose native code is still to compile
+  // (jit/tiered.h): wait_ready waits for it, and asks for it first.
+  std::atomic<bool> tiering{false}, tier_up_wanted{false};
   // Set by the job after it counted and reported its outcome (statistics,
   // events, evictions): waiting for code returns only then, so that what a
   // waiter reads next includes the job that made it.

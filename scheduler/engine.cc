@@ -271,6 +271,9 @@ std::optional<ValueAndGrad> EngineImpl::RunCompiled(Request& r, Slot& slot) {
   // Our own reference: eviction or invalidation may unlink the slot while
   // this call runs, but the code stays until the last holder lets go.
   ExecutablePtr exec = slot.exec;
+  // Baseline code is swapped for native code inside the executable (jit/tiered.h):
+  // which ran is what it says now.
+  const std::string_view tier = exec->tier();
   std::string failure;
   ValueAndGrad out;
   try {
@@ -299,17 +302,19 @@ std::optional<ValueAndGrad> EngineImpl::RunCompiled(Request& r, Slot& slot) {
     return std::nullopt;
   }
   Count(r.entry.hits);
-  Count(slot.tier == "residual-interpreter" ? r.entry.calls_residual : r.entry.calls_native);
+  Count(tier == "residual-interpreter" ? r.entry.calls_residual
+        : tier == "kernel-plan"        ? r.entry.calls_baseline
+                                       : r.entry.calls_native);
   if (sink_) {
     int64_t end = NowMicros();
     if (On(EventKind::kHit)) {
       Event e = Make(EventKind::kHit, r.entry.name, &r.key.signature, start);
-      e.fields.push_back({"tier", slot.tier});
+      e.fields.push_back({"tier", std::string(tier)});
       Emit(e);
     }
     if (On(EventKind::kCall)) {
       Event e = Make(EventKind::kCall, r.entry.name, &r.key.signature, start, end - start);
-      e.fields.push_back({"tier", slot.tier});
+      e.fields.push_back({"tier", std::string(tier)});
       e.fields.push_back({"mode", std::string(r.wrt ? "grad" : "value")});
       e.fields.push_back({"threads", static_cast<int64_t>(Team::Current()->threads_used())});
       Emit(e);
@@ -504,11 +509,13 @@ void EngineImpl::WorkerTask() {
 
 bool EngineImpl::RunOneWaiting(bool background) {
   // The work order, most urgent first:
-  //   1. a specialization job a caller waits for (policy sync, wait_ready);
+  //   1. a specialization job a caller waits for (policy sync, wait_ready),
+  //      then the native code of a specialization one waits for;
   //   2. the walk of a prefetched next call (the call may wait for it);
   //   3. a generic segment variant's compile (every later minibatch runs it);
   //   4. specialization jobs prefetched next or missed (job_queue.h's order);
-  //   5. walks prefetched for some later time, then jobs prefetched so.
+  //   5. native code for specializations published with baseline code;
+  //   6. walks prefetched for some later time, then jobs prefetched so.
   std::optional<GenericWalk> walk;
   std::optional<GenericCompile> compile;
   auto take = [](auto& queue, auto& into) {
@@ -517,20 +524,22 @@ bool EngineImpl::RunOneWaiting(bool background) {
     queue.pop_front();
     return true;
   };
+  std::optional<TierUpJob> tier_up;
   auto take_walk = [&](std::deque<GenericWalk>& walks) {
     if (!take(walks, walk)) return false;
     walking_.emplace_back(walk->entry, walk->structures);
     return true;
   };
   JobPtr job = queue.Pop(JobPriority::kWait);
+  const bool waited = job != nullptr;
   if (!job) {
     std::unique_lock<std::mutex> lock(generic_queue_mu_);
-    if (!take_walk(walks_next_) && !take(generic_queue_, compile)) {
+    if (!TakeTierUp(tier_up, /*wanted_only=*/true) && !take_walk(walks_next_) && !take(generic_queue_, compile)) {
       lock.unlock();
       job = queue.Pop(JobPriority::kMiss);
       if (!job) {
         lock.lock();
-        take_walk(walks_idle_);
+        if (!TakeTierUp(tier_up, /*wanted_only=*/false)) take_walk(walks_idle_);
       }
     }
   }
@@ -553,10 +562,15 @@ bool EngineImpl::RunOneWaiting(bool background) {
     RunGenericCompile(*compile);
     return true;
   }
+  if (tier_up) {
+    ScopedLowerPriority lowered(nice);  // the calls it speeds up run already
+    RunTierUp(*tier_up);
+    return true;
+  }
   if (!job) job = queue.Pop();
   if (job) {
     ScopedLowerPriority lowered(options.policy.kind == Policy::Kind::kSync ? 0 : nice);
-    RunJob(*job);
+    RunJob(*job, waited || options.policy.kind == Policy::Kind::kSync);
     return true;
   }
   return false;
@@ -605,7 +619,17 @@ void EngineImpl::Cancel(Job& job, const char* why) {
   Settle(slot);
 }
 
-void EngineImpl::RunJob(Job& job) {
+bool EngineImpl::TakeTierUp(std::optional<TierUpJob>& into, bool wanted_only) {
+  for (auto it = tier_up_queue_.begin(); it != tier_up_queue_.end(); ++it) {
+    if (wanted_only && !it->slot->tier_up_wanted.load(std::memory_order_acquire)) continue;
+    into = std::move(*it);
+    tier_up_queue_.erase(it);
+    return true;
+  }
+  return false;
+}
+
+void EngineImpl::RunJob(Job& job, bool waited) {
   Slot& slot = *job.slot;
   EntryState& entry = *slot.key.entry;
   const Signature& sig = slot.key.signature;
@@ -668,7 +692,8 @@ void EngineImpl::RunJob(Job& job) {
     PipelineOptions pipeline;
     pipeline.batch = options.batch;
     pipeline.compile = options.compile_options;  // the instrument sees these passes too
-    CompileTask task{residual, std::nullopt, slot.key.entry->name, options.batch};
+    CompileTask task{residual, std::nullopt, slot.key.entry->name, options.batch,
+                     options.baseline_first && !waited};
     if (job.grad) {
       (HasControlFlow(residual.main) ? task.differentiate : pipeline.wrt_leaves) = std::move(layout.wrt_leaves);
     }
@@ -724,7 +749,9 @@ void EngineImpl::RunJob(Job& job) {
     return;
   }
   // (J5) The swap, and (J6) eviction. Waiters wake after the evictions are
-  // counted and the evicted slots released by this thread.
+  // counted and the evicted slots released by this thread (and, for
+  // baseline code, after its tier-up).
+  if (!notes.tier_ups.empty()) slot.tiering.store(true, std::memory_order_release);
   {
     std::vector<Eviction> evicted = cache.Publish(slot, exec, std::move(gradient_result));
     Count(entry.compiled);
@@ -733,7 +760,52 @@ void EngineImpl::RunJob(Job& job) {
   }
   JobEnded(slot, NowMicros() - times.start);
   Settle(slot);
-  if (disk_) StoreToDisk(job, slot, exec);
+  if (!notes.tier_ups.empty()) {
+    TierUpJob up{job.slot, std::move(notes.tier_ups), job.id, std::nullopt};
+    // The slot's own code is tiered (a straight-line specialization): stored once native.
+    if (disk_ && up.tier_ups.front().exec == exec) up.store = DiskKeyOf(entry, *job.snapshot, slot.key);
+    {
+      std::lock_guard<std::mutex> lock(generic_queue_mu_);
+      tier_up_queue_.push_back(std::move(up));
+    }
+    Spawn();
+  } else if (disk_) {
+    StoreToDisk(job, slot, exec);
+  }
+}
+
+void EngineImpl::RunTierUp(TierUpJob& job) {
+  Slot& slot = *job.slot;
+  struct Done {  // wakes wait_ready however this ends
+    EngineImpl& engine;
+    Slot& slot;
+    ~Done() {
+      slot.tiering.store(false, std::memory_order_release);
+      engine.NotifyWaiters();
+    }
+  } done{*this, slot};
+  if (stopping_.load() || slot.dropped.load(std::memory_order_acquire) != SlotDrop::kNone) return;
+  const int64_t start = NowMicros();
+  std::string failure;
+  size_t code_bytes = 0;
+  for (TierUp& up : job.tier_ups) {
+    try {
+      ExecutablePtr native = up.compile();
+      code_bytes += native->code_bytes();
+      if (job.store) WriteToDisk(*job.store, slot.entry_name, &slot.key.signature, *native, job.job);
+      up.exec->Replace(std::move(native));
+    } catch (const std::exception& e) {
+      failure = e.what();  // this program keeps its baseline code
+    }
+  }
+  if (On(EventKind::kTierUp)) {
+    Event e = Make(EventKind::kTierUp, slot.entry_name, &slot.key.signature, start, NowMicros() - start);
+    e.fields.push_back({"job", job.job});
+    e.fields.push_back({"programs", static_cast<int64_t>(job.tier_ups.size())});
+    e.fields.push_back({"code_bytes", static_cast<int64_t>(code_bytes)});
+    if (!failure.empty()) e.fields.push_back({"reason", failure});
+    Emit(e);
+  }
 }
 
 void EngineImpl::ReportEvictions(const std::vector<Eviction>& evicted) {
@@ -800,7 +872,8 @@ void EngineImpl::Wait(const Slot& slot) {
   std::unique_lock<std::mutex> lock(wait_mu_);
   WaitInterruptibly(wait_cv_, lock, [&] {
     SlotState s = slot.Load();
-    return (s == SlotState::kReady || s == SlotState::kFailed) && slot.settled.load(std::memory_order_acquire);
+    return (s == SlotState::kReady || s == SlotState::kFailed) && slot.settled.load(std::memory_order_acquire) &&
+           !slot.tiering.load(std::memory_order_acquire);
   });
 }
 
@@ -808,8 +881,8 @@ CodeStatus EngineImpl::StatusOf(const Slot& slot) {
   CodeStatus status;
   status.state = ToCodeState(slot.Load());
   if (status.state == CodeStatus::State::kReady) {
-    status.tier = slot.tier;
-    status.code_bytes = slot.bytes;
+    status.tier = slot.exec->tier();  // what runs now: baseline code is replaced in place
+    status.code_bytes = slot.exec->code_bytes();
   } else if (status.state == CodeStatus::State::kFailed) {
     status.reason = slot.reason;
   }
@@ -879,6 +952,8 @@ CodeStatus EngineImpl::WaitReady(Request& r) {
     } else if (slot->Load() == SlotState::kPending) {
       queue.Requeue(slot.get(), JobPriority::kWait);
     }
+    // Published as baseline code: its native code goes first.
+    slot->tier_up_wanted.store(true, std::memory_order_release);
     Wait(*slot);
     // Specialized for definitions that changed meanwhile: the next call could
     // not use it, so wait for the code of the current ones.
@@ -1003,6 +1078,7 @@ EntryStats Entry::stats() const {
   out.calls_interpreter = get(s.calls_interpreter);
   out.calls_residual_interpreter = get(s.calls_residual);
   out.calls_native = get(s.calls_native);
+  out.calls_baseline = get(s.calls_baseline);
   out.calls_generic = get(s.calls_generic);
   out.calls_generic_native = get(s.calls_generic_native);
   out.generic_runs = get(s.generic_runs);

@@ -28,6 +28,7 @@
 #include "ir/value.h"
 #include "jit/compiler.h"
 #include "jit/executable.h"
+#include "jit/tiered.h"
 #include "pe/partial_eval.h"
 #include "pe/signature.h"
 #include "scheduler/events.h"
@@ -51,6 +52,9 @@ struct CompileNotes {
   // Why a preferred tier refused, when a fallback tier built the code
   // instead (CompileNative: LLVM's reason, the residual interpreter serving).
   std::string fallback;
+  // Programs whose code is baseline code for now (CompileTask::baseline_first):
+  // the engine compiles their native code on a worker after the swap.
+  std::vector<TierUp> tier_ups;
 };
 
 // What a compile hook is given: a residual program, in grad mode already
@@ -64,6 +68,10 @@ struct CompileTask {
   std::optional<std::vector<int>> differentiate;
   std::string entry;  // whose specialization this is (for the hook's own reports)
   bool batch = true;  // EngineOptions::batch: batch branches and loops across examples too
+  // EngineOptions::baseline_first (not under policy sync): the hook may
+  // return baseline code (jit/tiered.h) and leave native code to
+  // CompileNotes::tier_ups.
+  bool baseline_first = false;
 };
 
 // Turns a CompileTask into an Executable. Throws to refuse: a JitFailure (or
@@ -159,6 +167,13 @@ struct EngineOptions {
   // per tree level instead of one per node; jit/batch.h), and the instances
   // of one branch or loop across a minibatch's examples (jit/batch_branches.h).
   bool batch = true;
+  // A specialization's job publishes baseline code first (its programs
+  // lowered to registered kernels, no code generator: jit/tiered.h), so
+  // that calls leave the interpreter within milliseconds of partial
+  // evaluation; a worker then compiles the native code and swaps it in
+  // (the `tier-up` event). Not under policy sync, which waits for native
+  // code. With the default compile hook.
+  bool baseline_first = true;
   InterpreterOptions interpreter;
   // Null: native code with LLVM (CompileNative, scheduler/native_compile.h).
   CompileFn compile;
@@ -213,6 +228,7 @@ struct EntryStats {
   int64_t calls_interpreter = 0;           // tier 0
   int64_t calls_residual_interpreter = 0;  // residual programs in the interpreter
   int64_t calls_native = 0;                // any other compiled tier (LLVM)
+  int64_t calls_baseline = 0;              // specializations' baseline code, before their native code (jit/tiered.h)
   int64_t calls_generic = 0;               // the structure-generic tier
   int64_t calls_generic_native = 0;        // ... of which every run was native code
   int64_t generic_runs = 0;                // ... batched segment runs it made
@@ -227,13 +243,15 @@ struct EntryStats {
   int64_t prefetched = 0;                  // prefetch requests that queued a job
   int64_t loaded = 0;                      // specializations loaded from the persistent code cache
 
-  int64_t calls() const { return calls_interpreter + calls_residual_interpreter + calls_native + calls_generic; }
+  int64_t calls() const {
+    return calls_interpreter + calls_residual_interpreter + calls_native + calls_baseline + calls_generic;
+  }
   // Calls that ran native code only: compiled specializations, and generic
-  // calls none of whose runs took the interpreter. What a "compiled share"
+  // calls none of whose runs took baseline code. What a "compiled share"
   // counts.
   int64_t calls_compiled() const { return calls_native + calls_generic_native; }
-  // Generic calls some of whose runs took the (batched) interpreter while
-  // their code compiled: faster than tier 0, but not compiled.
+  // Generic calls some of whose runs took baseline code while their native
+  // code compiled: faster than tier 0, but not compiled.
   int64_t calls_generic_interpreted() const { return calls_generic - calls_generic_native; }
 };
 

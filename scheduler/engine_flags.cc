@@ -34,6 +34,9 @@ void AddEngineFlags(CLI::App& app, EngineFlags& flags) {
   app.add_flag("--no-batch", flags.no_batch,
                "compile each example's operations, branches and loops apart instead of batching the independent "
                "instances of each (to measure what batching gives)");
+  app.add_flag("--no-baseline", flags.no_baseline,
+               "publish a specialization only once LLVM compiled it, not first as baseline code (registered kernels, "
+               "no code generator) swapped for native code later (to measure what baseline code gives)");
   std::vector<std::string> passes = {"all", "residual"};
   for (const PassList& list : PassLists()) passes.insert(passes.end(), list.passes.begin(), list.passes.end());
   app.add_option("--print-after", flags.print_after,
@@ -51,6 +54,7 @@ void ApplyEngineFlags(const EngineFlags& flags, EngineOptions& options) {
   options.trace_file = UserPath(flags.trace_file);
   options.cache_dir = UserPath(flags.cache_dir);
   options.batch = !flags.no_batch;
+  options.baseline_first = !flags.no_baseline;
   options.compile_options.instrument = PrintAfter(flags.print_after, stderr);
 }
 

@@ -1,5 +1,5 @@
 // \file The engine's options as every command-line tool spells them:
-// --workers, --step-threads, --policy, --log, --trace, --cache-dir and --print-after, declared once so that the demos,
+// --workers, --step-threads, --policy, --log, --trace, --cache-dir, --no-batch, --no-baseline and --print-after, declared once so that the demos,
 // `pejit replay` and the benchmarks check them alike and say the same about
 // them (a bad value is refused when the line is parsed, by the parsers the
 // engine itself uses).
@@ -22,6 +22,7 @@ struct EngineFlags {
   std::string trace_file;        // empty: PEJIT_TRACE
   std::string cache_dir;         // empty: PEJIT_CACHE_DIR, or none
   bool no_batch = false;         // EngineOptions::batch off
+  bool no_baseline = false;      // EngineOptions::baseline_first off
   // Passes (jit/pass.h) or "all": every compile's program after them, on
   // stderr (EngineOptions::compile_options.instrument).
   std::vector<std::string> print_after;

@@ -58,7 +58,8 @@ struct EntryState {
   explicit EntryState(std::string n) : name(std::move(n)) {}
   const std::string name;
 
-  std::atomic<int64_t> calls_interpreter{0}, calls_residual{0}, calls_native{0}, calls_generic{0}, calls_generic_native{0};
+  std::atomic<int64_t> calls_interpreter{0}, calls_residual{0}, calls_native{0}, calls_baseline{0}, calls_generic{0},
+      calls_generic_native{0};
   std::atomic<int64_t> generic_runs{0}, generic_native_runs{0};
   std::atomic<int64_t> hits{0}, misses{0}, compiled{0}, failed{0}, evicted{0}, invalidated{0}, cancelled{0},
       prefetched{0}, loaded{0};
@@ -192,7 +193,9 @@ class EngineImpl {
   bool Promote(Request& r, const SlotPtr& slot, JobPriority priority);
   void Spawn();
   void WorkerTask();
-  void RunJob(Job& job);
+  // `waited`: a caller waits for this job (wait_ready, policy sync), which
+  // then compiles native code at once rather than baseline code first.
+  void RunJob(Job& job, bool waited);
   void Cancel(Job& job, const char* why);
   void Wait(const Slot& slot);
   // The job's outcome is counted and reported: wakes its waiters.
@@ -252,6 +255,22 @@ class EngineImpl {
   std::vector<std::pair<EntryState*, std::vector<const void*>>> walking_;
   std::condition_variable walked_cv_;  // with generic_queue_mu_: a walk left walking_
   void RunGenericCompile(GenericCompile& job);
+  // A published specialization whose programs run baseline code (CompileNotes::
+  // tier_ups): their native code, compiled after the specialization jobs a
+  // call missed and before idle work; the specialization's own code is then
+  // stored to disk when it is the slot's (the others are regions, which
+  // their compile stores).
+  struct TierUpJob {
+    SlotPtr slot;  // skipped once invalidated or evicted
+    std::vector<TierUp> tier_ups;
+    int64_t job = 0;
+    std::optional<DiskKey> store;
+  };
+  std::deque<TierUpJob> tier_up_queue_;  // with generic_queue_mu_
+  // The first queued tier-up, or with `wanted_only` the first a caller
+  // waits for (Slot::tier_up_wanted); under generic_queue_mu_.
+  bool TakeTierUp(std::optional<TierUpJob>& into, bool wanted_only);
+  void RunTierUp(TierUpJob& job);
   void QueueGenericWalk(Request& r, pejit::Prefetch when);
   void ClaimGenericWalk(Request& r);
   void RunGenericWalk(GenericWalk& walk);

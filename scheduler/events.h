@@ -25,7 +25,7 @@ namespace pejit {
 // here has its section there.
 #define PEJIT_EVENTS(X)                                                                                         \
   X(kStart, "start", "an engine started; policy, workers")                                                      \
-  X(kCall, "call", "a call ran, signature to result; tier (interpreter, residual-interpreter, native, generic), mode")   \
+  X(kCall, "call", "a call ran, signature to result; tier (interpreter, residual-interpreter, kernel-plan, native, generic), mode")   \
   X(kHit, "hit", "a call found ready code for its signature; tier")                                             \
   X(kMiss, "miss", "a call found no ready code; state (new, cold, pending, failed), policy, queue")              \
   X(kAdmission, "admission", "a signature the generic tier serves came back: does it get its own job? decision (admit, postpone, boost), reason, mode, calls, interval_us, saving_us, benefit_us, job_us, pending") \
@@ -38,6 +38,7 @@ namespace pejit {
   X(kCodegen, "codegen", "LLVM: IR, optimization, machine code; job, ir_us, opt_us, machine_code_us")           \
   X(kCompile, "compile", "the compile hook ran (passes, codegen); job, tier, code_bytes, fallback")             \
   X(kSwap, "swap", "code was published; the span is the job's; job, tier, code_bytes, wait_us, stage times")   \
+  X(kTierUp, "tier-up", "a specialization published with baseline code got native code; the span is the compile; job, programs, code_bytes, reason (a program that kept its baseline code)") \
   X(kRefused, "refused", "PE or the compilers declined the signature; it stays on tier 0; job, mode, reason")  \
   X(kFailed, "failed", "a job or its compiled code threw; the slot stays on tier 0 until an edit; reason")      \
   X(kCancel, "cancel", "a queued job was dropped before it ran; job, reason (shutdown, invalidated)")           \

@@ -29,6 +29,16 @@ CompileFn CompileNative(std::shared_ptr<JitSession> session, CompileOptions opti
     control.compile = options;
     control.batch_branches = task.batch;
     if (regions) control.compile_program = regions(task);
+    if (task.baseline_first) {
+      // Every region baseline code now, native code (through `regions`, or
+      // LLVM) on a worker later.
+      CompileProgram native = control.compile_program;
+      control.compile_program = [session, native, &notes](const Func& program, const CompileOptions& o) {
+        return BaselineFirst(
+            program, [session, native, program, o] { return native ? native(program, o) : session->Compile(program, o); },
+            notes.tier_ups);
+      };
+    }
     if (task.differentiate) {
       // Grad mode through control flow: only the region driver differentiates
       // it (the residual interpreter tier runs value mode only).
@@ -39,6 +49,11 @@ CompileFn CompileNative(std::shared_ptr<JitSession> session, CompileOptions opti
       return exec;
     }
     try {
+      if (task.baseline_first) {
+        return BaselineFirst(
+            residual.main, [session, main = residual.main, options] { return session->Compile(main, options); },
+            notes.tier_ups);
+      }
       CompileReport report;
       ExecutablePtr exec = session->Compile(residual.main, options, &report);
       notes.jit = std::move(report);

@@ -19,6 +19,9 @@ namespace pejit {
 // `regions`, when given, says how a task's control-flow regions are compiled
 // (ControlFlowOptions::compile_program: the engine's persistent cache).
 // Everything compiles with `options` (EngineOptions::compile_options).
+// With CompileTask::baseline_first, each program (the residual, or each
+// region) gets baseline code at once and its native compile is left in
+// CompileNotes::tier_ups.
 CompileFn CompileNative(std::shared_ptr<JitSession> session, CompileOptions options = {},
                         std::function<CompileProgram(const CompileTask&)> regions = {});
 

@@ -209,6 +209,7 @@ int ReplayCommand::Run() const {
     double n = static_cast<double>(order.size());
     auto share = [&](int64_t EntryStats::*field) { return static_cast<double>(after.*field - before.*field) / n; };
     double native = share(&EntryStats::calls_native), residual = share(&EntryStats::calls_residual_interpreter);
+    double baseline = share(&EntryStats::calls_baseline);
     double interpreter = share(&EntryStats::calls_interpreter);
     double generic = share(&EntryStats::calls_generic);
     double generic_native = share(&EntryStats::calls_generic_native);
@@ -222,11 +223,12 @@ int ReplayCommand::Run() const {
     // on a variant's baseline code (generic/executor.h) is counted apart.
     std::printf("epoch %d: %zu calls in %.2f s, %.1f calls/s; compiled %.0f%% (native %.0f%%, generic all-native "
                 "%.0f%%), generic with interpreted runs %.0f%% (%.0f%% of all generic runs native), "
-                "residual-interpreter %.0f%%, interpreter %.0f%%; %lld specializations compiled, "
+                "specializations on baseline code %.0f%%, residual-interpreter %.0f%%, interpreter %.0f%%; "
+                "%lld specializations compiled, "
                 "%lld of %lld generic segment variants native, %.1f KiB of code held\n",
                 epoch, order.size(), seconds, n / std::max(1e-9, seconds), 100 * (native + generic_native), 100 * native,
                 100 * generic_native, 100 * (generic - generic_native), 100 * generic_native_runs,
-                100 * residual, 100 * interpreter, static_cast<long long>(specializations),
+                100 * baseline, 100 * residual, 100 * interpreter, static_cast<long long>(specializations),
                 static_cast<long long>(es.generic_native_variants), static_cast<long long>(es.generic_variants),
                 static_cast<double>(code_bytes) / 1024);
     epochs.push_back({{"epoch", epoch},
@@ -241,6 +243,7 @@ int ReplayCommand::Run() const {
                       {"generic_segments", es.generic_segments},
                       {"generic_variants", es.generic_variants},
                       {"native_share", native},
+                      {"baseline_share", baseline},
                       {"residual_interpreter_share", residual},
                       {"interpreter_share", interpreter},
                       {"compiled_specializations", specializations},

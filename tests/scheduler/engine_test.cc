@@ -3,6 +3,8 @@
 // urgency, and shutdown does not wait for queued work.
 #include <gtest/gtest.h>
 
+#include <tuple>
+
 #include <algorithm>
 #include <cstring>
 #include <atomic>
@@ -155,6 +157,73 @@ TEST_F(EngineTest, CompiledCodeReturnsWhatTheInterpreterReturns) {
   // error, not compiled code that answers with the tree.
   EXPECT_THROW(loss.with_grad({1, 0}).value_and_grad(targs), EvalError);
   EXPECT_EQ(loss.with_grad({1, 0}).status(targs).state, State::kNone);
+}
+
+// Under eager a job publishes baseline code first (its programs lowered to
+// registered kernels, no code generator: jit/tiered.h) and a worker swaps
+// native code in later: calls on either give the interpreter's answers; the
+// swap says kernel-plan and a tier-up follows; after drain the code is
+// native. So for a straight-line specialization and for a loop the data
+// ends, whose regions each tier up.
+TEST_F(EngineTest, AJobPublishesBaselineCodeThenTiersUpToNativeCode) {
+  Start(Options(Policy::Eager()));
+  Rng rng(8);
+  Entry other = engine_->entry("other");
+  Entry count_down = engine_->entry("count_down");
+  const std::vector<Value> m = {RandomMatrix(rng, 2, 3), RandomMatrix(rng, 3, 2)};
+  const std::vector<Value> loop = {I(5), Value(Tensor::Scalar(1.5f))};
+  auto expect_answers = [&] {
+    EXPECT_TRUE(ValueAllClose(other.call(m), Reference("other", m), 1e-6));
+    EXPECT_TRUE(ValueAllClose(count_down.call(loop), Reference("count_down", loop), 1e-6, 1e-7));
+  };
+  expect_answers();  // the interpreter; the jobs are queued
+  ASSERT_TRUE(Eventually([&] {
+    return other.status(m).state == State::kReady && count_down.status(loop).state == State::kReady;
+  }));
+  expect_answers();  // baseline code, or native code if its tier-up was quick
+  engine_->drain();
+  expect_answers();
+  for (const auto& [name, entry, args] : {std::tuple{"other", other, m}, std::tuple{"count_down", count_down, loop}}) {
+    SCOPED_TRACE(name);
+    EXPECT_EQ(entry.status(args).tier, "native");
+    std::vector<Event> swaps = events_->Of(EventKind::kSwap, name), ups = events_->Of(EventKind::kTierUp, name);
+    ASSERT_EQ(swaps.size(), 1u);
+    EXPECT_EQ(swaps[0].Text("tier"), "kernel-plan");
+    ASSERT_EQ(ups.size(), 1u);
+    EXPECT_EQ(ups[0].Text("job"), swaps[0].Text("job"));
+    EXPECT_GT(std::stoll(ups[0].Text("code_bytes")), 0);
+    EXPECT_EQ(ups[0].Find("reason"), nullptr);
+    EntryStats st = entry.stats();
+    EXPECT_EQ(st.calls_interpreter, 1);
+    EXPECT_EQ(st.calls_baseline + st.calls_native, 2);
+    EXPECT_GE(st.calls_native, 1);  // the call after drain
+  }
+  EXPECT_GT(std::stoll(events_->Of(EventKind::kTierUp, "count_down")[0].Text("programs")), 1);
+}
+
+// A caller that waits for code (wait_ready, policy sync) gets native code
+// from the job, not baseline code first; so does every job with
+// EngineOptions::baseline_first off.
+TEST_F(EngineTest, AWaitedJobOrOneWithoutBaselineFirstPublishesNativeCode) {
+  for (bool baseline_first : {true, false}) {
+    SCOPED_TRACE(baseline_first ? "waited" : "baseline_first off");
+    Start(Options(Policy::Eager(), [&](EngineOptions& o) { o.baseline_first = baseline_first; }));
+    Rng rng(9);
+    Entry other = engine_->entry("other");
+    const std::vector<Value> m = {RandomMatrix(rng, 2, 3), RandomMatrix(rng, 3, 2)};
+    if (baseline_first) {
+      EXPECT_EQ(other.wait_ready(m).tier, "native");
+    } else {
+      other.call(m);
+      engine_->drain();
+    }
+    EXPECT_TRUE(ValueAllClose(other.call(m), Reference("other", m), 1e-6));
+    std::vector<Event> swaps = events_->Of(EventKind::kSwap, "other");
+    ASSERT_EQ(swaps.size(), 1u);
+    EXPECT_EQ(swaps[0].Text("tier"), "native");
+    EXPECT_EQ(events_->Count(EventKind::kTierUp), 0);
+    EXPECT_EQ(other.stats().calls_baseline, 0);
+  }
 }
 
 // hot:N compiles a signature at its N-th call, not before.
@@ -457,7 +526,7 @@ TEST_F(EngineTest, AStaticArgumentChangedAfterTheCallDoesNotChangeItsCode) {
   const std::vector<Value> two = {x, Value(Tensor::Scalar(2))};
   ASSERT_TRUE(Eventually([&] { return scale.status(two).ready(); }));
   EXPECT_TRUE(ValueEqual(scale.call(two), doubled));
-  EXPECT_EQ(scale.stats().calls_compiled(), 1);
+  EXPECT_EQ(scale.stats().calls_compiled() + scale.stats().calls_baseline, 1);  // its code, baseline or native
 }
 
 // A call whose program never ends stops when its thread's interrupt check

@@ -187,6 +187,19 @@ TEST(Tracing, TheTraceFileHoldsEveryEventWithTheDocumentedSchema) {
     for (int rows = 2; rows < 6; ++rows) other.call({RandomMatrix(rng, rows, 3), RandomMatrix(rng, 3, 2)});
   }
 
+  // One whose job publishes baseline code, native code later (tier-up).
+  {
+    EngineOptions options = Options(Policy::Eager(), [&](EngineOptions& o) {
+      o.trace_file = path;
+      o.events = recorded;
+    });
+    Engine engine(options);
+    engine.module().AddSource(kProgram, "program.pj");
+    Rng rng(4);
+    engine.entry("other").call({RandomMatrix(rng, 2, 3), RandomMatrix(rng, 3, 2)});
+    engine.drain();
+  }
+
   // Two on a persistent code cache: the first stores what it compiles, the
   // second loads it; then an entry damaged on disk is refused.
   {
