@@ -162,6 +162,22 @@ std::vector<Eviction> CodeCache::Publish(Slot& slot, ExecutablePtr exec, std::ve
   return evicted;
 }
 
+std::vector<Eviction> CodeCache::Recount(Slot& slot) {
+  std::vector<Eviction> evicted;
+  std::unique_lock lock(mu_);
+  if (!slot.in_cache_ || slot.Load() != SlotState::kReady || slot.run_failed.load()) return evicted;
+  bytes_ -= slot.bytes;
+  slot.bytes = slot.exec->code_bytes();
+  bytes_ += slot.bytes;
+  while (bytes_ > limits_.code_bytes) {
+    SlotPtr victim = LruLocked(nullptr, /*ready=*/true, &slot);
+    if (!victim) break;
+    UnlinkLocked(*victim, SlotDrop::kEvicted);
+    evicted.push_back({victim, "budget"});
+  }
+  return evicted;
+}
+
 std::vector<Eviction> CodeCache::Fail(Slot& slot, std::string reason) {
   std::vector<Eviction> evicted;
   std::unique_lock lock(mu_);

@@ -36,7 +36,9 @@
 //       (jit/pipeline.h); a residual with control flow (a dynamic `if`, a
 //       loop the data ends) stays as it is, for the compile hook to compile
 //       as regions and differentiate (jit/control_flow.h);
-//   J4. runs the compile hook (LLVM, or the residual interpreter);
+//   J4. runs the compile hook (LLVM, or the residual interpreter; unless a
+//       caller waits, baseline code first, whose LLVM compile a later
+//       tier-up runs: jit/tiered.h);
 //   J5. publishes: the Executable is written into the slot, then the slot's
 //       state is set to ready with one release store — the swap;
 //   J6. evicts least-recently-used ready slots past the byte budget and the
@@ -49,7 +51,8 @@
 //   a. A call sees either no code (runs tier 0) or a whole Executable: the
 //      Executable and its result type are written before the release store
 //      of `ready` and never written again, and readers acquire the state
-//      before reading them.
+//      before reading them. (A TieredExecutable swaps baseline code for
+//      native code inside itself, under its own lock.)
 //   b. Compiled code is freed only when no call can be running it: a call
 //      holds its own shared_ptr to the Executable while it runs; eviction and
 //      invalidation only unlink the slot from the map.
@@ -150,7 +153,7 @@ struct Slot {
   // once, by the job, for every call of the signature).
   std::vector<int> gradient_result;
   std::string tier;    // kReady: exec->tier()
-  size_t bytes = 0;    // kReady: exec->code_bytes()
+  size_t bytes = 0;    // kReady: exec->code_bytes() (at the swap, then at its tier-up: under the cache's lock)
   std::string reason;  // kFailed
 
   std::atomic<SlotDrop> dropped{SlotDrop::kNone};
@@ -217,6 +220,9 @@ class CodeCache {
   // the byte budget. A slot dropped meanwhile still turns ready (its waiters
   // see it) but is not counted.
   std::vector<Eviction> Publish(Slot& slot, ExecutablePtr exec, std::vector<int> gradient_result = {});
+  // The ready `slot`'s code grew in place (its tier-up, jit/tiered.h):
+  // counts its bytes again and evicts past the budget, never `slot` itself.
+  std::vector<Eviction> Recount(Slot& slot);
   // Fails the pending `slot` with `reason` (one release store).
   std::vector<Eviction> Fail(Slot& slot, std::string reason);
   // A ready slot whose code threw: fails it once (true for the thread that

@@ -798,6 +798,7 @@ void EngineImpl::RunTierUp(TierUpJob& job) {
       failure = e.what();  // this program keeps its baseline code
     }
   }
+  ReportEvictions(cache.Recount(slot));
   if (On(EventKind::kTierUp)) {
     Event e = Make(EventKind::kTierUp, slot.entry_name, &slot.key.signature, start, NowMicros() - start);
     e.fields.push_back({"job", job.job});

@@ -199,6 +199,9 @@ TEST_F(EngineTest, AJobPublishesBaselineCodeThenTiersUpToNativeCode) {
     EXPECT_GE(st.calls_native, 1);  // the call after drain
   }
   EXPECT_GT(std::stoll(events_->Of(EventKind::kTierUp, "count_down")[0].Text("programs")), 1);
+  // The code cache counts the native code against its budget (baseline code holds none).
+  EXPECT_EQ(engine_->stats().code_bytes, other.status(m).code_bytes + count_down.status(loop).code_bytes);
+  EXPECT_GT(other.status(m).code_bytes, 0u);
 }
 
 // A caller that waits for code (wait_ready, policy sync) gets native code
