@@ -174,6 +174,7 @@ struct Slot {
   // Published as baseline code whose native code is still to compile
   // (jit/tiered.h): wait_ready waits for it, and asks for it first.
   std::atomic<bool> tiering{false}, tier_up_wanted{false};
+  std::atomic<int64_t> rent_ns{0};  // time calls spent on its baseline code (the rent rule, engine_impl.h)
   // Set by the job after it counted and reported its outcome (statistics,
   // events, evictions): waiting for code returns only then, so that what a
   // waiter reads next includes the job that made it.

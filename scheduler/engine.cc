@@ -280,7 +280,9 @@ std::optional<ValueAndGrad> EngineImpl::RunCompiled(Request& r, Slot& slot) {
     // Flatten, run, rebuild (ir/abi.h).
     std::vector<size_t> first;
     std::vector<Tensor> leaves = signatures.Flatten(r.args, r.static_args, &first);
+    const int64_t run_start = tier == "kernel-plan" ? NowMicros() : 0;
     std::vector<Tensor> results = exec->Run(leaves);
+    if (run_start) slot.rent_ns.fetch_add((NowMicros() - run_start) * 1000, std::memory_order_relaxed);
     out = FromResults(exec->result_type(), r.args, r.wrt, leaves, first, slot.gradient_result, results);
   } catch (const Interrupted&) {
     throw;  // the caller's stop: the code is not at fault
@@ -554,17 +556,24 @@ bool EngineImpl::RunOneWaiting(bool background) {
   }
   if (compile) {
     // At the caller's priority too: a segment variant's code serves every
-    // later minibatch, and until it is there the caller's runs of it take
-    // the batched interpreter. Lowered, the compiles of a model's few
-    // segments took seconds on a machine with another busy process (the
-    // worker got a tenth of a core) and epoch 0 fell below the interpreter
-    // alone (bench/RESULTS.md, "Issue 51").
+    // later minibatch. Lowered, beside another busy process, the worker
+    // got a tenth of a core: the module network's epoch 0 gained (0.75x ->
+    // 0.93x the interpreter, its runs on baseline code meanwhile), but the
+    // Child-Sum Tree-LSTM's fell by a fifth, its first compiles (LLVM's
+    // warm-up among them) started by prefetches before any run had paid
+    // for them (bench/RESULTS.md, "Issue 51").
     RunGenericCompile(*compile);
     return true;
   }
   if (tier_up) {
-    ScopedLowerPriority lowered(nice);  // the calls it speeds up run already
-    RunTierUp(*tier_up);
+    // The calls it speeds up run already, on baseline code: it yields to
+    // them until the rent rule says otherwise (engine_impl.h); a caller
+    // waiting for it takes it at its own priority.
+    const Slot& slot = *tier_up->slot;
+    const bool urgent =
+        slot.tier_up_wanted.load() || slot.rent_ns.load(std::memory_order_relaxed) / 1000 >= tier_up_.Us();
+    ScopedLowerPriority lowered(urgent ? 0 : nice);
+    RunTierUp(*tier_up, nice > 0 && !urgent);
     return true;
   }
   if (!job) job = queue.Pop();
@@ -692,8 +701,12 @@ void EngineImpl::RunJob(Job& job, bool waited) {
     PipelineOptions pipeline;
     pipeline.batch = options.batch;
     pipeline.compile = options.compile_options;  // the instrument sees these passes too
+    // Baseline code first, unless a caller waits for native code, or the
+    // generic tier serves the signature (compiled already: its own
+    // specialization is only worth running natively).
+    const bool served = slot.generic_us.load(std::memory_order_relaxed) > 0;
     CompileTask task{residual, std::nullopt, slot.key.entry->name, options.batch,
-                     options.baseline_first && !waited};
+                     options.baseline_first && !waited && !served};
     if (job.grad) {
       (HasControlFlow(residual.main) ? task.differentiate : pipeline.wrt_leaves) = std::move(layout.wrt_leaves);
     }
@@ -774,7 +787,7 @@ void EngineImpl::RunJob(Job& job, bool waited) {
   }
 }
 
-void EngineImpl::RunTierUp(TierUpJob& job) {
+void EngineImpl::RunTierUp(TierUpJob& job, bool lowered) {
   Slot& slot = *job.slot;
   struct Done {  // wakes wait_ready however this ends
     EngineImpl& engine;
@@ -798,6 +811,7 @@ void EngineImpl::RunTierUp(TierUpJob& job) {
       failure = e.what();  // this program keeps its baseline code
     }
   }
+  tier_up_.Add(NowMicros() - start);
   ReportEvictions(cache.Recount(slot));
   if (On(EventKind::kTierUp)) {
     Event e = Make(EventKind::kTierUp, slot.entry_name, &slot.key.signature, start, NowMicros() - start);
@@ -805,6 +819,8 @@ void EngineImpl::RunTierUp(TierUpJob& job) {
     e.fields.push_back({"programs", static_cast<int64_t>(job.tier_ups.size())});
     e.fields.push_back({"code_bytes", static_cast<int64_t>(code_bytes)});
     if (!failure.empty()) e.fields.push_back({"reason", failure});
+    e.fields.push_back({"rent_us", slot.rent_ns.load(std::memory_order_relaxed) / 1000});
+    e.fields.push_back({"priority", std::string(lowered ? "lowered" : "caller")});
     Emit(e);
   }
 }

@@ -150,7 +150,7 @@ void EngineImpl::RunGenericCompile(GenericCompile& job) {
   try {
     generic::CompileVariant(*jit_, *job.code, *job.variant, SegmentCompiler(job.entry), options.compile_options);
   } catch (const std::exception& e) {
-    failure = e.what();  // the variant keeps running in the interpreter
+    failure = e.what();  // the variant keeps running its baseline code
   }
   if (!failure.empty()) {
     if (On(EventKind::kGenericRefused)) {

@@ -255,6 +255,25 @@ class EngineImpl {
   std::vector<std::pair<EntryState*, std::vector<const void*>>> walking_;
   std::condition_variable walked_cv_;  // with generic_queue_mu_: a walk left walking_
   void RunGenericCompile(GenericCompile& job);
+  // The rent rule (ski rental) for a tier-up: it runs at the workers' lower
+  // priority until the calls have spent as long on the slot's baseline code
+  // as a tier-up takes on average (the prior until one was measured), then
+  // at the caller's: where baseline code is nearly as fast, its compile
+  // never takes the training thread's CPU; where it is much slower, it
+  // stops being postponed within about one compile's time.
+  struct MeanTime {
+    std::atomic<int64_t> total_us{0}, count{0};
+    int64_t prior_us;
+    int64_t Us() const {
+      const int64_t n = count.load(std::memory_order_relaxed);
+      return n ? total_us.load(std::memory_order_relaxed) / n : prior_us;
+    }
+    void Add(int64_t us) {
+      total_us.fetch_add(us, std::memory_order_relaxed);
+      count.fetch_add(1, std::memory_order_relaxed);
+    }
+  };
+  MeanTime tier_up_{.prior_us = 100'000};
   // A published specialization whose programs run baseline code (CompileNotes::
   // tier_ups): their native code, compiled after the specialization jobs a
   // call missed and before idle work; the specialization's own code is then
@@ -270,7 +289,7 @@ class EngineImpl {
   // The first queued tier-up, or with `wanted_only` the first a caller
   // waits for (Slot::tier_up_wanted); under generic_queue_mu_.
   bool TakeTierUp(std::optional<TierUpJob>& into, bool wanted_only);
-  void RunTierUp(TierUpJob& job);
+  void RunTierUp(TierUpJob& job, bool lowered);
   void QueueGenericWalk(Request& r, pejit::Prefetch when);
   void ClaimGenericWalk(Request& r);
   void RunGenericWalk(GenericWalk& walk);
