@@ -153,13 +153,17 @@ std::vector<Eviction> CodeCache::Publish(Slot& slot, ExecutablePtr exec, std::ve
     UnlinkLocked(*victim, SlotDrop::kEvicted);
     evicted.push_back({victim, "entry-max"});
   }
+  EvictPastBudgetLocked(slot, evicted);
+  return evicted;
+}
+
+void CodeCache::EvictPastBudgetLocked(const Slot& keep, std::vector<Eviction>& evicted) {
   while (bytes_ > limits_.code_bytes) {
-    SlotPtr victim = LruLocked(nullptr, /*ready=*/true, &slot);
+    SlotPtr victim = LruLocked(nullptr, /*ready=*/true, &keep);
     if (!victim) break;
     UnlinkLocked(*victim, SlotDrop::kEvicted);
     evicted.push_back({victim, "budget"});
   }
-  return evicted;
 }
 
 std::vector<Eviction> CodeCache::Recount(Slot& slot) {
@@ -169,12 +173,7 @@ std::vector<Eviction> CodeCache::Recount(Slot& slot) {
   bytes_ -= slot.bytes;
   slot.bytes = slot.exec->code_bytes();
   bytes_ += slot.bytes;
-  while (bytes_ > limits_.code_bytes) {
-    SlotPtr victim = LruLocked(nullptr, /*ready=*/true, &slot);
-    if (!victim) break;
-    UnlinkLocked(*victim, SlotDrop::kEvicted);
-    evicted.push_back({victim, "budget"});
-  }
+  EvictPastBudgetLocked(slot, evicted);
   return evicted;
 }
 

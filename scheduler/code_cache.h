@@ -261,6 +261,8 @@ class CodeCache {
   // given), or cold and failed ones of `entry`; never `keep`. Null if none.
   SlotPtr LruLocked(const EntryState* entry, bool ready, const Slot* keep) const;
   void EvictTrackedLocked(const EntryState* entry, const Slot* keep, std::vector<Eviction>* evicted);
+  // Anyone's least recently used ready slots but `keep`, until the bytes fit the budget.
+  void EvictPastBudgetLocked(const Slot& keep, std::vector<Eviction>& evicted);
 
   const CacheLimits limits_;
   mutable std::shared_mutex mu_;

@@ -174,18 +174,30 @@ TEST(GenericTier, ACallTakesTheScheduleItsPrefetchWalkedWithItsOwnParameters) {
   t.ExpectAgrees(program, other, std::move(fresh));
 }
 
-// Inference on row counts training never compiled: each run takes native
-// code of other row counts (training's forwards, padded or in pieces) or the
-// interpreter, with the interpreter's values, and asks for its own variants.
-TEST(GenericTier, ValueModeRunsRowCountsWithoutCodeOfTheirOwnOnOtherCounts) {
+// The Child-Sum Tree-LSTM's generic program with native grad-mode code for
+// the row counts of its first minibatch only, and the other minibatches.
+struct TrainedOnOneMinibatch {
   Snapshot module = LoadProgram("examples/treelstm/treelstm.pj");
-  auto calls = Calls(*module, "loss", "tests/generic/treelstm_calls.jsonl");
-  GenericProgram program(module, "loss");
+  std::vector<std::vector<Value>> calls = Calls(*module, "loss", "tests/generic/treelstm_calls.jsonl");
+  GenericProgram program{module, "loss"};
   std::unique_ptr<JitSession> jit = JitSession::Create();
-  ExecuteOptions train;
-  train.grad = true;
-  train.compile_now = jit.get();
-  Execute(program.Inspect(calls[0]), train);  // grad-mode code for the row counts of one minibatch
+
+  TrainedOnOneMinibatch() {
+    ExecuteOptions train;
+    train.grad = true;
+    train.compile_now = jit.get();
+    Execute(program.Inspect(calls[0]), train);
+  }
+};
+
+// Inference on row counts training never compiled: each run takes native
+// code of other row counts (training's forwards, padded or in pieces) or
+// baseline code, with the interpreter's values, and asks for its own variants.
+TEST(GenericTier, ValueModeRunsRowCountsWithoutCodeOfTheirOwnOnOtherCounts) {
+  TrainedOnOneMinibatch trained;
+  const Snapshot& module = trained.module;
+  const auto& calls = trained.calls;
+  GenericProgram& program = trained.program;
   Interpreter interpreter;
   int native = 0;
   for (size_t c = 1; c < calls.size(); ++c) {
@@ -203,14 +215,10 @@ TEST(GenericTier, ValueModeRunsRowCountsWithoutCodeOfTheirOwnOnOtherCounts) {
 // thread; its own variant is left for a worker (missing_native). Values and
 // gradients are the interpreter's either way.
 TEST(GenericTier, GradModeRunsARowCountWithoutCodeOfItsOwnOnALargerBucket) {
-  Snapshot module = LoadProgram("examples/treelstm/treelstm.pj");
-  auto calls = Calls(*module, "loss", "tests/generic/treelstm_calls.jsonl");
-  GenericProgram program(module, "loss");
-  std::unique_ptr<JitSession> jit = JitSession::Create();
-  ExecuteOptions train;
-  train.grad = true;
-  train.compile_now = jit.get();
-  Execute(program.Inspect(calls[0]), train);  // code for the row counts of one minibatch
+  TrainedOnOneMinibatch trained;
+  const Snapshot& module = trained.module;
+  const auto& calls = trained.calls;
+  GenericProgram& program = trained.program;
   Interpreter interpreter;
   const std::vector<int> wrt{2};
   int stood_in = 0;
