@@ -417,7 +417,7 @@ void Publish(SegmentCode::Variant& v, Programs&& p, ExecutablePtr forward_code, 
   v.made = true;
 }
 
-// Makes `v`'s programs and their first code if they are not: built without
+// Makes `v`'s programs and their baseline code if they are not: built without
 // the lock (other runs of the segment go on meanwhile), published under it,
 // all or nothing.
 void Make(SegmentCode& code, SegmentCode::Variant& v) {
@@ -453,18 +453,20 @@ SegmentCode::Variant& VariantFor(SegmentCode& code, int64_t rows, bool grad) {
 
 void CompileVariant(JitSession& jit, SegmentCode& code, SegmentCode::Variant& variant, const CompileProgram& compile,
                     const CompileOptions& options) {
-  // A variant no run has made yet is made here without its first code:
+  // A variant no run has made yet is made here without its baseline code:
   // native code is about to replace it.
   std::optional<Programs> fresh;
   Func forward, backward;
+  bool made;
   {
     std::lock_guard lock(code.mu);
-    if (variant.made) {
+    made = variant.made;
+    if (made) {
       if (!variant.forward_native) forward = variant.forward;
       if (variant.backward && !variant.backward_native) backward = variant.backward;
     }
   }
-  if (!forward && !backward && !variant.native.load()) {
+  if (!made) {
     fresh = MakePrograms(code, variant.rows, variant.grad);
     forward = fresh->forward;
     backward = fresh->backward;
@@ -480,7 +482,7 @@ void CompileVariant(JitSession& jit, SegmentCode& code, SegmentCode::Variant& va
     forward_exe = make(forward);
     backward_exe = make(backward);
   } catch (...) {
-    if (fresh) Make(code, variant);  // runnable meanwhile: the variant keeps its first code
+    if (fresh) Make(code, variant);  // runnable meanwhile: the variant gets its baseline code
     throw;
   }
   std::lock_guard lock(code.mu);
@@ -511,17 +513,20 @@ void AddInto(Tensor& target, const TensorType& type, const float* src) {
 }
 
 // A variant of `code` that runs `rows` rows now in place of their own
-// bucket's: the smallest with native code (or, with `native` false, made)
-// that pads the run to at most 2 rows + 8; null when none does. Padded rows
+// bucket's: of those that pad the run to at most 2 rows + 8, the smallest
+// with native code, else the smallest made; null when none is. Padded rows
 // are copies of a real row with zero cotangents: they change no result.
-SegmentCode::Variant* StandIn(SegmentCode& code, int64_t rows, bool grad, bool native) {
+SegmentCode::Variant* StandIn(SegmentCode& code, int64_t rows, bool grad) {
   const int64_t most = 2 * rows + 8;
+  SegmentCode::Variant* made = nullptr;
   std::lock_guard lock(code.mu);
   for (auto it = code.variants.lower_bound(rows * 2); it != code.variants.end() && it->second->rows <= most; ++it) {
     SegmentCode::Variant& v = *it->second;
-    if (v.grad == grad && (native ? v.native.load() : v.made)) return &v;
+    if (v.grad != grad) continue;
+    if (v.native.load()) return &v;
+    if (!made && v.made) made = &v;
   }
-  return nullptr;
+  return made;
 }
 
 // One call of Execute: the runs forward, the result, and in grad mode the
@@ -634,9 +639,8 @@ class CallRun {
     // bucket's (padded rows cost less than making a variant on this thread).
     SegmentCode::Variant* variant = &own;
     if (!own.native.load()) {
-      variant = StandIn(code, run.rows, options_.grad, /*native=*/true);
-      if (!variant) variant = StandIn(code, run.rows, options_.grad, /*native=*/false);
-      if (!variant) variant = &VariantFor(code, run.rows, options_.grad);  // made now: it runs interpreted
+      variant = StandIn(code, run.rows, options_.grad);
+      if (!variant) variant = &VariantFor(code, run.rows, options_.grad);  // made now: it runs its baseline code
       Missing(code, own);
     }
     variants_[r] = variant;

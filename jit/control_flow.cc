@@ -1,8 +1,10 @@
 #include "jit/control_flow.h"
 
+#include <atomic>
 #include <functional>
 #include <map>
 #include <optional>
+#include <string_view>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -217,11 +219,15 @@ class ControlFlowProgram final : public Executable {
     for (const ExecutablePtr& code : codes_) bytes += code->code_bytes();
     return bytes;
   }
-  // "kernel-plan" while a region still runs baseline code (jit/tiered.h).
+  // kKernelPlanTier while a region still runs baseline code (jit/tiered.h).
+  // Asked at every call: once every region is native it stays so, and the
+  // regions are not asked again.
   const char* tier() const override {
+    if (all_native_.load(std::memory_order_acquire)) return "native";
     for (const ExecutablePtr& code : codes_) {
-      if (std::string_view(code->tier()) == "kernel-plan") return "kernel-plan";
+      if (std::string_view(code->tier()) == kKernelPlanTier) return kKernelPlanTier;
     }
+    all_native_.store(true, std::memory_order_release);
     return "native";
   }
 
@@ -621,6 +627,7 @@ class ControlFlowProgram final : public Executable {
   Function main_;
   Type result_type_;
   std::vector<ExecutablePtr> codes_;  // every region's, and every VJP's
+  mutable std::atomic<bool> all_native_{false};
 };
 
 }  // namespace

@@ -34,6 +34,11 @@ struct ProfileLine {
   double flops = 0;     // per run: multiply-adds × 2 of GEMM steps, else 0
 };
 
+// The tier of baseline code: a plan of registered kernels made without a
+// code generator (jit/native_executable.h's LowerToKernelPlan), which native
+// code replaces (jit/tiered.h).
+inline constexpr char kKernelPlanTier[] = "kernel-plan";
+
 class Executable {
  public:
   virtual ~Executable() = default;
@@ -43,7 +48,8 @@ class Executable {
   virtual const Type& result_type() const = 0;
   // Bytes of machine code and constant data held (0 when not native).
   virtual size_t code_bytes() const = 0;
-  // "native" or "residual-interpreter": the tier it runs in, for stats and logs.
+  // "native", kKernelPlanTier or "residual-interpreter": the tier it runs in
+  // now, for stats and logs.
   virtual const char* tier() const = 0;
   // Time per kind of step, slowest first; empty unless compiled to profile.
   virtual std::vector<ProfileLine> profile() const { return {}; }

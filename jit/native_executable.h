@@ -57,9 +57,9 @@ class NativeExecutable final : public Executable {
   double work_ns() const override { return work_ns_; }
   const Type& result_type() const override { return plan_.result_type; }
   size_t code_bytes() const override { return code_bytes_; }
-  // "native" for what the JIT compiled (or an image of it); "kernel-plan"
+  // "native" for what the JIT compiled (or an image of it); kKernelPlanTier
   // for baseline code (LowerToKernelPlan), made without the compiler.
-  const char* tier() const override { return baseline_ ? "kernel-plan" : "native"; }
+  const char* tier() const override { return baseline_ ? kKernelPlanTier : "native"; }
 
   // What an image (image.h) records.
   const Plan& plan() const { return plan_; }

@@ -280,7 +280,7 @@ std::optional<ValueAndGrad> EngineImpl::RunCompiled(Request& r, Slot& slot) {
     // Flatten, run, rebuild (ir/abi.h).
     std::vector<size_t> first;
     std::vector<Tensor> leaves = signatures.Flatten(r.args, r.static_args, &first);
-    const int64_t run_start = tier == "kernel-plan" ? NowMicros() : 0;
+    const int64_t run_start = tier == kKernelPlanTier ? NowMicros() : 0;
     std::vector<Tensor> results = exec->Run(leaves);
     if (run_start) slot.rent_ns.fetch_add((NowMicros() - run_start) * 1000, std::memory_order_relaxed);
     out = FromResults(exec->result_type(), r.args, r.wrt, leaves, first, slot.gradient_result, results);
@@ -305,7 +305,7 @@ std::optional<ValueAndGrad> EngineImpl::RunCompiled(Request& r, Slot& slot) {
   }
   Count(r.entry.hits);
   Count(tier == "residual-interpreter" ? r.entry.calls_residual
-        : tier == "kernel-plan"        ? r.entry.calls_baseline
+        : tier == kKernelPlanTier      ? r.entry.calls_baseline
                                        : r.entry.calls_native);
   if (sink_) {
     int64_t end = NowMicros();

@@ -3,8 +3,6 @@
 // urgency, and shutdown does not wait for queued work.
 #include <gtest/gtest.h>
 
-#include <tuple>
-
 #include <algorithm>
 #include <cstring>
 #include <atomic>
@@ -14,6 +12,7 @@
 #include <set>
 #include <string>
 #include <thread>
+#include <tuple>
 
 #include "ops/blas.h"
 #include "support/thread_priority.h"
