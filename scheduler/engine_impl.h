@@ -257,7 +257,7 @@ class EngineImpl {
   void RunGenericCompile(GenericCompile& job);
   // The rent rule (ski rental) for a tier-up: it runs at the workers' lower
   // priority until the calls have spent as long on the slot's baseline code
-  // as a tier-up takes on average (the prior until one was measured), then
+  // as a tier-up's CPU time on average (the prior until one was measured), then
   // at the caller's: where baseline code is nearly as fast, its compile
   // never takes the training thread's CPU; where it is much slower, it
   // stops being postponed within about one compile's time.
