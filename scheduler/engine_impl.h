@@ -256,11 +256,13 @@ class EngineImpl {
   std::condition_variable walked_cv_;  // with generic_queue_mu_: a walk left walking_
   void RunGenericCompile(GenericCompile& job);
   // The rent rule (ski rental) for a tier-up: it runs at the workers' lower
-  // priority until the calls have spent as long on the slot's baseline code
-  // as a tier-up's CPU time on average (the prior until one was measured), then
-  // at the caller's: where baseline code is nearly as fast, its compile
-  // never takes the training thread's CPU; where it is much slower, it
-  // stops being postponed within about one compile's time.
+  // priority unless, when a worker takes it, the calls have spent as long on
+  // the slot's baseline code as a tier-up's CPU time on average (the prior
+  // until one was measured); then at the caller's. Chosen once, when it
+  // starts: one that started lowered stays lowered (ACT's one tier-up beside
+  // a busy process did, 350-600 ms, its rent passing the prior meanwhile;
+  // raising it from the calls once the rent came due showed no gain in two
+  // runs, and is not done).
   struct MeanTime {
     std::atomic<int64_t> total_us{0}, count{0};
     int64_t prior_us;
