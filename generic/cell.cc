@@ -125,6 +125,10 @@ class Builder {
   std::vector<DataOp> data_ops_;
   std::vector<int> call_boundary_;  // the segment each call follows
   int segment_ = 0;
+  std::vector<int> segment_guard_{-1};  // per segment: the guard of the branch it is in, or -1
+  int guard_ = -1;                      // the branch being evaluated
+  std::vector<Guard> guards_;
+  std::vector<Select> selects_;
   int structures_ = 0, struct_leaves_ = 0, inputs_ = 0;
   int inline_depth_ = 0;
 
@@ -258,8 +262,7 @@ class Builder {
       }
       case ExprKind::kCall: return EvalCall(static_cast<const CallNode&>(*e));
       case ExprKind::kMatch: return EvalMatch(static_cast<const MatchNode&>(*e));
-      case ExprKind::kIf:
-        throw Refusal("generic: an `if`" + Where(e->loc) + " (control flow on tensor values is not the structure's)");
+      case ExprKind::kIf: return EvalIf(static_cast<const IfNode&>(*e));
       case ExprKind::kCtor: {
         const auto& c = static_cast<const CtorNode&>(*e);
         ValueTree v;
@@ -455,6 +458,10 @@ class Builder {
     if (!def) throw Refusal("generic: unknown function @" + name + Where(call.loc));
     if (args.size() != def->func->params.size()) throw Refusal("generic: @" + name + " called with " + std::to_string(args.size()) + " arguments" + Where(call.loc));
     if (!cells_.count(name)) return Inline(*def->func, {}, {}, args, "@" + name, call.loc);  // straight-line
+    if (guard_ >= 0) {
+      throw Refusal("generic: a call of @" + name + Where(call.loc) + " inside a branch of an `if` on tensor values"
+                    " (the tier runs branches of straight-line code; a loop the data ends is served per minibatch)");
+    }
     Question q;
     q.kind = Question::Kind::kCall;
     std::string encoded;
@@ -463,10 +470,68 @@ class Builder {
     const Answer& answer = NextAnswer(q);
     int site = static_cast<int>(calls_.size());
     calls_.push_back({std::move(args)});
-    call_boundary_.push_back(segment_++);
+    call_boundary_.push_back(segment_);
+    NextSegment();
     Reader r(answer.types);
     int leaf = 0;
     return Decode(r, Source::Kind::kCall, site, &leaf);
+  }
+
+  void NextSegment() {
+    ++segment_;
+    segment_guard_.push_back(guard_);
+  }
+
+  // Each branch in segments of its own, guarded by the condition; the
+  // `if`'s value the select of the branches' values.
+  ValueTree EvalIf(const IfNode& node) {
+    const int cond = TensorOf(Eval(node.cond), "the condition of an `if`", node.loc);
+    const TensorType& type = values_[cond].type;
+    if (type.dtype != DType::kBool || NumElements(type.shape) != 1) {
+      throw Refusal("generic: the condition of the `if`" + Where(node.loc) + " is a " + type.ToString() + ", not a bool scalar");
+    }
+    const int outer = guard_;
+    auto branch = [&](const Expr& body, bool when) {
+      guards_.push_back({cond, when, outer});
+      guard_ = static_cast<int>(guards_.size()) - 1;
+      NextSegment();
+      return Eval(body);
+    };
+    ValueTree then = branch(node.then_branch, true);
+    ValueTree otherwise = branch(node.else_branch, false);
+    guard_ = outer;
+    NextSegment();
+    return Join(then, otherwise, cond, node.loc);
+  }
+
+  ValueTree Join(const ValueTree& then, const ValueTree& otherwise, int cond, const SourceLoc& loc) {
+    auto refuse = [&](const std::string& why) {
+      return Refusal("generic: the branches of the `if`" + Where(loc) + " " + why);
+    };
+    if (then.kind != otherwise.kind) throw refuse("return values of different kinds");
+    switch (then.kind) {
+      case ValueTree::Kind::kTensor: {
+        if (then.value == otherwise.value) return then;
+        const TensorType& a = values_[then.value].type;
+        const TensorType& b = values_[otherwise.value].type;
+        if (!(a == b)) throw refuse("return a " + a.ToString() + " and a " + b.ToString());
+        ValueTree v;
+        v.value = NewValue(a, Source{Source::Kind::kSelect, static_cast<int>(selects_.size())});
+        selects_.push_back({cond, then.value, otherwise.value});
+        return v;
+      }
+      case ValueTree::Kind::kTuple: {
+        if (then.fields.size() != otherwise.fields.size()) throw refuse("return tuples of different sizes");
+        ValueTree v;
+        v.kind = ValueTree::Kind::kTuple;
+        for (size_t i = 0; i < then.fields.size(); ++i) v.fields.push_back(Join(then.fields[i], otherwise.fields[i], cond, loc));
+        return v;
+      }
+      case ValueTree::Kind::kStructure:
+        if (then.value == otherwise.value) return then;
+        [[fallthrough]];
+      default: throw refuse("return structures or functions (the generic tier joins tensors)");
+    }
   }
 
   ValueTree EvalMatch(const MatchNode& match) {
@@ -574,6 +639,10 @@ class Builder {
       for (const ValueTree& a : c.args) Uses(a, outside);
     }
     Uses(result, outside);
+    for (const Guard& g : guards_) outside[g.cond] = true;
+    for (const Select& s : selects_) outside[s.cond] = outside[s.then] = outside[s.otherwise] = true;
+    cell.guards = guards_;
+    cell.selects = selects_;
 
     cell.sources.resize(n);
     for (int v = 0; v < n; ++v) cell.sources[v] = values_[v].source;
@@ -588,6 +657,7 @@ class Builder {
         segment_of[s] = static_cast<int>(cell.segments.size());
         cell.steps.push_back({false, segment_of[s]});
         cell.segments.push_back(MakeSegment(ops, outside, segment_of[s], cell.sources));
+        cell.segments.back().guard = segment_guard_[s];
       }
       for (; next_call < calls_.size() && call_boundary_[next_call] == s; ++next_call) {
         cell.steps.push_back({true, static_cast<int>(next_call)});

@@ -21,8 +21,18 @@
 // Functions called from a cell that neither match nor reach a match (a
 // Tree-LSTM's gate arithmetic) are inlined into the segments. What the tier
 // does not serve is refused with a reason naming the construct and its
-// location (an `if` on a tensor, a function value inside a structure or
-// returned by a cell): such programs keep today's tiers.
+// location (a call of a cell inside an `if` on a tensor, a function value
+// inside a structure or returned by a cell): such programs keep today's
+// tiers.
+//
+// An `if` on a tensor value (a gate on the state's norm) is the data's
+// decision, not the structure's: each of its branches becomes segments of
+// their own, *guarded* by the condition (Segment::guard), and the `if`'s
+// value a *select* of the two branches' values (Source::kSelect). The
+// inspector places both branches; the executor runs a guarded segment's
+// instances whose conditions hold, compacted into one batched call (the
+// examples that took a branch run it together, and an example never runs a
+// branch it did not take), and reads a select through its condition.
 #pragma once
 
 #include <cstdint>
@@ -51,9 +61,9 @@ struct Source {
   // the instance key says which, so no call passes it and the inspector
   // resolves it without looking at the caller. kInput: any other tensor
   // argument, numbered among those.
-  enum class Kind : uint8_t { kInput, kRoot, kStructLeaf, kSegment, kCall, kConstant, kDataOp };
+  enum class Kind : uint8_t { kInput, kRoot, kStructLeaf, kSegment, kCall, kConstant, kDataOp, kSelect };
   Kind kind = Kind::kInput;
-  int index = 0;   // kInput: per-call tensor input; kRoot: entry tensor leaf; kStructLeaf: tensor bound by a pattern; kSegment: segment; kCall: call site; kConstant: constant; kDataOp: data op
+  int index = 0;   // kInput: per-call tensor input; kRoot: entry tensor leaf; kStructLeaf: tensor bound by a pattern; kSegment: segment; kCall: call site; kConstant: constant; kDataOp: data op; kSelect: select
   int output = 0;  // kSegment: output; kCall: tensor leaf of the callee's result
 };
 
@@ -99,6 +109,22 @@ struct Segment {
   std::vector<int> row_inputs;   // the others (filled by GenericProgram): what an instance's slots hold
   std::vector<int> outputs;   // value ids
   int code = -1;              // its run id: program and shared tensors (GenericProgram's numbering)
+  int guard = -1;             // a branch's segment: it runs where Cell::guards[guard] holds
+};
+
+// A segment inside a branch of an `if` on a tensor runs where the `if`'s
+// condition (a bool scalar, value `cond`) is `when`, and where the guard of
+// the branch around it (`parent`, or none: -1) holds.
+struct Guard {
+  int cond = -1;
+  bool when = true;
+  int parent = -1;
+};
+
+// The value of an `if` on a tensor (one tensor of it): `then` where `cond`
+// holds, else `otherwise` (value ids).
+struct Select {
+  int cond = -1, then = -1, otherwise = -1;
 };
 
 struct CallSite {
@@ -127,6 +153,8 @@ struct Cell {
   std::vector<DataOp> data_ops;    // Source::kDataOp
   std::vector<Source> sources;     // per value id
   std::vector<Tensor> constants;   // Source::kConstant
+  std::vector<Guard> guards;       // Segment::guard
+  std::vector<Select> selects;     // Source::kSelect
   ValueTree result;                // tensors in tuples, structures
   Type result_type;                // concrete; null when the result holds a structure
   std::string result_key;          // its type's encoding, structures 'S': the answer to a call of this cell

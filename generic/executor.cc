@@ -540,7 +540,14 @@ class CallRun {
         n_runs_(inspection.runs.size()),
         outputs_(n_runs_),
         inputs_(n_runs_),
-        variants_(n_runs_) {}
+        variants_(n_runs_) {
+    if (!inspection.si_guard.empty()) {  // rows move as branches' runs pack the instances that take them
+      rows_ = inspection.si_row;
+      active_.resize(n_runs_);
+      guarded_run_.assign(n_runs_, 0);
+      guard_state_.assign(inspection.guards.size(), 0);
+    }
+  }
 
   Execution Run() {
     for (size_t r = 0; r < n_runs_; ++r) Forward(r);
@@ -563,7 +570,69 @@ class CallRun {
     }
   }
 
-  const char* RowOf(const Place& place, int64_t bytes) const {
+  // The row segment instance `si` has in its run's outputs.
+  int RowIndex(int si) const {
+    const int row = rows_.empty() ? inspection_.si_row[si] : rows_[si];
+    if (row < 0) throw std::logic_error("generic: a value read from a branch not taken");
+    return row;
+  }
+
+  // A bool scalar's value (an `if`'s condition).
+  bool Truth(const Place& place) const { return *reinterpret_cast<const bool*>(RowOf(place, sizeof(bool))); }
+
+  // The slot a select reads through: the branch its condition took.
+  const Place& Chosen(const Place& place) const {
+    const Place* p = &place;
+    while (p->kind == Place::Kind::kSelect) {
+      const SelectPlace& s = inspection_.selects[p->index];
+      p = Truth(s.cond) ? &s.then : &s.otherwise;
+    }
+    return *p;
+  }
+
+  // Whether guard `g` holds (-1: none): its parent's first, whose branch
+  // computes its condition.
+  bool Holds(int g) {
+    if (g < 0) return true;
+    int8_t& state = guard_state_[g];
+    if (state == 0) {
+      const GuardPlace& guard = inspection_.guards[g];
+      state = Holds(guard.parent) && Truth(guard.cond) == guard.when ? 1 : 2;
+    }
+    return state == 1;
+  }
+
+  // The members of run `r` that run: all of them, or those of a branch's
+  // run whose guards held (Forward packs them).
+  std::span<const int> Members(size_t r) const {
+    if (guarded_run_.empty() || !guarded_run_[r]) return inspection_.runs[r].members;
+    return active_[r];
+  }
+
+  // Packs the members of run `r` whose guards hold into its first rows;
+  // false when it has a guarded member and none holds (the run is skipped).
+  bool PackGuarded(size_t r) {
+    const generic::Run& run = inspection_.runs[r];
+    if (active_.empty() || std::all_of(run.members.begin(), run.members.end(),
+                                       [&](int si) { return inspection_.si_guard[si] < 0; })) {
+      return true;
+    }
+    guarded_run_[r] = 1;
+    std::vector<int>& active = active_[r];
+    for (int si : run.members) {
+      if (Holds(inspection_.si_guard[si])) {
+        rows_[si] = static_cast<int>(active.size());
+        active.push_back(si);
+      } else {
+        rows_[si] = -1;
+        ++result_.skipped_rows;
+      }
+    }
+    return !active.empty();
+  }
+
+  const char* RowOf(const Place& slot, int64_t bytes) const {
+    const Place& place = Chosen(slot);
     const Tensor* t = nullptr;
     switch (place.kind) {
       case Place::Kind::kRoot: t = &inspection_.roots[place.index]; break;
@@ -571,8 +640,9 @@ class CallRun {
       case Place::Kind::kConstant: t = place.tensor; break;
       case Place::Kind::kRow: {
         const Tensor& out = outputs_[inspection_.si_run[place.index]][place.output];
-        return static_cast<const char*>(out.raw_data()) + inspection_.si_row[place.index] * bytes;
+        return static_cast<const char*>(out.raw_data()) + RowIndex(place.index) * bytes;
       }
+      case Place::Kind::kSelect: break;  // Chosen resolved it
     }
     if (static_cast<int64_t>(t->nbytes()) != bytes) {
       throw Refusal("generic: a tensor of " + std::to_string(t->nbytes()) + " bytes where the cell reads " +
@@ -593,7 +663,8 @@ class CallRun {
 
   // The inputs of members [first, first + count) of `run`, stacked to `rows`
   // rows (padded with copies of the first).
-  std::vector<Tensor> Gather(const generic::Run& run, int first, int count, int64_t rows) const {
+  std::vector<Tensor> Gather(const generic::Run& run, std::span<const int> members, int first, int count,
+                             int64_t rows) const {
     const SegmentCode& code = *run.code;
     std::vector<Tensor> in(code.inputs.size());
     for (size_t p = 0; p < code.inputs.size(); ++p) {
@@ -606,7 +677,7 @@ class CallRun {
       Tensor stacked = Tensor::Empty(member.dtype, Prepend(rows, member.shape));
       char* dst = static_cast<char*>(stacked.raw_data());
       for (int64_t i = 0; i < rows; ++i) {
-        int si = run.members[first + (i < count ? i : 0)];
+        int si = members[first + (i < count ? i : 0)];
         std::memcpy(dst + i * bytes, RowOf(inspection_.si_inputs[inspection_.si_input_begin[si] + code.input_slot[p]], bytes),
                     bytes);
       }
@@ -625,12 +696,15 @@ class CallRun {
 
   void Forward(size_t r) {
     const generic::Run& run = inspection_.runs[r];
+    if (!PackGuarded(r)) return;  // a branch no instance took
+    const std::span<const int> members = Members(r);
+    const int64_t rows = members.size() == run.members.size() ? run.rows : RowBucket(static_cast<int64_t>(members.size()));
     SegmentCode& code = *run.code;
-    SegmentCode::Variant& own = VariantEntry(code, run.rows, options_.grad);
+    SegmentCode::Variant& own = VariantEntry(code, rows, options_.grad);
     if (options_.compile_now && !own.native.load()) {
       CompileVariant(*options_.compile_now, code, own, options_.compile_program, options_.compile_options);
     }
-    if (!options_.grad && !own.native.load() && ForwardInNativePieces(r)) {
+    if (!options_.grad && !own.native.load() && ForwardInNativePieces(r, members, rows)) {
       variants_[r] = &own;
       Missing(code, own);  // its own code still compiles: one run next time, not pieces
       return;
@@ -639,12 +713,12 @@ class CallRun {
     // bucket's (padded rows cost less than making a variant on this thread).
     SegmentCode::Variant* variant = &own;
     if (!own.native.load()) {
-      variant = StandIn(code, run.rows, options_.grad);
-      if (!variant) variant = &VariantFor(code, run.rows, options_.grad);  // made now: it runs its baseline code
+      variant = StandIn(code, rows, options_.grad);
+      if (!variant) variant = &VariantFor(code, rows, options_.grad);  // made now: it runs its baseline code
       Missing(code, own);
     }
     variants_[r] = variant;
-    std::vector<Tensor> in = Gather(run, 0, static_cast<int>(run.members.size()), variant->rows);
+    std::vector<Tensor> in = Gather(run, members, 0, static_cast<int>(members.size()), variant->rows);
     ++(variant->native.load() ? result_.native_runs : result_.baseline_runs);
     outputs_[r] = RunForward(run, *variant, in);
     if (options_.grad) inputs_[r] = std::move(in);
@@ -655,7 +729,7 @@ class CallRun {
   // extra outputs unused), so that a row count not compiled yet does not
   // run interpreted where other counts have native code. False when no
   // variant of the segment has native code.
-  bool ForwardInNativePieces(size_t r) {
+  bool ForwardInNativePieces(size_t r, std::span<const int> members_run, int64_t run_rows) {
     const generic::Run& run = inspection_.runs[r];
     SegmentCode& code = *run.code;
     std::vector<std::pair<int64_t, SegmentCode::Variant*>> native;  // by rows
@@ -666,7 +740,7 @@ class CallRun {
       }
     }
     if (native.empty()) return false;
-    const int members = static_cast<int>(run.members.size());
+    const int members = static_cast<int>(members_run.size());
     std::vector<Tensor> out;
     bool all_native = true;
     for (int first = 0; first < members;) {
@@ -680,15 +754,15 @@ class CallRun {
         }
       }
       const int count = static_cast<int>(std::min<int64_t>(pick->rows, left));
-      std::vector<Tensor> piece = RunForward(run, *pick, Gather(run, first, count, pick->rows));
-      if (first == 0 && count == members && pick->rows == run.rows) {  // one piece, the run's own shape
+      std::vector<Tensor> piece = RunForward(run, *pick, Gather(run, members_run, first, count, pick->rows));
+      if (first == 0 && count == members && pick->rows == run_rows) {  // one piece, the run's own shape
         piece.resize(code.outputs.size());  // a grad-mode forward's residuals go unused
         outputs_[r] = std::move(piece);
         break;
       }
       if (out.empty()) {
         for (size_t o = 0; o < code.outputs.size(); ++o) {
-          out.push_back(Tensor::Empty(code.outputs[o].dtype, Prepend(run.rows, code.outputs[o].shape)));
+          out.push_back(Tensor::Empty(code.outputs[o].dtype, Prepend(run_rows, code.outputs[o].shape)));
         }
       }
       for (size_t o = 0; o < code.outputs.size(); ++o) {
@@ -707,7 +781,8 @@ class CallRun {
 
   // The result: rows of the runs' outputs, rebuilt into the result type.
   Value ResultValue() const {
-    auto tensor_of = [&](const Place& place, const TensorType& type) -> Tensor {
+    auto tensor_of = [&](const Place& slot, const TensorType& type) -> Tensor {
+      const Place& place = Chosen(slot);
       if (place.kind != Place::Kind::kRow) {
         return place.kind == Place::Kind::kRoot ? inspection_.roots[place.index] : *place.tensor;
       }
@@ -726,7 +801,8 @@ class CallRun {
   }
 
   // Adds `src` (a member's worth) to the gradient of what `place` holds.
-  void AddToPlace(const Place& place, const TensorType& member, const float* src) {
+  void AddToPlace(const Place& slot, const TensorType& member, const float* src) {
+    const Place& place = Chosen(slot);
     if (place.kind == Place::Kind::kRoot) {
       AddInto(result_.root_grads[place.index], inspection_.roots[place.index].type(), src);
     } else if (place.kind == Place::Kind::kRow) {
@@ -738,7 +814,7 @@ class CallRun {
       if (!cot[place.output].defined()) {
         cot[place.output] = Tensor::Zeros(out.dtype, Prepend(variants_[r]->rows, out.shape));
       }
-      float* dst = cot[place.output].data<float>() + inspection_.si_row[place.index] * NumElements(member.shape);
+      float* dst = cot[place.output].data<float>() + RowIndex(place.index) * NumElements(member.shape);
       const int64_t elems = NumElements(member.shape);
       for (int64_t i = 0; i < elems; ++i) dst[i] += src[i];
     }  // structure tensors and constants take no gradient
@@ -776,7 +852,7 @@ class CallRun {
     for (int k = 0; k < variant.residuals; ++k) in.push_back(std::move(outputs_[r][first_residual + k]));
     AppendPacks(run, variant.backward_packs, in);
     std::vector<Tensor> grads = LogicalOutputs(variant.backward_outputs, in, backward->Run(in));  // (d/d grad_inputs..., factor pairs...)
-    const int members = static_cast<int>(run.members.size());
+    const std::span<const int> members = Members(r);
     for (size_t g = 0; g < variant.grad_inputs.size(); ++g) {
       int p = variant.grad_inputs[g];
       const Tensor& grad = grads.at(g);
@@ -787,8 +863,8 @@ class CallRun {
         continue;
       }
       const int64_t elems = NumElements(member.shape);
-      for (int i = 0; i < members; ++i) {
-        const Place& place = inspection_.si_inputs[inspection_.si_input_begin[run.members[i]] + code.input_slot[p]];
+      for (size_t i = 0; i < members.size(); ++i) {
+        const Place& place = inspection_.si_inputs[inspection_.si_input_begin[members[i]] + code.input_slot[p]];
         AddToPlace(place, member, grad.data<float>() + i * elems);
       }
     }
@@ -877,6 +953,13 @@ class CallRun {
   Execution result_;
   std::vector<std::vector<Tensor>> outputs_, inputs_;  // per run; inputs kept in grad mode
   std::vector<SegmentCode::Variant*> variants_;
+  // With guarded instances: each instance's row (-1: its guard failed), the
+  // members that ran of the runs that have guarded ones, and each guard's
+  // state (0 not read yet, 1 holds, 2 fails). Empty otherwise.
+  std::vector<int> rows_;
+  std::vector<std::vector<int>> active_;
+  std::vector<char> guarded_run_;
+  std::vector<int8_t> guard_state_;
   std::map<std::pair<int, bool>, Tensor> packed_;
   std::vector<std::vector<Tensor>> cotangents_;                    // per run, per output
   std::map<int, std::vector<RowFactor>> row_factors_;              // per entry tensor: its gradient's products

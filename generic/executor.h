@@ -4,6 +4,13 @@
 // from the slots its instances read (earlier runs' outputs, the entry's
 // tensors, the structure's tokens), padded to the run's row bucket with
 // copies of its first row, and its segment's code runs once over all rows.
+// A run of a branch's segment (an `if` on a tensor, generic/cell.h) packs
+// the instances whose conditions take it into its first rows, reading each
+// condition from the run that computed it: the examples that took the
+// branch run it as one batched call, and no instance evaluates a branch it
+// did not take (a select of both, as jax.vmap of lax.cond does, would
+// evaluate a sqrt of the negative values the condition excluded, and their
+// NaN times a zero cotangent would poison the weights' gradients).
 // Backward (grad mode), runs go in reverse: each takes the cotangents of its
 // outputs, runs the segment's vector-Jacobian product, and adds each row's
 // input cotangents into the slot it was read from: the output rows of
@@ -56,6 +63,9 @@ struct Execution {
   std::vector<Tensor> root_grads;
   // Runs on native code (LLVM's), and on a variant's baseline code.
   int native_runs = 0, baseline_runs = 0;
+  // Instances of branches (of `if`s on tensors) whose conditions did not
+  // take them: not run, and no row of any run.
+  int64_t skipped_rows = 0;
   // Variants that ran without native code, once each, and their segments' ids.
   std::vector<SegmentCode::Variant*> missing_native;
   std::vector<SegmentCode*> missing_codes;

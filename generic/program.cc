@@ -25,10 +25,35 @@ struct GenericProgram::Instance {
   int inputs = 0;                // offset into the input slots its caller passed (Place)
   int data_ops = 0;              // offset into what its data ops made (Place)
   int segments = 0;              // offset into the segment instance ids (Place)
+  int guards = 0;                // offset into the guards placed (Inspection::guards), per cell guard
   int result = 0;                // offset into the result slots (Place)
 };
 
 namespace {
+
+// Calls f(si) for each segment instance whose rows `place` reads: a row's,
+// and through a select, its condition's and both its slots' (the one the
+// run does not take is a branch's output that ran, or was skipped, before).
+template <typename F>
+void ForEachRow(const Inspection& s, const Place& place, F&& f) {
+  if (place.kind == Place::Kind::kRow) {
+    f(place.index);
+  } else if (place.kind == Place::Kind::kSelect) {
+    const SelectPlace& sel = s.selects[place.index];
+    ForEachRow(s, sel.cond, f);
+    ForEachRow(s, sel.then, f);
+    ForEachRow(s, sel.otherwise, f);
+  }
+}
+
+// Calls f(si) for each segment instance instance `i` waits for: those its
+// inputs read, and those computing the conditions of its guard.
+template <typename F>
+void ForEachDependency(const Inspection& s, int i, F&& f) {
+  for (int k = s.si_input_begin[i]; k < s.si_input_begin[i + 1]; ++k) ForEachRow(s, s.si_inputs[k], f);
+  if (s.si_guard.empty()) return;
+  for (int g = s.si_guard[i]; g >= 0; g = s.guards[g].parent) ForEachRow(s, s.guards[g].cond, f);
+}
 
 // A structure the walk meets: a value of the call's arguments, or one a cell
 // built (ValueTree::Kind::kBuilt, in its cell or in the question that passed
@@ -550,24 +575,19 @@ static void AgendaRuns(const std::vector<int>& si_level, const std::vector<int>&
   std::vector<int> pending(n, 0), succ_begin(n + 1, 0);
   for (int i = 0; i < n; ++i) {
     int* mine = chain.data() + static_cast<size_t>(i) * columns;
-    for (int k = inspection.si_input_begin[i]; k < inspection.si_input_begin[i + 1]; ++k) {
-      const Place& slot = inspection.si_inputs[k];
-      if (slot.kind != Place::Kind::kRow) continue;
+    ForEachDependency(inspection, i, [&](int before_si) {
       ++pending[i];
-      ++succ_begin[slot.index + 1];
-      const int* before = chain.data() + static_cast<size_t>(slot.index) * columns;
+      ++succ_begin[before_si + 1];
+      const int* before = chain.data() + static_cast<size_t>(before_si) * columns;
       for (int c = 0; c < columns; ++c) mine[c] = std::max(mine[c], before[c]);
-    }
+    });
     const int c = column[si_code[i]];
     rank[i] = c < 0 ? si_level[i] : mine[c]++;
   }
   for (int i = 0; i < n; ++i) succ_begin[i + 1] += succ_begin[i];
   std::vector<int> succ(succ_begin[n]), fill(succ_begin.begin(), succ_begin.end() - 1);
   for (int i = 0; i < n; ++i) {
-    for (int k = inspection.si_input_begin[i]; k < inspection.si_input_begin[i + 1]; ++k) {
-      const Place& slot = inspection.si_inputs[k];
-      if (slot.kind == Place::Kind::kRow) succ[fill[slot.index]++] = i;
-    }
+    ForEachDependency(inspection, i, [&](int before_si) { succ[fill[before_si]++] = i; });
   }
   // Per program and rank, instances not run yet and those of them ready.
   std::vector<int> rank_begin(programs + 1, 0);
@@ -716,7 +736,29 @@ Inspection GenericProgram::Walked(const std::string& encoded, std::vector<const 
         out.emplace_back(Place::Kind::kStruct, 0, 0, computed_of[at]);
         return;
       }
+      case Source::Kind::kSelect: {
+        const Select& sel = inst.cell->selects[s.index];
+        std::vector<Place> slots;
+        for (int v : {sel.cond, sel.then, sel.otherwise}) self(self, id, v, slots);
+        out.emplace_back(Place::Kind::kSelect, static_cast<int32_t>(inspection.selects.size()), 0, nullptr);
+        inspection.selects.push_back({slots[0], slots[1], slots[2]});
+        return;
+      }
     }
+  };
+  // The guard placed for guard `g` of instance `id`'s cell (and its parents), once.
+  std::vector<int> guard_of;
+  auto guard = [&](auto& self, int id, int g) -> int {
+    const Instance& inst = w.instances[id];
+    int& placed = guard_of[inst.guards + g];
+    if (placed >= 0) return placed;
+    const Guard& cell_guard = inst.cell->guards[g];
+    const int parent = cell_guard.parent >= 0 ? self(self, id, cell_guard.parent) : -1;
+    std::vector<Place> cond;
+    resolve(resolve, id, cell_guard.cond, cond);
+    placed = static_cast<int>(inspection.guards.size());
+    inspection.guards.push_back({cond[0], cell_guard.when, parent});
+    return placed;
   };
   auto place = [&](auto& self, int id, int inputs) -> void {
     Instance& inst = w.instances[id];
@@ -726,16 +768,25 @@ Inspection GenericProgram::Walked(const std::string& encoded, std::vector<const 
     computed_of.resize(computed_of.size() + cell.data_ops.size(), nullptr);
     inst.segments = static_cast<int>(seg_si.size());
     seg_si.resize(seg_si.size() + cell.segments.size(), -1);
+    inst.guards = static_cast<int>(guard_of.size());
+    guard_of.resize(guard_of.size() + cell.guards.size(), -1);
     for (const Step& step : cell.steps) {
       if (!step.is_call) {
         const Segment& seg = cell.segments[step.index];
         int si = static_cast<int>(si_level.size());
         int level = 0;
+        auto after = [&](int before_si) { level = std::max(level, si_level[before_si] + 1); };
         inspection.si_input_begin.push_back(static_cast<int>(inspection.si_inputs.size()));
         for (int v : seg.row_inputs) {
           resolve(resolve, id, v, inspection.si_inputs);
-          const Place& slot = inspection.si_inputs.back();
-          if (slot.kind == Place::Kind::kRow) level = std::max(level, si_level[slot.index] + 1);
+          ForEachRow(inspection, inspection.si_inputs.back(), after);
+        }
+        if (seg.guard >= 0 || !inspection.si_guard.empty()) {
+          inspection.si_guard.resize(si, -1);  // those before had none
+          inspection.si_guard.push_back(seg.guard >= 0 ? guard(guard, id, seg.guard) : -1);
+          for (int g = inspection.si_guard.back(); g >= 0; g = inspection.guards[g].parent) {
+            ForEachRow(inspection, inspection.guards[g].cond, after);
+          }
         }
         si_level.push_back(level);
         si_code.push_back(seg.code);

@@ -16,7 +16,10 @@
 //     are ready, so that a Tree-LSTM's nodes of one height run together;
 //   - for every input of every segment instance, the *slot* it reads: an
 //     entry argument's tensor, a row of an earlier run's output, a tensor in
-//     the structure (a token), or a constant of the cell.
+//     the structure (a token), a constant of the cell, or the select of two
+//     slots by a condition (the value of an `if` on a tensor);
+//   - for every segment instance in a branch of such an `if`, its guard:
+//     the conditions under which it runs, which only the run decides.
 // The code of a segment program is shared by every cell and every call that
 // runs it: code is per (segment program, row bucket), never per structure,
 // so its amount is bounded by the model, not by the data set.
@@ -44,9 +47,9 @@ namespace pejit::generic {
 
 // Where a tensor a segment instance reads lies at run time.
 struct Place {
-  enum class Kind : uint8_t { kRoot, kRow, kStruct, kConstant };
+  enum class Kind : uint8_t { kRoot, kRow, kStruct, kConstant, kSelect };
   Kind kind = Kind::kRoot;
-  int32_t index = 0;               // kRoot: entry-argument tensor leaf; kRow: segment instance
+  int32_t index = 0;               // kRoot: entry-argument tensor leaf; kRow: segment instance; kSelect: Inspection::selects
   int32_t output = 0;              // kRow: output of that instance's segment
   const Tensor* tensor = nullptr;  // kStruct, kConstant
 };
@@ -173,12 +176,31 @@ struct Run {
   int64_t rows = 0;          // the bucket: members padded with copies of the first row
 };
 
+// A select's slots: `then` where the bool scalar at `cond` holds, else `otherwise`.
+struct SelectPlace {
+  Place cond, then, otherwise;
+};
+
+// A guarded segment instance runs where the bool scalar at `cond` is `when`
+// and its parent guard (an index into Inspection::guards, or -1) holds.
+struct GuardPlace {
+  Place cond;
+  bool when = true;
+  int parent = -1;
+};
+
 struct Inspection {
   std::vector<Tensor> roots;          // the entry arguments' tensors (not those in structures)
   std::vector<int> si_run, si_row;    // per segment instance
   std::vector<int> si_input_begin;    // per segment instance, into si_inputs (one past the end at the back)
   std::vector<Place> si_inputs;        // per segment instance, its per-row inputs (SegmentCode::input_slot)
-  std::vector<Run> runs;              // in execution order: a run reads only earlier runs' rows
+  std::vector<int> si_guard;          // per segment instance, its guard (into guards) or -1; empty: none has one
+  std::vector<GuardPlace> guards;
+  std::vector<SelectPlace> selects;   // Place::Kind::kSelect
+  // In execution order: a run reads only earlier runs' rows. A run of
+  // guarded instances runs those whose guards hold, packed into the first
+  // rows (its rows then a smaller bucket), or not at all.
+  std::vector<Run> runs;
   std::vector<Place> result;           // the entry result's tensor leaves, depth first
   // What the walk's data ops (generic/cell.h's DataOp) made, read as kStruct
   // slots: shared, so that the slots stay valid as the inspection moves.

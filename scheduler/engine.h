@@ -156,7 +156,7 @@ struct EngineOptions {
   // serves runs at once on code shared by every structure (one batched run
   // per segment of the model's cells and tree level), compiled per segment
   // and row bucket in the background and never per minibatch. A call it
-  // does not serve (an `if` on tensor values, a structure nested deeper than
+  // does not serve (a function value inside a structure, a structure nested deeper than
   // it walks) takes the per-minibatch tiers below, and the log says why.
   bool generic = true;
   // With the generic tier serving, a signature gets its own per-minibatch

@@ -2,8 +2,8 @@
 // and gradients, on minibatches whose structures it has never seen: the
 // Child-Sum Tree-LSTM, a sequence LSTM over word lists, a binary-tree
 // recursive network with a loss at every node (as a plain recursion over the
-// minibatch, as a `@fold` with a closure, as a `@map` then a sum, and with
-// closures handed down the recursion), a character LM over lists of words written with nested folds,
+// minibatch, as a `@fold` with a closure, as a `@map` then a sum, with
+// closures handed down the recursion, and with branches on tensor values), a character LM over lists of words written with nested folds,
 // a typed AST encoder with a cell per constructor;
 // 24 random minibatches each, segments run by the interpreter and compiled by
 // LLVM.
@@ -410,6 +410,67 @@ TEST(GenericTier, AFoldOrAMapBatchesTheTreesAsThePlainRecursionDoes) {
 // subtree of an argument returned by a cell, a match on a constructor built
 // in the same cell. Values and gradients are the interpreter's; a structure
 // the entry returns is refused, naming the entry.
+// An `if` on a tensor value runs each branch for the instances that take
+// it, as one batched call: here rows whose products are positive take a
+// sqrt, the others pass through. No row evaluates the branch it did not
+// take: a sqrt of a negative product there would give NaN, and NaN times the
+// zero cotangent a select of both branches gives it would poison the
+// weight's gradient.
+TEST(GenericTier, ABranchRunsOnlyTheInstancesThatTakeIt) {
+  Module m;
+  m.AddSource(R"(
+def @rows(%xs: List[Tensor[(1, 4), f32]], %w: Tensor[(4, 4), f32]) -> Tensor[(), f32] {
+  match (%xs) {
+    Nil => 0f32,
+    Cons(%x, %rest) => {
+      let %h = matmul(%x, %w);
+      let %y = if (greater(min(%h), 0f32)) { sqrt(%h) } else { mul(%h, 2f32) };
+      add(sum(%y), @rows(%rest, %w))
+    },
+  }
+}
+)", "rows.pj");
+  Snapshot module = m.snapshot();
+  TypeDefPtr list = module->FindType("List");
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<float> unit(0.1f, 1.0f);
+  Value xs = Value::Adt(list, 0, {});
+  const std::vector<bool> positive = {true, false, true, true, false, true, false, true, true, false};
+  for (bool p : positive) {
+    std::vector<float> row(4);
+    for (float& v : row) v = (p ? 1.0f : -1.0f) * unit(rng);
+    xs = Value::Adt(list, 1, {Value(Tensor::FromVector<float>({1, 4}, row)), xs});
+  }
+  std::vector<float> w(16);
+  for (float& v : w) v = unit(rng);
+  std::vector<Value> args = {xs, Value(Tensor::FromVector<float>({4, 4}, w))};
+  Interpreter::ValueAndGrad want = Interpreter().CallWithGrad(*module, "rows", args, {1});
+  GenericProgram program(module, "rows");
+  std::unique_ptr<JitSession> jit = JitSession::Create();
+  for (JitSession* compile : {static_cast<JitSession*>(nullptr), jit.get()}) {  // baseline code, then native
+    Inspection inspection = program.Inspect(args);
+    ExecuteOptions options;
+    options.grad = true;
+    options.compile_now = compile;
+    Execution got = Execute(inspection, options);
+    EXPECT_EQ(got.skipped_rows, 10);  // each row skips the branch it does not take
+    EXPECT_TRUE(ValueAllClose(got.value, want.value, 1e-5, 1e-5)) << got.value.ToString() << " vs " << want.value.ToString();
+    const std::vector<int> wrt{1};
+    ValueAndGrad grads = CallResult(args, &wrt, got);
+    EXPECT_TRUE(ValueAllClose(grads.grads[0], want.grads[0], 1e-4, 1e-5))
+        << grads.grads[0].ToString() << " vs " << want.grads[0].ToString();
+    // The sqrt branch ran once, over the 6 rows that took it.
+    int sqrt_rows = -1;
+    for (const generic::Run& run : inspection.runs) {
+      if (PrintFunction("s", run.code->program).find("sqrt(") != std::string::npos) {
+        EXPECT_EQ(sqrt_rows, -1) << "one run of the branch";
+        sqrt_rows = static_cast<int>(run.members.size());
+      }
+    }
+    EXPECT_EQ(sqrt_rows, 10);  // placed for every row; 6 of them ran
+  }
+}
+
 TEST(GenericTier, WalksStructuresTheProgramBuilds) {
   Module m;
   m.AddSource(R"(
@@ -569,6 +630,7 @@ INSTANTIATE_TEST_SUITE_P(Models, GenericTest,
                                            Model{"tree_rnn", "tests/tools/testdata/tree_rnn.pj", "tests/generic/tree_rnn_calls.jsonl", {1}},
                                            Model{"tree_rnn_fold", "tests/generic/models/tree_rnn_fold.pj", "tests/generic/tree_rnn_calls.jsonl", {1}},
                                            Model{"tree_rnn_map", "tests/generic/models/tree_rnn_map.pj", "tests/generic/tree_rnn_calls.jsonl", {1}},
+                                           Model{"tree_rnn_gated", "tests/generic/models/tree_rnn_gated.pj", "tests/generic/tree_rnn_calls.jsonl", {1}},
                                            Model{"tree_rnn_closures", "tests/generic/models/tree_rnn_closures.pj", "tests/generic/tree_rnn_calls.jsonl", {1}},
                                            Model{"char_lm", "tests/generic/models/char_lm.pj", "tests/generic/char_lm_calls.jsonl", {1, 2}},
                                            Model{"typed_ast", "tests/generic/models/typed_ast.pj", "tests/generic/typed_ast_calls.jsonl", {1}},

@@ -247,10 +247,16 @@ TEST(GenericEngine, AProgramItDeclinesTakesTheOtherTiersAndTheLogSaysWhy) {
   EXPECT_NE(refused[0].Text("reason").find("matches on no structure"), std::string::npos) << refused[0].Text("reason");
 }
 
-// A structure that reaches what the tier does not serve (here an `if` on a
-// tensor in the list's cell) is refused once per signature: its later calls
-// skip the tier, and the log says it once.
-TEST(GenericEngine, ASignatureItRefusesIsRefusedOnce) {
+// A list of 2-vectors whose sums are `sums`, the last first.
+Value ListOfSums(const TypeDefPtr& list, const std::vector<float>& sums) {
+  Value xs = Value::Adt(list, 0, {});
+  for (float v : sums) xs = Value::Adt(list, 1, {Value(Tensor::FromVector<float>({2}, {v, 0.0f})), xs});
+  return xs;
+}
+
+// An `if` on a tensor value in the list's cell is the data's choice: the
+// tier runs each branch for the elements that take it, on every signature.
+TEST(GenericEngine, AnIfOnTensorValuesIsServedByTheTier) {
   auto events = std::make_shared<RecordingSink>();
   Engine engine(GenericOptions(Policy::Sync(), events));
   engine.module().AddSource(R"(
@@ -265,18 +271,41 @@ def @magnitude(%xs: List[Tensor[(2,), f32]]) -> Tensor[(), f32] {
 }
 )", "magnitude.pj");
   TypeDefPtr list = engine.module().snapshot()->FindType("List");
-  auto make = [&](const std::vector<float>& sums) {
-    Value xs = Value::Adt(list, 0, {});
-    for (float v : sums) xs = Value::Adt(list, 1, {Value(Tensor::FromVector<float>({2}, {v, 0.0f})), xs});
-    return xs;
-  };
   Entry magnitude = engine.entry("magnitude");
-  for (int i = 0; i < 3; ++i) EXPECT_FLOAT_EQ(magnitude.call({make({1.0f, -2.0f})}).tensor().item(), 3.0f);
-  EXPECT_FLOAT_EQ(magnitude.call({make({-1.0f, 2.0f, -4.0f})}).tensor().item(), 7.0f);  // another signature
+  EXPECT_FLOAT_EQ(magnitude.call({ListOfSums(list, {1.0f, -2.0f})}).tensor().item(), 3.0f);
+  EXPECT_FLOAT_EQ(magnitude.call({ListOfSums(list, {-1.0f, 2.0f, -4.0f})}).tensor().item(), 7.0f);
+  EXPECT_FLOAT_EQ(magnitude.call({ListOfSums(list, {-1.0f, -2.0f})}).tensor().item(), 3.0f);  // one branch only
+  EXPECT_EQ(magnitude.stats().calls_generic, 3);
+  EXPECT_TRUE(events->Of(EventKind::kGenericRefused, "magnitude").empty());
+}
+
+// A structure that reaches what the tier does not serve (here a call of the
+// recursion inside a branch of an `if` on a tensor) is refused once per
+// signature: its later calls skip the tier, and the log says it once.
+TEST(GenericEngine, ASignatureItRefusesIsRefusedOnce) {
+  auto events = std::make_shared<RecordingSink>();
+  Engine engine(GenericOptions(Policy::Sync(), events));
+  engine.module().AddSource(R"(
+def @magnitude(%xs: List[Tensor[(2,), f32]]) -> Tensor[(), f32] {
+  match (%xs) {
+    Nil => 0f32,
+    Cons(%x, %rest) => {
+      let %s = sum(%x);
+      if (greater(%s, 0f32)) { add(%s, @magnitude(%rest)) } else { sub(@magnitude(%rest), %s) }
+    },
+  }
+}
+)", "magnitude.pj");
+  TypeDefPtr list = engine.module().snapshot()->FindType("List");
+  Entry magnitude = engine.entry("magnitude");
+  for (int i = 0; i < 3; ++i) EXPECT_FLOAT_EQ(magnitude.call({ListOfSums(list, {1.0f, -2.0f})}).tensor().item(), 3.0f);
+  EXPECT_FLOAT_EQ(magnitude.call({ListOfSums(list, {-1.0f, 2.0f, -4.0f})}).tensor().item(), 7.0f);  // another signature
   EXPECT_EQ(magnitude.stats().calls_generic, 0);
   std::vector<Event> refused = events->Of(EventKind::kGenericRefused, "magnitude");
   ASSERT_EQ(refused.size(), 2u);
-  EXPECT_NE(refused[0].Text("reason").find("magnitude.pj:7:11"), std::string::npos) << refused[0].Text("reason");
+  EXPECT_NE(refused[0].Text("reason").find("magnitude.pj:7:"), std::string::npos) << refused[0].Text("reason");
+  EXPECT_NE(refused[0].Text("reason").find("inside a branch of an `if` on tensor values"), std::string::npos)
+      << refused[0].Text("reason");
   EXPECT_NE(refused[0].signature, refused[1].signature);
 }
 
