@@ -184,6 +184,7 @@ class Builder {
   // (interp/interpreter.cc, Fits): a program it stops with an error is
   // refused here rather than compiled into code that answers.
   bool Fits(const ValueTree& v, const Type& t) const {
+    if (v.kind == ValueTree::Kind::kBottom) return true;
     switch (t->kind) {
       case TypeKind::kTensor:
         return v.kind == ValueTree::Kind::kTensor && TensorTypeFits(AsTensor(t)->type, values_[v.value].type);
@@ -241,6 +242,7 @@ class Builder {
       case ExprKind::kProj: {
         const auto& p = static_cast<const ProjNode&>(*e);
         ValueTree t = Eval(p.tuple);
+        if (t.kind == ValueTree::Kind::kBottom) return t;
         if (t.kind != ValueTree::Kind::kTuple || p.index >= static_cast<int>(t.fields.size())) {
           throw Refusal("generic: projection of a value that is not a tuple" + Where(e->loc));
         }
@@ -299,11 +301,30 @@ class Builder {
     throw Refusal("generic: unknown expression");
   }
 
+  static bool HasBottom(const ValueTree& v) {
+    if (v.kind == ValueTree::Kind::kBottom) return true;
+    for (const ValueTree& f : v.fields) {
+      if (HasBottom(f)) return true;
+    }
+    return false;
+  }
+
+  static ValueTree Bottom() {
+    ValueTree v;
+    v.kind = ValueTree::Kind::kBottom;
+    return v;
+  }
+
   ValueTree EvalOp(const OpCallNode& call) {
     OpNode node{&call, {}, 0, {}};
     std::vector<TensorType> types;
-    for (const Expr& a : call.args) {
-      int v = TensorOf(Eval(a), "an operand", call.loc);
+    std::vector<ValueTree> operands;
+    for (const Expr& a : call.args) operands.push_back(Eval(a));
+    for (const ValueTree& a : operands) {
+      if (a.kind == ValueTree::Kind::kBottom) return Bottom();
+    }
+    for (const ValueTree& a : operands) {
+      int v = TensorOf(a, "an operand", call.loc);
       node.args.push_back(v);
       types.push_back(values_[v].type);
     }
@@ -352,6 +373,8 @@ class Builder {
         return;
       case ValueTree::Kind::kFunction:
         throw Refusal("generic: a function value inside a structure built" + Where(loc));
+      case ValueTree::Kind::kBottom:
+        throw Refusal("generic: a structure built" + Where(loc) + " of a recursion's result");
     }
   }
 
@@ -392,6 +415,7 @@ class Builder {
         Put(out, static_cast<int32_t>(v.fields.size()));
         for (const ValueTree& f : v.fields) EncodeArg(f, out, q);
         break;
+      case ValueTree::Kind::kBottom: throw std::logic_error("generic: a call with an unknown argument");
       case ValueTree::Kind::kFunction:
         out.push_back('F');
         if (v.lambda) {
@@ -452,24 +476,26 @@ class Builder {
     }
     std::vector<ValueTree> args;
     for (const Expr& a : call.args) args.push_back(Eval(a));
+    if (callee.kind == ValueTree::Kind::kBottom) throw Refusal("generic: a call of a recursion's result" + Where(call.loc));
     if (callee.lambda) return Inline(*callee.lambda, FreeVars(*callee.lambda), callee.fields, args, "the function", call.loc);
     const std::string& name = callee.global;
     const Definition* def = module_.Find(name);
     if (!def) throw Refusal("generic: unknown function @" + name + Where(call.loc));
     if (args.size() != def->func->params.size()) throw Refusal("generic: @" + name + " called with " + std::to_string(args.size()) + " arguments" + Where(call.loc));
     if (!cells_.count(name)) return Inline(*def->func, {}, {}, args, "@" + name, call.loc);  // straight-line
-    if (guard_ >= 0) {
-      throw Refusal("generic: a call of @" + name + Where(call.loc) + " inside a branch of an `if` on tensor values"
-                    " (the tier runs branches of straight-line code; a loop the data ends is served per minibatch)");
+    for (const ValueTree& a : args) {
+      if (HasBottom(a)) return Bottom();  // a probe's: what it returns is not known either
     }
     Question q;
     q.kind = Question::Kind::kCall;
+    q.guarded = guard_ >= 0;
     std::string encoded;
     for (const ValueTree& a : args) EncodeArg(a, encoded, q);
     q.callee_key = InstanceKey(name, encoded);
     const Answer& answer = NextAnswer(q);
+    if (answer.bottom) return Bottom();
     int site = static_cast<int>(calls_.size());
-    calls_.push_back({std::move(args)});
+    calls_.push_back({std::move(args), guard_});
     call_boundary_.push_back(segment_);
     NextSegment();
     Reader r(answer.types);
@@ -485,10 +511,15 @@ class Builder {
   // Each branch in segments of its own, guarded by the condition; the
   // `if`'s value the select of the branches' values.
   ValueTree EvalIf(const IfNode& node) {
-    const int cond = TensorOf(Eval(node.cond), "the condition of an `if`", node.loc);
-    const TensorType& type = values_[cond].type;
-    if (type.dtype != DType::kBool || NumElements(type.shape) != 1) {
-      throw Refusal("generic: the condition of the `if`" + Where(node.loc) + " is a " + type.ToString() + ", not a bool scalar");
+    const ValueTree condition = Eval(node.cond);
+    // A probe's condition may not be known: both branches are evaluated
+    // anyway, and the cell is only asked for its result's type.
+    const int cond = condition.kind == ValueTree::Kind::kBottom ? -1 : TensorOf(condition, "the condition of an `if`", node.loc);
+    if (cond >= 0) {
+      const TensorType& type = values_[cond].type;
+      if (type.dtype != DType::kBool || NumElements(type.shape) != 1) {
+        throw Refusal("generic: the condition of the `if`" + Where(node.loc) + " is a " + type.ToString() + ", not a bool scalar");
+      }
     }
     const int outer = guard_;
     auto branch = [&](const Expr& body, bool when) {
@@ -508,6 +539,13 @@ class Builder {
     auto refuse = [&](const std::string& why) {
       return Refusal("generic: the branches of the `if`" + Where(loc) + " " + why);
     };
+    if (then.kind == ValueTree::Kind::kBottom) return otherwise;  // the least fixpoint: the other branch's
+    if (otherwise.kind == ValueTree::Kind::kBottom) return then;
+    auto tensors = [](const ValueTree& v) { return v.kind == ValueTree::Kind::kTensor || v.kind == ValueTree::Kind::kTuple; };
+    if (!tensors(then) || !tensors(otherwise)) {
+      if (then.kind == ValueTree::Kind::kStructure && otherwise.kind == then.kind && then.value == otherwise.value) return then;
+      throw refuse("return structures or functions (the generic tier joins tensors; match on the structure instead)");
+    }
     if (then.kind != otherwise.kind) throw refuse("return values of different kinds");
     switch (then.kind) {
       case ValueTree::Kind::kTensor: {
@@ -527,15 +565,13 @@ class Builder {
         for (size_t i = 0; i < then.fields.size(); ++i) v.fields.push_back(Join(then.fields[i], otherwise.fields[i], cond, loc));
         return v;
       }
-      case ValueTree::Kind::kStructure:
-        if (then.value == otherwise.value) return then;
-        [[fallthrough]];
-      default: throw refuse("return structures or functions (the generic tier joins tensors)");
+      default: throw std::logic_error("generic: a join of " + std::to_string(static_cast<int>(then.kind)));
     }
   }
 
   ValueTree EvalMatch(const MatchNode& match) {
     ValueTree scrutinee = Eval(match.scrutinee);
+    if (scrutinee.kind == ValueTree::Kind::kBottom) throw Refusal("generic: a match on a recursion's result" + Where(match.loc));
     if (scrutinee.kind == ValueTree::Kind::kBuilt) {  // built here: its clause is known
       for (const Clause& clause : match.clauses) {
         if (!Takes(clause.pattern, scrutinee, match)) continue;
@@ -598,6 +634,8 @@ class Builder {
   Type TypeOf(const ValueTree& v, std::string& key) {
     switch (v.kind) {
       case ValueTree::Kind::kFunction: throw Refusal("generic: @" + function_ + " returns a function value");
+      case ValueTree::Kind::kBottom:
+        throw Refusal("generic: what @" + function_ + " returns is not known: each of its paths recurses");
       case ValueTree::Kind::kStructure:
       case ValueTree::Kind::kBuilt: key.push_back('S'); return nullptr;
       case ValueTree::Kind::kTensor: PutTensor(key, values_[v.value].type, -1); return TensorTy(values_[v.value].type);
@@ -639,8 +677,12 @@ class Builder {
       for (const ValueTree& a : c.args) Uses(a, outside);
     }
     Uses(result, outside);
-    for (const Guard& g : guards_) outside[g.cond] = true;
-    for (const Select& s : selects_) outside[s.cond] = outside[s.then] = outside[s.otherwise] = true;
+    for (const Guard& g : guards_) {
+      if (g.cond >= 0) outside[g.cond] = true;
+    }
+    for (const Select& s : selects_) {
+      if (s.cond >= 0) outside[s.cond] = outside[s.then] = outside[s.otherwise] = true;  // -1: a probe's
+    }
     cell.guards = guards_;
     cell.selects = selects_;
 
@@ -770,6 +812,43 @@ std::set<std::string> CellFunctions(const ModuleSnapshot& module, const std::str
 std::variant<Question, Cell> BuildCell(const ModuleSnapshot& module, const std::set<std::string>& cell_functions,
                                        const std::string& key, const std::vector<Answer>& answers) {
   return Builder(module, cell_functions, answers).Run(key);
+}
+
+namespace {
+
+std::string Probe(const ModuleSnapshot& module, const std::set<std::string>& cells, const std::string& key,
+                  std::set<std::string>& probing, bool* holds_structure) {
+  probing.insert(key);
+  std::vector<Answer> answers;
+  while (true) {
+    std::variant<Question, Cell> built = Builder(module, cells, answers).Run(key);
+    if (Cell* cell = std::get_if<Cell>(&built)) {
+      probing.erase(key);
+      *holds_structure = cell->result_type == nullptr;
+      return cell->result_key;
+    }
+    const Question& q = std::get<Question>(built);
+    if (q.kind == Question::Kind::kMatch) {
+      throw Refusal("generic: a loop the data ends, @" + key.substr(0, key.find('\0')) +
+                    ", matches on a structure at " + q.match->loc.ToString());
+    }
+    Answer answer;
+    if (probing.count(q.callee_key) || !q.structure_args.empty()) {
+      answer.bottom = true;
+    } else {
+      bool structure = false;
+      answer.types = Probe(module, cells, q.callee_key, probing, &structure);
+    }
+    answers.push_back(std::move(answer));
+  }
+}
+
+}  // namespace
+
+std::string ProbeResultKey(const ModuleSnapshot& module, const std::set<std::string>& cell_functions,
+                           const std::string& key, bool* holds_structure) {
+  std::set<std::string> probing;
+  return Probe(module, cell_functions, key, probing, holds_structure);
 }
 
 }  // namespace pejit::generic

@@ -21,9 +21,8 @@
 // Functions called from a cell that neither match nor reach a match (a
 // Tree-LSTM's gate arithmetic) are inlined into the segments. What the tier
 // does not serve is refused with a reason naming the construct and its
-// location (a call of a cell inside an `if` on a tensor, a function value
-// inside a structure or returned by a cell): such programs keep today's
-// tiers.
+// location (a function value inside a structure or returned by a cell):
+// such programs keep today's tiers.
 //
 // An `if` on a tensor value (a gate on the state's norm) is the data's
 // decision, not the structure's: each of its branches becomes segments of
@@ -32,7 +31,16 @@
 // inspector places both branches; the executor runs a guarded segment's
 // instances whose conditions hold, compacted into one batched call (the
 // examples that took a branch run it together, and an example never runs a
-// branch it did not take), and reads a select through its condition.
+// branch it did not take), and reads a select through its condition. A call
+// inside a branch is guarded too: all that its callee runs is. A guarded
+// call that passes no structure is a loop the data ends (adaptive
+// computation time's `@ponder` calling itself until its halting sum is
+// reached): the inspector unrolls it to a depth (GenericProgram's unroll
+// budget), the iterations of every example at one depth run as one batched
+// step, and a run that needs an iteration past the depth unrolled asks for a
+// deeper unroll and runs again (generic/executor.h, InspectAndExecute). The
+// deepest call unrolled is a *frontier*: its result's type, which the walk
+// needs to go on, is inferred by ProbeResultKey.
 #pragma once
 
 #include <cstdint>
@@ -83,7 +91,9 @@ struct Source {
 // a `@map` builds its list in cells, and the `@fold` over that list matches
 // on what the walk recorded, so `@map` then a sum batches as one recursion.
 struct ValueTree {
-  enum class Kind : uint8_t { kTensor, kTuple, kStructure, kFunction, kBuilt };
+  // kBottom: only while ProbeResultKey builds a cell, the result of a call
+  // not known yet (a recursion's).
+  enum class Kind : uint8_t { kTensor, kTuple, kStructure, kFunction, kBuilt, kBottom };
   Kind kind = Kind::kTensor;
   int value = -1;  // kTensor: value id in the cell; kStructure: structure index
   std::vector<ValueTree> fields;  // kTuple, kBuilt: its fields; kFunction: what the `fn` captured
@@ -129,6 +139,7 @@ struct Select {
 
 struct CallSite {
   std::vector<ValueTree> args;
+  int guard = -1;  // a call inside a branch: Cell::guards[guard]
 };
 
 // An operator that only moves bytes (ops/op.h's MoveKind: take, slice,
@@ -175,6 +186,7 @@ struct Question {
   // instance's structures, or -1 - i for built[i], one this cell built.
   std::vector<int> structure_args;
   std::vector<ValueTree> built;
+  bool guarded = false;  // kCall: inside a branch of an `if` on a tensor
 };
 
 // An answer: the clause taken and the encoded types of the values its
@@ -182,6 +194,7 @@ struct Question {
 struct Answer {
   int clause = -1;
   std::string types;
+  bool bottom = false;  // ProbeResultKey's answer for a recursion: not known yet
 };
 
 // Binary encodings (compared and hashed whole) of the types keys are made of:
@@ -207,5 +220,16 @@ std::set<std::string> CellFunctions(const ModuleSnapshot& module, const std::str
 // the next question, or the finished cell. Throws Refusal.
 std::variant<Question, Cell> BuildCell(const ModuleSnapshot& module, const std::set<std::string>& cell_functions,
                                        const std::string& key, const std::vector<Answer>& answers);
+
+// The result key of `key`'s cells, inferred without a structure: its calls
+// answered by their own probes, a call of one being probed (a recursion)
+// by "not known yet", which a branch joined with a known one leaves to the
+// known one (the least fixpoint, as jit/refine_shapes.h infers a loop's
+// state). Throws Refusal when the function matches on a structure or no path
+// through it returns.
+// `holds_structure`: the result holds a structure (the walk cannot go on
+// without walking the call).
+std::string ProbeResultKey(const ModuleSnapshot& module, const std::set<std::string>& cell_functions,
+                           const std::string& key, bool* holds_structure);
 
 }  // namespace pejit::generic

@@ -587,6 +587,7 @@ class CallRun {
       const SelectPlace& s = inspection_.selects[p->index];
       p = Truth(s.cond) ? &s.then : &s.otherwise;
     }
+    if (p->kind == Place::Kind::kFrontier) throw Deeper(inspection_.frontiers[p->index]);
     return *p;
   }
 
@@ -642,7 +643,8 @@ class CallRun {
         const Tensor& out = outputs_[inspection_.si_run[place.index]][place.output];
         return static_cast<const char*>(out.raw_data()) + RowIndex(place.index) * bytes;
       }
-      case Place::Kind::kSelect: break;  // Chosen resolved it
+      case Place::Kind::kSelect:
+      case Place::Kind::kFrontier: break;  // Chosen resolved it, or threw
     }
     if (static_cast<int64_t>(t->nbytes()) != bytes) {
       throw Refusal("generic: a tensor of " + std::to_string(t->nbytes()) + " bytes where the cell reads " +
@@ -970,6 +972,20 @@ class CallRun {
 
 Execution Execute(const Inspection& inspection, const ExecuteOptions& options) {
   return CallRun(inspection, options).Run();
+}
+
+Execution InspectAndExecute(GenericProgram& program, const std::vector<Value>& args, const ExecuteOptions& options,
+                            Inspection& inspection) {
+  for (int reruns = 0;; ++reruns) {
+    inspection = program.Inspect(args);
+    try {
+      Execution run = Execute(inspection, options);
+      run.reruns = reruns;
+      return run;
+    } catch (const Deeper& deeper) {
+      program.Deepen(deeper);  // or Refusal past the deepest walk
+    }
+  }
 }
 
 }  // namespace pejit::generic

@@ -4,6 +4,11 @@
 // from the slots its instances read (earlier runs' outputs, the entry's
 // tensors, the structure's tokens), padded to the run's row bucket with
 // copies of its first row, and its segment's code runs once over all rows.
+// A loop the data ends is unrolled by the inspector (generic/cell.h): its
+// i-th iterations of every example are one run, and the examples that stop
+// earlier skip the later ones as a branch not taken; an example going on
+// past the unrolled depth stops the call, which InspectAndExecute inspects
+// deeper and runs again.
 // A run of a branch's segment (an `if` on a tensor, generic/cell.h) packs
 // the instances whose conditions take it into its first rows, reading each
 // condition from the run that computed it: the examples that took the
@@ -66,14 +71,24 @@ struct Execution {
   // Instances of branches (of `if`s on tensors) whose conditions did not
   // take them: not run, and no row of any run.
   int64_t skipped_rows = 0;
+  // InspectAndExecute: runs thrown away because a loop went on past the
+  // iterations the inspection unrolled.
+  int reruns = 0;
   // Variants that ran without native code, once each, and their segments' ids.
   std::vector<SegmentCode::Variant*> missing_native;
   std::vector<SegmentCode*> missing_codes;
 };
 
-// Throws Refusal (a program the vector-Jacobian product cannot be taken of)
-// or the errors of the code it runs (EvalError, OpError, JitFailure).
+// Throws Refusal (a program the vector-Jacobian product cannot be taken of),
+// Deeper (a loop past the iterations unrolled) or the errors of the code it
+// runs (EvalError, OpError, JitFailure).
 Execution Execute(const Inspection& inspection, const ExecuteOptions& options);
+
+// A call: inspected, and run; run again, inspected deeper, while a loop the
+// data ends goes on past the iterations unrolled (Deeper). `inspection` is
+// the last one's. Throws what Inspect and Execute throw but Deeper.
+Execution InspectAndExecute(GenericProgram& program, const std::vector<Value>& args, const ExecuteOptions& options,
+                            Inspection& inspection);
 
 // The call's value and, with `wrt`, its gradients, each shaped like its
 // argument, from `run` (its value moved out), as every tier answers

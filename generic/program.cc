@@ -26,6 +26,7 @@ struct GenericProgram::Instance {
   int data_ops = 0;              // offset into what its data ops made (Place)
   int segments = 0;              // offset into the segment instance ids (Place)
   int guards = 0;                // offset into the guards placed (Inspection::guards), per cell guard
+  int base_guard = -1;           // the guard it runs under, from a call inside a branch (or -1)
   int result = 0;                // offset into the result slots (Place)
 };
 
@@ -87,6 +88,8 @@ struct GenericProgram::Walker {
   std::vector<Leaf> leaf_stack;             // each frame's bound tensors from its base
   std::vector<StructRef> returned;          // a callee's result structures, reused
   std::string edge;                         // the answer being looked up, reused
+  std::unordered_map<std::string, int> loop_depth;  // per loop's callee key: iterations on the walk's stack
+  std::vector<Frontier> frontiers;                  // a frontier child is -1 - its index here
 };
 
 namespace {
@@ -186,6 +189,7 @@ void FlattenBuilt(const ValueTree& v, int instance, int frame, const std::vector
       for (const ValueTree& f : v.fields) FlattenBuilt(f, instance, frame, frames, structures, leaves);
       return;
     case ValueTree::Kind::kFunction: throw Refusal("generic: a function value inside a structure");
+    case ValueTree::Kind::kBottom: throw std::logic_error("generic: a probe's value in a walk");
   }
 }
 
@@ -372,6 +376,22 @@ GenericProgram::TrieNode* GenericProgram::RootNode(const std::string& key) {
   return node;
 }
 
+int GenericProgram::UnrollOf(const std::string& loop) const {
+  auto it = unroll_.find(loop);
+  return it == unroll_.end() ? kFirstUnroll : it->second;
+}
+
+void GenericProgram::Deepen(const Deeper& deeper) {
+  std::lock_guard lock(mu_);
+  const Frontier& f = deeper.frontier;
+  int& unroll = unroll_.emplace(f.key, kFirstUnroll).first->second;
+  unroll = std::max(unroll, 2 * std::max(f.depth, 1));
+  if (unroll > options_.max_depth) {
+    throw Refusal("generic: the loop @" + f.key.substr(0, f.key.find('\0')) + " ran past " +
+                  std::to_string(options_.max_depth) + " iterations");
+  }
+}
+
 int GenericProgram::Walk(TrieNode* root, size_t base, Walker& w, int depth) {
   if (depth > options_.max_depth) {
     throw Refusal("generic: the structure nests cells deeper than " + std::to_string(options_.max_depth));
@@ -401,9 +421,30 @@ int GenericProgram::Walk(TrieNode* root, size_t base, Walker& w, int depth) {
       edge.append(reinterpret_cast<const char*>(&clause), sizeof clause);
       BindRef(match.clauses[clause].pattern, v, w.frames, w.structures, w.leaf_stack, edge);
       answer.clause = clause;
+    } else if (int* unrolled = n->question.guarded && n->question.structure_args.empty()
+                                   ? &w.loop_depth[n->question.callee_key]
+                                   : nullptr;
+               unrolled && *unrolled >= UnrollOf(n->question.callee_key)) {
+      // A loop's iteration past the depth unrolled: a frontier, its result
+      // key inferred, its instance not walked.
+      const std::string& key = n->question.callee_key;
+      auto probed = probed_.find(key);
+      if (probed == probed_.end()) {
+        bool structure = false;
+        std::string result = ProbeResultKey(*module_, cell_functions_, key, &structure);
+        if (structure) {
+          throw Refusal("generic: @" + key.substr(0, key.find('\0')) +
+                        ", a loop the data ends, returns a structure; the tier unrolls loops over tensors");
+        }
+        probed = probed_.emplace(key, std::move(result)).first;
+      }
+      edge = probed->second;
+      w.pending[depth].push_back(-1 - static_cast<int>(w.frontiers.size()));
+      w.frontiers.push_back({key, *unrolled});
     } else {
       const Question& q = n->question;
       if (!n->callee_root) n->callee_root = RootNode(q.callee_key);
+      if (unrolled) ++*unrolled;
       const size_t child_base = w.structures.size();
       int frame = -1;  // this instance's structures, saved for those it built and passes
       for (int s : q.structure_args) {
@@ -429,6 +470,7 @@ int GenericProgram::Walk(TrieNode* root, size_t base, Walker& w, int depth) {
       w.structures.insert(w.structures.end(), w.returned.begin(), w.returned.end());
       w.pending[depth].push_back(child);
       edge = callee.result_key;
+      if (unrolled) --*unrolled;
     }
     auto it = n->next.find(edge);
     if (it != n->next.end()) {
@@ -708,9 +750,15 @@ Inspection GenericProgram::Walked(const std::string& encoded, std::vector<const 
       case Source::Kind::kSegment:
         out.emplace_back(Place::Kind::kRow, seg_si[inst.segments + s.index], s.output, nullptr);
         return;
-      case Source::Kind::kCall:
-        out.push_back(results[w.instances[w.children[inst.children + s.index]].result + s.output]);
+      case Source::Kind::kCall: {
+        const int child = w.children[inst.children + s.index];
+        if (child < 0) {  // a frontier: no instance, no slot
+          out.emplace_back(Place::Kind::kFrontier, -1 - child, 0, nullptr);
+          return;
+        }
+        out.push_back(results[w.instances[child].result + s.output]);
         return;
+      }
       case Source::Kind::kConstant: out.emplace_back(Place::Kind::kConstant, 0, 0, &inst.cell->constants[s.index]); return;
       case Source::Kind::kDataOp: {
         const int at = inst.data_ops + s.index;
@@ -753,17 +801,18 @@ Inspection GenericProgram::Walked(const std::string& encoded, std::vector<const 
     int& placed = guard_of[inst.guards + g];
     if (placed >= 0) return placed;
     const Guard& cell_guard = inst.cell->guards[g];
-    const int parent = cell_guard.parent >= 0 ? self(self, id, cell_guard.parent) : -1;
+    const int parent = cell_guard.parent >= 0 ? self(self, id, cell_guard.parent) : inst.base_guard;
     std::vector<Place> cond;
     resolve(resolve, id, cell_guard.cond, cond);
     placed = static_cast<int>(inspection.guards.size());
     inspection.guards.push_back({cond[0], cell_guard.when, parent});
     return placed;
   };
-  auto place = [&](auto& self, int id, int inputs) -> void {
+  auto place = [&](auto& self, int id, int inputs, int base_guard) -> void {
     Instance& inst = w.instances[id];
     const Cell& cell = *inst.cell;
     inst.inputs = inputs;
+    inst.base_guard = base_guard;
     inst.data_ops = static_cast<int>(computed_of.size());
     computed_of.resize(computed_of.size() + cell.data_ops.size(), nullptr);
     inst.segments = static_cast<int>(seg_si.size());
@@ -781,9 +830,9 @@ Inspection GenericProgram::Walked(const std::string& encoded, std::vector<const 
           resolve(resolve, id, v, inspection.si_inputs);
           ForEachRow(inspection, inspection.si_inputs.back(), after);
         }
-        if (seg.guard >= 0 || !inspection.si_guard.empty()) {
+        if (seg.guard >= 0 || base_guard >= 0 || !inspection.si_guard.empty()) {
           inspection.si_guard.resize(si, -1);  // those before had none
-          inspection.si_guard.push_back(seg.guard >= 0 ? guard(guard, id, seg.guard) : -1);
+          inspection.si_guard.push_back(seg.guard >= 0 ? guard(guard, id, seg.guard) : base_guard);
           for (int g = inspection.si_guard.back(); g >= 0; g = inspection.guards[g].parent) {
             ForEachRow(inspection, inspection.guards[g].cond, after);
           }
@@ -792,16 +841,21 @@ Inspection GenericProgram::Walked(const std::string& encoded, std::vector<const 
         si_code.push_back(seg.code);
         seg_si[inst.segments + step.index] = si;
       } else {
+        const int child = w.children[inst.children + step.index];
+        if (child < 0) continue;  // a frontier
+        const int site_guard = cell.calls[step.index].guard;
+        const int child_guard = site_guard >= 0 ? guard(guard, id, site_guard) : base_guard;
         // Kept after the call: a structure built of them may be read later.
         const int child_inputs = static_cast<int>(inputs_of.size());
         for (int v : cell.call_leaves[step.index]) resolve(resolve, id, v, inputs_of);
-        self(self, w.children[inst.children + step.index], child_inputs);
+        self(self, child, child_inputs, child_guard);
       }
     }
     inst.result = static_cast<int>(results.size());
     for (int v : cell.result_leaves) resolve(resolve, id, v, results);
   };
-  place(place, top, 0);  // the entry's tensors are all kRoot: it has no kInput
+  place(place, top, 0, -1);  // the entry's tensors are all kRoot: it has no kInput
+  inspection.frontiers = std::move(w.frontiers);
   inspection.si_input_begin.push_back(static_cast<int>(inspection.si_inputs.size()));
   const Cell& top_cell = *w.instances[top].cell;
   inspection.result.assign(results.begin() + w.instances[top].result,

@@ -47,9 +47,11 @@ namespace pejit::generic {
 
 // Where a tensor a segment instance reads lies at run time.
 struct Place {
-  enum class Kind : uint8_t { kRoot, kRow, kStruct, kConstant, kSelect };
+  // kFrontier: the result of a loop's call past the depth unrolled, which
+  // a run that reads it asks to unroll deeper (Deeper).
+  enum class Kind : uint8_t { kRoot, kRow, kStruct, kConstant, kSelect, kFrontier };
   Kind kind = Kind::kRoot;
-  int32_t index = 0;               // kRoot: entry-argument tensor leaf; kRow: segment instance; kSelect: Inspection::selects
+  int32_t index = 0;               // kRoot: entry-argument tensor leaf; kRow: segment instance; kSelect: Inspection::selects; kFrontier: Inspection::frontiers
   int32_t output = 0;              // kRow: output of that instance's segment
   const Tensor* tensor = nullptr;  // kStruct, kConstant
 };
@@ -189,6 +191,22 @@ struct GuardPlace {
   int parent = -1;
 };
 
+// A loop's call the walk did not unroll: the callee's instance key, and how
+// many iterations of it the walk had unrolled there.
+struct Frontier {
+  std::string key;
+  int depth = 0;
+};
+
+// Thrown by Execute when a run reads a frontier's result: an example's loop
+// went on past the depth unrolled. InspectAndExecute (generic/executor.h)
+// has the program unroll it deeper (GenericProgram::Deepen) and runs the call
+// again.
+struct Deeper : std::runtime_error {
+  Deeper(Frontier f) : std::runtime_error("generic: a loop ran past the iterations unrolled"), frontier(std::move(f)) {}
+  Frontier frontier;
+};
+
 struct Inspection {
   std::vector<Tensor> roots;          // the entry arguments' tensors (not those in structures)
   std::vector<int> si_run, si_row;    // per segment instance
@@ -197,6 +215,7 @@ struct Inspection {
   std::vector<int> si_guard;          // per segment instance, its guard (into guards) or -1; empty: none has one
   std::vector<GuardPlace> guards;
   std::vector<SelectPlace> selects;   // Place::Kind::kSelect
+  std::vector<Frontier> frontiers;    // Place::Kind::kFrontier
   // In execution order: a run reads only earlier runs' rows. A run of
   // guarded instances runs those whose guards hold, packed into the first
   // rows (its rows then a smaller bucket), or not at all.
@@ -250,6 +269,13 @@ class GenericProgram {
   Ahead InspectAhead(const std::vector<Value>& args);
   static constexpr size_t kMaxKept = 32;
 
+  // A loop the data ends (a call inside a branch of an `if` on a tensor
+  // that passes no structure) is unrolled kFirstUnroll iterations deep at
+  // first; a run past them (Deeper) doubles the depth for that loop's later
+  // walks. Throws Refusal past GenericOptions::max_depth.
+  void Deepen(const Deeper& deeper);
+  static constexpr int kFirstUnroll = 4;
+
   const std::string& entry() const { return entry_; }
   const Snapshot& module() const { return module_; }
   int cells() const;
@@ -273,6 +299,7 @@ class GenericProgram {
   TrieNode* RootNode(const std::string& key);
   TrieNode* NodeFor(const std::string& key, const std::vector<Answer>& answers);
   int AddCell(Cell cell);
+  int UnrollOf(const std::string& loop) const;  // under mu_
   // Walks one cell instance whose structures are Walker::structures from
   // `base`; returns its index.
   int Walk(TrieNode* root, size_t base, Walker& w, int depth);
@@ -308,6 +335,10 @@ class GenericProgram {
   std::deque<Kept>::iterator FindKept(const std::string& encoded, const std::vector<const Value*>& structures);
   // That inspection, taken out of kept_ (locks kept_mu_).
   std::optional<Inspection> TakeKept(const std::string& encoded, const std::vector<const Value*>& structures);
+  // Per loop (its callee's instance key): iterations unrolled, and its
+  // result key (ProbeResultKey) for the frontier; under mu_.
+  std::unordered_map<std::string, int> unroll_;
+  std::unordered_map<std::string, std::string> probed_;
   struct Sizes {
     size_t instances = 0, leaves = 0, segment_instances = 0, results = 0, inputs = 0;
   } last_;  // of the last call's walk, to reserve the next one's arrays

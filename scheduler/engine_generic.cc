@@ -80,7 +80,6 @@ std::optional<ValueAndGrad> EngineImpl::RunGeneric(Request& r) {
                       std::to_string((*r.wrt)[k]) + ")");
       }
     }
-    inspection = program->Inspect(r.args);
     generic::ExecuteOptions eo;
     eo.grad = r.wrt != nullptr;
     if (options.policy.kind == Policy::Kind::kSync) {
@@ -88,7 +87,7 @@ std::optional<ValueAndGrad> EngineImpl::RunGeneric(Request& r) {
       eo.compile_options = options.compile_options;
       eo.compile_program = SegmentCompiler(r.entry.name);
     }
-    run = generic::Execute(inspection, eo);
+    run = generic::InspectAndExecute(*program, r.args, eo, inspection);
     out = generic::CallResult(r.args, r.wrt, run);
   } catch (const Refusal& e) {
     if (r.cacheable) {
@@ -127,6 +126,8 @@ std::optional<ValueAndGrad> EngineImpl::RunGeneric(Request& r) {
     e.fields.push_back({"runs", static_cast<int64_t>(run.native_runs + run.baseline_runs)});
     e.fields.push_back({"native_runs", static_cast<int64_t>(run.native_runs)});
     e.fields.push_back({"levels", static_cast<int64_t>(inspection.levels)});
+    if (run.skipped_rows > 0) e.fields.push_back({"skipped_rows", run.skipped_rows});
+    if (run.reruns > 0) e.fields.push_back({"reruns", static_cast<int64_t>(run.reruns)});
     if (inspection.new_cells > 0) e.fields.push_back({"new_cells", static_cast<int64_t>(inspection.new_cells)});
     Emit(e);
   }

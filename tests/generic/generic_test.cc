@@ -66,12 +66,12 @@ TEST_P(GenericTest, ValuesAndGradientsMatchTheInterpreterOnUnseenStructures) {
     SCOPED_TRACE("call " + std::to_string(c));
     const std::vector<Value>& args = calls[c];
     Interpreter::ValueAndGrad want = interpreter.CallWithGrad(*module, "loss", args, model.wrt);
-    Inspection inspection = program.Inspect(args);
     // Odd calls compile every segment variant they run; even ones use what is there.
     ExecuteOptions options;
     options.grad = true;
     options.compile_now = c % 2 ? jit.get() : nullptr;
-    Execution got = Execute(inspection, options);
+    Inspection inspection;
+    Execution got = InspectAndExecute(program, args, options, inspection);
     EXPECT_TRUE(ValueAllClose(got.value, want.value, 1e-4, 1e-5)) << got.value.ToString() << " vs " << want.value.ToString();
     ValueAndGrad grads = CallResult(args, &model.wrt, got);
     for (size_t w = 0; w < model.wrt.size(); ++w) {
@@ -471,6 +471,70 @@ def @rows(%xs: List[Tensor[(1, 4), f32]], %w: Tensor[(4, 4), f32]) -> Tensor[(),
   }
 }
 
+// A loop the data ends (a recursion inside a branch, passing no structure)
+// is unrolled by the inspector: the i-th iteration of every example is one
+// batched run, and the examples that stopped skip it. Here each element
+// says how many steps it takes (1 to 9); past the 4 iterations unrolled at
+// first the call runs again, deeper (8, then 16), and later calls start
+// there.
+TEST(GenericTier, ALoopTheDataEndsRunsEachIterationBatchedAndUnrollsDeeperOnDemand) {
+  Module m;
+  m.AddSource(R"(
+def @steps(%h: Tensor[(1, 4), f32], %k: Tensor[(), i64], %w: Tensor[(4, 4), f32]) -> Tensor[(1, 4), f32] {
+  if (greater(%k, 0)) { @steps(tanh(matmul(%h, %w)), sub(%k, 1), %w) } else { %h }
+}
+def @loss(%xs: List[(Tensor[(1, 4), f32], Tensor[(), i64])], %w: Tensor[(4, 4), f32]) -> Tensor[(), f32] {
+  match (%xs) {
+    Nil => 0f32,
+    Cons(%x, %rest) => add(sum(@steps(%x.0, %x.1, %w)), @loss(%rest, %w)),
+  }
+}
+)", "steps.pj");
+  Snapshot module = m.snapshot();
+  TypeDefPtr list = module->FindType("List");
+  std::mt19937 rng(6);
+  std::uniform_real_distribution<float> unit(-1.0f, 1.0f);
+  auto minibatch = [&](const std::vector<int64_t>& steps) {
+    Value xs = Value::Adt(list, 0, {});
+    for (int64_t k : steps) {
+      std::vector<float> row(4);
+      for (float& v : row) v = unit(rng);
+      xs = Value::Adt(list, 1, {Value::Tuple({Value(Tensor::FromVector<float>({1, 4}, row)),
+                                              Value(Tensor::FromVector<int64_t>({}, {k}))}),
+                                xs});
+    }
+    return xs;
+  };
+  std::vector<float> w(16);
+  for (float& v : w) v = unit(rng);
+  const Value weight(Tensor::FromVector<float>({4, 4}, w));
+  GenericProgram program(module, "loss");
+  for (const auto& [steps, reruns] : std::vector<std::pair<std::vector<int64_t>, int>>{
+           {{1, 3, 9, 2}, 2}, {{9, 0, 5, 7}, 0}, {{2, 2, 1, 3}, 0}}) {
+    std::vector<Value> args = {minibatch(steps), weight};
+    Interpreter::ValueAndGrad want = Interpreter().CallWithGrad(*module, "loss", args, {1});
+    ExecuteOptions options;
+    options.grad = true;
+    Inspection inspection;
+    Execution got = InspectAndExecute(program, args, options, inspection);
+    EXPECT_EQ(got.reruns, reruns);
+    EXPECT_TRUE(ValueAllClose(got.value, want.value, 1e-5, 1e-5)) << got.value.ToString() << " vs " << want.value.ToString();
+    const std::vector<int> wrt{1};
+    ValueAndGrad grads = CallResult(args, &wrt, got);
+    EXPECT_TRUE(ValueAllClose(grads.grads[0], want.grads[0], 1e-4, 1e-5));
+    // Each iteration's step is one run over the four examples: the first
+    // call's and 16 unrolled.
+    int step_runs = 0;
+    for (const generic::Run& run : inspection.runs) {
+      if (PrintFunction("s", run.code->program).find("tanh(") == std::string::npos) continue;
+      ++step_runs;
+      EXPECT_EQ(run.members.size(), 4u);
+    }
+    EXPECT_EQ(step_runs, 17);
+    EXPECT_GT(got.skipped_rows, 0);
+  }
+}
+
 TEST(GenericTier, WalksStructuresTheProgramBuilds) {
   Module m;
   m.AddSource(R"(
@@ -635,7 +699,8 @@ INSTANTIATE_TEST_SUITE_P(Models, GenericTest,
                                            Model{"char_lm", "tests/generic/models/char_lm.pj", "tests/generic/char_lm_calls.jsonl", {1, 2}},
                                            Model{"typed_ast", "tests/generic/models/typed_ast.pj", "tests/generic/typed_ast_calls.jsonl", {1}},
                                            Model{"nmn", "tests/generic/models/nmn.pj", "tests/generic/nmn_calls.jsonl", {1}},
-                                           Model{"dag", "tests/generic/models/dag.pj", "tests/generic/dag_calls.jsonl", {1}}),
+                                           Model{"dag", "tests/generic/models/dag.pj", "tests/generic/dag_calls.jsonl", {1}},
+                                           Model{"act", "tests/generic/models/act.pj", "tests/generic/act_calls.jsonl", {1}}),
                          [](const auto& info) { return info.param.name; });
 
 }  // namespace

@@ -7,7 +7,7 @@ call. Deterministic for a seed.
     make_calls.py MODEL CALLS SEED > calls.jsonl
 
 MODEL is treelstm (examples/treelstm/treelstm.pj, @loss), seq_lstm or
-tree_rnn (tests/tools/testdata, @loss), or char_lm, typed_ast, nmn or dag
+tree_rnn (tests/tools/testdata, @loss), or char_lm, typed_ast, nmn, dag or act
 (tests/generic/models, @loss)."""
 import argparse
 import json
@@ -93,7 +93,7 @@ def dag_parse(rng, leaves, n):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("model", choices=["treelstm", "seq_lstm", "tree_rnn", "char_lm", "typed_ast", "nmn", "dag"])
+    parser.add_argument("model", choices=["treelstm", "seq_lstm", "tree_rnn", "char_lm", "typed_ast", "nmn", "dag", "act"])
     parser.add_argument("calls", type=int, help="calls (lines) to write")
     parser.add_argument("seed", type=int)
     args = parser.parse_args()
@@ -151,6 +151,14 @@ def main():
                 n = rng.randint(2, 5)  # the sentence's length: each example its own
                 examples.append([dag_parse(rng, rng.randint(1, 5), n), uniform(rng, n, e, scale=1.0),
                                  i64(rng.randrange(c))])
+            print(json.dumps([cons_list(examples), params]))
+    elif model == "act":
+        # A halting weight large enough that the sigmoid saturates either way:
+        # examples ponder from 1 to 12 steps.
+        params = [uniform(rng, h, h, scale=0.5), uniform(rng, h, h, scale=0.5), uniform(rng, h),
+                  uniform(rng, 1, h, scale=3.0), uniform(rng, c, h), uniform(rng, c)]
+        for _ in range(calls):
+            examples = [[uniform(rng, 1, h, scale=1.0), i64(rng.randrange(c))] for _ in range(rng.randint(1, 4))]
             print(json.dumps([cons_list(examples), params]))
     else:  # tree_rnn
         v = 20
