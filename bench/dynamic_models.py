@@ -14,6 +14,9 @@ Models (the .pj files the tests check against the interpreter):
                   (tests/generic/models/tree_rnn_fold.pj)
   tree_rnn_map    the same network, its minibatch loss the prelude's @map, then a recursion
                   summing the list it built (tests/generic/models/tree_rnn_map.pj)
+  tree_rnn_gated  the same trees, each node's cell chosen by `if`s on its children's states
+                  (nested: a tanh cell or one of two sigmoid-gated mixes), each leaf's by the
+                  sign of its embedding's sum (tests/generic/models/tree_rnn_gated.pj)
   char_lm         a character LSTM language model over sentences as lists of words of
                   characters, nested @folds with closures (tests/generic/models/char_lm.pj)
   act             adaptive computation time: a step iterated per example until its halting
@@ -55,6 +58,7 @@ MODELS = {
     "tree_rnn": "tests/tools/testdata/tree_rnn.pj",
     "tree_rnn_fold": "tests/generic/models/tree_rnn_fold.pj",
     "tree_rnn_map": "tests/generic/models/tree_rnn_map.pj",
+    "tree_rnn_gated": "tests/generic/models/tree_rnn_gated.pj",
     "char_lm": "tests/generic/models/char_lm.pj",
     "act": "tests/generic/models/act.pj",
     "typed_ast": "tests/generic/models/typed_ast.pj",
@@ -148,7 +152,13 @@ def dag_calls(rng, minibatches, batch, hidden, classes=5, lengths=(5, 25)):
     return lines
 
 
-CALLS = {"tree_rnn": tree_rnn_calls, "tree_rnn_fold": tree_rnn_calls, "tree_rnn_map": tree_rnn_calls, "char_lm": char_lm_calls, "act": act_calls,
+def tree_rnn_gated_calls(rng, minibatches, batch, hidden):
+    """tree_rnn's minibatches, under a name of their own: the peer differs."""
+    return tree_rnn_calls(rng, minibatches, batch, hidden)
+
+
+CALLS = {"tree_rnn": tree_rnn_calls, "tree_rnn_fold": tree_rnn_calls, "tree_rnn_map": tree_rnn_calls,
+         "tree_rnn_gated": tree_rnn_gated_calls, "char_lm": char_lm_calls, "act": act_calls,
          "typed_ast": typed_ast_calls, "nmn": nmn_calls, "dag": dag_calls}
 
 
@@ -156,7 +166,7 @@ CALLS = {"tree_rnn": tree_rnn_calls, "tree_rnn_fold": tree_rnn_calls, "tree_rnn_
 # minibatch holds float tensors too (a feature map, a sentence matrix); the
 # older models keep replay's default (every argument that can hold a float:
 # ACT's gradients include its input rows').
-WRT = {"nmn": "1", "dag": "1"}
+WRT = {"nmn": "1", "dag": "1", "act": "1"}
 
 
 def run_pejit(pejit, model, calls, policy, epochs, seed):
@@ -227,6 +237,31 @@ def loss_of(batch):
     for level in inner:
         left = rows([n[0] for n in level]); right = rows([n[1] for n in level])
         h = torch.tanh(torch.cat([left, right], 1) @ w.T + b)
+        levels.append(h)
+        labels = torch.tensor([n[2] for n in level])
+        loss = loss + torch.nn.functional.cross_entropy(h @ w_out.T + b_out, labels, reduction="sum")
+    return loss
+
+'''
+
+# Level-batched with masks: each level computes every branch for all its
+# nodes and torch.where picks each node's (as a PyTorch user writes gates).
+GATED_PEER = TREE_PEER[:TREE_PEER.index("def loss_of(batch):")] + r'''
+def loss_of(batch):
+    words, leaf_labels, inner = batch
+    e = emb[words]
+    h_leaf = torch.where((e.sum(1) > 0)[:, None], torch.tanh(e), e)
+    loss = torch.nn.functional.cross_entropy(h_leaf @ w_out.T + b_out, leaf_labels, reduction="sum")
+    levels = []
+    def rows(ids):
+        return torch.stack([h_leaf[i] if kind == "leaf" else levels[i[0]][i[1]] for kind, i, _ in ids])
+    for level in inner:
+        left = rows([n[0] for n in level]); right = rows([n[1] for n in level])
+        z = torch.cat([left, right], 1) @ w.T + b
+        g = torch.sigmoid(z)
+        heavier = ((left * left).sum(1) > (right * right).sum(1))[:, None]
+        gated = (g.sum(1) > (1 - g).sum(1))[:, None]
+        h = torch.where(heavier, torch.tanh(z), torch.where(gated, g * left, (1 - g) * right + g))
         levels.append(h)
         labels = torch.tensor([n[2] for n in level])
         loss = loss + torch.nn.functional.cross_entropy(h @ w_out.T + b_out, labels, reduction="sum")
@@ -444,7 +479,8 @@ blas = sorted({line.split()[-1] for line in open("/proc/self/maps") if "blas" in
 print(json.dumps({"calls_per_s": rates, "threads": torch.get_num_threads(), "blas": blas}))
 '''
 
-PEERS = {"tree_rnn_calls": ("level-batched", TREE_PEER), "act_calls": ("masked", ACT_PEER),
+PEERS = {"tree_rnn_calls": ("level-batched", TREE_PEER), "tree_rnn_gated_calls": ("level-batched, masked", GATED_PEER),
+         "act_calls": ("masked", ACT_PEER),
          "char_lm_calls": ("padded", CHAR_PEER), "nmn_calls": ("eager", NMN_PEER), "dag_calls": ("eager", DAG_PEER),
          "typed_ast_calls": ("eager", AST_PEER)}
 

@@ -47,13 +47,22 @@ void ForEachRow(const Inspection& s, const Place& place, F&& f) {
   }
 }
 
+// Calls f(si) for each segment instance computing a condition of guard `g`
+// (and its parents'), but for those another one waits for (GuardPlace::chained).
+template <typename F>
+void ForEachGuardRow(const Inspection& s, int g, F&& f) {
+  for (; g >= 0; g = s.guards[g].parent) {
+    ForEachRow(s, s.guards[g].cond, f);
+    if (s.guards[g].chained) return;
+  }
+}
+
 // Calls f(si) for each segment instance instance `i` waits for: those its
 // inputs read, and those computing the conditions of its guard.
 template <typename F>
 void ForEachDependency(const Inspection& s, int i, F&& f) {
   for (int k = s.si_input_begin[i]; k < s.si_input_begin[i + 1]; ++k) ForEachRow(s, s.si_inputs[k], f);
-  if (s.si_guard.empty()) return;
-  for (int g = s.si_guard[i]; g >= 0; g = s.guards[g].parent) ForEachRow(s, s.guards[g].cond, f);
+  if (!s.si_guard.empty()) ForEachGuardRow(s, s.si_guard[i], f);
 }
 
 // A structure the walk meets: a value of the call's arguments, or one a cell
@@ -732,6 +741,7 @@ Inspection GenericProgram::Walked(const std::string& encoded, std::vector<const 
   // stalls store forwarding on every input (a third of the inspector's
   // time). An instance placed earlier is asked for a tensor it put in a
   // structure it built: its inputs, segments and results stay where they are.
+  std::vector<Place> scratch;  // the slots of selects and guards being placed
   auto resolve = [&](auto& self, int id, int v, std::vector<Place>& out) -> void {
     const Instance& inst = w.instances[id];
     const Source& s = inst.cell->sources[v];
@@ -786,10 +796,11 @@ Inspection GenericProgram::Walked(const std::string& encoded, std::vector<const 
       }
       case Source::Kind::kSelect: {
         const Select& sel = inst.cell->selects[s.index];
-        std::vector<Place> slots;
-        for (int v : {sel.cond, sel.then, sel.otherwise}) self(self, id, v, slots);
-        out.emplace_back(Place::Kind::kSelect, static_cast<int32_t>(inspection.selects.size()), 0, nullptr);
-        inspection.selects.push_back({slots[0], slots[1], slots[2]});
+        const size_t mark = scratch.size();  // `out` may be `scratch` too: the slots go past its end
+        for (int v : {sel.cond, sel.then, sel.otherwise}) self(self, id, v, scratch);
+        inspection.selects.push_back({scratch[mark], scratch[mark + 1], scratch[mark + 2]});
+        scratch.resize(mark);
+        out.emplace_back(Place::Kind::kSelect, static_cast<int32_t>(inspection.selects.size()) - 1, 0, nullptr);
         return;
       }
     }
@@ -802,10 +813,14 @@ Inspection GenericProgram::Walked(const std::string& encoded, std::vector<const 
     if (placed >= 0) return placed;
     const Guard& cell_guard = inst.cell->guards[g];
     const int parent = cell_guard.parent >= 0 ? self(self, id, cell_guard.parent) : inst.base_guard;
-    std::vector<Place> cond;
-    resolve(resolve, id, cell_guard.cond, cond);
+    const size_t mark = scratch.size();
+    resolve(resolve, id, cell_guard.cond, scratch);
+    const Place cond = scratch[mark];
+    scratch.resize(mark);
+    const bool chained = cond.kind == Place::Kind::kRow &&
+                         (inspection.si_guard.empty() ? -1 : inspection.si_guard[cond.index]) == parent;
     placed = static_cast<int>(inspection.guards.size());
-    inspection.guards.push_back({cond[0], cell_guard.when, parent});
+    inspection.guards.push_back({cond, cell_guard.when, parent, chained});
     return placed;
   };
   auto place = [&](auto& self, int id, int inputs, int base_guard) -> void {
@@ -833,9 +848,7 @@ Inspection GenericProgram::Walked(const std::string& encoded, std::vector<const 
         if (seg.guard >= 0 || base_guard >= 0 || !inspection.si_guard.empty()) {
           inspection.si_guard.resize(si, -1);  // those before had none
           inspection.si_guard.push_back(seg.guard >= 0 ? guard(guard, id, seg.guard) : base_guard);
-          for (int g = inspection.si_guard.back(); g >= 0; g = inspection.guards[g].parent) {
-            ForEachRow(inspection, inspection.guards[g].cond, after);
-          }
+          ForEachGuardRow(inspection, inspection.si_guard.back(), after);
         }
         si_level.push_back(level);
         si_code.push_back(seg.code);

@@ -189,6 +189,10 @@ struct GuardPlace {
   Place cond;
   bool when = true;
   int parent = -1;
+  // The row computing `cond` runs under `parent`: waiting for it waits for
+  // the parent's conditions too, so a dependency stops here (a loop's d-th
+  // iteration waits on one condition, not d).
+  bool chained = false;
 };
 
 // A loop's call the walk did not unroll: the callee's instance key, and how
