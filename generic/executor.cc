@@ -690,10 +690,10 @@ class CallRun {
 
   // The forward code of a variant on gathered inputs (packed weights appended).
   std::vector<Tensor> RunForward(const generic::Run& run, const SegmentCode::Variant& v, const std::vector<Tensor>& in) {
-    if (v.forward_packs.empty()) return LogicalOutputs(v.forward_outputs, in, v.forward_code.load()->Run(in));
+    if (v.forward_packs.empty()) return LogicalOutputs(v.forward_outputs, in, RunSizedToTeam(*v.forward_code.load(), in));
     std::vector<Tensor> packed_in = in;
     AppendPacks(run, v.forward_packs, packed_in);
-    return LogicalOutputs(v.forward_outputs, in, v.forward_code.load()->Run(packed_in));
+    return LogicalOutputs(v.forward_outputs, in, RunSizedToTeam(*v.forward_code.load(), packed_in));
   }
 
   void Forward(size_t r) {
@@ -853,7 +853,7 @@ class CallRun {
     const size_t first_residual = code.outputs.size();
     for (int k = 0; k < variant.residuals; ++k) in.push_back(std::move(outputs_[r][first_residual + k]));
     AppendPacks(run, variant.backward_packs, in);
-    std::vector<Tensor> grads = LogicalOutputs(variant.backward_outputs, in, backward->Run(in));  // (d/d grad_inputs..., factor pairs...)
+    std::vector<Tensor> grads = LogicalOutputs(variant.backward_outputs, in, RunSizedToTeam(*backward, in));  // (d/d grad_inputs..., factor pairs...)
     const std::span<const int> members = Members(r);
     for (size_t g = 0; g < variant.grad_inputs.size(); ++g) {
       int p = variant.grad_inputs[g];

@@ -12,6 +12,7 @@
 #include "ir/value.h"
 #include "ir/visitor.h"
 #include "jit/batch_branches.h"
+#include "jit/native_executable.h"
 #include "jit/pipeline.h"
 #include "jit/refine_shapes.h"
 #include "jit/schedule.h"
@@ -521,7 +522,7 @@ class ControlFlowProgram final : public Executable {
         std::vector<Tensor> in;
         in.reserve(step.inputs.size());
         for (const VarNode* v : step.inputs) in.push_back(env.at(v).value.tensor());
-        std::vector<Tensor> out = RunRegion(*step.exe, in);
+        std::vector<Tensor> out = RunSizedToTeam(*step.exe, in);
         // Grad mode: the outputs get ids, and the run is recorded with the
         // residuals its forward returned after the outputs, when a gradient
         // can pass (the region has a VJP, and an input has an id).
@@ -574,14 +575,6 @@ class ControlFlowProgram final : public Executable {
     }
   }
 
-  // A region too small to pay a helper (kTeamWorkNs) runs on the caller alone.
-  static std::vector<Tensor> RunRegion(const Executable& exe, std::span<const Tensor> in) {
-    if (exe.work_ns() > 0 && exe.work_ns() < kTeamWorkNs && Team::Current()) {
-      ScopedTeam alone(nullptr);
-      return exe.Run(in);
-    }
-    return exe.Run(in);
-  }
 
   // The recorded regions' vector-Jacobian products in reverse order, from
   // d loss = 1 at `loss_id`: the gradient reaching each parameter (undefined
@@ -604,7 +597,7 @@ class ControlFlowProgram final : public Executable {
       }
       if (!reached) continue;
       in.insert(cotangents_at, std::make_move_iterator(cotangents.begin()), std::make_move_iterator(cotangents.end()));
-      std::vector<Tensor> out = RunRegion(*step.vjp, in);
+      std::vector<Tensor> out = RunSizedToTeam(*step.vjp, in);
       for (size_t j = 0; j < step.float_inputs.size(); ++j) {
         const int id = it->input_ids[step.float_inputs[j]];
         if (id < 0) continue;

@@ -506,6 +506,14 @@ void NativeExecutable::Poison(int step, const std::vector<void*>& address) const
   }
 }
 
+std::vector<Tensor> RunSizedToTeam(const Executable& exe, std::span<const Tensor> inputs) {
+  if (exe.work_ns() > 0 && exe.work_ns() < kTeamWorkNs && Team::Current()) {
+    ScopedTeam alone(nullptr);
+    return exe.Run(inputs);
+  }
+  return exe.Run(inputs);
+}
+
 ExecutablePtr LowerToKernelPlan(const Func& program, LowerOptions options) {
   options.fuse = false;
   Plan plan = Lower(program, options);

@@ -159,4 +159,11 @@ class NativeExecutable final : public Executable {
 // while a worker compiles the fused one. Throws JitFailure as Lower does.
 ExecutablePtr LowerToKernelPlan(const Func& program, LowerOptions options = {});
 
+// Runs `exe` on the current Team (support/team.h), or on the caller alone
+// when its estimated work is below kTeamWorkNs (jit/schedule.h): a small
+// program is run many times a call (a control-flow region per iteration, a
+// generic segment per level), and a helper's wake-up and the data's cache
+// lines moving to its core cost it more than the helper saves.
+std::vector<Tensor> RunSizedToTeam(const Executable& exe, std::span<const Tensor> inputs);
+
 }  // namespace pejit

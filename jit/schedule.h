@@ -42,8 +42,13 @@ inline constexpr double kPartNs = 10000;
 // saves, and a batched loop runs such regions back to back. ACT's loop
 // regions (issue 51; 17-23 steps, 40-50 us estimated each) ran 1,100
 // calls/s with a helper and 1,200-1,800 on the caller alone; with this
-// bound, 1,530-1,650. (Applied to every program, it cost the generic tier's
-// small level runs: a tree RNN's steady epochs 700-870 -> 450-900.)
+// bound, 1,530-1,650. The generic tier's segment runs follow it too
+// (RunSizedToTeam): on a tree RNN of hidden 64 its steady state rose 30%
+// (all compiled, alternated: 640-700 -> 830-950 calls/s) and a character LM's
+// 40%; at hidden 256 (runs above the bound) and on the Child-Sum
+// Tree-LSTM trainer it was unchanged (bench/RESULTS.md, session 32). An
+// earlier trial on the tree RNN had read 700-870 -> 450-900 calls/s, within
+// its noise.
 inline constexpr double kTeamWorkNs = 10 * kPartNs;
 // The most parts a step splits into: enough for 8 threads. A constant, so
 // that results never depend on the machine.
