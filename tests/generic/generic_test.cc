@@ -3,9 +3,11 @@
 // Child-Sum Tree-LSTM, a sequence LSTM over word lists, a binary-tree
 // recursive network with a loss at every node (as a plain recursion over the
 // minibatch, as a `@fold` with a closure, as a `@map` then a sum, with
-// closures handed down the recursion, and with branches on tensor values), a character LM over lists of words written with nested folds,
-// a typed AST encoder with a cell per constructor;
-// 24 random minibatches each, segments run by the interpreter and compiled by
+// closures handed down the recursion, with branches on tensor values, and
+// with a loop the data ends at every node), a character LM over lists of
+// words written with nested folds, a typed AST encoder with a cell per
+// constructor, a module network, a DAG encoder, adaptive computation time;
+// 24 random minibatches each, segments run on baseline code and compiled by
 // LLVM.
 #include <gtest/gtest.h>
 
