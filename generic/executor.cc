@@ -412,8 +412,8 @@ void Publish(SegmentCode::Variant& v, Programs&& p, ExecutablePtr forward_code, 
   v.factors = std::move(p.factors);
   v.forward_outputs = std::move(p.forward_outputs);
   v.backward_outputs = std::move(p.backward_outputs);
-  v.forward_code.store(std::move(forward_code));
-  if (backward_code) v.backward_code.store(std::move(backward_code));
+  v.forward_code = std::make_shared<TieredExecutable>(std::move(forward_code));
+  if (backward_code) v.backward_code = std::make_shared<TieredExecutable>(std::move(backward_code));
   v.made = true;
 }
 
@@ -489,12 +489,12 @@ void CompileVariant(JitSession& jit, SegmentCode& code, SegmentCode::Variant& va
   if (fresh) Publish(variant, std::move(*fresh), forward_exe, backward_exe);
   if (forward_exe) {
     variant.code_bytes.fetch_add(forward_exe->code_bytes());
-    variant.forward_code.store(std::move(forward_exe));
+    variant.forward_code->Replace(std::move(forward_exe));
     variant.forward_native = true;
   }
   if (backward_exe) {
     variant.code_bytes.fetch_add(backward_exe->code_bytes());
-    variant.backward_code.store(std::move(backward_exe));
+    variant.backward_code->Replace(std::move(backward_exe));
     variant.backward_native = true;
   }
   variant.native.store(variant.forward_native && (!variant.backward || variant.backward_native));
@@ -690,10 +690,10 @@ class CallRun {
 
   // The forward code of a variant on gathered inputs (packed weights appended).
   std::vector<Tensor> RunForward(const generic::Run& run, const SegmentCode::Variant& v, const std::vector<Tensor>& in) {
-    if (v.forward_packs.empty()) return LogicalOutputs(v.forward_outputs, in, RunSizedToTeam(*v.forward_code.load(), in));
+    if (v.forward_packs.empty()) return LogicalOutputs(v.forward_outputs, in, RunSizedToTeam(*v.forward_code, in));
     std::vector<Tensor> packed_in = in;
     AppendPacks(run, v.forward_packs, packed_in);
-    return LogicalOutputs(v.forward_outputs, in, RunSizedToTeam(*v.forward_code.load(), packed_in));
+    return LogicalOutputs(v.forward_outputs, in, RunSizedToTeam(*v.forward_code, packed_in));
   }
 
   void Forward(size_t r) {
@@ -843,7 +843,7 @@ class CallRun {
     const generic::Run& run = inspection_.runs[r];
     const SegmentCode& code = *run.code;
     SegmentCode::Variant& variant = *variants_[r];
-    std::shared_ptr<const Executable> backward = variant.backward_code.load();
+    const std::shared_ptr<TieredExecutable>& backward = variant.backward_code;
     if (!backward) return;
     std::vector<Tensor> in = std::move(inputs_[r]);
     for (int o : variant.grad_outputs) {

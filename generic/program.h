@@ -42,6 +42,7 @@
 #include "ir/value.h"
 #include "jit/executable.h"
 #include "jit/pass.h"
+#include "jit/tiered.h"
 
 namespace pejit::generic {
 
@@ -120,24 +121,12 @@ struct SegmentCode {
     std::vector<Factor> factors;  // after the gradients of grad_inputs: two outputs a product, one a row sum
     // Where the programs' logical outputs are (above) among their results and inputs.
     std::vector<Output> forward_outputs, backward_outputs;
-    // The code each program runs now: its baseline code, then native code.
-    // (A lock, not std::atomic<std::shared_ptr>: libstdc++'s is invisible to TSan.)
-    class CodeRef {
-     public:
-      ExecutablePtr load() const {
-        std::lock_guard lock(mu_);
-        return exe_;
-      }
-      void store(ExecutablePtr exe) {
-        std::lock_guard lock(mu_);
-        exe_.swap(exe);
-      }
-
-     private:
-      mutable std::mutex mu_;
-      ExecutablePtr exe_;
-    };
-    CodeRef forward_code, backward_code;  // null until made
+    // The code each program runs: its baseline code, which native code
+    // replaces while runs go on (jit/tiered.h, as a specialization's code
+    // is). Set when the variant is made (under the SegmentCode's mutex, with
+    // `made`; a run reads them after it saw `made` or `native`); null
+    // before, and `backward_code` in value mode.
+    std::shared_ptr<TieredExecutable> forward_code, backward_code;
     // Native code for forward and (once made) backward; both guarded by the
     // SegmentCode's mutex, `native` readable without it.
     bool forward_native = false, backward_native = false;
