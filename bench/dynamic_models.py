@@ -227,16 +227,21 @@ for line in lines:
     for t in trees: walk(t)
     batches.append((torch.tensor(words), torch.tensor(leaf_labels), inner))
 
+def leaf(e):  # a leaf's state from its embedding rows
+    return torch.tanh(e)
+
+def cell(left, right):  # a level's states from its children's
+    return torch.tanh(torch.cat([left, right], 1) @ w.T + b)
+
 def loss_of(batch):
     words, leaf_labels, inner = batch
-    h_leaf = torch.tanh(emb[words])
+    h_leaf = leaf(emb[words])
     loss = torch.nn.functional.cross_entropy(h_leaf @ w_out.T + b_out, leaf_labels, reduction="sum")
     levels = []
     def rows(ids):
         return torch.stack([h_leaf[i] if kind == "leaf" else levels[i[0]][i[1]] for kind, i, _ in ids])
     for level in inner:
-        left = rows([n[0] for n in level]); right = rows([n[1] for n in level])
-        h = torch.tanh(torch.cat([left, right], 1) @ w.T + b)
+        h = cell(rows([n[0] for n in level]), rows([n[1] for n in level]))
         levels.append(h)
         labels = torch.tensor([n[2] for n in level])
         loss = loss + torch.nn.functional.cross_entropy(h @ w_out.T + b_out, labels, reduction="sum")
@@ -245,27 +250,18 @@ def loss_of(batch):
 '''
 
 # Level-batched with masks: each level computes every branch for all its
-# nodes and torch.where picks each node's (as a PyTorch user writes gates).
-GATED_PEER = TREE_PEER[:TREE_PEER.index("def loss_of(batch):")] + r'''
-def loss_of(batch):
-    words, leaf_labels, inner = batch
-    e = emb[words]
-    h_leaf = torch.where((e.sum(1) > 0)[:, None], torch.tanh(e), e)
-    loss = torch.nn.functional.cross_entropy(h_leaf @ w_out.T + b_out, leaf_labels, reduction="sum")
-    levels = []
-    def rows(ids):
-        return torch.stack([h_leaf[i] if kind == "leaf" else levels[i[0]][i[1]] for kind, i, _ in ids])
-    for level in inner:
-        left = rows([n[0] for n in level]); right = rows([n[1] for n in level])
-        z = torch.cat([left, right], 1) @ w.T + b
-        g = torch.sigmoid(z)
-        heavier = ((left * left).sum(1) > (right * right).sum(1))[:, None]
-        gated = (g.sum(1) > (1 - g).sum(1))[:, None]
-        h = torch.where(heavier, torch.tanh(z), torch.where(gated, g * left, (1 - g) * right + g))
-        levels.append(h)
-        labels = torch.tensor([n[2] for n in level])
-        loss = loss + torch.nn.functional.cross_entropy(h @ w_out.T + b_out, labels, reduction="sum")
-    return loss
+# nodes and torch.where picks each node's (as a PyTorch user writes gates);
+# loss_of calls these in place of TREE_PEER's.
+GATED_PEER = TREE_PEER + r'''
+def leaf(e):
+    return torch.where((e.sum(1) > 0)[:, None], torch.tanh(e), e)
+
+def cell(left, right):
+    z = torch.cat([left, right], 1) @ w.T + b
+    g = torch.sigmoid(z)
+    heavier = ((left * left).sum(1) > (right * right).sum(1))[:, None]
+    gated = (g.sum(1) > (1 - g).sum(1))[:, None]
+    return torch.where(heavier, torch.tanh(z), torch.where(gated, g * left, (1 - g) * right + g))
 
 '''
 
