@@ -395,9 +395,11 @@ void GenericProgram::Deepen(const Deeper& deeper) {
   const Frontier& f = deeper.frontier;
   int& unroll = unroll_.emplace(f.key, kFirstUnroll).first->second;
   unroll = std::max(unroll, 2 * std::max(f.depth, 1));
-  if (unroll > options_.max_depth) {
-    throw Refusal("generic: the loop @" + f.key.substr(0, f.key.find('\0')) + " ran past " +
-                  std::to_string(options_.max_depth) + " iterations");
+  // Unrolled iterations nest in the walk as cells do: half its depth is
+  // left to the structure around the loop.
+  if (unroll > options_.max_depth / 2) {
+    throw Refusal("generic: the loop @" + f.key.substr(0, f.key.find('\0')) + " ran past " + std::to_string(f.depth) +
+                  " iterations, the most the walk unrolls (half of its depth, " + std::to_string(options_.max_depth) + ")");
   }
 }
 

@@ -265,7 +265,7 @@ class GenericProgram {
   // A loop the data ends (a call inside a branch of an `if` on a tensor
   // that passes no structure) is unrolled kFirstUnroll iterations deep at
   // first; a run past them (Deeper) doubles the depth for that loop's later
-  // walks. Throws Refusal past GenericOptions::max_depth.
+  // walks. Throws Refusal past half GenericOptions::max_depth.
   void Deepen(const Deeper& deeper);
   static constexpr int kFirstUnroll = 4;
 

@@ -537,6 +537,96 @@ def @loss(%xs: List[(Tensor[(1, 4), f32], Tensor[(), i64])], %w: Tensor[(4, 4), 
   }
 }
 
+// Loops nest: an outer loop whose every step runs an inner loop, each
+// unrolled (and deepened) on its own, and a loop whose state is a tuple.
+TEST(GenericTier, NestedLoopsOverTupleStatesMatchTheInterpreter) {
+  Module m;
+  m.AddSource(R"(
+def @inner(%h: Tensor[(1, 4), f32], %k: Tensor[(), i64], %w: Tensor[(4, 4), f32]) -> Tensor[(1, 4), f32] {
+  if (greater(%k, 0)) { @inner(tanh(matmul(%h, %w)), sub(%k, 1), %w) } else { %h }
+}
+def @outer(%s: (Tensor[(1, 4), f32], Tensor[(), f32]), %k: Tensor[(), i64], %w: Tensor[(4, 4), f32])
+    -> (Tensor[(1, 4), f32], Tensor[(), f32]) {
+  if (greater(%k, 0)) {
+    let %h = @inner(%s.0, %k, %w);
+    @outer((mul(%h, 0.9f32), add(%s.1, sum(%h))), sub(%k, 1), %w)
+  } else {
+    %s
+  }
+}
+def @loss(%xs: List[(Tensor[(1, 4), f32], Tensor[(), i64])], %w: Tensor[(4, 4), f32]) -> Tensor[(), f32] {
+  match (%xs) {
+    Nil => 0f32,
+    Cons(%x, %rest) => {
+      let %s = @outer((%x.0, 0f32), %x.1, %w);
+      add(add(sum(%s.0), %s.1), @loss(%rest, %w))
+    },
+  }
+}
+)", "nested.pj");
+  Snapshot module = m.snapshot();
+  TypeDefPtr list = module->FindType("List");
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<float> unit(-1.0f, 1.0f);
+  std::vector<float> w(16);
+  for (float& v : w) v = unit(rng);
+  const Value weight(Tensor::FromVector<float>({4, 4}, w));
+  GenericProgram program(module, "loss");
+  for (const std::vector<int64_t>& steps : std::vector<std::vector<int64_t>>{{2, 0, 6}, {7, 1, 3, 5}, {1}}) {
+    Value xs = Value::Adt(list, 0, {});
+    for (int64_t k : steps) {
+      std::vector<float> row(4);
+      for (float& v : row) v = unit(rng);
+      xs = Value::Adt(list, 1, {Value::Tuple({Value(Tensor::FromVector<float>({1, 4}, row)),
+                                              Value(Tensor::FromVector<int64_t>({}, {k}))}),
+                                xs});
+    }
+    std::vector<Value> args = {xs, weight};
+    Interpreter::ValueAndGrad want = Interpreter().CallWithGrad(*module, "loss", args, {1});
+    ExecuteOptions options;
+    options.grad = true;
+    Inspection inspection;
+    Execution got = InspectAndExecute(program, args, options, inspection);
+    EXPECT_TRUE(ValueAllClose(got.value, want.value, 1e-5, 1e-5)) << got.value.ToString() << " vs " << want.value.ToString();
+    const std::vector<int> wrt{1};
+    ValueAndGrad grads = CallResult(args, &wrt, got);
+    EXPECT_TRUE(ValueAllClose(grads.grads[0], want.grads[0], 1e-4, 1e-5));
+    Execution value = Execute(inspection, ExecuteOptions{});
+    EXPECT_TRUE(ValueAllClose(value.value, want.value, 1e-5, 1e-5)) << "value mode";
+  }
+}
+
+// A loop that does not end is refused once its unrolling would pass half
+// the depth the program walks (GenericOptions::max_depth), naming the loop:
+// the call takes the other tiers, which report it their way.
+TEST(GenericTier, ALoopPastTheDeepestWalkIsRefusedByName) {
+  Module m;
+  m.AddSource(R"(
+def @spin(%h: Tensor[(1, 4), f32]) -> Tensor[(1, 4), f32] {
+  if (greater(sum(mul(%h, %h)), -1f32)) { @spin(tanh(%h)) } else { %h }
+}
+def @loss(%xs: List[Tensor[(1, 4), f32]]) -> Tensor[(), f32] {
+  match (%xs) {
+    Nil => 0f32,
+    Cons(%x, %rest) => add(sum(@spin(%x)), @loss(%rest)),
+  }
+}
+)", "spin.pj");
+  Snapshot module = m.snapshot();
+  TypeDefPtr list = module->FindType("List");
+  Value xs = Value::Adt(list, 1, {Value(Tensor::FromVector<float>({1, 4}, {1, 2, 3, 4})), Value::Adt(list, 0, {})});
+  GenericOptions options;
+  options.max_depth = 64;
+  GenericProgram program(module, "loss", options);
+  Inspection inspection;
+  try {
+    InspectAndExecute(program, {xs}, ExecuteOptions{}, inspection);
+    FAIL() << "a loop that does not end was run";
+  } catch (const Refusal& e) {
+    EXPECT_NE(std::string(e.what()).find("the loop @spin ran past 32 iterations"), std::string::npos) << e.what();
+  }
+}
+
 TEST(GenericTier, WalksStructuresTheProgramBuilds) {
   Module m;
   m.AddSource(R"(
