@@ -640,8 +640,9 @@ class CallRun {
       case Place::Kind::kStruct:
       case Place::Kind::kConstant: t = place.tensor; break;
       case Place::Kind::kRow: {
+        const int row = RowIndex(place.index);  // first: a skipped run has no outputs
         const Tensor& out = outputs_[inspection_.si_run[place.index]][place.output];
-        return static_cast<const char*>(out.raw_data()) + RowIndex(place.index) * bytes;
+        return static_cast<const char*>(out.raw_data()) + row * bytes;
       }
       case Place::Kind::kSelect:
       case Place::Kind::kFrontier: break;  // Chosen resolved it, or threw
@@ -808,6 +809,7 @@ class CallRun {
     if (place.kind == Place::Kind::kRoot) {
       AddInto(result_.root_grads[place.index], inspection_.roots[place.index].type(), src);
     } else if (place.kind == Place::Kind::kRow) {
+      const int row = RowIndex(place.index);  // first: a skipped run has no variant
       int r = inspection_.si_run[place.index];
       const SegmentCode& code = *inspection_.runs[r].code;
       std::vector<Tensor>& cot = cotangents_[r];
@@ -816,7 +818,7 @@ class CallRun {
       if (!cot[place.output].defined()) {
         cot[place.output] = Tensor::Zeros(out.dtype, Prepend(variants_[r]->rows, out.shape));
       }
-      float* dst = cot[place.output].data<float>() + RowIndex(place.index) * NumElements(member.shape);
+      float* dst = cot[place.output].data<float>() + row * NumElements(member.shape);
       const int64_t elems = NumElements(member.shape);
       for (int64_t i = 0; i < elems; ++i) dst[i] += src[i];
     }  // structure tensors and constants take no gradient
