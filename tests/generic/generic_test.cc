@@ -627,6 +627,61 @@ def @loss(%xs: List[Tensor[(1, 4), f32]]) -> Tensor[(), f32] {
   }
 }
 
+// A condition may be data (a flag each node of the tree carries picks its
+// cell) or a constant (a leaf's `if (true)`): read from the structure or the
+// cell at run time as a computed one is.
+TEST(GenericTier, ConditionsThatAreDataOrConstantsChooseAsTheInterpreterDoes) {
+  Module m;
+  m.AddSource(R"(
+type Tree { Leaf(Tensor[(1, 4), f32]), Node(Tree, Tree, Tensor[(), bool]) }
+def @enc(%t: Tree, %u: Tensor[(8, 4), f32]) -> Tensor[(1, 4), f32] {
+  match (%t) {
+    Leaf(%x) => if (true) { tanh(%x) } else { %x },
+    Node(%l, %r, %flag) => {
+      let %x = concat(@enc(%l, %u), @enc(%r, %u), axis=1);
+      if (%flag) { tanh(matmul(%x, %u)) } else { sigmoid(matmul(%x, %u)) }
+    },
+  }
+}
+def @loss(%ts: List[Tree], %u: Tensor[(8, 4), f32]) -> Tensor[(), f32] {
+  match (%ts) {
+    Nil => 0f32,
+    Cons(%t, %rest) => add(sum(@enc(%t, %u)), @loss(%rest, %u)),
+  }
+}
+)", "flags.pj");
+  Snapshot module = m.snapshot();
+  TypeDefPtr tree = module->FindType("Tree"), list = module->FindType("List");
+  std::mt19937 rng(9);
+  std::uniform_real_distribution<float> unit(-1.0f, 1.0f);
+  auto matrix = [&](int64_t rows, int64_t cols) {
+    std::vector<float> v(rows * cols);
+    for (float& x : v) x = unit(rng);
+    return Value(Tensor::FromVector<float>({rows, cols}, v));
+  };
+  auto random_tree = [&](auto& self, int depth) -> Value {
+    if (depth == 0 || rng() % 3 == 0) return Value::Adt(tree, 0, {matrix(1, 4)});
+    return Value::Adt(tree, 1, {self(self, depth - 1), self(self, depth - 1),
+                                Value(Tensor::FromVector<bool>({}, {rng() % 2 == 0}))});
+  };
+  const Value u = matrix(8, 4);
+  GenericProgram program(module, "loss");
+  for (int call = 0; call < 4; ++call) {
+    Value ts = Value::Adt(list, 0, {});
+    for (int i = 0; i < 3; ++i) ts = Value::Adt(list, 1, {random_tree(random_tree, 4), ts});
+    std::vector<Value> args = {ts, u};
+    Interpreter::ValueAndGrad want = Interpreter().CallWithGrad(*module, "loss", args, {1});
+    ExecuteOptions options;
+    options.grad = true;
+    Inspection inspection;
+    Execution got = InspectAndExecute(program, args, options, inspection);
+    EXPECT_TRUE(ValueAllClose(got.value, want.value, 1e-5, 1e-5)) << got.value.ToString() << " vs " << want.value.ToString();
+    const std::vector<int> wrt{1};
+    ValueAndGrad grads = CallResult(args, &wrt, got);
+    EXPECT_TRUE(ValueAllClose(grads.grads[0], want.grads[0], 1e-4, 1e-5));
+  }
+}
+
 TEST(GenericTier, WalksStructuresTheProgramBuilds) {
   Module m;
   m.AddSource(R"(
