@@ -544,7 +544,6 @@ class CallRun {
     if (!inspection.si_guard.empty()) {  // rows move as branches' runs pack the instances that take them
       rows_ = inspection.si_row;
       active_.resize(n_runs_);
-      guarded_run_.assign(n_runs_, 0);
       guard_state_.assign(inspection.guards.size(), 0);
     }
   }
@@ -604,9 +603,10 @@ class CallRun {
   }
 
   // The members of run `r` that run: all of them, or those of a branch's
-  // run whose guards held (Forward packs them).
+  // run whose guards held (Forward packs them; a run none of whose
+  // instances holds is skipped, and asked for no members).
   std::span<const int> Members(size_t r) const {
-    if (guarded_run_.empty() || !guarded_run_[r]) return inspection_.runs[r].members;
+    if (active_.empty() || active_[r].empty()) return inspection_.runs[r].members;
     return active_[r];
   }
 
@@ -618,7 +618,6 @@ class CallRun {
                                        [&](int si) { return inspection_.si_guard[si] < 0; })) {
       return true;
     }
-    guarded_run_[r] = 1;
     std::vector<int>& active = active_[r];
     for (int si : run.members) {
       if (Holds(inspection_.si_guard[si])) {
@@ -958,11 +957,11 @@ class CallRun {
   std::vector<std::vector<Tensor>> outputs_, inputs_;  // per run; inputs kept in grad mode
   std::vector<SegmentCode::Variant*> variants_;
   // With guarded instances: each instance's row (-1: its guard failed), the
-  // members that ran of the runs that have guarded ones, and each guard's
-  // state (0 not read yet, 1 holds, 2 fails). Empty otherwise.
+  // members that ran of the runs that have guarded ones (empty for the
+  // others), and each guard's state (0 not read yet, 1 holds, 2 fails).
+  // Empty otherwise.
   std::vector<int> rows_;
   std::vector<std::vector<int>> active_;
-  std::vector<char> guarded_run_;
   std::vector<int8_t> guard_state_;
   std::map<std::pair<int, bool>, Tensor> packed_;
   std::vector<std::vector<Tensor>> cotangents_;                    // per run, per output
