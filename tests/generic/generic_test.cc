@@ -473,6 +473,22 @@ def @rows(%xs: List[Tensor[(1, 4), f32]], %w: Tensor[(4, 4), f32]) -> Tensor[(),
   }
 }
 
+// One call of `program`'s "loss" on `args` (a structure, then a weight)
+// through InspectAndExecute in grad mode: its value and the weight's
+// gradient are the interpreter's, and so is value mode on the same walk.
+// Returns the grad-mode run; `inspection` is its walk.
+Execution ExpectTheInterpretersAnswers(GenericProgram& program, const std::vector<Value>& args, Inspection& inspection) {
+  Interpreter::ValueAndGrad want = Interpreter().CallWithGrad(*program.module(), "loss", args, {1});
+  ExecuteOptions options;
+  options.grad = true;
+  Execution got = InspectAndExecute(program, args, options, inspection);
+  EXPECT_TRUE(ValueAllClose(got.value, want.value, 1e-5, 1e-5)) << got.value.ToString() << " vs " << want.value.ToString();
+  const std::vector<int> wrt{1};
+  EXPECT_TRUE(ValueAllClose(CallResult(args, &wrt, got).grads[0], want.grads[0], 1e-4, 1e-5));
+  EXPECT_TRUE(ValueAllClose(Execute(inspection, ExecuteOptions{}).value, want.value, 1e-5, 1e-5)) << "value mode";
+  return got;
+}
+
 // A loop the data ends (a recursion inside a branch, passing no structure)
 // is unrolled by the inspector: the i-th iteration of every example is one
 // batched run, and the examples that stopped skip it. Here each element
@@ -513,17 +529,9 @@ def @loss(%xs: List[(Tensor[(1, 4), f32], Tensor[(), i64])], %w: Tensor[(4, 4), 
   GenericProgram program(module, "loss");
   for (const auto& [steps, reruns] : std::vector<std::pair<std::vector<int64_t>, int>>{
            {{1, 3, 9, 2}, 2}, {{9, 0, 5, 7}, 0}, {{2, 2, 1, 3}, 0}}) {
-    std::vector<Value> args = {minibatch(steps), weight};
-    Interpreter::ValueAndGrad want = Interpreter().CallWithGrad(*module, "loss", args, {1});
-    ExecuteOptions options;
-    options.grad = true;
     Inspection inspection;
-    Execution got = InspectAndExecute(program, args, options, inspection);
+    Execution got = ExpectTheInterpretersAnswers(program, {minibatch(steps), weight}, inspection);
     EXPECT_EQ(got.reruns, reruns);
-    EXPECT_TRUE(ValueAllClose(got.value, want.value, 1e-5, 1e-5)) << got.value.ToString() << " vs " << want.value.ToString();
-    const std::vector<int> wrt{1};
-    ValueAndGrad grads = CallResult(args, &wrt, got);
-    EXPECT_TRUE(ValueAllClose(grads.grads[0], want.grads[0], 1e-4, 1e-5));
     // Each iteration's step is one run over the four examples: the first
     // call's and 16 unrolled.
     int step_runs = 0;
@@ -581,18 +589,8 @@ def @loss(%xs: List[(Tensor[(1, 4), f32], Tensor[(), i64])], %w: Tensor[(4, 4), 
                                               Value(Tensor::FromVector<int64_t>({}, {k}))}),
                                 xs});
     }
-    std::vector<Value> args = {xs, weight};
-    Interpreter::ValueAndGrad want = Interpreter().CallWithGrad(*module, "loss", args, {1});
-    ExecuteOptions options;
-    options.grad = true;
     Inspection inspection;
-    Execution got = InspectAndExecute(program, args, options, inspection);
-    EXPECT_TRUE(ValueAllClose(got.value, want.value, 1e-5, 1e-5)) << got.value.ToString() << " vs " << want.value.ToString();
-    const std::vector<int> wrt{1};
-    ValueAndGrad grads = CallResult(args, &wrt, got);
-    EXPECT_TRUE(ValueAllClose(grads.grads[0], want.grads[0], 1e-4, 1e-5));
-    Execution value = Execute(inspection, ExecuteOptions{});
-    EXPECT_TRUE(ValueAllClose(value.value, want.value, 1e-5, 1e-5)) << "value mode";
+    ExpectTheInterpretersAnswers(program, {xs, weight}, inspection);
   }
 }
 
@@ -669,16 +667,8 @@ def @loss(%ts: List[Tree], %u: Tensor[(8, 4), f32]) -> Tensor[(), f32] {
   for (int call = 0; call < 4; ++call) {
     Value ts = Value::Adt(list, 0, {});
     for (int i = 0; i < 3; ++i) ts = Value::Adt(list, 1, {random_tree(random_tree, 4), ts});
-    std::vector<Value> args = {ts, u};
-    Interpreter::ValueAndGrad want = Interpreter().CallWithGrad(*module, "loss", args, {1});
-    ExecuteOptions options;
-    options.grad = true;
     Inspection inspection;
-    Execution got = InspectAndExecute(program, args, options, inspection);
-    EXPECT_TRUE(ValueAllClose(got.value, want.value, 1e-5, 1e-5)) << got.value.ToString() << " vs " << want.value.ToString();
-    const std::vector<int> wrt{1};
-    ValueAndGrad grads = CallResult(args, &wrt, got);
-    EXPECT_TRUE(ValueAllClose(grads.grads[0], want.grads[0], 1e-4, 1e-5));
+    ExpectTheInterpretersAnswers(program, {ts, u}, inspection);
   }
 }
 
