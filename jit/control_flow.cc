@@ -15,12 +15,10 @@
 #include "jit/native_executable.h"
 #include "jit/pipeline.h"
 #include "jit/refine_shapes.h"
-#include "jit/schedule.h"
 #include "jit/straight.h"
 #include "jit/vjp.h"
 #include "ops/eager.h"
 #include "support/interrupt.h"
-#include "support/team.h"
 
 namespace pejit {
 namespace {
