@@ -354,19 +354,29 @@ struct Programs {
   std::vector<SegmentCode::Output> forward_outputs, backward_outputs;
 };
 
-Programs MakePrograms(const SegmentCode& code, int64_t rows, bool grad) {
+Programs MakePrograms(const SegmentCode& code, int64_t rows, bool grad, const std::vector<PadTo>& pads) {
   Programs p;
-  std::vector<bool> stacked;
-  for (bool s : code.shared) stacked.push_back(!s);
   // The segment pass list (jit/pass.h), in its order.
   const PassInstrument& shown = *code.instrument;
-  Func vectorized = RunPass(shown, "vectorize", [&] { return Vectorize(code.program, stacked, rows); });
+  Func program = code.program;
+  std::vector<bool> shared = code.shared, data = code.data;
+  if (!pads.empty()) {  // the masks it appends are data
+    program = RunPass(shown, "pad", [&] { return PadSegment(code.program, pads); });
+    for (const PadTo& pad : pads) {
+      if (!pad.masked) continue;
+      shared.push_back(false);
+      data.push_back(true);
+    }
+  }
+  std::vector<bool> stacked;
+  for (bool s : shared) stacked.push_back(!s);
+  Func vectorized = RunPass(shown, "vectorize", [&] { return Vectorize(program, stacked, rows); });
   auto pack = [&](const Func& program, std::vector<SegmentCode::Pack>& packs) {
-    return RunPass(shown, "pack-shared-weights", [&] { return PackSharedWeights(program, code.shared, packs); });
+    return RunPass(shown, "pack-shared-weights", [&] { return PackSharedWeights(program, shared, packs); });
   };
   if (grad) {
     GradPrograms g = RunPass(
-        shown, "vjp", [&] { return MakeGradPrograms(vectorized, code.shared, code.data); },
+        shown, "vjp", [&] { return MakeGradPrograms(vectorized, shared, data); },
         [](const GradPrograms& g) {
           return PrintFunction("forward", g.forward) + (g.backward ? "\n" + PrintFunction("backward", g.backward) : "");
         });
@@ -425,7 +435,7 @@ void Make(SegmentCode& code, SegmentCode::Variant& v) {
     std::lock_guard lock(code.mu);
     if (v.made) return;
   }
-  Programs p = MakePrograms(code, v.rows, v.grad);
+  Programs p = MakePrograms(code, v.rows, v.grad, v.pads);
   ExecutablePtr forward_code = BaselineCode(p.forward);
   ExecutablePtr backward_code = BaselineCode(p.backward);
   std::lock_guard lock(code.mu);
@@ -434,19 +444,20 @@ void Make(SegmentCode& code, SegmentCode::Variant& v) {
 
 }  // namespace
 
-SegmentCode::Variant& VariantEntry(SegmentCode& code, int64_t rows, bool grad) {
+SegmentCode::Variant& VariantEntry(SegmentCode& code, int64_t rows, bool grad, const std::vector<PadTo>& pads) {
   std::lock_guard lock(code.mu);
-  auto& slot = code.variants[rows * 2 + (grad ? 1 : 0)];
+  auto& slot = code.variants[{PadKey(pads), rows * 2 + (grad ? 1 : 0)}];
   if (!slot) {
     slot = std::make_unique<SegmentCode::Variant>();
     slot->rows = rows;
     slot->grad = grad;
+    slot->pads = pads;
   }
   return *slot;
 }
 
-SegmentCode::Variant& VariantFor(SegmentCode& code, int64_t rows, bool grad) {
-  SegmentCode::Variant& v = VariantEntry(code, rows, grad);
+SegmentCode::Variant& VariantFor(SegmentCode& code, int64_t rows, bool grad, const std::vector<PadTo>& pads) {
+  SegmentCode::Variant& v = VariantEntry(code, rows, grad, pads);
   Make(code, v);
   return v;
 }
@@ -467,7 +478,7 @@ void CompileVariant(JitSession& jit, SegmentCode& code, SegmentCode::Variant& va
     }
   }
   if (!made) {
-    fresh = MakePrograms(code, variant.rows, variant.grad);
+    fresh = MakePrograms(code, variant.rows, variant.grad, variant.pads);
     forward = fresh->forward;
     backward = fresh->backward;
   }
@@ -516,11 +527,13 @@ void AddInto(Tensor& target, const TensorType& type, const float* src) {
 // bucket's: of those that pad the run to at most 2 rows + 8, the smallest
 // with native code, else the smallest made; null when none is. Padded rows
 // are copies of a real row with zero cotangents: they change no result.
-SegmentCode::Variant* StandIn(SegmentCode& code, int64_t rows, bool grad) {
+SegmentCode::Variant* StandIn(SegmentCode& code, int64_t rows, bool grad, const std::vector<PadTo>& pads) {
   const int64_t most = 2 * rows + 8;
   SegmentCode::Variant* made = nullptr;
   std::lock_guard lock(code.mu);
-  for (auto it = code.variants.lower_bound(rows * 2); it != code.variants.end() && it->second->rows <= most; ++it) {
+  const std::vector<int64_t> key = PadKey(pads);
+  for (auto it = code.variants.lower_bound({key, rows * 2});
+       it != code.variants.end() && it->first.first == key && it->second->rows <= most; ++it) {
     SegmentCode::Variant& v = *it->second;
     if (v.grad != grad) continue;
     if (v.native.load()) return &v;
@@ -663,17 +676,69 @@ class CallRun {
     result_.missing_codes.push_back(&code);
   }
 
-  // The inputs of members [first, first + count) of `run`, stacked to `rows`
-  // rows (padded with copies of the first).
-  std::vector<Tensor> Gather(const generic::Run& run, std::span<const int> members, int first, int count,
-                             int64_t rows) const {
+  // The slot member `si` of a run of `code` reads its input `p` from.
+  const Place& Slot(int si, const SegmentCode& code, size_t p) const {
+    return inspection_.si_inputs[inspection_.si_input_begin[si] + code.input_slot[p]];
+  }
+
+  // The tensor a padded input's slot holds: data, from the structure.
+  const Tensor& DataTensor(const Place& slot) const {
+    const Place& place = Chosen(slot);
+    if (place.kind == Place::Kind::kRoot) return inspection_.roots[place.index];
+    if (place.kind == Place::Kind::kStruct || place.kind == Place::Kind::kConstant) return *place.tensor;
+    throw std::logic_error("generic: a padded input that a run computes");
+  }
+
+  // The padding a run of `members` takes (generic/pad.h).
+  std::vector<PadTo> Padding(const generic::Run& run, std::span<const int> members) const {
     const SegmentCode& code = *run.code;
-    std::vector<Tensor> in(code.inputs.size());
+    return RunPadding(code, static_cast<int>(members.size()),
+                      [&](int m, int p) { return DataTensor(Slot(members[m], code, p)).shape()[0]; });
+  }
+
+  // Padded input `p` of members [first, first + count) (rows past count
+  // copies of the first), zeros past each member's length, and its mask
+  // when the variant takes one.
+  void GatherPadded(const SegmentCode& code, const SegmentCode::Variant& v, size_t p, std::span<const int> members,
+                    int first, int count, std::vector<Tensor>& in, std::vector<Tensor>& masks) const {
+    const PadTo pad = v.pads[p];
+    TensorType member = code.inputs[p];
+    member.shape[0] = pad.extent;
+    const int64_t bytes = RowBytes(member), item = bytes / pad.extent;
+    Tensor stacked = Tensor::Zeros(member.dtype, Prepend(v.rows, member.shape));
+    Tensor mask = pad.masked ? Tensor::Zeros(DType::kBool, {v.rows, pad.extent}) : Tensor();
+    for (int64_t i = 0; i < v.rows; ++i) {
+      const Tensor& t = DataTensor(Slot(members[first + (i < count ? i : 0)], code, p));
+      const int64_t n = t.rank() == 0 ? -1 : t.shape()[0];
+      if (n < 0 || n > pad.extent || static_cast<int64_t>(t.nbytes()) != n * item || (pad.masked && n == 0)) {
+        // A masked reduction of nothing would read only its fill (a softmax of -inf).
+        throw Refusal("generic: a tensor of " + t.type().ToString() + " where the segment reads up to " +
+                      member.ToString() + (n == 0 ? " (an empty length is not padded)" : ""));
+      }
+      std::memcpy(static_cast<char*>(stacked.raw_data()) + i * bytes, t.raw_data(), n * item);
+      if (pad.masked) std::fill_n(mask.data<bool>() + i * pad.extent, n, true);
+    }
+    in[p] = std::move(stacked);
+    if (pad.masked) masks.push_back(std::move(mask));
+  }
+
+  // The inputs of members [first, first + count) of `run` for variant `v`,
+  // stacked to its rows (padded with copies of the first), its padded
+  // inputs' masks appended.
+  std::vector<Tensor> Gather(const generic::Run& run, std::span<const int> members, int first, int count,
+                             const SegmentCode::Variant& v) const {
+    const SegmentCode& code = *run.code;
+    const int64_t rows = v.rows;
+    std::vector<Tensor> in(code.inputs.size()), masks;
     for (size_t p = 0; p < code.inputs.size(); ++p) {
       const TensorType& member = code.inputs[p];
       const int64_t bytes = RowBytes(member);
       if (code.shared[p]) {
         in[p] = inspection_.roots.at(SharedRoot(run, p));
+        continue;
+      }
+      if (!v.pads.empty() && v.pads[p].extent > 0) {
+        GatherPadded(code, v, p, members, first, count, in, masks);
         continue;
       }
       Tensor stacked = Tensor::Empty(member.dtype, Prepend(rows, member.shape));
@@ -685,6 +750,7 @@ class CallRun {
       }
       in[p] = std::move(stacked);
     }
+    for (Tensor& m : masks) in.push_back(std::move(m));
     return in;
   }
 
@@ -702,11 +768,12 @@ class CallRun {
     const std::span<const int> members = Members(r);
     const int64_t rows = members.size() == run.members.size() ? run.rows : RowBucket(static_cast<int64_t>(members.size()));
     SegmentCode& code = *run.code;
-    SegmentCode::Variant& own = VariantEntry(code, rows, options_.grad);
+    const std::vector<PadTo> pads = Padding(run, members);
+    SegmentCode::Variant& own = VariantEntry(code, rows, options_.grad, pads);
     if (options_.compile_now && !own.native.load()) {
       CompileVariant(*options_.compile_now, code, own, options_.compile_program, options_.compile_options);
     }
-    if (!options_.grad && !own.native.load() && ForwardInNativePieces(r, members, rows)) {
+    if (!options_.grad && !own.native.load() && ForwardInNativePieces(r, members, rows, pads)) {
       variants_[r] = &own;
       Missing(code, own);  // its own code still compiles: one run next time, not pieces
       return;
@@ -715,12 +782,12 @@ class CallRun {
     // bucket's (padded rows cost less than making a variant on this thread).
     SegmentCode::Variant* variant = &own;
     if (!own.native.load()) {
-      variant = StandIn(code, rows, options_.grad);
-      if (!variant) variant = &VariantFor(code, rows, options_.grad);  // made now: it runs its baseline code
+      variant = StandIn(code, rows, options_.grad, pads);
+      if (!variant) variant = &VariantFor(code, rows, options_.grad, pads);  // made now: it runs its baseline code
       Missing(code, own);
     }
     variants_[r] = variant;
-    std::vector<Tensor> in = Gather(run, members, 0, static_cast<int>(members.size()), variant->rows);
+    std::vector<Tensor> in = Gather(run, members, 0, static_cast<int>(members.size()), *variant);
     ++(variant->native.load() ? result_.native_runs : result_.baseline_runs);
     outputs_[r] = RunForward(run, *variant, in);
     if (options_.grad) inputs_[r] = std::move(in);
@@ -731,13 +798,16 @@ class CallRun {
   // extra outputs unused), so that a row count not compiled yet does not
   // run interpreted where other counts have native code. False when no
   // variant of the segment has native code.
-  bool ForwardInNativePieces(size_t r, std::span<const int> members_run, int64_t run_rows) {
+  bool ForwardInNativePieces(size_t r, std::span<const int> members_run, int64_t run_rows,
+                             const std::vector<PadTo>& pads) {
     const generic::Run& run = inspection_.runs[r];
     SegmentCode& code = *run.code;
     std::vector<std::pair<int64_t, SegmentCode::Variant*>> native;  // by rows
     {
       std::lock_guard lock(code.mu);
+      const std::vector<int64_t> pad_key = PadKey(pads);
       for (const auto& [key, v] : code.variants) {
+        if (key.first != pad_key) continue;
         if (v->native.load() || (v->grad && v->forward_native)) native.emplace_back(v->rows, v.get());
       }
     }
@@ -749,14 +819,14 @@ class CallRun {
       const int left = members - first;
       SegmentCode::Variant* pick = NativePiece(native, left);
       if (!pick) {  // the rest interpreted in its own row bucket
-        pick = &VariantFor(code, RowBucket(left), false);
+        pick = &VariantFor(code, RowBucket(left), false, pads);
         if (!pick->native.load()) {
           all_native = false;
           Missing(code, *pick);
         }
       }
       const int count = static_cast<int>(std::min<int64_t>(pick->rows, left));
-      std::vector<Tensor> piece = RunForward(run, *pick, Gather(run, members_run, first, count, pick->rows));
+      std::vector<Tensor> piece = RunForward(run, *pick, Gather(run, members_run, first, count, *pick));
       if (first == 0 && count == members && pick->rows == run_rows) {  // one piece, the run's own shape
         piece.resize(code.outputs.size());  // a grad-mode forward's residuals go unused
         outputs_[r] = std::move(piece);

@@ -101,13 +101,14 @@ ValueAndGrad CallResult(const std::vector<Value>& args, const std::vector<int>* 
 // anything runs.
 bool HoldsStructure(const Value& arg);
 
-// The variant of `code` for `rows` rows, made (forward and, in grad mode,
+// The variant of `code` for `rows` rows (and, for a segment that pads
+// inputs, the padding `pads`: RunPadding's), made (forward and, in grad mode,
 // backward programs, with their baseline code) on first use. Thread-safe.
-SegmentCode::Variant& VariantFor(SegmentCode& code, int64_t rows, bool grad);
+SegmentCode::Variant& VariantFor(SegmentCode& code, int64_t rows, bool grad, const std::vector<PadTo>& pads = {});
 // The same variant, its programs not made yet if they were not: cheap, for
 // asking a worker to make and compile it (a prefetch, or a value-mode run
 // that other variants' native code served). Thread-safe.
-SegmentCode::Variant& VariantEntry(SegmentCode& code, int64_t rows, bool grad);
+SegmentCode::Variant& VariantEntry(SegmentCode& code, int64_t rows, bool grad, const std::vector<PadTo>& pads = {});
 
 // Compiles those of a variant's programs that have no native code yet (made
 // first if they were not, without baseline code) and publishes them; the variant's next runs use

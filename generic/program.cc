@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <optional>
 
 #include "ir/printer.h"
@@ -299,13 +300,69 @@ int GenericProgram::segment_codes() const {
   return static_cast<int>(std::set<SegmentCode*>(codes_.begin(), codes_.end()).size());
 }
 
+std::vector<int64_t> PadKey(const std::vector<PadTo>& pads) {
+  std::vector<int64_t> key;
+  for (const PadTo& p : pads) {
+    if (p.extent > 0) key.push_back(p.extent * 2 + (p.masked ? 1 : 0));
+  }
+  return key;
+}
+
+std::vector<PadTo> RunPadding(const SegmentCode& code, int members, const std::function<int64_t(int, int)>& length) {
+  std::vector<PadTo> pads;
+  if (code.padded.empty()) return pads;
+  pads.resize(code.padded.size());
+  for (size_t p = 0; p < code.padded.size(); ++p) {
+    if (!code.padded[p]) continue;
+    int64_t shortest = INT64_MAX, longest = 0;
+    for (int m = 0; m < members; ++m) {
+      const int64_t n = length(m, static_cast<int>(p));
+      shortest = std::min(shortest, n);
+      longest = std::max(longest, n);
+    }
+    pads[p] = shortest == longest && longest >= 2 ? PadTo{longest, false} : PadTo{PadBucket(longest), true};
+  }
+  return pads;
+}
+
 SegmentCode* SegmentTable::Intern(const Func& program, const std::vector<bool>& shared, const std::vector<bool>& data) {
-  std::string text = PrintFunction("segment", program);
-  for (size_t i = 0; i < shared.size(); ++i) text.push_back(shared[i] ? 's' : data[i] ? 'd' : 'r');
-  PostOrderVisit(program->body, [&](const Expr& e) {  // the printer abbreviates large constants
-    if (auto* c = As<ConstantNode>(e)) text.append(static_cast<const char*>(c->value.raw_data()), c->value.nbytes());
-  });
+  // A data input whose first axis may be its example's length is padded
+  // when the program allows it (generic/pad.h): one at a time, each kept
+  // if the program pads with it and those before. The key is the program
+  // padded, so that every length of it has one code. A length of 1 joins
+  // the code longer ones made, but makes none: an axis of 1 is more often
+  // a row than a length (a leaf's token vector), and padding every run of
+  // rows to 2 would double its work.
+  std::vector<PadTo> probe(shared.size());
+  Func keyed = program;
+  std::vector<bool> padded(shared.size(), false);
+  bool joins_only = false;
+  for (size_t i = 0; i < shared.size(); ++i) {
+    const TensorType& t = AsTensor(program->params[i]->annotation)->type;
+    if (shared[i] || !data[i] || t.rank() == 0 || t.shape[0] < 1) continue;
+    probe[i] = {kPadKeyExtent, true};
+    try {
+      keyed = PadSegment(program, probe);
+      padded[i] = true;
+      joins_only |= t.shape[0] == 1;
+    } catch (const Refusal&) {
+      probe[i] = {};
+    }
+  }
+  auto key_of = [&](const Func& f, const std::vector<bool>& pads) {
+    std::string text = PrintFunction("segment", f);
+    for (size_t i = 0; i < shared.size(); ++i) text.push_back(shared[i] ? 's' : pads[i] ? 'p' : data[i] ? 'd' : 'r');
+    PostOrderVisit(f->body, [&](const Expr& e) {  // the printer abbreviates large constants
+      if (auto* c = As<ConstantNode>(e)) text.append(static_cast<const char*>(c->value.raw_data()), c->value.nbytes());
+    });
+    return text;
+  };
+  std::string text = key_of(keyed, padded);
   std::lock_guard lock(mu_);
+  if (joins_only && !by_text_.contains(text)) {
+    padded.assign(shared.size(), false);
+    text = key_of(program, padded);
+  }
   auto [it, fresh] = by_text_.emplace(std::move(text), nullptr);
   if (!fresh) return it->second;
   SegmentCode& code = codes_.emplace_back();
@@ -314,6 +371,7 @@ SegmentCode* SegmentTable::Intern(const Func& program, const std::vector<bool>& 
   code.program = program;
   code.shared = shared;
   code.data = data;
+  if (std::find(padded.begin(), padded.end(), true) != padded.end()) code.padded = std::move(padded);
   int per_row = 0, once = 0;
   for (bool s : shared) code.input_slot.push_back(s ? once++ : per_row++);
   for (const Var& p : program->params) code.inputs.push_back(AsTensor(p->annotation)->type);
@@ -546,9 +604,19 @@ Ahead GenericProgram::InspectAhead(const std::vector<Value>& args) {
   for (const Value& a : args) EncodeRoot(a, roots, structures, kept.encoded);
   auto variants_of = [](const Inspection& s) {
     Ahead ahead;
-    for (const Run& run : s.runs) ahead.variants.emplace_back(run.code, run.rows);
-    std::sort(ahead.variants.begin(), ahead.variants.end());
-    ahead.variants.erase(std::unique(ahead.variants.begin(), ahead.variants.end()), ahead.variants.end());
+    std::set<std::tuple<SegmentCode*, std::vector<int64_t>, int64_t>> seen;
+    for (const Run& run : s.runs) {
+      // A padded input's length, where the walk knows its tensor (a structure's).
+      bool known = true;
+      std::vector<PadTo> pads = RunPadding(*run.code, static_cast<int>(run.members.size()), [&](int m, int p) {
+        const Place& place = s.si_inputs[s.si_input_begin[run.members[m]] + run.code->input_slot[p]];
+        const bool held = place.kind == Place::Kind::kStruct || place.kind == Place::Kind::kConstant;
+        known = known && held;
+        return held ? place.tensor->shape()[0] : int64_t{1};
+      });
+      if (!known || !seen.emplace(run.code, PadKey(pads), run.rows).second) continue;
+      ahead.variants.push_back({run.code, std::move(pads), run.rows});
+    }
     return ahead;
   };
   std::lock_guard lock(mu_);

@@ -25,19 +25,23 @@
 // so its amount is bounded by the model, not by the data set.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <set>
+#include <tuple>
 #include <string>
 #include <unordered_map>
 #include <vector>
 
 #include "generic/cell.h"
+#include "generic/pad.h"
 #include "ir/module.h"
 #include "ir/value.h"
 #include "jit/executable.h"
@@ -91,6 +95,10 @@ struct SegmentCode {
   Func program;                    // over one instance
   std::vector<bool> shared;        // per input
   std::vector<bool> data;          // per input: never differentiated for (Segment::data)
+  // Per input: padded to the longest of a run's instances (generic/pad.h),
+  // a data input whose first axis is its example's length, so that one
+  // program serves every length. Empty when none is.
+  std::vector<bool> padded;
   // Per input, where a run finds it: a per-row input's place among an
   // instance's slots (Inspection::si_inputs), a shared input's among the run's
   // entry tensors (Run::shared_roots). Shared inputs are stored once per
@@ -102,6 +110,7 @@ struct SegmentCode {
   struct Variant {
     int64_t rows = 0;
     bool grad = false;
+    std::vector<PadTo> pads;  // per input, of a segment that pads some (`padded`); else empty
     // The programs below are made (vectorized, differentiated) on first
     // need, guarded by the SegmentCode's mutex: a variant can be asked for
     // (queued for a worker to make and compile) before anything runs it.
@@ -135,8 +144,13 @@ struct SegmentCode {
     std::atomic<size_t> code_bytes{0};     // of the native code
   };
   mutable std::mutex mu;
-  std::map<int64_t, std::unique_ptr<Variant>> variants;  // by rows * 2 + grad
+  // By PadKey(pads), then rows * 2 + grad.
+  using VariantKey = std::pair<std::vector<int64_t>, int64_t>;
+  std::map<VariantKey, std::unique_ptr<Variant>> variants;
 };
+
+// A padding as a key: per padded input, its extent * 2 + masked.
+std::vector<int64_t> PadKey(const std::vector<PadTo>& pads);
 
 // Segment programs and their code, shared by every entry of an engine: a
 // segment is keyed by its exact text (operators, shapes, the bytes of its
@@ -225,9 +239,16 @@ struct Inspection {
   bool kept = false;                  // walked ahead by InspectAhead, taken by the call
 };
 
+// A variant a run will run: its segment, padding and rows.
+struct VariantRef {
+  SegmentCode* code = nullptr;
+  std::vector<PadTo> pads;
+  int64_t rows = 0;
+};
+
 // What InspectAhead learned of a call to come.
 struct Ahead {
-  std::vector<std::pair<SegmentCode*, int64_t>> variants;  // (segment, rows) its runs will run, distinct
+  std::vector<VariantRef> variants;  // its runs will run, distinct
   int new_cells = 0;
   double inspect_ms = 0;  // the walk's
 };
@@ -237,6 +258,15 @@ struct Ahead {
 // a segment has at most four variants per octave of row counts and padding
 // wastes at most a quarter.
 int64_t RowBucket(int64_t n);
+
+// The padding a run of `members` instances of `code` takes: per padded
+// input, exactly the members' length when they agree, else masked at
+// PadBucket of the longest. `length(m, p)`: member m's length of input p.
+// Empty when `code` pads nothing.
+std::vector<PadTo> RunPadding(const SegmentCode& code, int members, const std::function<int64_t(int, int)>& length);
+// A padded extent: RowBucket's, at least 2 (a unit axis would be taken for
+// one a reshape may drop).
+inline int64_t PadBucket(int64_t n) { return std::max<int64_t>(2, RowBucket(n)); }
 
 struct GenericOptions {
   int max_depth = 4000;  // cell instances nested deeper are refused (native stack)

@@ -12,7 +12,7 @@ const std::vector<PassList>& PassLists() {
   static const std::vector<PassList> lists = {
       {"residual", {"batch", "autodiff"}},
       {"control-flow", {"refine-shapes", "batch-branches"}},
-      {"segment", {"vectorize", "vjp", "pack-shared-weights"}},
+      {"segment", {"pad", "vectorize", "vjp", "pack-shared-weights"}},
       {"lowering", {"fold-constants", "combine-sums", "pack-gemm", "cse", "dce"}},
   };
   return lists;

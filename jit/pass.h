@@ -12,7 +12,8 @@
 //                 refine-shapes, batch-branches; then its regions go
 //                 through `residual` and `lowering`
 //   segment       a generic-tier segment's variant for a row count
-//                 (generic/executor.cc): vectorize, vjp (grad mode: the
+//                 (generic/executor.cc): pad (a segment serving
+//                 several lengths, generic/pad.h), vectorize, vjp (grad mode: the
 //                 forward that keeps residuals and the backward),
 //                 pack-shared-weights (of each); then, compiled, `lowering`
 //   lowering      every compile (jit/plan.h), on straight-line code:

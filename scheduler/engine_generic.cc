@@ -180,10 +180,11 @@ bool EngineImpl::PrefetchGeneric(Request& r, pejit::Prefetch when) {
   try {
     // The call takes this walk's inspection (GenericProgram::InspectAhead).
     ahead = program->InspectAhead(r.args);
-    for (const auto& [code, rows] : ahead.variants) {
-      generic::SegmentCode::Variant& v = generic::VariantEntry(*code, rows, r.wrt != nullptr);  // the worker makes it
+    for (const generic::VariantRef& ref : ahead.variants) {
+      // the worker makes it
+      generic::SegmentCode::Variant& v = generic::VariantEntry(*ref.code, ref.rows, r.wrt != nullptr, ref.pads);
       if (!v.native.load()) {
-        QueueGenericCompile(r.entry.name, program, code, &v);
+        QueueGenericCompile(r.entry.name, program, ref.code, &v);
         ++queued;
       }
     }

@@ -800,14 +800,15 @@ def @make(%t: Tree, %w: Tensor[(), f32]) -> fn(Tensor[(), f32]) -> Tensor[(), f3
 // Per-example sizes: each example of the DAG encoder has a sentence matrix
 // of its own length (2-5 rows of 6 here). A leaf reads one row of it: the
 // inspector takes that row (an operator that only moves data, DataOp), so
-// the leaves of every length are one segment program and one run per level;
-// only the root's attention, which reads the whole sentence, has a program
-// per length.
-TEST(GenericTier, LeavesOfEverySentenceLengthRunOneProgram) {
+// the leaves of every length are one segment program and one run per level.
+// The root's attention reads the whole sentence: its program pads the
+// sentence to the longest of the run (generic/pad.h), so it too is one
+// program for every length.
+TEST(GenericTier, EverySentenceLengthRunsOneProgramAtTheLeavesAndAtTheRoot) {
   Snapshot module = LoadProgram("tests/generic/models/dag.pj");
   auto calls = Calls(*module, "loss", "tests/generic/dag_calls.jsonl");
   GenericProgram program(module, "loss");
-  std::set<const SegmentCode*> row_readers;
+  std::set<const SegmentCode*> row_readers, sentence_readers;
   for (const auto& args : calls) {
     Inspection inspection = program.Inspect(args);
     for (const generic::Run& run : inspection.runs) {
@@ -817,12 +818,131 @@ TEST(GenericTier, LeavesOfEverySentenceLengthRunOneProgram) {
         const Shape& shape = run.code->inputs[i].shape;
         if (run.code->shared[i] || shape.size() != 2 || shape[1] != 6) continue;
         EXPECT_TRUE(run.code->data[i]) << text;  // a sentence or its row: never differentiated
-        if (shape[0] == 1) row_readers.insert(run.code);
-        else EXPECT_NE(text.find("softmax("), std::string::npos) << "reads a whole sentence outside the root:\n" << text;
+        if (shape[0] == 1) {
+          row_readers.insert(run.code);
+          continue;
+        }
+        EXPECT_NE(text.find("softmax("), std::string::npos) << "reads a whole sentence outside the root:\n" << text;
+        ASSERT_FALSE(run.code->padded.empty()) << text;
+        EXPECT_TRUE(run.code->padded[i]);
+        sentence_readers.insert(run.code);
       }
     }
   }
   EXPECT_EQ(row_readers.size(), 1u);
+  EXPECT_EQ(sentence_readers.size(), 1u);
+}
+
+// What a padded program computes is what each instance's own does, for
+// every operation the padding handles: contractions and reductions along
+// the per-example axis (attention, a mean, a max, a logsumexp, a norm, a
+// log_softmax along it, X^T X), operations on the padding whose derivative
+// at zero is infinite (sqrt, log), and indices of per-example length
+// (an embedding bag). Lengths 1 to 9 run as one run per call (a length of 1
+// joins the program longer ones made); the gradient of the weight is the
+// interpreter's (a NaN from the padding would poison it).
+TEST(GenericTier, PerExampleLengthsRunAsOnePaddedProgramWithTheInterpretersAnswers) {
+  Module m;
+  m.AddSource(R"(
+type Example = (Tensor[(?, 4), f32], Tensor[(?,), i64]);
+def @example(%e: Example, %w: Tensor[(4, 4), f32]) -> Tensor[(), f32] {
+  let %x = %e.0;
+  let %k = matmul(%x, %w);
+  let %q = sum(%x, axes=[0], keepdims=true);
+  let %att = softmax(matmul(%q, %k, transpose_b=true), axis=1);
+  let %a = sum(matmul(%att, %x));
+  let %b = sum(mean(sigmoid(%k), axes=[0]));
+  let %c = sum(max(add(%k, 1f32), axes=[0]));
+  let %d = sum(logsumexp(%k, axes=[0]));
+  let %f = sum(sqrt(add(mul(%k, %k), 0.5f32)));
+  let %g = sum(log(add(exp(%k), 1f32)));
+  let %h = sum(norm(tanh(%k), axes=[1]));
+  let %i = sum(mul(log_softmax(%k, axis=0), sigmoid(%k)));
+  let %j = sum(mul(matmul(transpose(%x), %k), %w));
+  let %bag = sum(take(%w, %e.1), axes=[0]);
+  let %l = sum(mul(%bag, sum(%k, axes=[0])));
+  add(add(add(add(%a, %b), add(%c, %d)), add(add(%f, %g), add(%h, %i))), add(%j, mul(0.1f32, %l)))
+}
+def @loss(%xs: List[Example], %w: Tensor[(4, 4), f32]) -> Tensor[(), f32] {
+  match (%xs) {
+    Nil => 0f32,
+    Cons(%e, %rest) => add(@example(%e, %w), @loss(%rest, %w)),
+  }
+}
+)", "lengths.pj");
+  Snapshot module = m.snapshot();
+  TypeDefPtr list = module->FindType("List");
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<float> unit(-1.0f, 1.0f);
+  auto minibatch = [&](const std::vector<int64_t>& lengths) {
+    Value xs = Value::Adt(list, 0, {});
+    for (int64_t n : lengths) {
+      std::vector<float> rows(n * 4);
+      for (float& v : rows) v = unit(rng);
+      std::vector<int64_t> ids(n);
+      for (int64_t& i : ids) i = static_cast<int64_t>(rng() % 4);
+      xs = Value::Adt(list, 1, {Value::Tuple({Value(Tensor::FromVector<float>({n, 4}, rows)),
+                                              Value(Tensor::FromVector<int64_t>({n}, ids))}),
+                                xs});
+    }
+    return xs;
+  };
+  std::vector<float> w(16);
+  for (float& v : w) v = unit(rng);
+  const Value weight(Tensor::FromVector<float>({4, 4}, w));
+  GenericProgram program(module, "loss");
+  std::set<const SegmentCode*> examples;
+  for (const std::vector<int64_t>& lengths :
+       std::vector<std::vector<int64_t>>{{3, 7, 2, 9, 5}, {1, 4, 4, 8}, {6, 6, 6}, {2, 9, 1, 3, 7, 5}}) {
+    Inspection inspection;
+    ExpectTheInterpretersAnswers(program, {minibatch(lengths), weight}, inspection);
+    int runs = 0;
+    for (const generic::Run& run : inspection.runs) {
+      if (PrintFunction("s", run.code->program).find("softmax(") == std::string::npos) continue;
+      ++runs;
+      EXPECT_EQ(run.members.size(), lengths.size());
+      examples.insert(run.code);
+    }
+    EXPECT_EQ(runs, 1);
+  }
+  EXPECT_EQ(examples.size(), 1u) << "one program for every length";
+}
+
+// A program the padding cannot serve keeps one program per length, with the
+// same answers: here a concatenation along the per-example axis (of a value
+// the segment computes: one of data alone is the inspector's, DataOp).
+TEST(GenericTier, APaddingTheProgramDoesNotAllowKeepsOneProgramPerLength) {
+  Module m;
+  m.AddSource(R"(
+def @loss(%xs: List[Tensor[(?, 4), f32]], %w: Tensor[(4, 4), f32]) -> Tensor[(), f32] {
+  match (%xs) {
+    Nil => 0f32,
+    Cons(%x, %rest) => add(sum(softmax(matmul(concat(tanh(%x), %x, axis=0), %w), axis=0)), @loss(%rest, %w)),
+  }
+}
+)", "concat.pj");
+  Snapshot module = m.snapshot();
+  TypeDefPtr list = module->FindType("List");
+  std::mt19937 rng(8);
+  std::uniform_real_distribution<float> unit(-1.0f, 1.0f);
+  Value xs = Value::Adt(list, 0, {});
+  for (int64_t n : {3, 5, 3, 2}) {
+    std::vector<float> rows(n * 4);
+    for (float& v : rows) v = unit(rng);
+    xs = Value::Adt(list, 1, {Value(Tensor::FromVector<float>({n, 4}, rows)), xs});
+  }
+  std::vector<float> w(16);
+  for (float& v : w) v = unit(rng);
+  GenericProgram program(module, "loss");
+  Inspection inspection;
+  ExpectTheInterpretersAnswers(program, {xs, Value(Tensor::FromVector<float>({4, 4}, w))}, inspection);
+  std::set<const SegmentCode*> per_length;
+  for (const generic::Run& run : inspection.runs) {
+    if (PrintFunction("s", run.code->program).find("concat(") == std::string::npos) continue;
+    EXPECT_TRUE(run.code->padded.empty());
+    per_length.insert(run.code);
+  }
+  EXPECT_EQ(per_length.size(), 3u) << "lengths 2, 3 and 5";
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, GenericTest,
