@@ -3,6 +3,7 @@
 #include <xmmintrin.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <map>
 #include <optional>
@@ -771,7 +772,9 @@ class CallRun {
     const std::vector<PadTo> pads = Padding(run, members);
     SegmentCode::Variant& own = VariantEntry(code, rows, options_.grad, pads);
     if (options_.compile_now && !own.native.load()) {
+      const auto start = std::chrono::steady_clock::now();
       CompileVariant(*options_.compile_now, code, own, options_.compile_program, options_.compile_options);
+      result_.compiled.push_back({&code, &own, start, std::chrono::steady_clock::now()});
     }
     if (!options_.grad && !own.native.load() && ForwardInNativePieces(r, members, rows, pads)) {
       variants_[r] = &own;

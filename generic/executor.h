@@ -36,6 +36,7 @@
 // time went into making variants (NMN: 55 of 111 ms, bench/RESULTS.md).
 #pragma once
 
+#include <chrono>
 #include <functional>
 
 #include <vector>
@@ -77,6 +78,13 @@ struct Execution {
   // Variants that ran without native code, once each, and their segments' ids.
   std::vector<SegmentCode::Variant*> missing_native;
   std::vector<SegmentCode*> missing_codes;
+  // With ExecuteOptions::compile_now: the variants it compiled, and when.
+  struct Compiled {
+    SegmentCode* code = nullptr;
+    SegmentCode::Variant* variant = nullptr;
+    std::chrono::steady_clock::time_point start, end;
+  };
+  std::vector<Compiled> compiled;
 };
 
 // Throws Refusal (a program the vector-Jacobian product cannot be taken of),

@@ -422,6 +422,7 @@ PYBIND11_MODULE(pejit, m) {
              d["step_threads"] = s.step_threads;
              d["generic_cells"] = s.generic_cells;
              d["generic_segments"] = s.generic_segments;
+             d["generic_padded_segments"] = s.generic_padded_segments;
              d["generic_variants"] = s.generic_variants;
              d["generic_native_variants"] = s.generic_native_variants;
              d["generic_code_bytes"] = s.generic_code_bytes;

@@ -1038,6 +1038,7 @@ EngineStats Engine::stats() const {
   for (const auto& program : impl_->GenericPrograms()) out.generic_cells += program->cells();
   for (generic::SegmentCode* code : impl_->GenericSegments()->codes()) {
     ++out.generic_segments;
+    if (!code->padded.empty()) ++out.generic_padded_segments;
     std::lock_guard<std::mutex> lock(code->mu);
     for (const auto& [key, variant] : code->variants) {
       if (!variant->made) continue;  // asked for, not made yet

@@ -349,9 +349,11 @@ struct EngineStats {
   int workers = 0;
   int step_threads = 0;  // EngineOptions::step_threads resolved: threads a compiled step may use
   // The generic tier, over the entries' current programs: cells, distinct
-  // segment programs, their variants (segment × row bucket) and how many of
-  // those have native code, and its bytes.
-  int64_t generic_cells = 0, generic_segments = 0, generic_variants = 0, generic_native_variants = 0;
+  // segment programs and how many of them pad a per-example length into one
+  // program (generic/pad.h), their variants (segment × row bucket × padding)
+  // and how many of those have native code, and its bytes.
+  int64_t generic_cells = 0, generic_segments = 0, generic_padded_segments = 0, generic_variants = 0,
+          generic_native_variants = 0;
   size_t generic_code_bytes = 0;
   std::string cache_dir;  // the persistent code cache in use; empty: none
 };

@@ -107,6 +107,12 @@ std::optional<ValueAndGrad> EngineImpl::RunGeneric(Request& r) {
     RefuseGeneric(r, std::string("run: ") + e.what());
     return std::nullopt;
   }
+  for (const generic::Execution::Compiled& c : run.compiled) {  // policy sync: on this thread, during the call
+    auto micros = [](std::chrono::steady_clock::time_point t) {
+      return std::chrono::duration_cast<std::chrono::microseconds>(t.time_since_epoch()).count();
+    };
+    EmitGenericCompile(r.entry.name, *c.code, *c.variant, micros(c.start), micros(c.end) - micros(c.start));
+  }
   if (jit_ && options.policy.kind != Policy::Kind::kSync) {
     for (size_t i = 0; i < run.missing_native.size(); ++i) {
       QueueGenericCompile(r.entry.name, program, run.missing_codes[i], run.missing_native[i]);
@@ -161,14 +167,27 @@ void EngineImpl::RunGenericCompile(GenericCompile& job) {
     }
     return;
   }
-  if (On(EventKind::kGenericCompile)) {
-    Event e = Make(EventKind::kGenericCompile, job.entry, nullptr, start, NowMicros() - start);
-    e.fields.push_back({"segment", static_cast<int64_t>(job.code->id)});
-    e.fields.push_back({"rows", job.variant->rows});
-    e.fields.push_back({"ops", static_cast<int64_t>(job.code->ops)});
-    e.fields.push_back({"code_bytes", static_cast<int64_t>(job.variant->code_bytes.load())});
-    Emit(e);
+  EmitGenericCompile(job.entry, *job.code, *job.variant, start, NowMicros() - start);
+}
+
+void EngineImpl::EmitGenericCompile(const std::string& entry, const generic::SegmentCode& code,
+                                    const generic::SegmentCode::Variant& variant, int64_t start_us,
+                                    int64_t duration_us) {
+  if (!On(EventKind::kGenericCompile)) return;
+  Event e = Make(EventKind::kGenericCompile, entry, nullptr, start_us, duration_us);
+  e.fields.push_back({"segment", static_cast<int64_t>(code.id)});
+  e.fields.push_back({"rows", variant.rows});
+  e.fields.push_back({"ops", static_cast<int64_t>(code.ops)});
+  e.fields.push_back({"code_bytes", static_cast<int64_t>(variant.code_bytes.load())});
+  if (!variant.pads.empty()) {  // per padded input: its extent, "m" when masked
+    std::string padded;
+    for (const generic::PadTo& pad : variant.pads) {
+      if (pad.extent == 0) continue;
+      padded += (padded.empty() ? "" : ",") + std::to_string(pad.extent) + (pad.masked ? "m" : "");
+    }
+    e.fields.push_back({"padded", padded});
   }
+  Emit(e);
 }
 
 bool EngineImpl::PrefetchGeneric(Request& r, pejit::Prefetch when) {

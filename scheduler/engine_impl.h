@@ -255,6 +255,10 @@ class EngineImpl {
   std::vector<std::pair<EntryState*, std::vector<const void*>>> walking_;
   std::condition_variable walked_cv_;  // with generic_queue_mu_: a walk left walking_
   void RunGenericCompile(GenericCompile& job);
+  // The `generic-compile` event of a variant that got native code: on a
+  // worker, or (policy sync) on the calling thread during its call.
+  void EmitGenericCompile(const std::string& entry, const generic::SegmentCode& code,
+                          const generic::SegmentCode::Variant& variant, int64_t start_us, int64_t duration_us);
   // The rent rule (ski rental) for a tier-up: it runs at the workers' lower
   // priority unless, when a worker takes it, the calls have spent as long on
   // the slot's baseline code as a tier-up's CPU time on average (the prior

@@ -241,6 +241,7 @@ int ReplayCommand::Run() const {
                       {"generic_native_run_share", generic_native_runs},
                       {"generic_cells", es.generic_cells},
                       {"generic_segments", es.generic_segments},
+                      {"generic_padded_segments", es.generic_padded_segments},
                       {"generic_variants", es.generic_variants},
                       {"native_share", native},
                       {"baseline_share", baseline},

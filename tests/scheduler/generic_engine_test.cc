@@ -7,6 +7,7 @@
 
 #include <map>
 #include <mutex>
+#include <set>
 
 #include "jit/pass.h"
 #include "scheduler/engine.h"
@@ -59,6 +60,50 @@ TEST(GenericEngine, EveryNewStructureRunsGenericCodeFromItsFirstCall) {
   EXPECT_EQ(es.generic_cells, new_cells);
   EXPECT_GT(es.generic_segments, 0);
   EXPECT_LT(es.generic_segments, 12);
+}
+
+// A tensor of its own length per example (a sentence of n rows) is padded
+// into one segment program (generic/pad.h): every length runs its code, the
+// statistics count the padded segment, and each compile says its padding.
+TEST(GenericEngine, PerExampleLengthsShareOnePaddedSegmentAndSayItsPadding) {
+  auto events = std::make_shared<RecordingSink>();
+  Engine engine(GenericOptions(Policy::Sync(), events));
+  engine.module().AddSource(R"(
+def @loss(%xs: List[Tensor[(?, 4), f32]], %w: Tensor[(4, 4), f32]) -> Tensor[(), f32] {
+  match (%xs) {
+    Nil => 0f32,
+    Cons(%x, %rest) => {
+      let %k = matmul(%x, %w);
+      add(sum(matmul(softmax(matmul(sum(%x, axes=[0], keepdims=true), %k, transpose_b=true), axis=1), %x)),
+          @loss(%rest, %w))
+    },
+  }
+}
+)", "lengths.pj");
+  Snapshot s = engine.module().snapshot();
+  TypeDefPtr list = s->FindType("List");
+  Rng rng(5);
+  Value w = RandomMatrix(rng, 4, 4);
+  Entry loss = engine.entry("loss");
+  Interpreter interp;
+  for (const std::vector<int64_t>& lengths : std::vector<std::vector<int64_t>>{{3, 8, 5}, {2, 6, 6, 9}, {7, 7}}) {
+    Value xs = Value::Adt(list, 0, {});
+    for (int64_t n : lengths) xs = Value::Adt(list, 1, {RandomMatrix(rng, n, 4), xs});
+    std::vector<Value> args = {xs, w};
+    ValueAndGrad got = loss.with_grad({1}).value_and_grad(args);
+    ValueAndGrad want = interp.CallWithGrad(*s, "loss", args, {1});
+    EXPECT_TRUE(Close(got.value, want.value));
+    EXPECT_TRUE(Close(got.grads[0], want.grads[0]));
+  }
+  EXPECT_EQ(loss.stats().calls_generic, 3);
+  EngineStats es = engine.stats();
+  EXPECT_EQ(es.generic_padded_segments, 1);
+  std::set<std::string> paddings;
+  for (const Event& e : events->Of(EventKind::kGenericCompile, "loss")) {
+    if (e.Find("padded")) paddings.insert(e.Text("padded"));
+  }
+  // Lengths 3-8 pad to 8 with a mask, 2-9 to 10; 7 and 7 need none.
+  EXPECT_EQ(paddings, (std::set<std::string>{"8m", "10m", "7"}));
 }
 
 // EngineOptions::compile_options reach every compile the engine makes, on
