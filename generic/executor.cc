@@ -463,8 +463,7 @@ SegmentCode::Variant& VariantFor(SegmentCode& code, int64_t rows, bool grad, con
   return v;
 }
 
-void CompileVariant(JitSession& jit, SegmentCode& code, SegmentCode::Variant& variant, const CompileProgram& compile,
-                    const CompileOptions& options) {
+void CompileVariant(JitSession& jit, SegmentCode& code, SegmentCode::Variant& variant, const CompileOptions& options) {
   // A variant no run has made yet is made here without its baseline code:
   // native code is about to replace it.
   std::optional<Programs> fresh;
@@ -487,7 +486,7 @@ void CompileVariant(JitSession& jit, SegmentCode& code, SegmentCode::Variant& va
   shared.optimize_machine_code = true;  // one variant's code serves every minibatch of its row bucket
   auto make = [&](const Func& program) {
     if (!program) return ExecutablePtr();
-    return compile ? compile(program, shared) : jit.Compile(program, shared);
+    return jit.Compile(program, shared);
   };
   ExecutablePtr forward_exe, backward_exe;
   try {
@@ -773,7 +772,7 @@ class CallRun {
     SegmentCode::Variant& own = VariantEntry(code, rows, options_.grad, pads);
     if (options_.compile_now && !own.native.load()) {
       const auto start = std::chrono::steady_clock::now();
-      CompileVariant(*options_.compile_now, code, own, options_.compile_program, options_.compile_options);
+      CompileVariant(*options_.compile_now, code, own, options_.compile_options);
       result_.compiled.push_back({&code, &own, start, std::chrono::steady_clock::now()});
     }
     if (!options_.grad && !own.native.load() && ForwardInNativePieces(r, members, rows, pads)) {

@@ -56,10 +56,8 @@ struct ExecuteOptions {
   // Compile every variant the call needs that has no native code yet,
   // before running it (tests, `--policy sync`). Null: use what is there.
   JitSession* compile_now = nullptr;
-  // What compile_now compiles with, and through (CompileVariant's `compile`:
-  // the engine's persistent code cache).
+  // What compile_now compiles with (its store: the engine's persistent code cache).
   CompileOptions compile_options;
-  CompileProgram compile_program;
 };
 
 struct Execution {
@@ -119,12 +117,12 @@ SegmentCode::Variant& VariantFor(SegmentCode& code, int64_t rows, bool grad, con
 SegmentCode::Variant& VariantEntry(SegmentCode& code, int64_t rows, bool grad, const std::vector<PadTo>& pads = {});
 
 // Compiles those of a variant's programs that have no native code yet (made
-// first if they were not, without baseline code) and publishes them; the variant's next runs use
-// them. `compile`, when given, stands for `jit.Compile` (the engine's
-// persistent code cache loads what an earlier run compiled). Both compile
-// with `options`, their machine code by the optimizing code generator.
-// Thread-safe. Throws JitFailure; the variant keeps (or gets) its baseline code then.
+// first if they were not, without baseline code) and publishes them; the
+// variant's next runs use them. Compiles with `options` (a store in them
+// loads what an earlier run compiled: jit/compiler.h's CodeStore), their
+// machine code by the optimizing code generator. Thread-safe. Throws
+// JitFailure; the variant keeps (or gets) its baseline code then.
 void CompileVariant(JitSession& jit, SegmentCode& code, SegmentCode::Variant& variant,
-                    const CompileProgram& compile = {}, const CompileOptions& options = {});
+                    const CompileOptions& options = {});
 
 }  // namespace pejit::generic

@@ -55,6 +55,7 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <limits>
@@ -63,6 +64,7 @@
 #include <new>
 #include <random>
 
+#include "ir/visitor.h"
 #include "jit/image.h"
 #include "jit/native_executable.h"
 
@@ -558,7 +560,37 @@ const std::string& JitSession::host_cpu() const { return state_->cpu; }
 const std::string& JitSession::host_features() const { return state_->features; }
 int JitSession::live_modules() const { return state_->live_modules.load(); }
 
+namespace {
+
+// A CodeStore's key for `program`: its text, the bytes of its constants
+// (hashed: the printer abbreviates large ones) and the code generator.
+std::string StoreKey(const Func& program, const CompileOptions& options) {
+  std::string key = ProgramText(program);
+  PostOrderVisit(program->body, [&](const Expr& e) {
+    auto* c = As<ConstantNode>(e);
+    if (!c) return;
+    uint64_t h = 1469598103934665603ull;  // FNV-1a
+    const auto* bytes = static_cast<const unsigned char*>(c->value.raw_data());
+    for (size_t i = 0; i < c->value.nbytes(); ++i) h = (h ^ bytes[i]) * 1099511628211ull;
+    char hex[20];
+    std::snprintf(hex, sizeof hex, "\n#%016llx", static_cast<unsigned long long>(h));
+    key += hex;
+  });
+  return key + (options.optimize_machine_code ? "\n-O2" : "\n-O0");
+}
+
+}  // namespace
+
 ExecutablePtr JitSession::Compile(const Func& program, const CompileOptions& options, CompileReport* report) {
+  if (options.store) {
+    const std::string key = StoreKey(program, options);
+    if (ExecutablePtr kept = options.store->Load(key, options)) return kept;
+    CompileOptions now = options;
+    now.store = nullptr;
+    ExecutablePtr exec = Compile(program, now, report);
+    options.store->Keep(key, *exec, options);
+    return exec;
+  }
   CompileReport local;
   CompileReport& r = report ? *report : local;
 

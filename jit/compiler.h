@@ -15,12 +15,17 @@
 #include <string>
 #include <string_view>
 
+#include <memory>
+#include <string>
+
 #include "ir/expr.h"
 #include "jit/executable.h"
 #include "jit/pass.h"
 #include "jit/plan.h"
 
 namespace pejit {
+
+class CodeStore;
 
 struct CompileOptions {
   LowerOptions lower;
@@ -45,6 +50,11 @@ struct CompileOptions {
   // Shown every pass the program goes through on its way to this compile
   // (jit/pass.h): the pipeline's, a control-flow program's, lowering's.
   PassInstrument instrument;
+  // Where compiled code outlives the process (null: nowhere): Compile asks
+  // it for the program first and gives it what it compiled (CodeStore).
+  std::shared_ptr<CodeStore> store;
+  // Who asks (an entry's name): what the store's reports name.
+  std::string origin;
 };
 
 struct CompileReport {
@@ -98,9 +108,28 @@ class JitSession {
   std::shared_ptr<State> state_;  // shared with executables: code outlives the session if held
 };
 
-// Stands for JitSession::Compile where a caller may supply the code another
-// way: the engine's persistent code cache loads what an earlier run compiled
-// (generic segments, control-flow regions), keyed by the program's text.
+// Compiled code kept by program, under JitSession::Compile (as LLVM's
+// ObjectCache is under its compile layer: queried by the compiler, not by
+// its callers), so that every path that compiles a program persists it:
+// generic segments, control-flow regions, whatever compiles next. The key is
+// the program's text, which says all it computes, and the machine code
+// generator used; the store adds what else changes the code (the engine's:
+// its options and the CPU, scheduler/disk_cache.h). A specialization's
+// whole residual is kept by its call signature instead, which finds it
+// before partial evaluation (the engine's own index).
+class CodeStore {
+ public:
+  virtual ~CodeStore() = default;
+  // The code kept for `key`, linked; null when there is none (or what there
+  // was is refused: the store reports why).
+  virtual ExecutablePtr Load(const std::string& key, const CompileOptions& options) = 0;
+  // Keeps `exec`, just compiled for `key` (code that is not native, a
+  // region driver, is not kept).
+  virtual void Keep(const std::string& key, const Executable& exec, const CompileOptions& options) = 0;
+};
+
+// Stands for JitSession::Compile where a caller supplies the code another
+// way (a control-flow region's baseline code first, jit/control_flow.h).
 using CompileProgram = std::function<ExecutablePtr(const Func& program, const CompileOptions& options)>;
 
 }  // namespace pejit

@@ -88,6 +88,7 @@ EngineImpl::EngineImpl(EngineOptions opts)
       pe_cache(options.pe_cache),
       interpreter_(options.interpreter),
       jit_(MakeSession(static_cast<bool>(options.compile))),
+      compile_options_(options.compile_options),
       compile_(options.compile ? options.compile : CompileNative(jit_, options.compile_options)),
       trace_(ResolveTraceSettings(options.log_level, options.trace_file), options.events),
       sink_(trace_.sink()),
@@ -117,13 +118,12 @@ EngineImpl::EngineImpl(EngineOptions opts)
                     (c.profile ? ";profile" : "") + (c.poison_dead_buffers ? ";poison" : "") +
                     (!c.lower.fuse ? ";nofuse" : "") + (!c.lower.cse ? ";nocse" : "") +
                     (!c.lower.pack_gemm ? ";nopack" : "");
-    // Control-flow specializations are a driver over regions: the regions'
-    // code persists, keyed by their text (the job still partially evaluates).
-    compile_ = CompileNative(jit_, options.compile_options, [this](const CompileTask& task) -> CompileProgram {
-      return [this, entry = task.entry](const Func& program, const CompileOptions& o) {
-        return CompileThroughDisk(entry, "control-flow region", program, o);
-      };
-    });
+    // Every program compiled persists, under the one compile entry point
+    // (JitSession::Compile's CodeStore): generic segments, control-flow
+    // regions (a control-flow specialization is a driver over them: the job
+    // still partially evaluates, its regions load).
+    compile_options_.store = MakeProgramStore();
+    compile_ = CompileNative(jit_, compile_options_);
   }
   module.Subscribe([this](const ModuleEdit& edit) { OnEdit(edit); });
   if (On(EventKind::kStart)) {

@@ -119,27 +119,39 @@ void EngineImpl::StoreToDisk(const Job& job, const Slot& slot, const ExecutableP
   WriteToDisk(DiskKeyOf(entry, *job.snapshot, slot.key), entry.name, &slot.key.signature, *exec, job.id);
 }
 
-CompileProgram EngineImpl::SegmentCompiler(const std::string& entry) {
-  if (!disk_) return {};
-  return [this, entry](const Func& program, const CompileOptions& o) {
-    return CompileThroughDisk(entry, "generic segment", program, o);
-  };
-}
+// The persistent cache under JitSession::Compile: a program's code by its
+// text (the store's key), with the engine's options and CPU beside it as
+// every key of the cache has them.
+class EngineImpl::ProgramStore final : public CodeStore {
+ public:
+  explicit ProgramStore(EngineImpl& engine) : engine_(engine) {}
 
-// The key is the program's own text, which says all it computes: equal
-// texts are the same code, whatever definitions they came from.
-ExecutablePtr EngineImpl::CompileThroughDisk(const std::string& entry, const char* kind, const Func& program,
-                                             const CompileOptions& options) {
-  DiskKey key;
-  key.entry = kind;
-  key.mode = options.optimize_machine_code ? "O2" : "O0";
-  key.signature = PrintFunction("segment", program);
-  key.options = disk_options_;
-  key.cpu = disk_cpu_;
-  if (ExecutablePtr loaded = LinkFromDisk(key, entry, nullptr, 0, {})) return loaded;
-  ExecutablePtr exec = jit_->Compile(program, options);
-  WriteToDisk(key, entry, nullptr, *exec, 0);
-  return exec;
+  ExecutablePtr Load(const std::string& key, const CompileOptions& options) override {
+    return engine_.LinkFromDisk(KeyOf(key), options.origin, nullptr, 0, {});
+  }
+  void Keep(const std::string& key, const Executable& exec, const CompileOptions& options) override {
+    engine_.WriteToDisk(KeyOf(key), options.origin, nullptr, exec, 0);
+  }
+
+ private:
+  DiskKey KeyOf(const std::string& program) const {
+    DiskKey key;
+    key.entry = "program";
+    key.mode = "program";
+    key.signature = program;
+    key.options = engine_.disk_options_;
+    key.cpu = engine_.disk_cpu_;
+    return key;
+  }
+  EngineImpl& engine_;
+};
+
+std::shared_ptr<CodeStore> EngineImpl::MakeProgramStore() { return std::make_shared<ProgramStore>(*this); }
+
+CompileOptions EngineImpl::CompileOptionsFor(const std::string& entry) const {
+  CompileOptions o = compile_options_;
+  o.origin = entry;
+  return o;
 }
 
 }  // namespace pejit

@@ -84,8 +84,7 @@ std::optional<ValueAndGrad> EngineImpl::RunGeneric(Request& r) {
     eo.grad = r.wrt != nullptr;
     if (options.policy.kind == Policy::Kind::kSync) {
       eo.compile_now = jit_.get();
-      eo.compile_options = options.compile_options;
-      eo.compile_program = SegmentCompiler(r.entry.name);
+      eo.compile_options = CompileOptionsFor(r.entry.name);
     }
     run = generic::InspectAndExecute(*program, r.args, eo, inspection);
     out = generic::CallResult(r.args, r.wrt, run);
@@ -155,7 +154,7 @@ void EngineImpl::RunGenericCompile(GenericCompile& job) {
   int64_t start = NowMicros();
   std::string failure;
   try {
-    generic::CompileVariant(*jit_, *job.code, *job.variant, SegmentCompiler(job.entry), options.compile_options);
+    generic::CompileVariant(*jit_, *job.code, *job.variant, CompileOptionsFor(job.entry));
   } catch (const std::exception& e) {
     failure = e.what();  // the variant keeps running its baseline code
   }

@@ -165,13 +165,13 @@ class EngineImpl {
   void WriteToDisk(const DiskKey& key, const std::string& entry, const Signature* sig, const Executable& exec,
                    int64_t job);
   void RefuseCacheEntry(const std::string& entry, const Signature* sig, const std::string& reason);
-  // A straight-line program's code (a generic segment's, a control-flow
-  // region's) loaded when an earlier run stored it, else compiled and stored.
-  // How the generic tier's segments of `entry` compile: through the
-  // persistent cache when there is one (empty: the session's Compile).
-  CompileProgram SegmentCompiler(const std::string& entry);
-  ExecutablePtr CompileThroughDisk(const std::string& entry, const char* kind, const Func& program,
-                                   const CompileOptions& options);
+  // The persistent cache as the CodeStore under JitSession::Compile: a
+  // program's code by its text (scheduler/engine_disk.cc).
+  class ProgramStore;
+  std::shared_ptr<CodeStore> MakeProgramStore();
+  // What `entry`'s compiles use: EngineOptions::compile_options, with the
+  // persistent cache's store when there is one.
+  CompileOptions CompileOptionsFor(const std::string& entry) const;
   // `hot_calls` > 0: the generic tier served the call (in `generic_us`):
   // count the signature's calls and, from that many on, queue its job when
   // Admit says it pays, whatever the policy.
@@ -213,6 +213,7 @@ class EngineImpl {
 
   Interpreter interpreter_;
   std::shared_ptr<JitSession> jit_;  // LLVM for the default compile hook and the generic tier; may be null
+  CompileOptions compile_options_;  // options.compile_options, and the store (CompileOptionsFor)
   CompileFn compile_;
   std::unique_ptr<DiskCache> disk_;  // with the default compile hook and a cache directory
   std::string disk_cpu_, disk_options_;  // DiskKey fields every entry shares

@@ -20,23 +20,22 @@ std::string Describe(const ControlFlowStats& stats) {
 
 }  // namespace
 
-CompileFn CompileNative(std::shared_ptr<JitSession> session, CompileOptions options,
-                        std::function<CompileProgram(const CompileTask&)> regions) {
-  return [session = std::move(session), options = std::move(options), regions = std::move(regions)](
-             const CompileTask& task, CompileNotes& notes) -> ExecutablePtr {
+CompileFn CompileNative(std::shared_ptr<JitSession> session, CompileOptions options) {
+  return [session = std::move(session), shared = std::move(options)](const CompileTask& task,
+                                                                     CompileNotes& notes) -> ExecutablePtr {
+    CompileOptions regions = shared;
+    regions.origin = task.entry;
+    CompileOptions options = regions;  // the whole residual: kept by signature, not by text
+    options.store = nullptr;
     const Residual& residual = task.residual;
     ControlFlowOptions control;
-    control.compile = options;
+    control.compile = regions;
     control.batch_branches = task.batch;
-    if (regions) control.compile_program = regions(task);
     if (task.baseline_first) {
-      // Every region baseline code now, native code (through `regions`, or
-      // LLVM) on a worker later.
-      CompileProgram native = control.compile_program;
-      control.compile_program = [session, native, &notes](const Func& program, const CompileOptions& o) {
-        return BaselineFirst(
-            program, [session, native, program, o] { return native ? native(program, o) : session->Compile(program, o); },
-            notes.tier_ups);
+      // Every region baseline code now, native code (LLVM's, or the store's)
+      // on a worker later.
+      control.compile_program = [session, &notes](const Func& program, const CompileOptions& o) {
+        return BaselineFirst(program, [session, program, o] { return session->Compile(program, o); }, notes.tier_ups);
       };
     }
     if (task.differentiate) {

@@ -16,13 +16,13 @@ namespace pejit {
 // that runs in the residual interpreter (still specialized, no longer
 // native); a residual every tier refuses is refused with the reasons.
 // Reports LLVM's stages, or the reason for the fallback, in CompileNotes.
-// `regions`, when given, says how a task's control-flow regions are compiled
-// (ControlFlowOptions::compile_program: the engine's persistent cache).
-// Everything compiles with `options` (EngineOptions::compile_options).
+// Everything compiles with `options` (EngineOptions::compile_options), the
+// task's entry its CompileOptions::origin; a store in them keeps the
+// control-flow regions (each a program that may come again), not the whole
+// residual, which the engine keeps by its call signature.
 // With CompileTask::baseline_first, each program (the residual, or each
 // region) gets baseline code at once and its native compile is left in
 // CompileNotes::tier_ups.
-CompileFn CompileNative(std::shared_ptr<JitSession> session, CompileOptions options = {},
-                        std::function<CompileProgram(const CompileTask&)> regions = {});
+CompileFn CompileNative(std::shared_ptr<JitSession> session, CompileOptions options = {});
 
 }  // namespace pejit

@@ -14,6 +14,8 @@
 #include "ir/printer.h"
 #include "ir/visitor.h"
 #include "jit/compiler.h"
+#include "jit/image.h"
+#include "jit/native_executable.h"
 #include "jit/plan.h"
 #include "jit/simplify.h"
 #include "ops/packed_gemm.h"
@@ -165,6 +167,57 @@ def @f(%x: Tensor[(64, 128), f32]) -> (Tensor[(64, 128), f32], Tensor[(64, 128),
   ASSERT_EQ(got.size(), 2u);
   EXPECT_TRUE(Equal(got[0], want[0]));  // x itself, -0 included
   EXPECT_TRUE(Equal(got[1], want[1]));
+}
+
+// A store kept in memory, as the engine's persistent cache keeps images on
+// disk: code kept as its image, loaded by linking it again.
+class ImageStore final : public CodeStore {
+ public:
+  explicit ImageStore(JitSession& session) : session_(session) {}
+  ExecutablePtr Load(const std::string& key, const CompileOptions&) override {
+    ++asked;
+    auto it = images.find(key);
+    return it == images.end() ? nullptr : session_.Load(it->second);
+  }
+  void Keep(const std::string& key, const Executable& exec, const CompileOptions&) override {
+    images[key] = EncodeImage(dynamic_cast<const NativeExecutable&>(exec));
+  }
+  std::map<std::string, std::string> images;
+  int asked = 0;
+
+ private:
+  JitSession& session_;
+};
+
+// A program compiled with a CodeStore in its options is looked for there
+// first and kept there after (every path that compiles persists: the store
+// is under Compile, not beside its callers). The key is the program: the
+// same text with other constants (which the printer abbreviates) is another.
+TEST_F(CompilerTest, ACodeStoreIsAskedFirstAndKeepsWhatWasCompiledByProgram) {
+  auto program = [](float fill) {
+    Var x = MakeVar("x", TensorTy(DType::kF32, {64}));
+    Var y = MakeVar("y", TensorTy(DType::kF32, {64}));
+    std::vector<float> c(64);
+    for (size_t i = 0; i < c.size(); ++i) c[i] = fill * static_cast<float>(i);
+    return MakeFunc({x}, MakeLet(y, MakeOpCall("add", {x, MakeConstant(Tensor::FromVector<float>({64}, c))}), y));
+  };
+  auto store = std::make_shared<ImageStore>(*session_);
+  CompileOptions options;
+  options.store = store;
+  const Tensor x = Tensor::FromVector<float>({64}, std::vector<float>(64, 1.0f));
+  ExecutablePtr first = session_->Compile(program(0.5f), options);
+  EXPECT_EQ(store->asked, 1);
+  ASSERT_EQ(store->images.size(), 1u);
+  ExecutablePtr again = session_->Compile(program(0.5f), options);  // linked from the store
+  EXPECT_EQ(store->asked, 2);
+  EXPECT_EQ(store->images.size(), 1u);
+  EXPECT_TRUE(Equal(again->Run(std::vector<Tensor>{x})[0], first->Run(std::vector<Tensor>{x})[0]));
+  ExecutablePtr other = session_->Compile(program(2.0f), options);
+  EXPECT_EQ(store->images.size(), 2u) << "other constants, another program";
+  EXPECT_FLOAT_EQ(other->Run(std::vector<Tensor>{x})[0].data<float>()[3], 7.0f);
+  options.optimize_machine_code = true;
+  session_->Compile(program(0.5f), options);
+  EXPECT_EQ(store->images.size(), 3u) << "another code generator, another key";
 }
 
 TEST_F(CompilerTest, PoisoningDeadBuffersChangesNothing) {
