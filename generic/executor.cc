@@ -745,8 +745,7 @@ class CallRun {
       char* dst = static_cast<char*>(stacked.raw_data());
       for (int64_t i = 0; i < rows; ++i) {
         int si = members[first + (i < count ? i : 0)];
-        std::memcpy(dst + i * bytes, RowOf(inspection_.si_inputs[inspection_.si_input_begin[si] + code.input_slot[p]], bytes),
-                    bytes);
+        std::memcpy(dst + i * bytes, RowOf(Slot(si, code, p), bytes), bytes);
       }
       in[p] = std::move(stacked);
     }
@@ -939,7 +938,7 @@ class CallRun {
       }
       const int64_t elems = NumElements(member.shape);
       for (size_t i = 0; i < members.size(); ++i) {
-        const Place& place = inspection_.si_inputs[inspection_.si_input_begin[members[i]] + code.input_slot[p]];
+        const Place& place = Slot(members[i], code, p);
         AddToPlace(place, member, grad.data<float>() + i * elems);
       }
     }
