@@ -21,7 +21,8 @@
 // it) looks racy. Seen where OpenBLAS runs its threads (a SkylakeX kernel
 // choice on 2 vCPUs). Suppressed are reports with a frame in libopenblas.
 //
-// Linked into every binary that uses TBB or LLVM; unused outside TSan builds.
+// Linked into every binary that uses TBB, LLVM or OpenBLAS; unused outside
+// TSan builds.
 extern "C" const char* __tsan_default_suppressions() {
   return "race_top:tbb::detail::\n"
          "race_top:/oneapi/tbb/\n"

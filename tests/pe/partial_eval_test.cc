@@ -256,10 +256,16 @@ TEST_F(PartialEvalTest, ResidualSizeBudgetIsEnforced) {
 // Depths past the evaluator's first stack segment (the calling thread's
 // share). ThreadSanitizer's cost grows with the depth of the stack at each
 // access, so its build goes less deep (still past its larger first segment).
+// Its memory grows with that depth times the number of accesses too (a
+// stack trace kept per access): at 4,000 levels of recursion or 8 MB of
+// frames a test took 6-8 GB, and two such tests side by side exhausted the
+// machine. The budget test, too, stops just past the first segment there.
 #if defined(__SANITIZE_THREAD__)
-constexpr int kDeepTree = 1000, kDeepRecursion = 4000;
+constexpr int kDeepTree = 1000, kDeepRecursion = 2000;
+constexpr int64_t kBudgetPastFirstSegment = int64_t{4} << 20;  // its first segment: 3 MB
 #else
 constexpr int kDeepTree = 2000, kDeepRecursion = 20000;
+constexpr int64_t kBudgetPastFirstSegment = int64_t{8} << 20;
 #endif
 
 // The evaluator recurses with the tree; past the calling thread's share of
@@ -285,7 +291,7 @@ TEST_F(PartialEvalTest, AVeryDeepTreeStopsAtTheStackBudgetInsteadOfCrashing) {
   for (int i = 0; i < 100000; ++i) t = Node(Leaf(0), t);
   Rng rng(7);
   PeOptions budget;
-  budget.max_stack_bytes = int64_t{8} << 20;  // past the first segment: the depth is summed across segments
+  budget.max_stack_bytes = kBudgetPastFirstSegment;  // the depth is summed across segments
   try {
     PartialEvaluate(*snap(), "forward", {t, Value(RandomUniform(rng, {1, 4}, -1, 1)), Params(rng)}, {}, budget);
     FAIL() << "expected PeFailure";
