@@ -10,13 +10,9 @@
 // through OpenBLAS) through their registered kernels. See compiler.cc for why.
 #pragma once
 
-#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
-
-#include <memory>
-#include <string>
 
 #include "ir/expr.h"
 #include "jit/executable.h"
@@ -127,9 +123,5 @@ class CodeStore {
   // region driver, is not kept).
   virtual void Keep(const std::string& key, const Executable& exec, const CompileOptions& options) = 0;
 };
-
-// Stands for JitSession::Compile where a caller supplies the code another
-// way (a control-flow region's baseline code first, jit/control_flow.h).
-using CompileProgram = std::function<ExecutablePtr(const Func& program, const CompileOptions& options)>;
 
 }  // namespace pejit

@@ -156,7 +156,7 @@ class ControlFlowProgram final : public Executable {
   // holds their code). With `wrt`, grad mode: the program's result is a
   // scalar f32 loss, and it computes (loss, d loss / d param[w], ...).
   ControlFlowProgram(JitSession& session, const ControlFlowOptions& options)
-      : session_(session), options_(options.compile), wrt_(options.wrt), compile_program_(options.compile_program) {}
+      : session_(session), options_(options.compile), wrt_(options.wrt), tier_ups_(options.tier_ups) {}
 
   const ControlFlowStats& stats() const { return stats_; }
 
@@ -386,12 +386,15 @@ class ControlFlowProgram final : public Executable {
   }
 
   // A region's straight-line program through the pipeline (batched), then
-  // LLVM or the caller's compile_program.
+  // native code, or baseline code now and native code as a tier-up.
   ExecutablePtr CompileRegion(const Func& region) {
     PipelineOptions pipeline;
     pipeline.compile = options_;
     Func prepared = PrepareResidual(region, pipeline);
-    return compile_program_ ? compile_program_(prepared, options_) : session_.Compile(prepared, options_);
+    if (!tier_ups_) return session_.Compile(prepared, options_);
+    return BaselineFirst(
+        prepared, [session = &session_, prepared, options = options_] { return session->Compile(prepared, options); },
+        *tier_ups_);
   }
 
   static Expr WithLets(const std::vector<const LetNode*>& lets, Expr body) {
@@ -610,7 +613,7 @@ class ControlFlowProgram final : public Executable {
   JitSession& session_;
   CompileOptions options_;
   std::optional<std::vector<int>> wrt_;
-  CompileProgram compile_program_;
+  std::vector<TierUp>* tier_ups_;
   ControlFlowStats stats_;
   std::map<std::string, int> function_index_;
   std::unordered_map<const VarNode*, Var> vars_;  // the owners of the variables regions use

@@ -29,6 +29,7 @@
 #include "ir/expr.h"
 #include "jit/compiler.h"
 #include "jit/executable.h"
+#include "jit/tiered.h"
 
 namespace pejit {
 
@@ -38,9 +39,11 @@ struct ControlFlowOptions {
   // tensors); `main` must return a scalar f32 loss, and the program returns
   // (loss, d loss / d param[w], ...) as autodiff.h's programs do.
   std::optional<std::vector<int>> wrt;
-  // Compiles each region's program once batched (and, in grad mode, split
-  // into its VJP's halves); empty: the session's Compile.
-  CompileProgram compile_program;
+  // Baseline code first (jit/tiered.h): each region's program (batched and,
+  // in grad mode, split into its VJP's halves) is lowered to baseline code
+  // at once and the compile of its native code appended here, to be run
+  // later while the session lives; null: native code at once.
+  std::vector<TierUp>* tier_ups = nullptr;
   // Batch the independent instances of one branch or loop across the
   // examples of a minibatch (batch_branches.h); off: each runs alone.
   bool batch_branches = true;

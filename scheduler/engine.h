@@ -221,7 +221,7 @@ struct EntryOptions {
   // value mode. Every other method of the handle (prefetch, wait_ready,
   // status) then concerns the same mode, so that warming one mode and
   // running the other cannot happen by omission.
-  std::optional<std::vector<int>> wrt;
+  std::optional<std::vector<int>> wrt = std::nullopt;  // initialized: {.static_argnums = ...} draws no GCC 12 warning
 };
 
 struct EntryStats {

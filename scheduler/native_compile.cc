@@ -31,13 +31,9 @@ CompileFn CompileNative(std::shared_ptr<JitSession> session, CompileOptions opti
     ControlFlowOptions control;
     control.compile = regions;
     control.batch_branches = task.batch;
-    if (task.baseline_first) {
-      // Every region baseline code now, native code (LLVM's, or the store's)
-      // on a worker later.
-      control.compile_program = [session, &notes](const Func& program, const CompileOptions& o) {
-        return BaselineFirst(program, [session, program, o] { return session->Compile(program, o); }, notes.tier_ups);
-      };
-    }
+    // Every region baseline code now, native code (LLVM's, or the store's)
+    // on a worker later (the engine's session outlives its tier-ups).
+    if (task.baseline_first) control.tier_ups = &notes.tier_ups;
     if (task.differentiate) {
       // Grad mode through control flow: only the region driver differentiates
       // it (the residual interpreter tier runs value mode only).

@@ -113,7 +113,9 @@ TEST_F(EngineTest, CallsDuringASlowCompileRunInTheInterpreterThenCompiledCodeTak
             (std::vector<std::string>{"start", "miss", "enqueue", "pe", "batch", "admission", "compile", "swap", "hit"}));
   EXPECT_EQ(events_->Count(EventKind::kEnqueue), 1);
   for (const Event& e : events_->events()) {
-    if (e.kind == EventKind::kAdmission) EXPECT_EQ(e.Text("decision"), "boost") << e.Text("reason");
+    if (e.kind == EventKind::kAdmission) {
+      EXPECT_EQ(e.Text("decision"), "boost") << e.Text("reason");
+    }
   }
 }
 
