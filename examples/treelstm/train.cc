@@ -40,6 +40,11 @@ struct Config {
 
 using Clock = std::chrono::steady_clock;
 double Seconds(Clock::time_point since) { return std::chrono::duration<double>(Clock::now() - since).count(); }
+double Between(Clock::time_point from, Clock::time_point to) { return std::chrono::duration<double>(to - from).count(); }
+
+// The process's start as this program sees it: its static initialization,
+// after the dynamic loader (which `startup`'s figures therefore leave out).
+const Clock::time_point kProcessStart = Clock::now();
 
 // Nearest-rank percentile of unsorted values.
 double Percentile(std::vector<double> v, double q) {
@@ -127,6 +132,7 @@ int Run(Config c, dist::Communicator& group) {
   const int first_epoch = trainer.epoch();
   double final_loss = 0, train_seconds = 0, dev_acc = 0, train_acc = 0;
   int64_t trees_trained = 0, steps_after_first = 0, compiled_after_first = 0;
+  nlohmann::json startup;  // the first epoch run: when training began, left the interpreter, ended the epoch
   while (trainer.epoch() < c.epochs) {
     const int epoch = trainer.epoch();
     std::optional<ProgressBar> progress;
@@ -141,6 +147,13 @@ int Run(Config c, dist::Communicator& group) {
       compiled_after_first += r.compiled_steps;
     }
     final_loss = r.loss;
+    if (epoch == first_epoch) {
+      const double first_call = Between(kProcessStart, r.started);
+      startup = {{"first_step_s", first_call},
+                 {"first_compiled_step_s", r.first_compiled_ms < 0 ? nlohmann::json() : nlohmann::json(first_call + r.first_compiled_ms / 1e3)},
+                 {"first_compiled_step_after_first_ms", r.first_compiled_ms < 0 ? nlohmann::json() : nlohmann::json(r.first_compiled_ms)},
+                 {"epoch_end_s", first_call + r.seconds}};
+    }
     if (!lead) continue;  // the other ranks go on to the next epoch's first all-reduce
     for (const std::string& w : r.warnings) std::fprintf(stderr, "warning: %s\n", w.c_str());
     train_acc = trainer.TrainAccuracy();
@@ -167,6 +180,7 @@ int Run(Config c, dist::Communicator& group) {
                       {"step_ms_max", Percentile(r.step_ms, 1.0)},
                       {"step_cpu_ms_p50", Percentile(r.step_cpu_ms, 0.5)},
                       {"step_cpu_ms_p99", Percentile(r.step_cpu_ms, 0.99)},
+                      {"first_compiled_step_ms", r.first_compiled_ms < 0 ? nlohmann::json() : nlohmann::json(r.first_compiled_ms)},
                       {"seconds", r.seconds}});
     if (!c.save.empty()) trainer.Save(UserPath(c.save));
   }
@@ -188,6 +202,7 @@ int Run(Config c, dist::Communicator& group) {
       {"policy", c.engine.policy},
       {"first_epoch", first_epoch},
       {"epochs", epochs},
+      {"startup", startup},
       {"cache_finish_seconds", finishing_seconds},
       {"ranks", group.size()},
       {"allreduce_seconds", group.stats().seconds},

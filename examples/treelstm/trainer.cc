@@ -248,14 +248,18 @@ EpochResult Trainer::TrainEpoch(const StepCallback& after_step) {
   // Reshuffled, the next epoch's minibatches are not known yet.
   Lookahead lookahead = BatchLookahead(loss, values, params_, options_.lookahead, /*wraps=*/!options_.reshuffle);
   auto epoch_start = Clock::now();
+  r.started = epoch_start;
   for (size_t i = 0; i < values.size(); ++i) {
-    auto step_start = Clock::now();
+    const auto step_start = i == 0 ? epoch_start : Clock::now();  // the epoch starts with its first step
     lookahead.BeforeStep(i);
     double cpu_start = ThreadCpuSeconds();
     const EntryStats before = loss.stats();
     ValueAndGrad vg = GlobalStep(values[i], batches_[i].size());
     const EntryStats after = loss.stats();
     r.compiled_steps += after.calls_compiled() - before.calls_compiled();
+    if (r.first_compiled_ms < 0 && after.calls_compiled() > before.calls_compiled()) {
+      r.first_compiled_ms = std::chrono::duration<double, std::milli>(step_start - epoch_start).count();
+    }
     r.generic_interpreted_steps += after.calls_generic_interpreted() - before.calls_generic_interpreted();
     const double step_loss = vg.value.tensor().item();
     // A diverged step stops the run with the parameters before it (and the

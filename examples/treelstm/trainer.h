@@ -8,6 +8,7 @@
 // may differ from the interpreter in the last bits of a float.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -65,6 +66,10 @@ struct EpochResult {
   int64_t compiled_steps = 0;            // ran native code only (EntryStats::calls_compiled)
   int64_t generic_interpreted_steps = 0;  // generic, some runs on baseline code (not LLVM's)
   double seconds = 0;
+  std::chrono::steady_clock::time_point started;  // when its first step began
+  // From `started` to the start of the first step that ran native code only
+  // (issue 54: how soon training leaves the interpreter); -1: no such step.
+  double first_compiled_ms = -1;
   std::vector<std::string> warnings;     // this epoch's (RunOptions::blowup)
 };
 

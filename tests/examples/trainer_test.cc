@@ -41,6 +41,10 @@ TEST(Trainer, CompiledStepsTrainLikeTheInterpreter) {
     treelstm::EpochResult a = interpreted.TrainEpoch(), b = compiled.TrainEpoch();
     EXPECT_EQ(a.compiled_steps, 0);
     EXPECT_EQ(b.compiled_steps, b.steps) << "policy sync runs every step compiled";
+    // How soon a run leaves the interpreter, from the epoch's first step:
+    // the first step under sync, never under the interpreter.
+    EXPECT_EQ(a.first_compiled_ms, -1);
+    EXPECT_EQ(b.first_compiled_ms, 0);
     ASSERT_EQ(a.losses.size(), 3u);
     ASSERT_EQ(b.losses.size(), 3u);
     for (size_t i = 0; i < a.losses.size(); ++i) {
