@@ -408,11 +408,20 @@ ExecutablePtr BaselineCode(const Func& program) {
   }
 }
 
+// What a variant's native code is compiled with: one variant's code serves
+// every minibatch of its row bucket, worth the optimizing code generator.
+CompileOptions VariantOptions(const CompileOptions& options) {
+  CompileOptions o = options;
+  o.optimize_machine_code = true;
+  return o;
+}
+
 // Publishes `p` as `v`'s programs, with the code given for each, unless
 // another thread made them meanwhile (MakePrograms is deterministic: code
-// made for its programs runs theirs). Under the segment's lock.
-void Publish(SegmentCode::Variant& v, Programs&& p, ExecutablePtr forward_code, ExecutablePtr backward_code) {
-  if (v.made) return;
+// made for its programs runs theirs). Under the segment's lock. Whether it
+// published.
+bool Publish(SegmentCode::Variant& v, Programs&& p, ExecutablePtr forward_code, ExecutablePtr backward_code) {
+  if (v.made) return false;
   v.forward = std::move(p.forward);
   v.backward = std::move(p.backward);
   v.forward_packs = std::move(p.forward_packs);
@@ -426,21 +435,36 @@ void Publish(SegmentCode::Variant& v, Programs&& p, ExecutablePtr forward_code, 
   v.forward_code = std::make_shared<TieredExecutable>(std::move(forward_code));
   if (backward_code) v.backward_code = std::make_shared<TieredExecutable>(std::move(backward_code));
   v.made = true;
+  return true;
 }
 
-// Makes `v`'s programs and their baseline code if they are not: built without
+// Makes `v`'s programs and their code if they are not: native code a
+// store kept (`kept`'s load_kept: a warm persistent cache, loaded in about
+// the time baseline code takes to make), else baseline code. Built without
 // the lock (other runs of the segment go on meanwhile), published under it,
 // all or nothing.
-void Make(SegmentCode& code, SegmentCode::Variant& v) {
+void Make(SegmentCode& code, SegmentCode::Variant& v, const ExecuteOptions* kept) {
   {
     std::lock_guard lock(code.mu);
     if (v.made) return;
   }
   Programs p = MakePrograms(code, v.rows, v.grad, v.pads);
-  ExecutablePtr forward_code = BaselineCode(p.forward);
-  ExecutablePtr backward_code = BaselineCode(p.backward);
+  ExecutablePtr forward_native, backward_native;
+  if (kept && kept->load_kept && p.forward) {
+    const CompileOptions options = VariantOptions(kept->compile_options);
+    forward_native = kept->load_kept->Kept(p.forward, options);
+    if (forward_native && p.backward) backward_native = kept->load_kept->Kept(p.backward, options);
+  }
+  ExecutablePtr forward_code = forward_native ? forward_native : BaselineCode(p.forward);
+  ExecutablePtr backward_code = backward_native ? backward_native : BaselineCode(p.backward);
   std::lock_guard lock(code.mu);
-  Publish(v, std::move(p), std::move(forward_code), std::move(backward_code));
+  if (!Publish(v, std::move(p), std::move(forward_code), std::move(backward_code))) return;
+  for (const ExecutablePtr& native : {forward_native, backward_native}) {
+    if (native) v.code_bytes.fetch_add(native->code_bytes());
+  }
+  v.forward_native = forward_native != nullptr;
+  v.backward_native = backward_native != nullptr;
+  v.native.store(v.forward_native && (!v.backward || v.backward_native));
 }
 
 }  // namespace
@@ -457,9 +481,10 @@ SegmentCode::Variant& VariantEntry(SegmentCode& code, int64_t rows, bool grad, c
   return *slot;
 }
 
-SegmentCode::Variant& VariantFor(SegmentCode& code, int64_t rows, bool grad, const std::vector<PadTo>& pads) {
+SegmentCode::Variant& VariantFor(SegmentCode& code, int64_t rows, bool grad, const std::vector<PadTo>& pads,
+                                 const ExecuteOptions* kept) {
   SegmentCode::Variant& v = VariantEntry(code, rows, grad, pads);
-  Make(code, v);
+  Make(code, v, kept);
   return v;
 }
 
@@ -482,8 +507,7 @@ void CompileVariant(JitSession& jit, SegmentCode& code, SegmentCode::Variant& va
     forward = fresh->forward;
     backward = fresh->backward;
   }
-  CompileOptions shared = options;
-  shared.optimize_machine_code = true;  // one variant's code serves every minibatch of its row bucket
+  const CompileOptions shared = VariantOptions(options);
   auto make = [&](const Func& program) {
     if (!program) return ExecutablePtr();
     return jit.Compile(program, shared);
@@ -493,7 +517,7 @@ void CompileVariant(JitSession& jit, SegmentCode& code, SegmentCode::Variant& va
     forward_exe = make(forward);
     backward_exe = make(backward);
   } catch (...) {
-    if (fresh) Make(code, variant);  // runnable meanwhile: the variant gets its baseline code
+    if (fresh) Make(code, variant, nullptr);  // runnable meanwhile: the variant gets its baseline code
     throw;
   }
   std::lock_guard lock(code.mu);
@@ -784,8 +808,9 @@ class CallRun {
     SegmentCode::Variant* variant = &own;
     if (!own.native.load()) {
       variant = StandIn(code, rows, options_.grad, pads);
-      if (!variant) variant = &VariantFor(code, rows, options_.grad, pads);  // made now: it runs its baseline code
-      Missing(code, own);
+      // Made now: it runs its baseline code, or what a warm cache kept.
+      if (!variant) variant = &VariantFor(code, rows, options_.grad, pads, &options_);
+      if (!own.native.load()) Missing(code, own);
     }
     variants_[r] = variant;
     std::vector<Tensor> in = Gather(run, members, 0, static_cast<int>(members.size()), *variant);
@@ -820,7 +845,7 @@ class CallRun {
       const int left = members - first;
       SegmentCode::Variant* pick = NativePiece(native, left);
       if (!pick) {  // the rest interpreted in its own row bucket
-        pick = &VariantFor(code, RowBucket(left), false, pads);
+        pick = &VariantFor(code, RowBucket(left), false, pads, &options_);
         if (!pick->native.load()) {
           all_native = false;
           Missing(code, *pick);

@@ -58,6 +58,9 @@ struct ExecuteOptions {
   JitSession* compile_now = nullptr;
   // What compile_now compiles with (its store: the engine's persistent code cache).
   CompileOptions compile_options;
+  // A variant a run makes takes the native code compile_options' store kept
+  // (a warm persistent cache), loaded by this session, before baseline code.
+  JitSession* load_kept = nullptr;
 };
 
 struct Execution {
@@ -109,8 +112,10 @@ bool HoldsStructure(const Value& arg);
 
 // The variant of `code` for `rows` rows (and, for a segment that pads
 // inputs, the padding `pads`: RunPadding's), made (forward and, in grad mode,
-// backward programs, with their baseline code) on first use. Thread-safe.
-SegmentCode::Variant& VariantFor(SegmentCode& code, int64_t rows, bool grad, const std::vector<PadTo>& pads = {});
+// backward programs, with their baseline code, or with the native code
+// `kept`'s store kept: ExecuteOptions::load_kept) on first use. Thread-safe.
+SegmentCode::Variant& VariantFor(SegmentCode& code, int64_t rows, bool grad, const std::vector<PadTo>& pads = {},
+                                 const ExecuteOptions* kept = nullptr);
 // The same variant, its programs not made yet if they were not: cheap, for
 // asking a worker to make and compile it (a prefetch, or a value-mode run
 // that other variants' native code served). Thread-safe.

@@ -581,6 +581,10 @@ std::string StoreKey(const Func& program, const CompileOptions& options) {
 
 }  // namespace
 
+ExecutablePtr JitSession::Kept(const Func& program, const CompileOptions& options) {
+  return options.store ? options.store->Load(StoreKey(program, options), options) : nullptr;
+}
+
 ExecutablePtr JitSession::Compile(const Func& program, const CompileOptions& options, CompileReport* report) {
   if (options.store) {
     const std::string key = StoreKey(program, options);

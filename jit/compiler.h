@@ -78,6 +78,9 @@ class JitSession {
   // call from many threads at once. Throws JitFailure. The result is a
   // NativeExecutable (native_executable.h), whose image (image.h) Load takes.
   ExecutablePtr Compile(const Func& program, const CompileOptions& options = {}, CompileReport* report = nullptr);
+  // What options.store kept for `program` (as Compile would find it),
+  // linked; null when it kept nothing or there is no store. Never compiles.
+  ExecutablePtr Kept(const Func& program, const CompileOptions& options);
 
   struct LoadReport {
     int objects_linked = 0;  // object files linked now (the others a live executable had)

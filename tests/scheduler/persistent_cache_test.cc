@@ -216,6 +216,29 @@ TEST_F(PersistentCacheTest, GenericSegmentsAreStoredAndALaterEngineCompilesNone)
   }
 }
 
+// A warm cache serves a generic call natively from its first run: a
+// variant a run makes loads the code an earlier engine stored (on the
+// calling thread, in about the time baseline code takes) instead of making
+// baseline code and waiting for a worker.
+TEST_F(PersistentCacheTest, AWarmCacheServesTheFirstGenericCallNatively) {
+  auto generic = [](EngineOptions& o) {
+    o.generic = true;
+    o.specialize_after_calls = 0;
+  };
+  for (int run = 0; run < 2; ++run) {
+    SCOPED_TRACE(run);
+    std::unique_ptr<Engine> engine = Start(Policy::Eager(), generic);
+    std::vector<Value> args = Args(*engine);
+    Entry loss = engine->entry("loss");
+    ExpectTheInterpretersGradient(*engine, loss.with_grad({1}).value_and_grad(args), args);
+    EXPECT_EQ(loss.stats().calls_generic, 1);
+    // Cold: baseline code, the native code compiled by a worker (and stored).
+    EXPECT_EQ(loss.stats().calls_generic_native, run == 0 ? 0 : 1);
+    engine->drain();
+    EXPECT_EQ(events_->Count(EventKind::kCacheLoad) > 0, run == 1);
+  }
+}
+
 TEST_F(PersistentCacheTest, ADamagedEntryIsRefusedRemovedAndRecompiled) {
   Fill();
   for (const auto& e : fs::directory_iterator(dir_)) {
