@@ -82,10 +82,10 @@ std::optional<ValueAndGrad> EngineImpl::RunGeneric(Request& r) {
     }
     generic::ExecuteOptions eo;
     eo.grad = r.wrt != nullptr;
-    eo.compile_options = CompileOptionsFor(r.entry.name);
     if (options.policy.kind == Policy::Kind::kSync) eo.compile_now = jit_.get();
     // A warm persistent cache serves a variant natively from its first run.
     if (disk_) eo.load_kept = jit_.get();
+    if (eo.compile_now || eo.load_kept) eo.compile_options = CompileOptionsFor(r.entry.name);
     run = generic::InspectAndExecute(*program, r.args, eo, inspection);
     out = generic::CallResult(r.args, r.wrt, run);
   } catch (const Refusal& e) {

@@ -147,11 +147,15 @@ int Run(Config c, dist::Communicator& group) {
       compiled_after_first += r.compiled_steps;
     }
     final_loss = r.loss;
+    // A time that has no value (no step ran compiled) is null.
+    auto compiled_at = [&](double offset, double scale) {
+      return r.first_compiled_ms < 0 ? nlohmann::json() : nlohmann::json(offset + r.first_compiled_ms * scale);
+    };
     if (epoch == first_epoch) {
       const double first_call = Between(kProcessStart, r.started);
       startup = {{"first_step_s", first_call},
-                 {"first_compiled_step_s", r.first_compiled_ms < 0 ? nlohmann::json() : nlohmann::json(first_call + r.first_compiled_ms / 1e3)},
-                 {"first_compiled_step_after_first_ms", r.first_compiled_ms < 0 ? nlohmann::json() : nlohmann::json(r.first_compiled_ms)},
+                 {"first_compiled_step_s", compiled_at(first_call, 1e-3)},
+                 {"first_compiled_step_after_first_ms", compiled_at(0, 1)},
                  {"epoch_end_s", first_call + r.seconds}};
     }
     if (!lead) continue;  // the other ranks go on to the next epoch's first all-reduce
@@ -180,7 +184,7 @@ int Run(Config c, dist::Communicator& group) {
                       {"step_ms_max", Percentile(r.step_ms, 1.0)},
                       {"step_cpu_ms_p50", Percentile(r.step_cpu_ms, 0.5)},
                       {"step_cpu_ms_p99", Percentile(r.step_cpu_ms, 0.99)},
-                      {"first_compiled_step_ms", r.first_compiled_ms < 0 ? nlohmann::json() : nlohmann::json(r.first_compiled_ms)},
+                      {"first_compiled_step_ms", compiled_at(0, 1)},
                       {"seconds", r.seconds}});
     if (!c.save.empty()) trainer.Save(UserPath(c.save));
   }
