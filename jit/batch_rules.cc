@@ -70,6 +70,39 @@ Shape Prepend(int64_t n, const Shape& shape) {
   return out;
 }
 
+namespace {
+
+// `k` instances of a loss over (B, C) scores and (B,) labels: one call over
+// the k * B rows with a loss per row, then (unless the call kept its rows)
+// each instance's mean over its own B rows.
+Var EmitRowLoss(StraightEmitter& out, const OpCallNode& call, std::vector<Expr> args, const std::vector<bool>& stacked,
+                int64_t k) {
+  const SourceLoc& loc = call.loc;
+  const Shape scores = TensorTypeOf(call.args[0]).shape;
+  const int64_t rows = scores.at(0);
+  if (rows < 0 || scores.at(1) < 0) throw JitFailure("batch: " + call.op->name + " over rows of unknown count");
+  for (size_t p = 0; p < args.size(); ++p) {
+    const Shape member = TensorTypeOf(call.args[p]).shape;
+    Expr stack = stacked[p] ? args[p] : out.Op("broadcast_to", {args[p]}, {{"shape", Prepend(k, member)}}, loc);
+    Shape flat = member;
+    flat[0] *= k;
+    args[p] = out.Op("reshape", {stack}, {{"shape", flat}}, loc);
+  }
+  Attrs attrs = call.attrs;
+  const bool mean = attrs.GetBool("mean");
+  attrs.Set("mean", false);
+  Var per_row = out.Op(call.op->name, std::move(args), attrs, loc);
+  Var by_instance = out.Op("reshape", {per_row}, {{"shape", Shape{k, rows}}}, loc);
+  if (!mean) return by_instance;
+  if (rows == 0) {  // the kernel's mean of no rows
+    return out.Op("broadcast_to", {MakeConstant(Tensor::ScalarOf(TensorTypeOf(per_row).dtype, 0.0))},
+                  {{"shape", Shape{k}}}, loc);
+  }
+  return out.Op("mean", {by_instance}, {{"axes", std::vector<int64_t>{1}}}, loc);
+}
+
+}  // namespace
+
 std::vector<Var> EmitStackedOp(StraightEmitter& out, const OpCallNode& call, BatchRule rule, std::vector<Expr> args,
                                const std::vector<bool>& stacked, int64_t k) {
   const std::string& op = call.op->name;
@@ -98,7 +131,9 @@ std::vector<Var> EmitStackedOp(StraightEmitter& out, const OpCallNode& call, Bat
       return {out.Op("reshape", {flat}, {{"shape", Shape{k, x[0], y[1]}}}, loc)};
     }
     case BatchRule::kGather:
-    case BatchRule::kLastAxis: break;  // the stacked axis is not the last
+    case BatchRule::kLastAxis:
+    case BatchRule::kLeading: break;  // the stacked axis is not the one worked along
+    case BatchRule::kRowLoss: return {EmitRowLoss(out, call, std::move(args), stacked, k)};
     case BatchRule::kReshape: attrs.Set("shape", Prepend(k, attrs.GetInts("shape"))); break;
     case BatchRule::kAxis:
       // Every operand of a concat takes part per instance: shared ones are

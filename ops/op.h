@@ -58,6 +58,11 @@ enum class BatchRule : uint8_t {
   kReduce,       // the `axes` attribute moves by one (sum, mean, max)
   kLastAxis,     // the first operand stacked, the operator working along its
                  // last axis; the others (layer_norm's gamma and beta) shared
+  kLeading,      // every index of the operands' leading axes maps alone
+                 // (one_hot): operands stacked, attributes unchanged
+  kRowLoss,      // a loss over rows (cross_entropy, nll): the instances' rows
+                 // run as one batch of per-row losses, then each instance's
+                 // mean is taken over its own rows
 };
 
 // How an operator that only moves bytes of its operands moves them; the

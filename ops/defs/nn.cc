@@ -159,8 +159,10 @@ void OneHotKernel(std::span<const Tensor> in, std::span<Tensor> out, const Attrs
   });
 }
 
-// Shared by cross_entropy (on logits) and nll (on log-probabilities).
-std::vector<TensorType> LossType(std::string op, std::span<const TensorType> in) {
+// Shared by cross_entropy (on logits) and nll (on log-probabilities): the
+// mean over the batch, or with `mean=false` one loss per row (what batching
+// instances of a loss computes, jit/batch_rules.h's kRowLoss).
+std::vector<TensorType> LossType(std::string op, std::span<const TensorType> in, const Attrs& attrs) {
   const TensorType &scores = in[0], &labels = in[1];
   RequireDType(op, "scores", scores, {DType::kF32, DType::kF64});
   RequireDType(op, "labels", labels, {DType::kI64});
@@ -172,20 +174,24 @@ std::vector<TensorType> LossType(std::string op, std::span<const TensorType> in)
     throw OpError(op, "batch sizes differ: scores " + ShapeToString(scores.shape) + " vs labels " +
                           ShapeToString(labels.shape));
   }
+  if (!attrs.GetBool("mean")) return {{scores.dtype, {scores.shape[0]}}};
   return {{scores.dtype, {}}};
 }
 
-// Mean over the batch of -log softmax(scores)[label] (kLogits) or of
-// -scores[label] (scores already log-probabilities).
+// Mean over the batch (or, with `mean=false`, each row's) of
+// -log softmax(scores)[label] (kLogits) or of -scores[label] (scores already
+// log-probabilities).
 template <bool kLogits>
-void LossKernel(std::span<const Tensor> in, std::span<Tensor> out, const Attrs&) {
+void LossKernel(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& attrs) {
   const char* op = kLogits ? "cross_entropy" : "nll";
   int64_t batch = in[0].shape()[0], classes = in[0].shape()[1];
   const int64_t* labels = in[1].data<int64_t>();
+  const bool mean = attrs.GetBool("mean");
   DispatchDType(in[0].dtype(), [&](auto zero) {
     using T = decltype(zero);
     if constexpr (std::is_floating_point_v<T>) {
       const T* s = in[0].data<T>();
+      T* rows = out[0].data<T>();
       double total = 0;
       for (int64_t i = 0; i < batch; ++i) {
         CheckIndex(op, labels[i], classes, "classes");
@@ -198,9 +204,10 @@ void LossKernel(std::span<const Tensor> in, std::span<Tensor> out, const Attrs&)
           for (int64_t j = 0; j < classes; ++j) sum += std::exp(row[j] - m);
           loss += static_cast<double>(m + std::log(sum));
         }
+        if (!mean) rows[i] = static_cast<T>(loss);
         total += loss;
       }
-      out[0].data<T>()[0] = static_cast<T>(batch ? total / static_cast<double>(batch) : 0.0);
+      if (mean) rows[0] = static_cast<T>(batch ? total / static_cast<double>(batch) : 0.0);
     }
   });
 }
@@ -210,7 +217,10 @@ std::vector<GradValue> LossGrad(GradBuilder& b, const GradContext& c) {
   GradValue scores = c.inputs[0], labels = c.inputs[1], g = c.output_grads[0];
   const TensorType t = b.TypeOf(scores);
   GradValue target = b.Emit("one_hot", {labels}, {{"depth", t.shape[1]}, {"dtype", t.dtype}});
-  GradValue scale = b.Div(g, b.ScalarConstant(static_cast<double>(std::max<int64_t>(1, t.shape[0])), t.dtype));
+  // Each row's cotangent: the output's over the batch size, or its own row's.
+  GradValue scale = c.attrs.GetBool("mean")
+                        ? b.Div(g, b.ScalarConstant(static_cast<double>(std::max<int64_t>(1, t.shape[0])), t.dtype))
+                        : b.Emit("reshape", {g}, {{"shape", Shape{t.shape[0], 1}}});
   GradValue diff = kLogits ? b.Sub(b.Emit("softmax", {scores}), target) : b.Neg(target);
   return {b.Mul(diff, scale), kNoGrad};
 }
@@ -354,12 +364,17 @@ void RegisterNnOps(Registry& r) {
         out.push_back(attrs.GetInt("depth"));
         return {{attrs.GetDType("dtype"), out}};
       },
-      OneHotKernel, nullptr);
-  add("cross_entropy", {"scores", "labels"}, {},
-      [](std::span<const TensorType> in, const Attrs&) { return LossType("cross_entropy", in); },
-      LossKernel<true>, LossGrad<true>);
-  add("nll", {"scores", "labels"}, {}, [](std::span<const TensorType> in, const Attrs&) { return LossType("nll", in); },
-      LossKernel<false>, LossGrad<false>);
+      OneHotKernel, nullptr)
+      .batch = BatchRule::kLeading;
+  const std::vector<AttrSpec> mean = {{"mean", AttrKind::kBool, true}};
+  add("cross_entropy", {"scores", "labels"}, mean,
+      [](std::span<const TensorType> in, const Attrs& attrs) { return LossType("cross_entropy", in, attrs); },
+      LossKernel<true>, LossGrad<true>)
+      .batch = BatchRule::kRowLoss;
+  add("nll", {"scores", "labels"}, mean,
+      [](std::span<const TensorType> in, const Attrs& attrs) { return LossType("nll", in, attrs); },
+      LossKernel<false>, LossGrad<false>)
+      .batch = BatchRule::kRowLoss;
   const std::vector<AttrSpec> rate = {{"rate", AttrKind::kFloat, 0.5}};
   add("dropout_mask", {"x", "key"}, rate,
       [](std::span<const TensorType> in, const Attrs& attrs) { return DropoutType("dropout_mask", in, attrs); },

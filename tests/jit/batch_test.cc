@@ -182,6 +182,37 @@ def @f(%x1: Tensor[(2, 5), f32], %x2: Tensor[(2, 5), f32], %x3: Tensor[(2, 5), f
   EXPECT_EQ(Count(batched, "layer_norm"), 2) << PrintFunction("batched", batched);
 }
 
+// A loss per instance (a label at every node of a tree) runs as one loss
+// over all instances' rows, each instance's mean taken over its own rows;
+// its one_hot (the backward's targets) as one call too. Gradients through
+// the batched losses are the unbatched ones.
+TEST_F(BatchTest, LossesOfInstancesRunAsOneLossPerRow) {
+  Snapshot s = Load(R"(
+def @term(%x: Tensor[(2, 4), f32], %w: Tensor[(3, 4), f32], %y: Tensor[(2,), i64]) -> Tensor[(), f32] {
+  let %s = matmul(%x, %w, transpose_b=true);
+  let %rows = nll(log_softmax(%s, axis=1), %y, mean=false);
+  add(add(cross_entropy(%s, %y), sum(%rows)), sum(one_hot(%y, depth=3)))
+}
+def @f(%x1: Tensor[(2, 4), f32], %x2: Tensor[(2, 4), f32], %x3: Tensor[(2, 4), f32], %w: Tensor[(3, 4), f32],
+       %y1: Tensor[(2,), i64], %y2: Tensor[(2,), i64]) -> Tensor[(), f32] {
+  add(add(@term(%x1, %w, %y1), @term(%x2, %w, %y2)), @term(%x3, %w, %y1))  # %y1 twice
+})");
+  Rng rng(4);
+  std::vector<Value> args;
+  for (Shape shape : {Shape{2, 4}, {2, 4}, {2, 4}, {3, 4}}) args.emplace_back(RandomUniform(rng, shape, -2, 2));
+  args.emplace_back(Tensor::FromVector<int64_t>({2}, {2, 0}));
+  args.emplace_back(Tensor::FromVector<int64_t>({2}, {1, 1}));
+  Residual r = PartialEvaluate(*s, "f", args);
+  Func batched = CheckBatched(r.main, Flatten(args));
+  for (const char* op : {"cross_entropy", "nll", "one_hot"}) {
+    EXPECT_EQ(Count(r.main, op), 3) << op;
+    EXPECT_EQ(Count(batched, op), 1) << op << "\n" << PrintFunction("batched", batched);
+  }
+  std::vector<int> wrt = {0, 1, 2, 3};
+  std::vector<Tensor> want = Interpret(Differentiate(r.main, wrt), Flatten(args));
+  ExpectClose(session_->Compile(Differentiate(batched, wrt))->Run(Flatten(args)), want, "batched then differentiated");
+}
+
 TEST_F(BatchTest, ABatchIsLaidOutInTheOrderItsOperandsRowsLie) {
   // The GEMMs' instances come in the order 3, 1, 2; their operands are the
   // rows of the tanh batch, which lie in the order 1, 2, 3. The GEMM batch

@@ -182,6 +182,8 @@ std::vector<GradCase> AllCases() {
   Tensor labels = Tensor::FromVector<int64_t>({3}, {1, 0, 3});
   add("cross_entropy", "cross_entropy", {U(rng, {3, 4}), labels}, {}, {0});
   add("nll", "nll", {U(rng, {3, 4}), labels}, {}, {0});
+  add("cross_entropy_rows", "cross_entropy", {U(rng, {3, 4}), labels}, {{"mean", false}}, {0});
+  add("nll_rows", "nll", {U(rng, {3, 4}), labels}, {{"mean", false}}, {0});
   add("dropout", "dropout", {U(rng, {4, 6}), Tensor::FromVector<int64_t>({}, {11})}, {{"rate", 0.3}}, {0});
   add("layer_norm", "layer_norm", {U(rng, {3, 5}), U(rng, {5}), U(rng, {5})}, {}, {0, 1, 2});
   add("layer_norm_3d", "layer_norm", {U(rng, {2, 2, 4}), U(rng, {4}), U(rng, {4})}, {{"eps", 0.1}}, {0, 1, 2});

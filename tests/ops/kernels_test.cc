@@ -1522,9 +1522,9 @@ TEST(OneHotKernel, DefaultsToF32) {
   Check("one_hot", {indices}, {{"depth", int64_t{3}}}, want, Tol::kExact);
 }
 
-// cross_entropy (logits = true) or nll against their batch means, with
-// 1-row, 1-class and empty batches.
-void CheckLoss(std::string_view name, bool logits, double lo, double hi) {
+// cross_entropy (logits = true) or nll against their batch means (or, with
+// `mean=false`, each row's loss), with 1-row, 1-class and empty batches.
+void CheckLoss(std::string_view name, bool logits, double lo, double hi, bool mean = true) {
   Rng rng(kSeed);
   std::vector<std::pair<int64_t, int64_t>> sizes = {{1, 1}, {1, 5}, {4, 1}, {0, 3}, {16, 10}};
   for (int i = 0; i < 8; ++i) sizes.push_back({rng.NextInt(1, 7), rng.NextInt(1, 7)});
@@ -1532,21 +1532,30 @@ void CheckLoss(std::string_view name, bool logits, double lo, double hi) {
     for (auto [batch, classes] : sizes) {
       Tensor scores = RandomValues(rng, dtype, {batch, classes}, lo, hi);
       Tensor labels = RandomInt(rng, {batch}, 0, classes);
-      double total = 0, magnitude = 0;
+      std::vector<double> losses, magnitudes;
       for (int64_t i = 0; i < batch; ++i) {
         double picked = Get(scores, i * classes + static_cast<int64_t>(Get(labels, i)));
         if (!logits) {
-          total -= picked;
-          magnitude += std::abs(picked);
+          losses.push_back(-picked);
+          magnitudes.push_back(std::abs(picked));
           continue;
         }
         double max = -INFINITY, sum = 0;
         for (int64_t j = 0; j < classes; ++j) max = std::max(max, Get(scores, i * classes + j));
         for (int64_t j = 0; j < classes; ++j) sum += std::exp(Get(scores, i * classes + j) - max);
-        total += max + std::log(sum) - picked;
+        losses.push_back(max + std::log(sum) - picked);
         // logsumexp - x[label], like log_softmax: relative to both terms.
-        magnitude += std::abs(picked) + std::abs(max + std::log(sum)) + 1;
+        magnitudes.push_back(std::abs(picked) + std::abs(max + std::log(sum)) + 1);
       }
+      if (!mean) {
+        Expected want(dtype, {batch});
+        want.values = losses;
+        want.scales = magnitudes;
+        Check(name, {scores, labels}, {{"mean", false}}, want, Tol::kRounding);
+        continue;
+      }
+      const double total = std::accumulate(losses.begin(), losses.end(), 0.0);
+      const double magnitude = std::accumulate(magnitudes.begin(), magnitudes.end(), 0.0);
       Expected want(dtype, {});
       want.values[0] = batch ? total / static_cast<double>(batch) : 0.0;
       want.scales = {batch ? magnitude / static_cast<double>(batch) : 0.0};
@@ -1562,6 +1571,10 @@ TEST(CrossEntropyKernel, IsTheBatchMeanOfMinusLogSoftmaxAtTheLabels) {
 TEST(CrossEntropyKernel, DoesNotOverflowOnLargeLogits) { CheckLoss("cross_entropy", true, 990, 1000); }
 
 TEST(NllKernel, IsTheBatchMeanOfMinusTheScoreAtTheLabels) { CheckLoss("nll", false, -6, 0); }
+
+TEST(CrossEntropyKernel, WithoutTheMeanIsEachRowsLoss) { CheckLoss("cross_entropy", true, -4, 4, /*mean=*/false); }
+
+TEST(NllKernel, WithoutTheMeanIsEachRowsLoss) { CheckLoss("nll", false, -6, 0, /*mean=*/false); }
 
 // ---- Coverage --------------------------------------------------------------------------------------------
 
