@@ -339,7 +339,7 @@ class Builder {
       ValueTree result;
       result.value = NewValue(out[0], Source{Source::Kind::kDataOp, static_cast<int>(data_ops_.size())});
       values_[result.value].data = true;
-      data_ops_.push_back({&call, std::move(node.args)});
+      data_ops_.push_back({&call, std::move(node.args), std::move(types), out[0]});
       return result;
     }
     int op = static_cast<int>(ops_.size());

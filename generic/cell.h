@@ -150,6 +150,11 @@ struct CallSite {
 struct DataOp {
   const OpCallNode* call = nullptr;
   std::vector<int> args;  // value ids
+  // The operands' types as the cell knows them, and the result's: where
+  // they are exact and an instance's operands have them, the walk skips
+  // type inference, and a view (reshape, squeeze) shares its operand's bytes.
+  std::vector<TensorType> in;
+  TensorType out;
 };
 
 struct Step {
