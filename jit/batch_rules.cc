@@ -9,6 +9,9 @@
 namespace pejit {
 
 BatchRule BatchRuleOf(const OpCallNode& call) {
+  if (call.op->batch == BatchRule::kShapeAttrs) {  // its axes are resolved against the operand's shape
+    return TensorTypeOf(call.args[0]).IsFullyKnown() ? BatchRule::kShapeAttrs : BatchRule::kNone;
+  }
   if (call.op->batch != BatchRule::kGemm) return call.op->batch;
   const AttrValue* transpose_a = call.attrs.Find("transpose_a");
   bool plain = TensorTypeOf(call.args[0]).rank() == 2 && !(transpose_a && std::get<bool>(*transpose_a));
@@ -30,7 +33,8 @@ bool MustShare(BatchRule rule, size_t position) {
 
 bool MustStack(BatchRule rule, size_t position) {
   switch (rule) {
-    case BatchRule::kElementwise: return false;
+    case BatchRule::kElementwise:
+    case BatchRule::kShapeAttrs: return false;  // a stack's operands: any
     case BatchRule::kGather: return position == 1;
     default: return position == 0;
   }
@@ -101,6 +105,53 @@ Var EmitRowLoss(StraightEmitter& out, const OpCallNode& call, std::vector<Expr> 
   return out.Op("mean", {by_instance}, {{"axes", std::vector<int64_t>{1}}}, loc);
 }
 
+// The attributes of a shape operator over stacked operands: each axis it
+// names moves past the stack axis (negative ones resolved first, against
+// the member's rank or, where the operator inserts an axis, the result's),
+// and a list with an entry per axis gains one for the stack.
+Attrs StackedShapeAttrs(const OpCallNode& call) {
+  const std::string& op = call.op->name;
+  const Shape member = TensorTypeOf(call.args[0]).shape;
+  const int64_t rank = static_cast<int64_t>(member.size());
+  auto moved = [&](int64_t axis, int64_t of_rank) {
+    if (axis < -of_rank || axis >= of_rank) throw JitFailure("batch: " + op + " of an axis out of range");
+    return (axis < 0 ? axis + of_rank : axis) + 1;
+  };
+  Attrs attrs = call.attrs;
+  if (op == "transpose") {
+    std::vector<int64_t> perm = attrs.GetInts("perm"), stacked{0};
+    if (perm.empty()) {  // the axes reversed
+      for (int64_t a = rank; a-- > 0;) perm.push_back(a);
+    }
+    for (int64_t a : perm) stacked.push_back(moved(a, rank));
+    attrs.Set("perm", stacked);
+  } else if (op == "squeeze") {
+    std::vector<int64_t> axes = attrs.GetInts("axes"), stacked;
+    if (axes.empty()) {  // every unit axis of the member, not the stack's
+      for (int64_t a = 0; a < rank; ++a) {
+        if (member[a] == 1) axes.push_back(a);
+      }
+    }
+    for (int64_t a : axes) stacked.push_back(moved(a, rank));
+    attrs.Set("axes", stacked);
+  } else if (op == "slice") {
+    std::vector<int64_t> axes;
+    for (int64_t a : attrs.GetInts("axes")) axes.push_back(moved(a, rank));
+    attrs.Set("axes", axes);
+  } else if (op == "expand_dims" || op == "stack") {
+    attrs.Set("axis", moved(attrs.GetInt("axis"), rank + 1));
+  } else if (op == "pad") {
+    for (const char* name : {"before", "after"}) {
+      std::vector<int64_t> widths = attrs.GetInts(name);
+      widths.insert(widths.begin(), 0);
+      attrs.Set(name, widths);
+    }
+  } else {
+    throw JitFailure("batch: no stacked attributes for " + op);
+  }
+  return attrs;
+}
+
 }  // namespace
 
 std::vector<Var> EmitStackedOp(StraightEmitter& out, const OpCallNode& call, BatchRule rule, std::vector<Expr> args,
@@ -134,6 +185,12 @@ std::vector<Var> EmitStackedOp(StraightEmitter& out, const OpCallNode& call, Bat
     case BatchRule::kLastAxis:
     case BatchRule::kLeading: break;  // the stacked axis is not the one worked along
     case BatchRule::kRowLoss: return {EmitRowLoss(out, call, std::move(args), stacked, k)};
+    case BatchRule::kShapeAttrs:
+      for (size_t p = 0; p < args.size(); ++p) {  // a stack's shared operands take part per instance
+        if (!stacked[p]) args[p] = out.Op("broadcast_to", {args[p]}, {{"shape", Prepend(k, member_type(p).shape)}}, loc);
+      }
+      attrs = StackedShapeAttrs(call);
+      break;
     case BatchRule::kReshape: attrs.Set("shape", Prepend(k, attrs.GetInts("shape"))); break;
     case BatchRule::kAxis:
       // Every operand of a concat takes part per instance: shared ones are

@@ -63,6 +63,10 @@ enum class BatchRule : uint8_t {
   kRowLoss,      // a loss over rows (cross_entropy, nll): the instances' rows
                  // run as one batch of per-row losses, then each instance's
                  // mean is taken over its own rows
+  kShapeAttrs,   // a shape operator whose attributes name axes (transpose's
+                 // perm, squeeze's and slice's axes, expand_dims's and
+                 // stack's axis) or give one entry per axis (pad): they gain
+                 // the leading stack axis; every operand stacked
 };
 
 // How an operator that only moves bytes of its operands moves them; the

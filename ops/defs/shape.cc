@@ -461,7 +461,8 @@ void RegisterShapeOps(Registry& r) {
         Ints perm = Permutation(c.attrs, b.TypeOf(c.inputs[0]).rank()), inverse(perm.size());
         for (size_t i = 0; i < perm.size(); ++i) inverse[perm[i]] = static_cast<int64_t>(i);
         return {b.Emit("transpose", {c.output_grads[0]}, {{"perm", inverse}})};
-      });
+      })
+      .batch = BatchRule::kShapeAttrs;
   for (bool one : {false, true}) {
     std::string name = one ? "ones" : "zeros";
     add(name, {}, {{"shape", AttrKind::kInts, std::nullopt}, {"dtype", AttrKind::kDType, DType::kF32}},
@@ -489,9 +490,13 @@ void RegisterShapeOps(Registry& r) {
   OpDef& reshape = add("reshape", {"x"}, {{"shape", AttrKind::kInts, std::nullopt}}, ReshapeType, CopyBytes, ReshapeGrad);
   reshape.batch = BatchRule::kReshape;
   reshape.moves = MoveKind::kView;
-  add("expand_dims", {"x"}, {{"axis", AttrKind::kInt, std::nullopt}}, ExpandDimsType, CopyBytes, ReshapeGrad).moves =
-      MoveKind::kView;
-  add("squeeze", {"x"}, {{"axes", AttrKind::kInts, Ints{}}}, SqueezeType, CopyBytes, ReshapeGrad).moves = MoveKind::kView;
+  OpDef& expand_dims = add("expand_dims", {"x"}, {{"axis", AttrKind::kInt, std::nullopt}}, ExpandDimsType, CopyBytes,
+                           ReshapeGrad);
+  expand_dims.moves = MoveKind::kView;
+  expand_dims.batch = BatchRule::kShapeAttrs;
+  OpDef& squeeze = add("squeeze", {"x"}, {{"axes", AttrKind::kInts, Ints{}}}, SqueezeType, CopyBytes, ReshapeGrad);
+  squeeze.moves = MoveKind::kView;
+  squeeze.batch = BatchRule::kShapeAttrs;
   OpDef& concat = add("concat", {"inputs..."}, {{"axis", AttrKind::kInt, int64_t{0}}}, ConcatType, ConcatKernel,
                       [](GradBuilder& b, const GradContext& c) {
                         int axis = NormalizeAxis("concat", c.attrs.GetInt("axis"), b.TypeOf(c.outputs[0]).rank());
@@ -516,6 +521,7 @@ void RegisterShapeOps(Registry& r) {
         return SliceBack(b, c.output_grads[0], c.inputs, axis, true);
       });
   stack.moves = MoveKind::kConcat;
+  stack.batch = BatchRule::kShapeAttrs;
   // Along an inner axis, each row of the pieces is the same row of x.
   auto inner_axis = [](std::span<const TensorType> in, const Attrs& attrs) {
     const int64_t axis = attrs.GetInt("axis");
@@ -529,13 +535,15 @@ void RegisterShapeOps(Registry& r) {
                      ChunkType, SplitKernel, SplitGrad);
   chunk.batch = BatchRule::kAxis;
   chunk.split = RowWiseSplit(SplitKernel, inner_axis);
-  add("slice", {"x"},
+  OpDef& slice = add("slice", {"x"},
       {{"axes", AttrKind::kInts, std::nullopt}, {"begins", AttrKind::kInts, std::nullopt},
        {"ends", AttrKind::kInts, std::nullopt}},
-      SliceType, SliceKernel, SliceGrad)
-      .moves = MoveKind::kSlice;
+      SliceType, SliceKernel, SliceGrad);
+  slice.moves = MoveKind::kSlice;
+  slice.batch = BatchRule::kShapeAttrs;
   add("pad", {"x"}, {{"before", AttrKind::kInts, std::nullopt}, {"after", AttrKind::kInts, std::nullopt}}, PadType,
-      PadKernel, PadGrad);
+      PadKernel, PadGrad)
+      .batch = BatchRule::kShapeAttrs;
   add("broadcast_to", {"x"}, {{"shape", AttrKind::kInts, std::nullopt}}, BroadcastToType, BroadcastToKernel,
       [](GradBuilder& b, const GradContext& c) -> std::vector<GradValue> {
         return {b.SumTo(c.output_grads[0], b.TypeOf(c.inputs[0]).shape)};

@@ -296,6 +296,74 @@ def @loss(%t: Tree, %emb: Tensor[(?, ?), f32], %w: Tensor[(?, ?), f32], %g: Tens
   }
 }
 
+// A loss at every node and shape operators (transpose, slice, squeeze,
+// expand_dims, pad, stack) run once per batched run, not once per row, with
+// the interpreter's values and gradients.
+TEST(GenericTier, LossesAndShapeOperatorsRunBatchedWithTheInterpretersGradients) {
+  Module m;
+  m.AddSource(R"(
+type Tree { Leaf(Tensor[(), i64], Tensor[(), i64]), Node(Tree, Tree, Tensor[(), i64]) }
+def @node(%t: Tree, %emb: Tensor[(?, ?), f32], %w: Tensor[(?, ?), f32], %out: Tensor[(?, ?), f32])
+    -> (Tensor[(1, ?), f32], Tensor[(), f32]) {
+  match (%t) {
+    Leaf(%x, %y) => {
+      let %h = take(%emb, reshape(%x, shape=[1]));
+      (%h, cross_entropy(matmul(%h, %out), reshape(%y, shape=[1])))
+    },
+    Node(%l, %r, %y) => {
+      let %a = @node(%l, %emb, %w, %out);
+      let %b = @node(%r, %emb, %w, %out);
+      let %pair = transpose(squeeze(stack(%a.0, %b.0, axis=-1), axes=[0]));    # (2, H)
+      let %first = slice(%pair, axes=[0], begins=[0], ends=[1]);              # (1, H)
+      let %wide = pad(expand_dims(squeeze(%first), axis=0), before=[0, 1], after=[0, 0]);  # (1, H + 1)
+      let %h = tanh(matmul(add(slice(%wide, axes=[-1], begins=[1], ends=[4]), %b.0), %w));
+      (%h, add(add(%a.1, %b.1), nll(log_softmax(matmul(%h, %out), axis=1), reshape(%y, shape=[1]))))
+    },
+  }
+}
+def @loss(%t: Tree, %emb: Tensor[(?, ?), f32], %w: Tensor[(?, ?), f32], %out: Tensor[(?, ?), f32])
+    -> Tensor[(), f32] {
+  @node(%t, %emb, %w, %out).1
+}
+)", "shapes.pj");
+  Snapshot module = m.snapshot();
+  TypeDefPtr tree = module->FindType("Tree");
+  auto i64 = [](int64_t i) { return Value(Tensor::FromVector<int64_t>({}, {i})); };
+  auto leaf = [&](int64_t i) { return Value::Adt(tree, 0, {i64(i), i64((i + 1) % 2)}); };
+  auto node = [&](Value l, Value r, int64_t y) { return Value::Adt(tree, 1, {std::move(l), std::move(r), i64(y)}); };
+  Value t = node(node(node(leaf(0), leaf(1), 0), node(leaf(2), leaf(3), 1), 1),
+                 node(node(leaf(1), leaf(0), 1), node(leaf(3), leaf(2), 0), 0), 1);
+  std::vector<Value> args = {t, TwoEncoders::Matrix(4, 3, 1.0f), TwoEncoders::Matrix(3, 3, 0.8f),
+                             TwoEncoders::Matrix(3, 2, 0.6f)};
+  GenericProgram program(module, "loss");
+  Inspection inspection = program.Inspect(args);
+  int batched = 0;
+  for (const generic::Run& run : inspection.runs) {
+    if (run.members.size() < 2) continue;
+    const SegmentCode::Variant& v = VariantFor(*run.code, run.rows, true);
+    std::map<std::string, int> ops;
+    PostOrderVisit(v.forward->body, [&](const Expr& e) {
+      if (auto* call = As<OpCallNode>(e)) ++ops[call->op->name];
+    });
+    for (const char* op : {"cross_entropy", "nll", "transpose", "squeeze", "expand_dims", "pad"}) {
+      EXPECT_LE(ops[op], 2) << op << "\n" << PrintFunction("forward", v.forward);  // squeeze: twice per instance
+    }
+    EXPECT_EQ(ops["take"], ops["take"] > 0 ? 1 : 0) << PrintFunction("forward", v.forward);  // not per row
+    ++batched;
+  }
+  EXPECT_GT(batched, 0);
+  const std::vector<int> wrt{1, 2, 3};
+  Interpreter::ValueAndGrad want = Interpreter().CallWithGrad(*module, "loss", args, wrt);
+  ExecuteOptions options;
+  options.grad = true;
+  Execution got = Execute(inspection, options);
+  EXPECT_TRUE(ValueAllClose(got.value, want.value, 1e-4, 1e-5)) << got.value.ToString() << " vs " << want.value.ToString();
+  ValueAndGrad grads = CallResult(args, &wrt, got);
+  for (size_t a = 0; a < wrt.size(); ++a) {
+    EXPECT_TRUE(ValueAllClose(grads.grads[a], want.grads[a], 1e-4, 1e-5)) << "argument " << wrt[a];
+  }
+}
+
 // For each segment program, the longest chain of its instances in which
 // each depends (through any others) on the one before: no inspection can run
 // the program fewer times.

@@ -213,6 +213,46 @@ def @f(%x1: Tensor[(2, 4), f32], %x2: Tensor[(2, 4), f32], %x3: Tensor[(2, 4), f
   ExpectClose(session_->Compile(Differentiate(batched, wrt))->Run(Flatten(args)), want, "batched then differentiated");
 }
 
+// Shape operators whose attributes name axes batch with those axes moved
+// past the stack axis (negative ones resolved first); a stack's operand
+// shared by the instances takes part in each.
+TEST_F(BatchTest, ShapeOperatorsBatchWithTheirAxesMoved) {
+  Snapshot s = Load(R"(
+def @shapes(%x: Tensor[(2, 3), f32], %v: Tensor[(3,), f32], %c: Tensor[(3,), f32]) -> Tensor[(), f32] {
+  let %t = transpose(%x);                                    # (3, 2)
+  let %u = transpose(expand_dims(%x, axis=-1), perm=[2, 0, 1]);  # (1, 2, 3)
+  let %q = squeeze(slice(%t, axes=[-1], begins=[1], ends=[2]));   # (3,)
+  let %p = pad(%x, before=[1, 0], after=[0, 2]);             # (3, 5)
+  let %st = stack(%v, %c, %q, axis=-1);                      # (3, 3), %c shared
+  add(add(sum(mul(%u, %u)), sum(%p)), add(sum(mul(%st, %st)), sum(squeeze(%u, axes=[0]))))
+}
+def @f(%x1: Tensor[(2, 3), f32], %x2: Tensor[(2, 3), f32], %x3: Tensor[(2, 3), f32], %v1: Tensor[(3,), f32],
+       %v2: Tensor[(3,), f32], %c: Tensor[(3,), f32]) -> Tensor[(), f32] {
+  add(add(@shapes(%x1, %v1, %c), @shapes(%x2, %v2, %c)), @shapes(%x3, %v1, %c))
+})");
+  Rng rng(5);
+  std::vector<Value> args;
+  for (Shape shape : {Shape{2, 3}, {2, 3}, {2, 3}, {3}, {3}, {3}}) args.emplace_back(RandomUniform(rng, shape, -1, 1));
+  Residual r = PartialEvaluate(*s, "f", args);
+  Func batched = CheckBatched(r.main, Flatten(args));
+  for (const char* op : {"transpose", "expand_dims", "squeeze", "slice", "pad"}) {
+    EXPECT_EQ(Count(batched, op), Count(r.main, op) / 3) << op << "\n" << PrintFunction("batched", batched);
+  }
+  // The program's stack (the batcher stacks operands along axis 0 too).
+  auto stacks_along_inner_axes = [](const Func& f) {
+    int n = 0;
+    PostOrderVisit(f->body, [&](const Expr& e) {
+      if (auto* call = As<OpCallNode>(e); call && call->op->name == "stack" && call->attrs.GetInt("axis") != 0) ++n;
+    });
+    return n;
+  };
+  EXPECT_EQ(stacks_along_inner_axes(r.main), 3);
+  EXPECT_EQ(stacks_along_inner_axes(batched), 1) << PrintFunction("batched", batched);
+  std::vector<int> wrt = {0, 1, 2, 3, 4, 5};
+  std::vector<Tensor> want = Interpret(Differentiate(r.main, wrt), Flatten(args));
+  ExpectClose(session_->Compile(Differentiate(batched, wrt))->Run(Flatten(args)), want, "batched then differentiated");
+}
+
 TEST_F(BatchTest, ABatchIsLaidOutInTheOrderItsOperandsRowsLie) {
   // The GEMMs' instances come in the order 3, 1, 2; their operands are the
   // rows of the tanh batch, which lie in the order 1, 2, 3. The GEMM batch
