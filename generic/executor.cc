@@ -409,10 +409,11 @@ ExecutablePtr BaselineCode(const Func& program) {
 }
 
 // What a variant's native code is compiled with: one variant's code serves
-// every minibatch of its row bucket, worth the optimizing code generator.
-CompileOptions VariantOptions(const CompileOptions& options) {
+// every minibatch of its row bucket, worth the optimizing code generator
+// once it has code that runs natively.
+CompileOptions VariantOptions(const CompileOptions& options, CodeGen codegen = CodeGen::kOptimized) {
   CompileOptions o = options;
-  o.optimize_machine_code = true;
+  o.optimize_machine_code = codegen == CodeGen::kOptimized;
   return o;
 }
 
@@ -464,6 +465,7 @@ void Make(SegmentCode& code, SegmentCode::Variant& v, const ExecuteOptions* kept
   }
   v.forward_native = forward_native != nullptr;
   v.backward_native = backward_native != nullptr;
+  v.optimized = v.forward_native;  // what the store kept is optimized code
   v.native.store(v.forward_native && (!v.backward || v.backward_native));
 }
 
@@ -488,7 +490,8 @@ SegmentCode::Variant& VariantFor(SegmentCode& code, int64_t rows, bool grad, con
   return v;
 }
 
-void CompileVariant(JitSession& jit, SegmentCode& code, SegmentCode::Variant& variant, const CompileOptions& options) {
+void CompileVariant(JitSession& jit, SegmentCode& code, SegmentCode::Variant& variant, const CompileOptions& options,
+                    CodeGen codegen) {
   // A variant no run has made yet is made here without its baseline code:
   // native code is about to replace it.
   std::optional<Programs> fresh;
@@ -498,8 +501,10 @@ void CompileVariant(JitSession& jit, SegmentCode& code, SegmentCode::Variant& va
     std::lock_guard lock(code.mu);
     made = variant.made;
     if (made) {
-      if (!variant.forward_native) forward = variant.forward;
-      if (variant.backward && !variant.backward_native) backward = variant.backward;
+      // Quick code is replaced by optimized code; optimized code stays.
+      const bool replace = codegen == CodeGen::kOptimized && !variant.optimized;
+      if (!variant.forward_native || replace) forward = variant.forward;
+      if (variant.backward && (!variant.backward_native || replace)) backward = variant.backward;
     }
   }
   if (!made) {
@@ -507,7 +512,7 @@ void CompileVariant(JitSession& jit, SegmentCode& code, SegmentCode::Variant& va
     forward = fresh->forward;
     backward = fresh->backward;
   }
-  const CompileOptions shared = VariantOptions(options);
+  const CompileOptions shared = VariantOptions(options, codegen);
   auto make = [&](const Func& program) {
     if (!program) return ExecutablePtr();
     return jit.Compile(program, shared);
@@ -520,18 +525,19 @@ void CompileVariant(JitSession& jit, SegmentCode& code, SegmentCode::Variant& va
     if (fresh) Make(code, variant, nullptr);  // runnable meanwhile: the variant gets its baseline code
     throw;
   }
+  const bool compiled = forward_exe || backward_exe;
   std::lock_guard lock(code.mu);
   if (fresh) Publish(variant, std::move(*fresh), forward_exe, backward_exe);
-  if (forward_exe) {
-    variant.code_bytes.fetch_add(forward_exe->code_bytes());
-    variant.forward_code->Replace(std::move(forward_exe));
-    variant.forward_native = true;
-  }
-  if (backward_exe) {
-    variant.code_bytes.fetch_add(backward_exe->code_bytes());
-    variant.backward_code->Replace(std::move(backward_exe));
-    variant.backward_native = true;
-  }
+  // The native code replaced (quick code) leaves the count.
+  auto replace = [&](TieredExecutable& tiered, bool& native, ExecutablePtr exe) {
+    if (native) variant.code_bytes.fetch_sub(tiered.current()->code_bytes());
+    variant.code_bytes.fetch_add(exe->code_bytes());
+    tiered.Replace(std::move(exe));
+    native = true;
+  };
+  if (forward_exe) replace(*variant.forward_code, variant.forward_native, std::move(forward_exe));
+  if (backward_exe) replace(*variant.backward_code, variant.backward_native, std::move(backward_exe));
+  if (compiled) variant.optimized = codegen == CodeGen::kOptimized;
   variant.native.store(variant.forward_native && (!variant.backward || variant.backward_native));
   variant.queued.store(false);  // a backward program made later can be compiled again
 }

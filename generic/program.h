@@ -139,6 +139,10 @@ struct SegmentCode {
     // Native code for forward and (once made) backward; both guarded by the
     // SegmentCode's mutex, `native` readable without it.
     bool forward_native = false, backward_native = false;
+    // Whether the native code is the optimizing code generator's (else the
+    // quick one's, which CompileVariant's kOptimized compile replaces);
+    // guarded by the SegmentCode's mutex.
+    bool optimized = false;
     std::atomic<bool> native{false};
     std::atomic<bool> queued{false};       // a native compile was asked for (the engine's dedup)
     std::atomic<size_t> code_bytes{0};     // of the native code

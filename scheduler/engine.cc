@@ -519,7 +519,8 @@ bool EngineImpl::RunOneWaiting(bool background) {
   //   3. a generic segment variant's compile (every later minibatch runs it);
   //   4. specialization jobs prefetched next or missed (job_queue.h's order);
   //   5. native code for specializations published with baseline code;
-  //   6. walks prefetched for some later time, then jobs prefetched so.
+  //   6. walks prefetched for some later time, then jobs prefetched so;
+  //   7. optimized code for generic variants that run quick native code.
   std::optional<GenericWalk> walk;
   std::optional<GenericCompile> compile;
   auto take = [](auto& queue, auto& into) {
@@ -543,7 +544,12 @@ bool EngineImpl::RunOneWaiting(bool background) {
       job = queue.Pop(JobPriority::kMiss);
       if (!job) {
         lock.lock();
-        if (!TakeTierUp(tier_up, /*wanted_only=*/false)) take_walk(walks_idle_);
+        if (!TakeTierUp(tier_up, /*wanted_only=*/false) && !take_walk(walks_idle_)) {
+          lock.unlock();
+          job = queue.Pop();
+          lock.lock();
+          if (!job) take(generic_optimize_, compile);
+        }
       }
     }
   }
@@ -563,7 +569,9 @@ bool EngineImpl::RunOneWaiting(bool background) {
     // 0.93x the interpreter, its runs on baseline code meanwhile), but the
     // Child-Sum Tree-LSTM's fell by a fifth, its first compiles (LLVM's
     // warm-up among them) started by prefetches before any run had paid
-    // for them (bench/RESULTS.md, "Issue 51").
+    // for them (bench/RESULTS.md, "Issue 51"). Optimized code replacing
+    // quick code speeds up what runs natively already: in the background.
+    ScopedLowerPriority lowered(compile->codegen == generic::CodeGen::kOptimized ? nice : 0);
     RunGenericCompile(*compile);
     return true;
   }

@@ -110,7 +110,8 @@ std::optional<ValueAndGrad> EngineImpl::RunGeneric(Request& r) {
     auto micros = [](std::chrono::steady_clock::time_point t) {
       return std::chrono::duration_cast<std::chrono::microseconds>(t.time_since_epoch()).count();
     };
-    EmitGenericCompile(r.entry.name, *c.code, *c.variant, micros(c.start), micros(c.end) - micros(c.start));
+    EmitGenericCompile(r.entry.name, generic::CodeGen::kOptimized, *c.code, *c.variant, micros(c.start),
+                       micros(c.end) - micros(c.start));
   }
   if (jit_ && options.policy.kind != Policy::Kind::kSync) {
     for (size_t i = 0; i < run.missing_native.size(); ++i) {
@@ -154,7 +155,7 @@ void EngineImpl::RunGenericCompile(GenericCompile& job) {
   int64_t start = NowMicros();
   std::string failure;
   try {
-    generic::CompileVariant(*jit_, *job.code, *job.variant, CompileOptionsFor(job.entry));
+    generic::CompileVariant(*jit_, *job.code, *job.variant, CompileOptionsFor(job.entry), job.codegen);
   } catch (const std::exception& e) {
     failure = e.what();  // the variant keeps running its baseline code
   }
@@ -166,16 +167,25 @@ void EngineImpl::RunGenericCompile(GenericCompile& job) {
     }
     return;
   }
-  EmitGenericCompile(job.entry, *job.code, *job.variant, start, NowMicros() - start);
+  EmitGenericCompile(job.entry, job.codegen, *job.code, *job.variant, start, NowMicros() - start);
+  if (job.codegen == generic::CodeGen::kQuick && !job.variant->queued.exchange(true)) {
+    job.codegen = generic::CodeGen::kOptimized;
+    {
+      std::lock_guard<std::mutex> lock(generic_queue_mu_);
+      generic_optimize_.push_back(std::move(job));
+    }
+    Spawn();
+  }
 }
 
-void EngineImpl::EmitGenericCompile(const std::string& entry, const generic::SegmentCode& code,
-                                    const generic::SegmentCode::Variant& variant, int64_t start_us,
-                                    int64_t duration_us) {
+void EngineImpl::EmitGenericCompile(const std::string& entry, generic::CodeGen codegen,
+                                    const generic::SegmentCode& code, const generic::SegmentCode::Variant& variant,
+                                    int64_t start_us, int64_t duration_us) {
   if (!On(EventKind::kGenericCompile)) return;
   Event e = Make(EventKind::kGenericCompile, entry, nullptr, start_us, duration_us);
   e.fields.push_back({"segment", static_cast<int64_t>(code.id)});
   e.fields.push_back({"rows", variant.rows});
+  e.fields.push_back({"codegen", std::string(codegen == generic::CodeGen::kQuick ? "quick" : "optimized")});
   e.fields.push_back({"ops", static_cast<int64_t>(code.ops)});
   e.fields.push_back({"code_bytes", static_cast<int64_t>(variant.code_bytes.load())});
   if (!variant.pads.empty()) {  // per padded input: its extent, "m" when masked

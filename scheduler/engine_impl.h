@@ -221,11 +221,14 @@ class EngineImpl {
   // Segment variants of the generic tier waiting for native code; workers
   // take these before specialization jobs (each is small, and serves every
   // call that runs the segment).
+  // A variant's native code: quick code first (native soonest), then, last
+  // of all the work, optimized code replacing it (generic/executor.h).
   struct GenericCompile {
     std::string entry;
     std::shared_ptr<generic::GenericProgram> program;  // keeps the variant alive
     generic::SegmentCode* code;
     generic::SegmentCode::Variant* variant;
+    generic::CodeGen codegen = generic::CodeGen::kQuick;
   };
   // Segment programs and their code, shared by all entries (generic/program.h).
   std::shared_ptr<generic::SegmentTable> segments_ =
@@ -246,7 +249,7 @@ class EngineImpl {
     std::vector<const void*> structures;  // StructureIdentities(args)
   };
   std::mutex generic_queue_mu_;
-  std::deque<GenericCompile> generic_queue_;
+  std::deque<GenericCompile> generic_queue_, generic_optimize_;
   // Walks of `next` prefetches go before segment compiles, `idle` ones after
   // them. A call drops its own walk while it is still queued (it walks
   // itself rather than wait for a worker) and waits for one a worker took
@@ -258,7 +261,7 @@ class EngineImpl {
   void RunGenericCompile(GenericCompile& job);
   // The `generic-compile` event of a variant that got native code: on a
   // worker, or (policy sync) on the calling thread during its call.
-  void EmitGenericCompile(const std::string& entry, const generic::SegmentCode& code,
+  void EmitGenericCompile(const std::string& entry, generic::CodeGen codegen, const generic::SegmentCode& code,
                           const generic::SegmentCode::Variant& variant, int64_t start_us, int64_t duration_us);
   // The rent rule (ski rental) for a tier-up: it runs at the workers' lower
   // priority unless, when a worker takes it, the calls have spent as long on

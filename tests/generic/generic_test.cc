@@ -240,6 +240,56 @@ TEST(GenericTier, GradModeRunsARowCountWithoutCodeOfItsOwnOnALargerBucket) {
   EXPECT_GT(stood_in, 0);
 }
 
+// A variant's first native code is the quick code generator's; the
+// optimizing one's replaces it (a later compile), and a quick compile of a
+// variant with optimized code leaves it. Every step gives the interpreter's
+// values and gradients.
+TEST(GenericTier, QuickNativeCodeIsReplacedByOptimizedCode) {
+  Snapshot module = LoadProgram("examples/treelstm/treelstm.pj");
+  std::vector<std::vector<Value>> calls = Calls(*module, "loss", "tests/generic/treelstm_calls.jsonl");
+  GenericProgram program(module, "loss");
+  std::unique_ptr<JitSession> jit = JitSession::Create();
+  const std::vector<int> wrt{2};
+  Interpreter::ValueAndGrad want = Interpreter().CallWithGrad(*module, "loss", calls[0], wrt);
+  ExecuteOptions options;
+  options.grad = true;
+  auto expect_the_interpreters = [&](Execution& got) {
+    EXPECT_TRUE(ValueAllClose(got.value, want.value, 1e-4, 1e-5));
+    EXPECT_TRUE(ValueAllClose(CallResult(calls[0], &wrt, got).grads[0], want.grads[0], 1e-4, 1e-5));
+  };
+  Inspection inspection = program.Inspect(calls[0]);
+  Execution first = Execute(inspection, options);  // baseline code; each run's variant made
+  expect_the_interpreters(first);
+  ASSERT_FALSE(first.missing_native.empty());
+  for (size_t m = 0; m < first.missing_native.size(); ++m) {
+    SegmentCode& code = *first.missing_codes[m];
+    SegmentCode::Variant& v = *first.missing_native[m];
+    CompileVariant(*jit, code, v, {}, CodeGen::kQuick);
+    std::lock_guard lock(code.mu);
+    EXPECT_TRUE(v.native.load());
+    EXPECT_FALSE(v.optimized);
+  }
+  Execution quick = Execute(inspection, options);
+  expect_the_interpreters(quick);
+  EXPECT_EQ(quick.baseline_runs, 0);
+  std::vector<const ExecutablePtr::element_type*> quick_code;
+  for (size_t m = 0; m < first.missing_native.size(); ++m) {
+    SegmentCode& code = *first.missing_codes[m];
+    SegmentCode::Variant& v = *first.missing_native[m];
+    quick_code.push_back(v.forward_code->current().get());
+    CompileVariant(*jit, code, v, {}, CodeGen::kOptimized);
+    const auto* optimized = v.forward_code->current().get();
+    EXPECT_NE(optimized, quick_code.back()) << "replaced";
+    CompileVariant(*jit, code, v, {}, CodeGen::kQuick);  // nothing to do
+    std::lock_guard lock(code.mu);
+    EXPECT_EQ(v.forward_code->current().get(), optimized);
+    EXPECT_TRUE(v.optimized);
+  }
+  Execution optimized = Execute(inspection, options);
+  expect_the_interpreters(optimized);
+  EXPECT_EQ(optimized.baseline_runs, 0);
+}
+
 // A layer norm over a node's features stacks across the nodes of a run
 // (one layer_norm in the vectorized program, gamma and beta shared), with
 // the interpreter's values and gradients for every parameter.

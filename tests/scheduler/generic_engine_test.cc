@@ -106,6 +106,38 @@ def @loss(%xs: List[Tensor[(?, 4), f32]], %w: Tensor[(4, 4), f32]) -> Tensor[(),
   EXPECT_EQ(paddings, (std::set<std::string>{"8m", "10m", "7"}));
 }
 
+// Under policy eager a worker gives each segment variant native code
+// twice: quick code first, then optimized code replacing it once nothing
+// else waits. Every call has the interpreter's answers meanwhile.
+TEST(GenericEngine, AVariantGetsQuickNativeCodeThenOptimizedCode) {
+  auto events = std::make_shared<RecordingSink>();
+  Engine engine(GenericOptions(Policy::Eager(), events));
+  engine.module().AddSource(kProgram, "program.pj");
+  Snapshot s = engine.module().snapshot();
+  Rng rng(4);
+  Value emb = RandomMatrix(rng, 10, 4);
+  Entry loss = engine.entry("loss");
+  Interpreter interp;
+  for (int call = 0; call < 6; ++call) {
+    std::vector<Value> args = {MakeTree(*s, 2 + call, call, 10), emb};
+    ValueAndGrad got = loss.with_grad({1}).value_and_grad(args);
+    ValueAndGrad want = interp.CallWithGrad(*s, "loss", args, {1});
+    EXPECT_TRUE(Close(got.value, want.value));
+    EXPECT_TRUE(Close(got.grads[0], want.grads[0]));
+    if (call == 2) engine.drain();
+  }
+  engine.drain();
+  std::map<std::pair<int64_t, int64_t>, std::vector<std::string>> codegen;  // by (segment, rows), in order
+  for (const Event& e : events->Of(EventKind::kGenericCompile, "loss")) {
+    codegen[{std::stoll(e.Text("segment")), std::stoll(e.Text("rows"))}].push_back(e.Text("codegen"));
+  }
+  ASSERT_FALSE(codegen.empty());
+  for (const auto& [variant, order] : codegen) {
+    EXPECT_EQ(order, (std::vector<std::string>{"quick", "optimized"})) << "segment " << variant.first << ", rows "
+                                                                       << variant.second;
+  }
+}
+
 // EngineOptions::compile_options reach every compile the engine makes, on
 // the thread that compiles: the generic tier's segments (vectorized, then
 // lowered through the lowering passes) and a signature's own specialization
