@@ -152,6 +152,29 @@ Attrs StackedShapeAttrs(const OpCallNode& call) {
   return attrs;
 }
 
+// broadcast_to or sum_to of stacked operands: the target shape gains the
+// stack axis, and the operand's own axes are aligned to the target's (the
+// operator aligns trailing axes, which would pair the stack axis with one
+// of the target's) with unit axes after the stack axis.
+Var EmitStackedToShape(StraightEmitter& out, const OpCallNode& call, Expr x, int64_t k) {
+  const SourceLoc& loc = call.loc;
+  const Shape member = TensorTypeOf(call.args[0]).shape;
+  const std::vector<int64_t> target = call.attrs.GetInts("shape");
+  auto aligned = [&](const Shape& shape, size_t rank) {  // unit axes first, to `rank`
+    Shape s(rank - shape.size(), 1);
+    s.insert(s.end(), shape.begin(), shape.end());
+    return Prepend(k, s);
+  };
+  if (call.op->name == "broadcast_to") {
+    if (member.size() < target.size()) x = out.Op("reshape", {x}, {{"shape", aligned(member, target.size())}}, loc);
+    return out.Op("broadcast_to", {x}, {{"shape", Prepend(k, target)}}, loc);
+  }
+  // sum_to: the operand's extra leading axes are summed, not the stack's.
+  Var summed = out.Op("sum_to", {x}, {{"shape", aligned(target, member.size())}}, loc);
+  if (member.size() == target.size()) return summed;
+  return out.Op("reshape", {summed}, {{"shape", Prepend(k, target)}}, loc);
+}
+
 }  // namespace
 
 std::vector<Var> EmitStackedOp(StraightEmitter& out, const OpCallNode& call, BatchRule rule, std::vector<Expr> args,
@@ -186,6 +209,7 @@ std::vector<Var> EmitStackedOp(StraightEmitter& out, const OpCallNode& call, Bat
     case BatchRule::kLeading: break;  // the stacked axis is not the one worked along
     case BatchRule::kRowLoss: return {EmitRowLoss(out, call, std::move(args), stacked, k)};
     case BatchRule::kShapeAttrs:
+      if (op == "broadcast_to" || op == "sum_to") return {EmitStackedToShape(out, call, args[0], k)};
       for (size_t p = 0; p < args.size(); ++p) {  // a stack's shared operands take part per instance
         if (!stacked[p]) args[p] = out.Op("broadcast_to", {args[p]}, {{"shape", Prepend(k, member_type(p).shape)}}, loc);
       }

@@ -65,8 +65,9 @@ enum class BatchRule : uint8_t {
                  // mean is taken over its own rows
   kShapeAttrs,   // a shape operator whose attributes name axes (transpose's
                  // perm, squeeze's and slice's axes, expand_dims's and
-                 // stack's axis) or give one entry per axis (pad): they gain
-                 // the leading stack axis; every operand stacked
+                 // stack's axis), give one entry per axis (pad) or a shape
+                 // (broadcast_to, sum_to): they gain the leading stack axis;
+                 // every operand stacked
 };
 
 // How an operator that only moves bytes of its operands moves them; the

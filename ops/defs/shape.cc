@@ -548,12 +548,14 @@ void RegisterShapeOps(Registry& r) {
       [](GradBuilder& b, const GradContext& c) -> std::vector<GradValue> {
         return {b.SumTo(c.output_grads[0], b.TypeOf(c.inputs[0]).shape)};
       },
-      FusionKind::kBroadcast);
+      FusionKind::kBroadcast)
+      .batch = BatchRule::kShapeAttrs;
   add("sum_to", {"x"}, {{"shape", AttrKind::kInts, std::nullopt}}, SumToType, SumToKernel,
       [](GradBuilder& b, const GradContext& c) -> std::vector<GradValue> {
         return {b.BroadcastTo(c.output_grads[0], b.TypeOf(c.inputs[0]).shape)};
       },
-      FusionKind::kReduction);
+      FusionKind::kReduction)
+      .batch = BatchRule::kShapeAttrs;
 }
 
 }  // namespace pejit

@@ -215,7 +215,8 @@ def @f(%x1: Tensor[(2, 4), f32], %x2: Tensor[(2, 4), f32], %x3: Tensor[(2, 4), f
 
 // Shape operators whose attributes name axes batch with those axes moved
 // past the stack axis (negative ones resolved first); a stack's operand
-// shared by the instances takes part in each.
+// shared by the instances takes part in each; broadcast_to and sum_to keep
+// the stack axis apart from the axes they add or sum.
 TEST_F(BatchTest, ShapeOperatorsBatchWithTheirAxesMoved) {
   Snapshot s = Load(R"(
 def @shapes(%x: Tensor[(2, 3), f32], %v: Tensor[(3,), f32], %c: Tensor[(3,), f32]) -> Tensor[(), f32] {
@@ -224,7 +225,10 @@ def @shapes(%x: Tensor[(2, 3), f32], %v: Tensor[(3,), f32], %c: Tensor[(3,), f32
   let %q = squeeze(slice(%t, axes=[-1], begins=[1], ends=[2]));   # (3,)
   let %p = pad(%x, before=[1, 0], after=[0, 2]);             # (3, 5)
   let %st = stack(%v, %c, %q, axis=-1);                      # (3, 3), %c shared
-  add(add(sum(mul(%u, %u)), sum(%p)), add(sum(mul(%st, %st)), sum(squeeze(%u, axes=[0]))))
+  let %wide = broadcast_to(%v, shape=[2, 2, 3]);             # across two new leading axes
+  let %back = sum_to(mul(%wide, %wide), shape=[1, 3]);        # the leading axis summed, one kept unit
+  add(add(add(sum(mul(%u, %u)), sum(%p)), add(sum(mul(%st, %st)), sum(squeeze(%u, axes=[0])))),
+      sum(mul(%back, sum_to(%x, shape=[3]))))
 }
 def @f(%x1: Tensor[(2, 3), f32], %x2: Tensor[(2, 3), f32], %x3: Tensor[(2, 3), f32], %v1: Tensor[(3,), f32],
        %v2: Tensor[(3,), f32], %c: Tensor[(3,), f32]) -> Tensor[(), f32] {
@@ -235,7 +239,7 @@ def @f(%x1: Tensor[(2, 3), f32], %x2: Tensor[(2, 3), f32], %x3: Tensor[(2, 3), f
   for (Shape shape : {Shape{2, 3}, {2, 3}, {2, 3}, {3}, {3}, {3}}) args.emplace_back(RandomUniform(rng, shape, -1, 1));
   Residual r = PartialEvaluate(*s, "f", args);
   Func batched = CheckBatched(r.main, Flatten(args));
-  for (const char* op : {"transpose", "expand_dims", "squeeze", "slice", "pad"}) {
+  for (const char* op : {"transpose", "expand_dims", "squeeze", "slice", "pad", "sum_to"}) {
     EXPECT_EQ(Count(batched, op), Count(r.main, op) / 3) << op << "\n" << PrintFunction("batched", batched);
   }
   // The program's stack (the batcher stacks operands along axis 0 too).
