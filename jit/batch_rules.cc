@@ -9,8 +9,10 @@
 namespace pejit {
 
 BatchRule BatchRuleOf(const OpCallNode& call) {
-  if (call.op->batch == BatchRule::kShapeAttrs) {  // its axes are resolved against the operand's shape
-    return TensorTypeOf(call.args[0]).IsFullyKnown() ? BatchRule::kShapeAttrs : BatchRule::kNone;
+  // Rules that read the operand's shape (axes resolved against it, rows
+  // counted) apply where it is known.
+  if (call.op->batch == BatchRule::kShapeAttrs || call.op->batch == BatchRule::kRowLoss) {
+    return TensorTypeOf(call.args[0]).IsFullyKnown() ? call.op->batch : BatchRule::kNone;
   }
   if (call.op->batch != BatchRule::kGemm) return call.op->batch;
   const AttrValue* transpose_a = call.attrs.Find("transpose_a");
@@ -83,8 +85,7 @@ Var EmitRowLoss(StraightEmitter& out, const OpCallNode& call, std::vector<Expr> 
                 int64_t k) {
   const SourceLoc& loc = call.loc;
   const Shape scores = TensorTypeOf(call.args[0]).shape;
-  const int64_t rows = scores.at(0);
-  if (rows < 0 || scores.at(1) < 0) throw JitFailure("batch: " + call.op->name + " over rows of unknown count");
+  const int64_t rows = scores.at(0);  // known: BatchRuleOf
   for (size_t p = 0; p < args.size(); ++p) {
     const Shape member = TensorTypeOf(call.args[p]).shape;
     Expr stack = stacked[p] ? args[p] : out.Op("broadcast_to", {args[p]}, {{"shape", Prepend(k, member)}}, loc);
