@@ -417,6 +417,9 @@ CompileOptions VariantOptions(const CompileOptions& options, CodeGen codegen = C
   return o;
 }
 
+// Whether every program of `v` runs native code, readable without the lock.
+void PublishNative(SegmentCode::Variant& v) { v.native.store(v.forward_native && (!v.backward || v.backward_native)); }
+
 // Publishes `p` as `v`'s programs, with the code given for each, unless
 // another thread made them meanwhile (MakePrograms is deterministic: code
 // made for its programs runs theirs). Under the segment's lock. Whether it
@@ -466,7 +469,7 @@ void Make(SegmentCode& code, SegmentCode::Variant& v, const ExecuteOptions* kept
   v.forward_native = forward_native != nullptr;
   v.backward_native = backward_native != nullptr;
   v.optimized = v.forward_native;  // what the store kept is optimized code
-  v.native.store(v.forward_native && (!v.backward || v.backward_native));
+  PublishNative(v);
 }
 
 }  // namespace
@@ -538,7 +541,7 @@ void CompileVariant(JitSession& jit, SegmentCode& code, SegmentCode::Variant& va
   if (forward_exe) replace(*variant.forward_code, variant.forward_native, std::move(forward_exe));
   if (backward_exe) replace(*variant.backward_code, variant.backward_native, std::move(backward_exe));
   if (compiled) variant.optimized = codegen == CodeGen::kOptimized;
-  variant.native.store(variant.forward_native && (!variant.backward || variant.backward_native));
+  PublishNative(variant);
   variant.queued.store(false);  // a backward program made later can be compiled again
 }
 

@@ -544,12 +544,7 @@ bool EngineImpl::RunOneWaiting(bool background) {
       job = queue.Pop(JobPriority::kMiss);
       if (!job) {
         lock.lock();
-        if (!TakeTierUp(tier_up, /*wanted_only=*/false) && !take_walk(walks_idle_)) {
-          lock.unlock();
-          job = queue.Pop();
-          lock.lock();
-          if (!job) take(generic_optimize_, compile);
-        }
+        if (!TakeTierUp(tier_up, /*wanted_only=*/false)) take_walk(walks_idle_);
       }
     }
   }
@@ -569,9 +564,7 @@ bool EngineImpl::RunOneWaiting(bool background) {
     // 0.93x the interpreter, its runs on baseline code meanwhile), but the
     // Child-Sum Tree-LSTM's fell by a fifth, its first compiles (LLVM's
     // warm-up among them) started by prefetches before any run had paid
-    // for them (bench/RESULTS.md, "Issue 51"). Optimized code replacing
-    // quick code speeds up what runs natively already: in the background.
-    ScopedLowerPriority lowered(compile->codegen == generic::CodeGen::kOptimized ? nice : 0);
+    // for them (bench/RESULTS.md, "Issue 51").
     RunGenericCompile(*compile);
     return true;
   }
@@ -592,7 +585,15 @@ bool EngineImpl::RunOneWaiting(bool background) {
     RunJob(*job, waited || options.policy.kind == Policy::Kind::kSync);
     return true;
   }
-  return false;
+  {
+    std::lock_guard<std::mutex> lock(generic_queue_mu_);
+    if (!take(generic_optimize_, compile)) return false;
+  }
+  // Optimized code replacing quick code speeds up what runs natively
+  // already: in the background.
+  ScopedLowerPriority lowered(nice);
+  RunGenericCompile(*compile);
+  return true;
 }
 
 void EngineImpl::Drain(const std::function<void(int64_t)>& progress) {

@@ -28,6 +28,15 @@ EngineOptions GenericOptions(Policy policy, std::shared_ptr<RecordingSink> event
 
 bool Close(const Value& a, const Value& b) { return ValueAllClose(a, b, 1e-5, 1e-6); }
 
+// A grad-mode call of "loss" gives the interpreter's value and its gradient
+// with respect to argument 1.
+void ExpectTheInterpretersGradient(const Entry& loss, const ModuleSnapshot& s, const std::vector<Value>& args) {
+  ValueAndGrad got = loss.with_grad({1}).value_and_grad(args);
+  ValueAndGrad want = Interpreter().CallWithGrad(s, "loss", args, {1});
+  EXPECT_TRUE(Close(got.value, want.value));
+  EXPECT_TRUE(Close(got.grads[0], want.grads[0]));
+}
+
 TEST(GenericEngine, EveryNewStructureRunsGenericCodeFromItsFirstCall) {
   auto events = std::make_shared<RecordingSink>();
   Engine engine(GenericOptions(Policy::Sync(), events));
@@ -36,14 +45,10 @@ TEST(GenericEngine, EveryNewStructureRunsGenericCodeFromItsFirstCall) {
   Rng rng(3);
   Value emb = RandomMatrix(rng, 10, 4);
   Entry loss = engine.entry("loss");
-  Interpreter interp;
   for (int shape = 0; shape < 12; ++shape) {
     SCOPED_TRACE("shape " + std::to_string(shape));
     std::vector<Value> args = {MakeTree(*s, 2 + shape % 5, shape, 10), emb};
-    ValueAndGrad got = loss.with_grad({1}).value_and_grad(args);
-    ValueAndGrad want = interp.CallWithGrad(*s, "loss", args, {1});
-    EXPECT_TRUE(Close(got.value, want.value));
-    EXPECT_TRUE(Close(got.grads[0], want.grads[0]));
+    ExpectTheInterpretersGradient(loss, *s, args);
   }
   EntryStats st = loss.stats();
   EXPECT_EQ(st.calls_generic, 12);
@@ -85,15 +90,11 @@ def @loss(%xs: List[Tensor[(?, 4), f32]], %w: Tensor[(4, 4), f32]) -> Tensor[(),
   Rng rng(5);
   Value w = RandomMatrix(rng, 4, 4);
   Entry loss = engine.entry("loss");
-  Interpreter interp;
   for (const std::vector<int64_t>& lengths : std::vector<std::vector<int64_t>>{{3, 8, 5}, {2, 6, 6, 9}, {7, 7}}) {
     Value xs = Value::Adt(list, 0, {});
     for (int64_t n : lengths) xs = Value::Adt(list, 1, {RandomMatrix(rng, n, 4), xs});
     std::vector<Value> args = {xs, w};
-    ValueAndGrad got = loss.with_grad({1}).value_and_grad(args);
-    ValueAndGrad want = interp.CallWithGrad(*s, "loss", args, {1});
-    EXPECT_TRUE(Close(got.value, want.value));
-    EXPECT_TRUE(Close(got.grads[0], want.grads[0]));
+    ExpectTheInterpretersGradient(loss, *s, args);
   }
   EXPECT_EQ(loss.stats().calls_generic, 3);
   EngineStats es = engine.stats();
@@ -117,13 +118,9 @@ TEST(GenericEngine, AVariantGetsQuickNativeCodeThenOptimizedCode) {
   Rng rng(4);
   Value emb = RandomMatrix(rng, 10, 4);
   Entry loss = engine.entry("loss");
-  Interpreter interp;
   for (int call = 0; call < 6; ++call) {
     std::vector<Value> args = {MakeTree(*s, 2 + call, call, 10), emb};
-    ValueAndGrad got = loss.with_grad({1}).value_and_grad(args);
-    ValueAndGrad want = interp.CallWithGrad(*s, "loss", args, {1});
-    EXPECT_TRUE(Close(got.value, want.value));
-    EXPECT_TRUE(Close(got.grads[0], want.grads[0]));
+    ExpectTheInterpretersGradient(loss, *s, args);
     if (call == 2) engine.drain();
   }
   engine.drain();
@@ -191,13 +188,9 @@ TEST(GenericEngine, APrefetchedMinibatchIsWalkedOnceAndItsCallTakesTheSchedule) 
   std::vector<Value> trees;
   for (int b = 0; b < 4; ++b) trees.push_back(MakeTree(*s, 3 + b, 40 + b, 10));
   for (const Value& t : trees) loss.with_grad({1}).prefetch({t, RandomMatrix(rng, 10, 4)}, Prefetch::kNext);
-  Interpreter interp;
   for (const Value& t : trees) {
     std::vector<Value> args = {t, RandomMatrix(rng, 10, 4)};  // parameters the prefetch did not see
-    ValueAndGrad got = loss.with_grad({1}).value_and_grad(args);
-    ValueAndGrad want = interp.CallWithGrad(*s, "loss", args, {1});
-    EXPECT_TRUE(Close(got.value, want.value));
-    EXPECT_TRUE(Close(got.grads[0], want.grads[0]));
+    ExpectTheInterpretersGradient(loss, *s, args);
   }
   std::vector<Event> calls = events->Of(EventKind::kCall, "loss"), walks = events->Of(EventKind::kGenericInspect, "loss");
   ASSERT_EQ(calls.size(), 4u);
@@ -292,10 +285,7 @@ TEST(GenericEngine, ATallerTreeIsServedAtOnceAndItsNewCodeCompilesInTheBackgroun
     return e.Text("native_runs") == e.Text("runs") && engine.stats().generic_native_variants > native_before;
   }));
   // Grad mode runs its own variants: the tall tree's first gradient, right.
-  ValueAndGrad got = loss.with_grad({1}).value_and_grad(tall);
-  ValueAndGrad want = interp.CallWithGrad(*s, "loss", tall, {1});
-  EXPECT_TRUE(Close(got.value, want.value));
-  EXPECT_TRUE(Close(got.grads[0], want.grads[0]));
+  ExpectTheInterpretersGradient(loss, *s, tall);
   // A generic call counts as compiled only when every one of its runs was
   // native; the others (the first call's, at least) are counted apart.
   int64_t all_native = 0, interpreted = 0;
