@@ -7,7 +7,7 @@
 // to the other and back (BM_CoreToCore: on a VM, its vCPUs' placement, which
 // decides how much a divided step pays for data the other thread wrote);
 // the compile time of one specialization split by
-// stage; a fused elementwise kernel's throughput beside memcpy of the
+// stage, and of a small program in a warm session (a segment variant's); a fused elementwise kernel's throughput beside memcpy of the
 // same bytes; and a loop the data ends, its regions native, against the
 // interpreter.
 #include <benchmark/benchmark.h>
@@ -274,6 +274,41 @@ BENCHMARK(BM_CompileSpecialization)
     ->Args({25, kBatchAfterAutodiff, 0})
     ->Unit(benchmark::kMillisecond)
     ->Iterations(2);
+
+// A small segment-sized program (three elementwise operators) compiled in
+// a session that has compiled before, as the generic tier's workers compile
+// a segment's row buckets: the fixed cost of an LLVM compile, by stage. Each
+// iteration's program has a shape of its own, so no kernel is reused. Arg:
+// 0 quick machine code (a variant's first), 1 optimizing.
+void BM_CompileSmallProgram(benchmark::State& state) {
+  auto session = JitSession::Create();
+  CompileOptions options;
+  options.optimize_machine_code = state.range(0) != 0;
+  auto program = [](int64_t cols) {
+    Module m;
+    const std::string t = "Tensor[(8, " + std::to_string(cols) + "), f32]";
+    m.AddSource("def @f(%x: " + t + ", %y: " + t + ") { tanh(add(mul(%x, %y), %y)) }", "f.pj");
+    Rng rng(1);
+    std::vector<Value> args = {Value(RandomUniform(rng, {8, cols}, -1, 1)), Value(RandomUniform(rng, {8, cols}, -1, 1))};
+    return PartialEvaluate(*m.snapshot(), "f", args).main;
+  };
+  session->Compile(program(7), options);  // the session's first compile: one-time setup, not timed
+  int64_t cols = 8;
+  double optimize = 0, machine = 0;
+  CompileReport report;
+  for (auto _ : state) {
+    state.PauseTiming();
+    Func f = program(cols++);
+    state.ResumeTiming();
+    benchmark::DoNotOptimize(session->Compile(f, options, &report));
+    optimize += report.optimize_ms;
+    machine += report.machine_code_ms;
+  }
+  const double n = static_cast<double>(state.iterations());
+  state.counters["llvm_opt_ms"] = optimize / n;
+  state.counters["machine_code_ms"] = machine / n;
+}
+BENCHMARK(BM_CompileSmallProgram)->ArgName("optimized")->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond)->Iterations(40);
 
 // A fused kernel reading two tensors and writing one, beside memcpy.
 void BM_FusedKernel(benchmark::State& state) {

@@ -111,6 +111,7 @@ struct CachedKernel {
 
 struct JitSession::State {
   std::unique_ptr<llvm::orc::LLJIT> jit;
+  std::optional<llvm::orc::JITTargetMachineBuilder> host;  // what every compile's TargetMachine is made of
   std::string cpu;
   std::string features;  // enabled ones, sorted: "+avx,+avx2,..."
   // Module (and symbol) names are "pejit_<nonce>_<n>": the nonce, random per
@@ -436,8 +437,28 @@ class Codegen {
   }
 };
 
+// A TargetMachine for the host at code generator level `level`, one per
+// thread and level, made on the thread's first compile and kept: making one
+// (and the subtarget its first module builds) took most of a small
+// segment's compile (bench/jit's BM_CompileSmallProgram). A TargetMachine
+// serves one module at a time, so threads never share one; the host is the
+// process's, the same for every session.
+llvm::Expected<llvm::TargetMachine*> HostMachine(const llvm::orc::JITTargetMachineBuilder& host,
+                                                 llvm::CodeGenOptLevel level) {
+  thread_local std::map<llvm::CodeGenOptLevel, std::unique_ptr<llvm::TargetMachine>> machines;
+  std::unique_ptr<llvm::TargetMachine>& tm = machines[level];
+  if (!tm) {
+    llvm::orc::JITTargetMachineBuilder builder = host;
+    builder.setCodeGenOptLevel(level);
+    auto made = builder.createTargetMachine();
+    if (!made) return made.takeError();
+    tm = std::move(*made);
+  }
+  return tm.get();
+}
+
 // Machine code for a module, at the code generator level its flag
-// kCodegenLevelFlag asks for, with a TargetMachine of its own per module.
+// kCodegenLevelFlag asks for, by the calling thread's TargetMachine.
 constexpr const char* kCodegenLevelFlag = "pejit.codegen-level";
 
 class MachineCodeCompiler : public llvm::orc::IRCompileLayer::IRCompiler {
@@ -446,11 +467,9 @@ class MachineCodeCompiler : public llvm::orc::IRCompileLayer::IRCompiler {
       : IRCompiler(llvm::orc::irManglingOptionsFromTargetOptions(host.getOptions())), host_(std::move(host)) {}
 
   llvm::Expected<std::unique_ptr<llvm::MemoryBuffer>> operator()(llvm::Module& m) override {
-    llvm::orc::JITTargetMachineBuilder builder = host_;
     auto* level = llvm::mdconst::extract_or_null<llvm::ConstantInt>(m.getModuleFlag(kCodegenLevelFlag));
-    builder.setCodeGenOptLevel(level && level->getZExtValue() > 0 ? llvm::CodeGenOptLevel::Default
-                                                                  : llvm::CodeGenOptLevel::None);
-    auto tm = builder.createTargetMachine();
+    auto tm = HostMachine(host_, level && level->getZExtValue() > 0 ? llvm::CodeGenOptLevel::Default
+                                                                    : llvm::CodeGenOptLevel::None);
     if (!tm) return tm.takeError();
     return llvm::orc::SimpleCompiler(**tm)(m);
   }
@@ -513,6 +532,7 @@ std::unique_ptr<JitSession> JitSession::Create() {
   // Position-independent code: an image's objects then also link into a
   // shared library (`pejit export`) that a runtime without LLVM loads.
   jtmb.setRelocationModel(llvm::Reloc::PIC_);
+  state->host = jtmb;
   state->cpu = jtmb.getCPU();
   std::vector<std::string> features = jtmb.getFeatures().getFeatures();
   std::sort(features.begin(), features.end());
@@ -677,8 +697,8 @@ ExecutablePtr JitSession::Compile(const Func& program, const CompileOptions& opt
   if (!emitted.empty() || options.keep_ir || options.keep_asm) {
     // (3) Optimize for the host CPU.
     t0 = Clock::now();
-    auto jtmb = Unwrap(llvm::orc::JITTargetMachineBuilder::detectHost(), "detecting the host CPU");
-    std::unique_ptr<llvm::TargetMachine> tm = Unwrap(jtmb.createTargetMachine(), "creating a target machine");
+    llvm::TargetMachine* tm =
+        Unwrap(HostMachine(*state_->host, llvm::CodeGenOptLevel::Default), "creating a target machine");
     Optimize(*module, *tm, options.opt_level);
     r.optimize_ms = Ms(t0);
     if (options.keep_ir) {
