@@ -278,12 +278,14 @@ BENCHMARK(BM_CompileSpecialization)
 // A small segment-sized program (three elementwise operators) compiled in
 // a session that has compiled before, as the generic tier's workers compile
 // a segment's row buckets: the fixed cost of an LLVM compile, by stage. Each
-// iteration's program has a shape of its own, so no kernel is reused. Arg:
-// 0 quick machine code (a variant's first), 1 optimizing.
+// iteration's program has a shape of its own, so no kernel is reused.
+// Args: the IR's optimization level, and 0 quick machine code (a variant's
+// first), 1 optimizing.
 void BM_CompileSmallProgram(benchmark::State& state) {
   auto session = JitSession::Create();
   CompileOptions options;
-  options.optimize_machine_code = state.range(0) != 0;
+  options.opt_level = static_cast<int>(state.range(0));
+  options.optimize_machine_code = state.range(1) != 0;
   auto program = [](int64_t cols) {
     Module m;
     const std::string t = "Tensor[(8, " + std::to_string(cols) + "), f32]";
@@ -308,7 +310,11 @@ void BM_CompileSmallProgram(benchmark::State& state) {
   state.counters["llvm_opt_ms"] = optimize / n;
   state.counters["machine_code_ms"] = machine / n;
 }
-BENCHMARK(BM_CompileSmallProgram)->ArgName("optimized")->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond)->Iterations(40);
+BENCHMARK(BM_CompileSmallProgram)
+    ->ArgNames({"O", "optimized"})
+    ->ArgsProduct({{1, 2, 3}, {0, 1}})
+    ->Unit(benchmark::kMillisecond)
+    ->Iterations(40);
 
 // A fused kernel reading two tensors and writing one, beside memcpy.
 void BM_FusedKernel(benchmark::State& state) {
@@ -326,6 +332,28 @@ void BM_FusedKernel(benchmark::State& state) {
   state.SetBytesProcessed(state.iterations() * 3 * n * 4);
 }
 BENCHMARK(BM_FusedKernel)->Arg(1 << 16)->Arg(1 << 20);
+
+// A fused kernel with a transcendental (tanh) on rows in cache, compiled at
+// each IR optimization level and code generator: what a cheaper compile
+// costs the code. Args: O, optimizing machine code.
+void BM_FusedTanhKernel(benchmark::State& state) {
+  constexpr int64_t kRows = 64, kCols = 128;
+  Module m;
+  const std::string t = "Tensor[(" + std::to_string(kRows) + ", " + std::to_string(kCols) + "), f32]";
+  m.AddSource("def @f(%x: " + t + ", %y: " + t + ") { tanh(add(mul(%x, %y), %y)) }", "f.pj");
+  Rng rng(1);
+  std::vector<Value> args = {Value(RandomUniform(rng, {kRows, kCols}, -1, 1)),
+                             Value(RandomUniform(rng, {kRows, kCols}, -1, 1))};
+  auto session = JitSession::Create();
+  CompileOptions options;
+  options.opt_level = static_cast<int>(state.range(0));
+  options.optimize_machine_code = state.range(1) != 0;
+  ExecutablePtr exe = session->Compile(PartialEvaluate(*m.snapshot(), "f", args).main, options);
+  std::vector<Tensor> leaves = Flatten(args);
+  for (auto _ : state) benchmark::DoNotOptimize(exe->Run(leaves));
+  state.SetItemsProcessed(state.iterations() * kRows * kCols);
+}
+BENCHMARK(BM_FusedTanhKernel)->ArgNames({"O", "optimized"})->ArgsProduct({{1, 2, 3}, {0, 1}});
 
 void BM_Memcpy(benchmark::State& state) {
   const int64_t n = state.range(0);

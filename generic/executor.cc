@@ -550,8 +550,14 @@ namespace {
 // The entry tensor shared input `p` of `run`'s program reads.
 int SharedRoot(const Run& run, int p) { return (*run.shared_roots)[run.code->input_slot[p]]; }
 
+// target += src; the first term is copied (no zero-fill and no add: a
+// gradient most runs reach once, as an embedding table's from the leaves').
 void AddInto(Tensor& target, const TensorType& type, const float* src) {
-  if (!target.defined()) target = Tensor::Zeros(type.dtype, type.shape);
+  if (!target.defined()) {
+    target = Tensor::Empty(type.dtype, type.shape);
+    std::memcpy(target.raw_data(), src, target.nbytes());
+    return;
+  }
   float* dst = target.data<float>();
   for (int64_t i = 0; i < target.numel(); ++i) dst[i] += src[i];
 }
@@ -907,23 +913,32 @@ class CallRun {
     return rebuild(rebuild, inspection_.result_type);
   }
 
-  // Adds `src` (a member's worth) to the gradient of what `place` holds.
-  void AddToPlace(const Place& slot, const TensorType& member, const float* src) {
+  // Adds `src` (a member's worth, `elems` floats) to the gradient of what
+  // `place` holds. A row's first term is copied: most rows have one reader
+  // (a node's state, its parent), so a cotangent is neither zero-filled
+  // whole nor added to; the rows nothing reached are zeroed when its run
+  // takes it (Cotangent::Take).
+  void AddToPlace(const Place& slot, int64_t elems, const float* src) {
     const Place& place = Chosen(slot);
     if (place.kind == Place::Kind::kRoot) {
       AddInto(result_.root_grads[place.index], inspection_.roots[place.index].type(), src);
     } else if (place.kind == Place::Kind::kRow) {
       const int row = RowIndex(place.index);  // first: a skipped run has no variant
       int r = inspection_.si_run[place.index];
-      const SegmentCode& code = *inspection_.runs[r].code;
-      std::vector<Tensor>& cot = cotangents_[r];
-      if (cot.empty()) cot.resize(code.outputs.size());
-      const TensorType& out = code.outputs[place.output];
-      if (!cot[place.output].defined()) {
-        cot[place.output] = Tensor::Zeros(out.dtype, Prepend(variants_[r]->rows, out.shape));
+      std::vector<Cotangent>& cot = cotangents_[r];
+      if (cot.empty()) cot.resize(inspection_.runs[r].code->outputs.size());
+      Cotangent& c = cot[place.output];
+      if (!c.tensor.defined()) {
+        const TensorType& out = inspection_.runs[r].code->outputs[place.output];
+        c.tensor = Tensor::Empty(out.dtype, Prepend(variants_[r]->rows, out.shape));
+        c.written.assign(variants_[r]->rows, 0);
       }
-      float* dst = cot[place.output].data<float>() + row * NumElements(member.shape);
-      const int64_t elems = NumElements(member.shape);
+      float* dst = c.tensor.data<float>() + row * elems;
+      if (!c.written[row]) {
+        c.written[row] = 1;
+        std::memcpy(dst, src, elems * sizeof(float));
+        return;
+      }
       for (int64_t i = 0; i < elems; ++i) dst[i] += src[i];
     }  // structure tensors and constants take no gradient
   }
@@ -939,7 +954,7 @@ class CallRun {
     cotangents_.resize(n_runs_);
     result_.root_grads.assign(inspection_.roots.size(), Tensor());
     const float one = 1.0f;
-    AddToPlace(inspection_.result.at(0), loss->type, &one);
+    AddToPlace(inspection_.result.at(0), 1, &one);
     for (size_t r = n_runs_; r-- > 0;) {
       if (!cotangents_[r].empty()) BackwardRun(r);
     }
@@ -953,7 +968,7 @@ class CallRun {
     if (!backward) return;
     std::vector<Tensor> in = std::move(inputs_[r]);
     for (int o : variant.grad_outputs) {
-      Tensor& c = cotangents_[r][o];
+      Tensor c = cotangents_[r][o].Take();
       in.push_back(c.defined() ? c : Tensor::Zeros(code.outputs[o].dtype, Prepend(variant.rows, code.outputs[o].shape)));
     }
     const size_t first_residual = code.outputs.size();
@@ -972,8 +987,7 @@ class CallRun {
       }
       const int64_t elems = NumElements(member.shape);
       for (size_t i = 0; i < members.size(); ++i) {
-        const Place& place = Slot(members[i], code, p);
-        AddToPlace(place, member, grad.data<float>() + i * elems);
+        AddToPlace(Slot(members[i], code, p), elems, grad.data<float>() + i * elems);
       }
     }
     // Padding rows add exact zeros: their cotangents are zero, their
@@ -1055,6 +1069,30 @@ class CallRun {
     int64_t rows;
   };
 
+  // A run output's cotangent: its rows, and which of them a reader wrote.
+  struct Cotangent {
+    Tensor tensor;
+    std::vector<uint8_t> written;
+    // The cotangent, the rows no reader wrote (padding, values nothing
+    // read) zeroed.
+    Tensor Take() {
+      if (!tensor.defined()) return tensor;
+      const int64_t rows = static_cast<int64_t>(written.size());
+      const int64_t bytes = rows == 0 ? 0 : static_cast<int64_t>(tensor.nbytes()) / rows;
+      for (int64_t row = 0; row < rows;) {
+        if (written[row]) {
+          ++row;
+          continue;
+        }
+        int64_t end = row;
+        while (end < rows && !written[end]) ++end;
+        std::memset(static_cast<char*>(tensor.raw_data()) + row * bytes, 0, (end - row) * bytes);
+        row = end;
+      }
+      return std::move(tensor);
+    }
+  };
+
   const Inspection& inspection_;
   const ExecuteOptions& options_;
   const size_t n_runs_;
@@ -1069,7 +1107,7 @@ class CallRun {
   std::vector<std::vector<int>> active_;
   std::vector<int8_t> guard_state_;
   std::map<std::pair<int, bool>, Tensor> packed_;
-  std::vector<std::vector<Tensor>> cotangents_;                    // per run, per output
+  std::vector<std::vector<Cotangent>> cotangents_;                 // per run, per output
   std::map<int, std::vector<RowFactor>> row_factors_;              // per entry tensor: its gradient's products
   std::map<std::pair<int, Shape>, std::vector<Tensor>> row_sums_;  // per entry tensor and shape: its reductions
 };
