@@ -1,16 +1,22 @@
 // The structure-generic tier (generic/) on the Tree-LSTM (hidden 128, embed
-// 64, 32-tree ListOps minibatches): the inspector's time per minibatch, and a
+// 64, 32-tree ListOps minibatches): the inspector's time per minibatch, a
 // training step on minibatches it has never seen, segments native (compiled
-// once, on the first minibatches) beside the interpreter.
+// once, on the first minibatches) beside the interpreter, and the generic
+// step beside each minibatch's own specialization, timed alternately.
 #include <benchmark/benchmark.h>
 
 #include "examples/treelstm/listops.h"
 #include "examples/treelstm/model.h"
 #include "generic/executor.h"
 #include "generic/program.h"
+#include <chrono>
+
 #include "interp/interpreter.h"
+#include "ir/abi.h"
 #include "jit/compiler.h"
+#include "jit/pipeline.h"
 #include "ops/blas.h"
+#include "pe/partial_eval.h"
 
 namespace pejit {
 namespace {
@@ -122,6 +128,61 @@ void BM_GenericTrainStep(benchmark::State& state) {
   state.counters["segment_codes"] = program.segment_codes();
 }
 BENCHMARK(BM_GenericTrainStep)->Unit(benchmark::kMillisecond);
+
+// Issue 51's point 4 (issue 54's point 1): a training step of the generic
+// tier against the same minibatch's own specialization (PE, batching,
+// autodiff, LLVM: what `--no-generic` runs), both native before timing.
+// Each iteration runs one minibatch both ways, alternately, so that the
+// machine's speed, which on these VMs changes from run to run, is the same
+// for both. Counters per step (ms): the specialization's; the generic
+// tier's inspection (the walk, which training runs ahead with a lookahead)
+// and execution; `generic_over_specialized` is the speed ratio with the
+// walk, `..._walk_ahead` without it.
+void BM_GenericOverSpecialized(benchmark::State& state) {
+  const int minibatches = 8;
+  Workload w(32, minibatches);
+  generic::GenericProgram program(w.snapshot, "loss");
+  CompileSegments(program, w, minibatches);
+  auto jit = JitSession::Create();
+  std::vector<ExecutablePtr> specialized;
+  std::vector<std::vector<Tensor>> leaves;
+  for (const auto& args : w.calls) {
+    PipelineOptions options;
+    options.wrt_leaves = FloatWrtLeaves(args, std::vector<int>{2});  // the parameters
+    specialized.push_back(CompileResidual(*jit, PartialEvaluate(*w.snapshot, "loss", args).main, options));
+    leaves.push_back(Flatten(args));
+  }
+  generic::ExecuteOptions run;
+  run.grad = true;
+  using Clock = std::chrono::steady_clock;
+  auto ms = [](Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double, std::milli>(b - a).count(); };
+  double spec = 0, inspect = 0, execute = 0;
+  int64_t native = 0, runs = 0;
+  size_t i = 0;
+  for (auto _ : state) {
+    const auto t0 = Clock::now();
+    benchmark::DoNotOptimize(specialized[i]->Run(leaves[i]));
+    const auto t1 = Clock::now();
+    generic::Inspection inspection = program.Inspect(w.calls[i]);
+    const auto t2 = Clock::now();
+    generic::Execution e = generic::Execute(inspection, run);
+    const auto t3 = Clock::now();
+    spec += ms(t0, t1);
+    inspect += ms(t1, t2);
+    execute += ms(t2, t3);
+    native += e.native_runs;
+    runs += e.native_runs + e.baseline_runs;
+    i = (i + 1) % w.calls.size();
+  }
+  const double n = static_cast<double>(state.iterations());
+  state.counters["specialized_ms"] = spec / n;
+  state.counters["generic_inspect_ms"] = inspect / n;
+  state.counters["generic_execute_ms"] = execute / n;
+  state.counters["generic_over_specialized"] = spec / (inspect + execute);
+  state.counters["generic_over_specialized_walk_ahead"] = spec / execute;
+  state.counters["generic_native_run_share"] = runs ? static_cast<double>(native) / runs : 0;
+}
+BENCHMARK(BM_GenericOverSpecialized)->Unit(benchmark::kMillisecond)->MinTime(3.0);
 
 // Inference on minibatches never seen, after training compiled its segments
 // (grad mode): what a dev set's first pass runs, the grad-mode forwards
