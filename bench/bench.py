@@ -266,6 +266,13 @@ def treelstm_derived(label, threads, rep, r, window=1):
          "epoch0_end_since_start_s": e[0].get("wall_since_start_s"),
          "infer_first_trees_per_s": p[0]["trees_per_s"] if p else None,
          "infer_steady_trees_per_s": infer,
+         # Each tree's latency, its call's (issue 54's point 5): the first
+         # pass (never-seen trees) and the last.
+         "infer_first_latency_ms_p50": p[0].get("latency_ms_p50") if p else None,
+         "infer_first_latency_ms_p99": p[0].get("latency_ms_p99") if p else None,
+         "infer_steady_latency_ms_p50": p[-1].get("latency_ms_p50") if p else None,
+         "infer_steady_latency_ms_p99": p[-1].get("latency_ms_p99") if p else None,
+         "infer_trees_per_call": p[0]["trees"] / p[0]["calls"] if p and p[0].get("calls") else None,
          "epoch0_loss": e[0]["loss"], "final_loss": e[-1]["loss"],
          "train_accuracy": p[-1]["accuracy"] if p else None,
          "first_pass_accuracy": p[0]["accuracy"] if p else None,
@@ -323,7 +330,7 @@ def command_for(suite, label, kind, what, threads, args, data):
             return [find_binary("treelstm_pejit"), "--data", data, "--plan", data + ".plan.json", "--policy", what,
                     "--epochs", epochs, "--infer-passes", passes,
                     "--max-infer-passes", str(args.max_epochs)] + steady + [
-                    "--batch", str(args.batch), "--embed", str(args.embed),
+                    "--batch", str(args.batch), "--embed", str(args.embed), "--infer-batch", str(args.infer_batch),
                     "--hidden", str(args.hidden), "--lr", str(TREELSTM_SIZES["lr"]), "--seed", str(args.seed)], None
         return [find_binary("mlp_pejit"), "--policy", what, "--epochs", str(args.epochs)] + steady + ["--limit", str(args.limit),
                 "--batch", "64", "--lr", "0.1", "--seed", str(args.seed)], None
@@ -331,6 +338,7 @@ def command_for(suite, label, kind, what, threads, args, data):
             epochs, "--seed", str(args.seed)]
     if suite == "treelstm":
         peer += ["--impl", what, "--data", data, "--plan", data + ".plan.json", "--infer-passes", passes, "--batch", str(args.batch),
+                 "--infer-batch", str(args.infer_batch),
                  "--embed", str(args.embed), "--hidden", str(args.hidden), "--lr", str(TREELSTM_SIZES["lr"])]
         if reshuffled:
             peer += ["--reshuffle", "--eval-each-epoch"]
@@ -414,6 +422,25 @@ def table_rows(suite, rows, unit):
                    f"{fmt1(col('epoch0_step_ms_p99'))} / {fmt1(col('epoch0_step_ms_max'))} | "
                    f"{fmt1(col('epoch0_seconds'), 2)} | {fmt1(col('epoch0_loss'), 3)} → {fmt1(col('final_loss'), 3)} |")
     return out
+
+
+def latency_rows(rows):
+    """Markdown: inference latency per tree (its call's), first pass and last, medians (min–max)."""
+    out = ["| mode | threads | trees a call | first pass: ms p50 / p99 | last pass: ms p50 / p99 | first pass trees/s |",
+           "|---|---|---|---|---|---|"]
+    seen = []
+    for r in rows:
+        key = (r["mode"], r["threads"])
+        if key in seen or r.get("infer_first_latency_ms_p50") is None:
+            continue
+        seen.append(key)
+        g = group(rows, *key)
+        col = lambda k: med([x[k] for x in g if x.get(k) is not None])  # noqa: E731
+        out.append(f"| {r['mode']} | {'–' if r['threads'] is None else r['threads']} | {fmt1(col('infer_trees_per_call'))} | "
+                   f"{fmt1(col('infer_first_latency_ms_p50'), 2)} / {fmt1(col('infer_first_latency_ms_p99'), 2)} | "
+                   f"{fmt1(col('infer_steady_latency_ms_p50'), 2)} / {fmt1(col('infer_steady_latency_ms_p99'), 2)} | "
+                   f"{fmt(col('infer_first_trees_per_s'))} |")
+    return out if len(out) > 2 else []
 
 
 def first_epochs(g, n):
@@ -653,6 +680,31 @@ def goals(suite, rows, summary, unit, args, flops=None, gflops=None):
                 "first_step_since_start_s": (med([r["first_step_since_start_s"] for r in runs]) or {}).get("median"),
                 "epoch0_end_since_start_s": (med([r["epoch0_end_since_start_s"] for r in runs]) or {}).get("median"),
                 "goal_ms": 10, "met": never == 0 and first is not None and first["median"] <= 10}
+        # Issue 54, inference: the first pass over trees never seen at 0.7x
+        # the last pass at least (as epoch 0 against the steady state), and
+        # each tree's latency (its call's) at least 2x better than the
+        # level-batched peer's (issue 22's training goal), p50 and p99.
+        eager = group(rows, "eager")
+        firsts = [r["infer_first_trees_per_s"] / r["infer_steady_trees_per_s"] for r in eager
+                  if r.get("infer_first_trees_per_s") and r.get("infer_steady_trees_per_s")]
+        if firsts:
+            ratio = med(firsts)
+            g["infer_first_pass_over_last"] = {"ratio": ratio["median"], "min_max": [ratio["min"], ratio["max"]],
+                                               "trees_per_call": (med([r["infer_trees_per_call"] for r in eager]) or {}).get("median"),
+                                               "goal": 0.7, "met": ratio["median"] >= 0.7}
+        for q in ("p50", "p99"):
+            mine = med([r[f"infer_first_latency_ms_{q}"] for r in eager if r.get(f"infer_first_latency_ms_{q}")])
+            peer = None
+            for threads in sorted({r["threads"] for r in group(rows, "torch_batched")}):
+                m = med([r[f"infer_first_latency_ms_{q}"] for r in group(rows, "torch_batched", threads)
+                         if r.get(f"infer_first_latency_ms_{q}")])
+                if m and (peer is None or m["median"] < peer[1]["median"]):
+                    peer = (threads, m)
+            if mine and peer:
+                ratio = peer[1]["median"] / mine["median"]
+                g[f"infer_first_pass_latency_{q}_torch_batched_over_eager"] = {
+                    "eager_ms": mine["median"], "torch_batched_ms": peer[1]["median"], "torch_threads": peer[0],
+                    "ratio": ratio, "goal": 2.0, "met": ratio >= 2.0}
         warm = group(rows, "eager_warm_cache")
         if warm:
             ratio = med([r["train_epoch0_trees_per_s"] / r["train_steady_trees_per_s"] for r in warm])
@@ -724,6 +776,9 @@ def main():
                         help="treelstm: epochs of the reshuffled modes, each on its own random partition of the "
                              "training trees, and of the first-epochs table (default 10)")
     parser.add_argument("--infer-passes", type=int, help="treelstm: passes of inference over the same trees")
+    parser.add_argument("--infer-batch", type=int, default=0,
+                        help="treelstm: trees per inference call on both sides, the inference trees in order (1: a "
+                             "tree a call, the latency a server sees; default 0: the plan's inference minibatches)")
     parser.add_argument("--limit", type=int, help="mlp: first N training and test images (0: all)")
     parser.add_argument("--batch", type=int, help=f"treelstm: trees per minibatch (default {TREELSTM_SIZES['batch']})")
     parser.add_argument("--embed", type=int, help=f"treelstm (default {TREELSTM_SIZES['embed']})")
@@ -844,6 +899,11 @@ def report(args, rows, modes, data, gflops, started, load_before):
     if fixed:
         print()
         print("\n".join(table_rows(args.suite, fixed, unit)))
+    latency = latency_rows(fixed) if args.suite == "treelstm" else []
+    if latency:
+        print(f"\nInference latency per tree (its call's; {'the plan' + chr(39) + 's minibatches' if not args.infer_batch else f'{args.infer_batch} tree(s) a call'}), "
+              f"the first pass over trees the run never saw and the last:\n")
+        print("\n".join(latency))
     comparison = first_epochs_comparison(rows, args.reshuffle_epochs) if args.suite == "treelstm" else []
     if comparison:
         n = args.reshuffle_epochs

@@ -338,13 +338,17 @@ def run_treelstm(torch, args):
             return train_batches
         return [[examples[i] for i in b] for b in reshuffled[epoch]]
 
-    def evaluate(batches):
-        """(right, trees) of the model's predictions over `batches`."""
+    def evaluate(batches, latency_ms=None):
+        """(right, trees) of the model's predictions over `batches`; each
+        tree's latency (its call's) appended to `latency_ms`."""
         right = trees = 0
         with torch.no_grad():
             for b in batches:
+                call_start = time.perf_counter()
                 predicted = logits_of(b).argmax(dim=1)
                 right += int((predicted == b.labels).sum().item())
+                if latency_ms is not None:
+                    latency_ms.extend([1e3 * (time.perf_counter() - call_start)] * len(b.trees))
                 trees += len(b.trees)
         return right, trees
 
@@ -383,14 +387,22 @@ def run_treelstm(torch, args):
             e["wall_after_eval_s"] = time.perf_counter() - run_start - data_seconds
             print(f"torch {args.impl} {args.threads}t epoch {epoch}: dev accuracy {e['dev_accuracy']:.4f}", file=sys.stderr)
 
+    # --infer-batch N: the inference trees in order, cut into calls of N, as treelstm_pejit does.
+    infer_calls = infer_batches
+    if args.infer_batch:
+        flat = [e for b in infer_batches for e in b]
+        infer_calls = [flat[i:i + args.infer_batch] for i in range(0, len(flat), args.infer_batch)]
     passes = []
     for p in range(args.infer_passes):
-        batches = loading(lambda: [TreeBatch(torch, b, args.impl) for b in infer_batches])
+        batches = loading(lambda: [TreeBatch(torch, b, args.impl) for b in infer_calls])
+        latency_ms = []
         cpu_before, start = cpu_seconds(), time.perf_counter()
-        right, trees = evaluate(batches)
+        right, trees = evaluate(batches, latency_ms)
         seconds = time.perf_counter() - start
         passes.append({"pass": p, "trees": trees, "seconds": seconds, "cpu_seconds": cpu_seconds() - cpu_before,
-                       "trees_per_s": trees / seconds, "accuracy": right / trees, "compiled_share": 0.0,
+                       "trees_per_s": trees / seconds, "calls": len(batches),
+                       "latency_ms_p50": percentile(latency_ms, 0.5), "latency_ms_p99": percentile(latency_ms, 0.99),
+                       "accuracy": right / trees, "compiled_share": 0.0,
                        "wall_since_start_s": time.perf_counter() - run_start - data_seconds})
     return {"suite": "treelstm", "examples": len(examples), "batch": args.batch, "embed": args.embed,
             "hidden": args.hidden, "optimizer": "adagrad", "lr": args.lr, "plan": args.plan,
@@ -492,6 +504,9 @@ def main():
     parser.add_argument("--lr", type=float)
     parser.add_argument("--epochs", type=int, default=2)
     parser.add_argument("--infer-passes", type=int, default=2, help="treelstm only")
+    parser.add_argument("--infer-batch", type=int, default=0,
+                        help="treelstm: trees per inference call, the inference trees in order (1: a tree a call); "
+                             "0: the plan's inference minibatches")
     parser.add_argument("--eval-each-epoch", action="store_true",
                         help="treelstm: after every epoch, a pass over the inference (dev) minibatches, loaded once: "
                              "the epoch's dev_accuracy, eval_seconds and wall_after_eval_s")

@@ -3,7 +3,8 @@
 // examples/treelstm/treelstm.pj on a ListOps file through the tiered engine
 // under one policy, then runs `infer` over the same trees (or the plan's dev
 // trees), and prints one JSON line: per epoch and inference pass trees/s,
-// CPU seconds, the share of compiled calls, the compile jobs that ended
+// each pass's latency per tree (its call's: p50, p99; --infer-batch 1 is a
+// server's one tree a call), CPU seconds, the share of compiled calls, the compile jobs that ended
 // meanwhile and the wall time since the start less data loading; epoch 0's
 // step latencies; the background compiler's latencies and code bytes
 // (compile_stats.h).
@@ -67,6 +68,10 @@ struct Config {
   double lr = 0.05;
   std::string optimizer = "adagrad";
   int epochs = 3, infer_passes = 2;
+  // Trees per inference call: the plan's inference trees in its order, cut
+  // into calls of this many (1: one tree a call, as a server answers
+  // requests); 0: the plan's inference minibatches as they are.
+  int infer_batch = 0;
   EngineFlags engine;
   int worker_nice = -1;  // < 0: the engine's default (EngineOptions::worker_nice)
   int lookahead = 8;          // as the demo's trainer: minibatches prefetched (Prefetch::kNext) ahead of the step
@@ -115,6 +120,19 @@ Batches RandomPartition(const Config& c, size_t count, int epoch) {
   Batches out;
   for (size_t i = 0; i < count; i += static_cast<size_t>(c.batch)) {
     out.emplace_back(order.begin() + i, order.begin() + std::min(count, i + c.batch));
+  }
+  return out;
+}
+
+// `batches`' examples in their order, cut into minibatches of `size` (the
+// last one the rest).
+Batches Regroup(const Batches& batches, int size) {
+  Batches out;
+  for (const auto& b : batches) {
+    for (int64_t n : b) {
+      if (out.empty() || out.back().size() == static_cast<size_t>(size)) out.emplace_back();
+      out.back().push_back(n);
+    }
   }
   return out;
 }
@@ -258,10 +276,12 @@ int Measure(const Config& c) {
   train_batches(c.epochs - 1);  // fails now rather than after the epochs the plan holds
   Entry loss = engine.entry("loss").with_grad({2}), infer = engine.entry("infer");
   // Accuracy of `infer` over `batches`, and how many trees.
-  auto evaluate = [&](const std::vector<treelstm::Batch>& batches) {
+  auto evaluate = [&](const std::vector<treelstm::Batch>& batches, std::vector<double>* latency_ms = nullptr) {
     int64_t trees = 0, right = 0;
     for (const treelstm::Batch& b : batches) {
+      const auto call_start = Clock::now();
       Tensor predicted = infer.call({b.trees, params}).tensor();
+      if (latency_ms) latency_ms->insert(latency_ms->end(), static_cast<size_t>(predicted.numel()), 1e3 * Seconds(call_start));
       const int64_t* p = predicted.data<int64_t>();
       const int64_t* y = b.labels.tensor().data<int64_t>();
       for (int64_t i = 0; i < predicted.numel(); ++i) right += p[i] == y[i];
@@ -362,18 +382,24 @@ int Measure(const Config& c) {
   }
 
   nlohmann::json passes = nlohmann::json::array();
+  const Batches infer_calls = c.infer_batch > 0 ? Regroup(plan.infer, c.infer_batch) : plan.infer;
   for (int pass = 0; more(passes, c.infer_passes, c.max_infer_passes); ++pass) {
-    std::vector<treelstm::Batch> batches = make_values(plan.infer);
+    std::vector<treelstm::Batch> batches = make_values(infer_calls);
     const int64_t compiled_before = infer.stats().calls_compiled(), jobs_before = compile_stats->jobs_ended();
     const double cpu_before = ProcessCpuSeconds();
+    // Each tree's latency: its call's, as a server answering it waits.
+    std::vector<double> latency_ms;
     const auto pass_start = Clock::now();
-    const auto [right, trees] = evaluate(batches);
+    const auto [right, trees] = evaluate(batches, &latency_ms);
     const double seconds = Seconds(pass_start);
     passes.push_back({{"pass", pass},
                       {"trees", trees},
                       {"seconds", seconds},
                       {"cpu_seconds", ProcessCpuSeconds() - cpu_before},
                       {"trees_per_s", static_cast<double>(trees) / seconds},
+                      {"calls", batches.size()},
+                      {"latency_ms_p50", bench::Percentile(latency_ms, 0.5)},
+                      {"latency_ms_p99", bench::Percentile(latency_ms, 0.99)},
                       {"accuracy", static_cast<double>(right) / static_cast<double>(trees)},
                       {"compiled_share", static_cast<double>(infer.stats().calls_compiled() - compiled_before) /
                                              static_cast<double>(batches.size())},
@@ -465,6 +491,11 @@ int main(int argc, char** argv) {
                "after every epoch, a pass of `infer` over the inference minibatches (the plan's dev ones), loaded "
                "once: the epoch's dev_accuracy, eval_seconds and wall_after_eval_s");
   app.add_option("--infer-passes", c.infer_passes, "passes of `infer` over the data after training")
+      ->capture_default_str()
+      ->check(pejit::WholeNumber(0, kMaxInt));
+  app.add_option("--infer-batch", c.infer_batch,
+                 "trees per inference call: the plan's inference trees, in order, cut into calls of this many (1: a "
+                 "tree a call, as a server answers); 0: the plan's inference minibatches")
       ->capture_default_str()
       ->check(pejit::WholeNumber(0, kMaxInt));
   app.add_flag("--until-compiled", c.until_compiled,
