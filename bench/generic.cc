@@ -5,12 +5,12 @@
 // step beside each minibatch's own specialization, timed alternately.
 #include <benchmark/benchmark.h>
 
+#include <chrono>
+
 #include "examples/treelstm/listops.h"
 #include "examples/treelstm/model.h"
 #include "generic/executor.h"
 #include "generic/program.h"
-#include <chrono>
-
 #include "interp/interpreter.h"
 #include "ir/abi.h"
 #include "jit/compiler.h"

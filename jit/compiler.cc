@@ -438,11 +438,11 @@ class Codegen {
 };
 
 // A TargetMachine for the host at code generator level `level`, one per
-// thread and level, made on the thread's first compile and kept: making one
-// (and the subtarget its first module builds) took most of a small
-// segment's compile (bench/jit's BM_CompileSmallProgram). A TargetMachine
-// serves one module at a time, so threads never share one; the host is the
-// process's, the same for every session.
+// thread and level, made on the thread's first compile and kept: making two
+// per compile (and the subtarget each one's first module builds) was a fifth
+// of a small program's compile (bench/jit's BM_CompileSmallProgram). A
+// TargetMachine serves one module at a time, so threads never share one;
+// the host is the process's, the same for every session.
 llvm::Expected<llvm::TargetMachine*> HostMachine(const llvm::orc::JITTargetMachineBuilder& host,
                                                  llvm::CodeGenOptLevel level) {
   thread_local std::map<llvm::CodeGenOptLevel, std::unique_ptr<llvm::TargetMachine>> machines;
