@@ -129,31 +129,17 @@ void BM_GenericTrainStep(benchmark::State& state) {
 }
 BENCHMARK(BM_GenericTrainStep)->Unit(benchmark::kMillisecond);
 
-// Issue 51's point 4 (issue 54's point 1): a training step of the generic
-// tier against the same minibatch's own specialization (PE, batching,
-// autodiff, LLVM: what `--no-generic` runs), both native before timing.
-// Each iteration runs one minibatch both ways, alternately, so that the
+// Runs each of `calls` both ways, alternately in one loop, so that the
 // machine's speed, which on these VMs changes from run to run, is the same
-// for both. Counters per step (ms): the specialization's; the generic
-// tier's inspection (the walk, which training runs ahead with a lookahead)
-// and execution; `generic_over_specialized` is the speed ratio with the
-// walk, `..._walk_ahead` without it.
-void BM_GenericOverSpecialized(benchmark::State& state) {
-  const int minibatches = 8;
-  Workload w(32, minibatches);
-  generic::GenericProgram program(w.snapshot, "loss");
-  CompileSegments(program, w, minibatches);
-  auto jit = JitSession::Create();
-  std::vector<ExecutablePtr> specialized;
+// for both: its own specialization (compiled before timing), then the
+// generic tier (`program`). Counters per call (ms): the specialization's;
+// the generic tier's inspection (the walk, which training runs ahead with a
+// lookahead) and execution; `generic_over_specialized` is the speed ratio
+// with the walk, `..._walk_ahead` without it.
+void Alternate(benchmark::State& state, generic::GenericProgram& program, const std::vector<std::vector<Value>>& calls,
+               const std::vector<ExecutablePtr>& specialized, const generic::ExecuteOptions& options) {
   std::vector<std::vector<Tensor>> leaves;
-  for (const auto& args : w.calls) {
-    PipelineOptions options;
-    options.wrt_leaves = FloatWrtLeaves(args, std::vector<int>{2});  // the parameters
-    specialized.push_back(CompileResidual(*jit, PartialEvaluate(*w.snapshot, "loss", args).main, options));
-    leaves.push_back(Flatten(args));
-  }
-  generic::ExecuteOptions run;
-  run.grad = true;
+  for (const auto& args : calls) leaves.push_back(Flatten(args));
   using Clock = std::chrono::steady_clock;
   auto ms = [](Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double, std::milli>(b - a).count(); };
   double spec = 0, inspect = 0, execute = 0;
@@ -163,16 +149,16 @@ void BM_GenericOverSpecialized(benchmark::State& state) {
     const auto t0 = Clock::now();
     benchmark::DoNotOptimize(specialized[i]->Run(leaves[i]));
     const auto t1 = Clock::now();
-    generic::Inspection inspection = program.Inspect(w.calls[i]);
+    generic::Inspection inspection = program.Inspect(calls[i]);
     const auto t2 = Clock::now();
-    generic::Execution e = generic::Execute(inspection, run);
+    generic::Execution e = generic::Execute(inspection, options);
     const auto t3 = Clock::now();
     spec += ms(t0, t1);
     inspect += ms(t1, t2);
     execute += ms(t2, t3);
     native += e.native_runs;
     runs += e.native_runs + e.baseline_runs;
-    i = (i + 1) % w.calls.size();
+    i = (i + 1) % calls.size();
   }
   const double n = static_cast<double>(state.iterations());
   state.counters["specialized_ms"] = spec / n;
@@ -181,6 +167,25 @@ void BM_GenericOverSpecialized(benchmark::State& state) {
   state.counters["generic_over_specialized"] = spec / (inspect + execute);
   state.counters["generic_over_specialized_walk_ahead"] = spec / execute;
   state.counters["generic_native_run_share"] = runs ? static_cast<double>(native) / runs : 0;
+}
+
+// Issue 51's point 4 (issue 54's point 1): a training step of the generic
+// tier against the same minibatch's own specialization (PE, batching,
+// autodiff, LLVM: what `--no-generic` runs), both native before timing.
+void BM_GenericOverSpecialized(benchmark::State& state) {
+  Workload w(32, 8);
+  generic::GenericProgram program(w.snapshot, "loss");
+  CompileSegments(program, w, static_cast<int>(w.calls.size()));
+  auto jit = JitSession::Create();
+  std::vector<ExecutablePtr> specialized;
+  for (const auto& args : w.calls) {
+    PipelineOptions options;
+    options.wrt_leaves = FloatWrtLeaves(args, std::vector<int>{2});  // the parameters
+    specialized.push_back(CompileResidual(*jit, PartialEvaluate(*w.snapshot, "loss", args).main, options));
+  }
+  generic::ExecuteOptions run;
+  run.grad = true;
+  Alternate(state, program, w.calls, specialized, run);
 }
 BENCHMARK(BM_GenericOverSpecialized)->Unit(benchmark::kMillisecond)->MinTime(3.0);
 
@@ -215,6 +220,33 @@ void BM_GenericFirstInferPass(benchmark::State& state) {
   state.counters["trees_per_s"] = benchmark::Counter(32.0 * pass, benchmark::Counter::kIsIterationInvariantRate);
 }
 BENCHMARK(BM_GenericFirstInferPass)->Unit(benchmark::kMillisecond);
+
+// Issue 54's point 5: inference through the generic tier after training
+// compiled `loss` in grad mode (what a dev set's first pass runs: `infer`'s
+// cells over the shared segments, the grad-mode variants' forwards standing
+// in for value-mode code not compiled yet) against each minibatch's own
+// value-mode specialization of `infer`, alternately as above. Arg 1: the
+// value-mode variants compiled first (a later pass's).
+void BM_GenericInferOverSpecialized(benchmark::State& state) {
+  Workload w(32, 8);
+  generic::GenericProgram loss(w.snapshot, "loss");
+  CompileSegments(loss, w, static_cast<int>(w.calls.size()));
+  generic::GenericProgram infer(w.snapshot, "infer", {}, loss.segments());
+  auto jit = JitSession::Create();
+  std::vector<std::vector<Value>> calls;
+  std::vector<ExecutablePtr> specialized;
+  for (const auto& args : w.calls) {
+    calls.push_back({args[0], args[2]});  // the trees and the parameters
+    specialized.push_back(CompileResidual(*jit, PartialEvaluate(*w.snapshot, "infer", calls.back()).main, {}));
+  }
+  if (state.range(0)) {
+    generic::ExecuteOptions compile;
+    compile.compile_now = jit.get();
+    for (const auto& args : calls) generic::Execute(infer.Inspect(args), compile);
+  }
+  Alternate(state, infer, calls, specialized, generic::ExecuteOptions{});
+}
+BENCHMARK(BM_GenericInferOverSpecialized)->ArgName("value_code")->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond)->MinTime(3.0);
 
 void BM_InterpreterTrainStep(benchmark::State& state) {
   Workload w(32, 8);
