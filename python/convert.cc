@@ -193,6 +193,10 @@ Value Convert(py::handle obj, const Type& type, const ModuleSnapshot* module, co
                           " containers (build deep trees with the module's constructors)");
   }
   if (!type || type->kind == TypeKind::kVar) {  // untyped: what the object is
+    if (py::isinstance<py::dict>(obj)) {
+      throw ConversionError(where + ": a dict is a record by field name, whose field order only its type gives: pass "
+                            "it to an entry as it is, or convert it with entry.convert(...)");
+    }
     if (py::isinstance<py::tuple>(obj) || py::isinstance<py::list>(obj)) {
       std::vector<Value> fields;
       size_t i = 0;
@@ -272,6 +276,110 @@ Value Convert(py::handle obj, const Type& type, const ModuleSnapshot* module, co
 
 Value ToValue(py::handle obj, const Type& type, const ModuleSnapshot* module, const std::string& where) {
   return Convert(obj, type, module, where, 0);
+}
+
+namespace {
+
+bool ContainsDict(py::handle obj, int depth = 0) {
+  if (depth > kMaxNesting) return false;
+  if (py::isinstance<py::dict>(obj)) return true;
+  if (py::isinstance<py::tuple>(obj) || py::isinstance<py::list>(obj)) {
+    for (py::handle item : obj) {
+      if (ContainsDict(item, depth + 1)) return true;
+    }
+  }
+  return false;
+}
+
+Value PairLeaves(py::handle params, py::handle grads, const std::string& at, int depth, StepValues& out,
+                 Value* grad_out) {
+  if (depth > kMaxNesting) throw ConversionError("params" + at + ": nested deeper than " + std::to_string(kMaxNesting));
+  if (IsPyValue(params)) {  // updated in place as it is; its gradient converted to its type
+    const PyValue& p = params.cast<const PyValue&>();
+    *grad_out = IsPyValue(grads) ? grads.cast<const PyValue&>().value : ToValue(grads, p.type, nullptr, "grads" + at);
+    return p.value;
+  }
+  if (py::isinstance<py::dict>(params)) {
+    if (!py::isinstance<py::dict>(grads)) {
+      throw ConversionError("grads" + at + ": a dict by field name, as params" + at + " is, expected; got " +
+                            Describe(grads) + " (value_and_grad returns a dict argument's gradients as a dict)");
+    }
+    py::dict p = py::reinterpret_borrow<py::dict>(params), g = py::reinterpret_borrow<py::dict>(grads);
+    for (auto [key, _] : g) {
+      if (!p.contains(key)) {
+        throw ConversionError("grads" + at + ": has '" + std::string(py::str(key)) + "', which params" + at +
+                              " has not");
+      }
+    }
+    std::vector<Value> pf, gf;
+    for (auto [key, value] : p) {
+      const std::string here = at + "['" + std::string(py::str(key)) + "']";
+      if (!g.contains(key)) throw ConversionError("grads" + at + ": has no '" + std::string(py::str(key)) + "'");
+      Value gv;
+      pf.push_back(PairLeaves(value, g[key], here, depth + 1, out, &gv));
+      gf.push_back(std::move(gv));
+    }
+    *grad_out = Value::Tuple(std::move(gf));
+    return Value::Tuple(std::move(pf));
+  }
+  if (py::isinstance<py::tuple>(params) || py::isinstance<py::list>(params)) {
+    if (!(py::isinstance<py::tuple>(grads) || py::isinstance<py::list>(grads)) || py::len(grads) != py::len(params)) {
+      throw ConversionError("grads" + at + ": a tuple of " + std::to_string(py::len(params)) + ", as params" + at +
+                            " is, expected; got " + Describe(grads));
+    }
+    py::sequence p = py::reinterpret_borrow<py::sequence>(params), g = py::reinterpret_borrow<py::sequence>(grads);
+    std::vector<Value> pf, gf;
+    for (size_t i = 0; i < p.size(); ++i) {
+      Value gv;
+      pf.push_back(PairLeaves(p[i], g[i], at + "[" + std::to_string(i) + "]", depth + 1, out, &gv));
+      gf.push_back(std::move(gv));
+    }
+    *grad_out = Value::Tuple(std::move(gf));
+    return Value::Tuple(std::move(pf));
+  }
+  if (!py::isinstance<py::array>(params)) {
+    throw ConversionError("params" + at + ": a writeable float32 numpy array (updated in place) expected, got " +
+                          Describe(params));
+  }
+  py::array a = py::reinterpret_borrow<py::array>(params);
+  if (!a.dtype().is(py::dtype::of<float>()) || !a.writeable()) {
+    throw ConversionError("params" + at + ": a writeable float32 numpy array (updated in place) expected, got " +
+                          (a.writeable() ? "an array of " + std::string(py::str(a.dtype())) : "a read-only array"));
+  }
+  Tensor t = ToTensor(a, DType::kF32, "params" + at);
+  if (t.raw_data() != a.data()) out.copied.emplace_back(a, t);
+  Tensor g = ToTensor(grads, DType::kF32, "grads" + at);
+  if (g.shape() != t.shape()) {
+    throw ConversionError("grads" + at + ": " + g.type().ToString() + " for a parameter of " + t.type().ToString());
+  }
+  *grad_out = Value(std::move(g));
+  return Value(std::move(t));
+}
+
+}  // namespace
+
+StepValues PairForStep(py::handle params, py::handle grads) {
+  StepValues out;
+  out.params = PairLeaves(params, grads, "", 0, out, &out.grads);
+  return out;
+}
+
+void StepValues::WriteBack() const {
+  for (const auto& [array, tensor] : copied) {
+    // Where ToTensor copied a strided or misaligned array: back, element by element through numpy.
+    py::array_t<float> source({tensor.shape().begin(), tensor.shape().end()}, tensor.data<float>());
+    array.attr("__setitem__")(py::ellipsis(), source);
+  }
+}
+
+Value GradsFor(const PyValue& params, py::handle grads) {
+  if (IsPyValue(grads)) return grads.cast<const PyValue&>().value;
+  if (!ContainsDict(grads)) return ToValue(grads, nullptr, nullptr, "grads");  // the optimizer checks the structure
+  if (!params.type) {
+    throw ConversionError("grads: gradients by field name need the parameters' record type: make params with "
+                          "entry.convert(...), or pass params as a dict too");
+  }
+  return ToValue(grads, params.type, nullptr, "grads");
 }
 
 py::object FromValue(const Value& v) {

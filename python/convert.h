@@ -17,6 +17,8 @@
 #include <pybind11/pybind11.h>
 
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "ir/module.h"
 #include "ir/value.h"
@@ -25,9 +27,13 @@ namespace pejit::python {
 
 namespace py = pybind11;
 
-// pejit.Value: a program value held for Python.
+// pejit.Value: a program value held for Python, and the type it was
+// converted to when one was declared (entry.convert: the parameter's), which
+// gives a record's field names (Optimizer.step takes gradients by name
+// against it). Null when none was.
 struct PyValue {
   Value value;
+  Type type;
 };
 
 // Thrown for a Python object that cannot become the value a type declares;
@@ -51,6 +57,28 @@ void CheckMadeHere(const Value& v, const ModuleSnapshot* module, const std::stri
 
 // `v` for Python (see above).
 py::object FromValue(const Value& v);
+
+// Optimizer.step's parameters and gradients given as Python structures
+// (dicts by key, tuples, lists; float32 numpy arrays, or pejit.Values, at
+// the leaves): two values of one layout, a dict's fields in the parameters'
+// key order and the gradients' matched to them by key. A parameter array
+// pejit cannot share (not 64-byte aligned, not C-contiguous) is copied in;
+// WriteBack() copies it out after the step, so that the caller's arrays are
+// updated in place either way. Throws ConversionError naming the place
+// ("grads['w']: ...").
+struct StepValues {
+  Value params, grads;
+  std::vector<std::pair<py::array, Tensor>> copied;  // (the caller's array, the tensor the step updated)
+  void WriteBack() const;
+};
+StepValues PairForStep(py::handle params, py::handle grads);
+
+// The gradients `grads` for parameters `params` (a pejit.Value): a
+// pejit.Value as it is; holding a dict, converted to the type `params` was
+// converted to (entry.convert's), which gives a record's fields by name
+// (ConversionError when `params` has none); otherwise as they are (the
+// optimizer checks the structure).
+Value GradsFor(const PyValue& params, py::handle grads);
 
 // Python objects whose last reference a tensor dropped on a thread without
 // the GIL (an engine worker freeing a job's arguments): they are released

@@ -54,7 +54,9 @@ struct PyEntry {
   bool single_wrt = false;  // made with wrt=int: one gradient, not a tuple
 };
 
-std::vector<Value> Arguments(Engine& engine, const std::string& name, const py::args& args) {
+// The arguments converted to `name`'s parameter types, and those types.
+std::vector<Value> Arguments(Engine& engine, const std::string& name, const py::args& args,
+                             std::vector<Type>* types = nullptr) {
   ReleasePendingReferences();
   Snapshot snapshot = engine.module().snapshot();
   const Definition* def = snapshot->Find(name);
@@ -63,6 +65,10 @@ std::vector<Value> Arguments(Engine& engine, const std::string& name, const py::
   if (args.size() != params.size()) {
     throw ConversionError("@" + name + " takes " + std::to_string(params.size()) + " arguments, got " +
                           std::to_string(args.size()));
+  }
+  if (types) {
+    types->clear();
+    for (const auto& p : params) types->push_back(p->annotation);
   }
   std::vector<Value> out;
   out.reserve(args.size());
@@ -88,12 +94,40 @@ std::vector<Value> Arguments(Engine& engine, const std::string& name, const py::
 struct CallArguments {
   std::shared_ptr<Engine> engine;
   std::vector<Value> values;
+  std::vector<Type> types;  // the parameters' declared types
 };
 
 CallArguments ArgumentsOf(const PyEntry& e, const py::args& args) {
   std::shared_ptr<Engine> engine = e.owner.cast<PyEngine&>().Get();
-  std::vector<Value> values = Arguments(*engine, e.entry.name(), args);
-  return {std::move(engine), std::move(values)};
+  std::vector<Type> types;
+  std::vector<Value> values = Arguments(*engine, e.entry.name(), args, &types);
+  return {std::move(engine), std::move(values), std::move(types)};
+}
+
+// A gradient `grad` (as FromValue made it) shaped as the argument `arg` the
+// caller passed for a parameter of `type`: a record passed as a dict gets
+// its gradient as a dict with the same keys (at any depth), as JAX returns a
+// pytree's; anything else keeps FromValue's shape (tuples in field order).
+py::object ShapedLike(py::object grad, py::handle arg, const Type& type) {
+  const TupleTypeNode* tuple = type ? AsTuple(type) : nullptr;
+  if (!tuple || !py::isinstance<py::tuple>(grad)) return grad;
+  py::tuple fields = py::reinterpret_borrow<py::tuple>(grad);
+  if (fields.size() != tuple->fields.size()) return grad;
+  if (py::isinstance<py::dict>(arg) && !tuple->names.empty()) {
+    py::dict out;
+    for (auto [key, value] : py::reinterpret_borrow<py::dict>(arg)) {
+      const int i = tuple->FieldIndex(std::string(py::str(key)));
+      if (i >= 0) out[key] = ShapedLike(fields[static_cast<size_t>(i)], value, tuple->fields[static_cast<size_t>(i)]);
+    }
+    return out;
+  }
+  if ((py::isinstance<py::tuple>(arg) || py::isinstance<py::list>(arg)) && py::len(arg) == fields.size()) {
+    py::sequence items = py::reinterpret_borrow<py::sequence>(arg);
+    py::tuple out(fields.size());
+    for (size_t i = 0; i < fields.size(); ++i) out[i] = ShapedLike(fields[i], items[i], tuple->fields[i]);
+    return out;
+  }
+  return grad;
 }
 
 Prefetch PrefetchWhen(const std::string& when) {
@@ -102,10 +136,17 @@ Prefetch PrefetchWhen(const std::string& when) {
   throw std::invalid_argument("prefetch: when must be 'next' or 'idle', not '" + when + "'");
 }
 
-py::object GradsOut(const PyEntry& e, const std::vector<Value>& grads) {
-  if (e.single_wrt) return FromValue(grads.at(0));
+// The gradients for Python, each shaped like its argument (ShapedLike).
+py::object GradsOut(const PyEntry& e, const std::vector<Value>& grads, const py::args& args,
+                    const std::vector<Type>& types) {
+  const std::vector<int>& wrt = *e.entry.wrt();
+  auto one = [&](size_t k) {
+    const auto i = static_cast<size_t>(wrt.at(k));
+    return ShapedLike(FromValue(grads.at(k)), args[i], types.at(i));
+  };
+  if (e.single_wrt) return one(0);
   py::tuple out(grads.size());
-  for (size_t i = 0; i < grads.size(); ++i) out[i] = FromValue(grads[i]);
+  for (size_t k = 0; k < grads.size(); ++k) out[k] = one(k);
   return out;
 }
 
@@ -156,7 +197,7 @@ py::tuple ValueAndGradOf(const PyEntry& e, const py::args& args) {
   }
   CallArguments call = ArgumentsOf(e, args);
   ValueAndGrad r = Interruptible([&] { return e.entry.value_and_grad(call.values); });
-  return py::make_tuple(FromValue(r.value), GradsOut(e, r.grads));
+  return py::make_tuple(FromValue(r.value), GradsOut(e, r.grads, args, call.types));
 }
 
 py::dict StatsDict(const EntryStats& s) {
@@ -371,7 +412,9 @@ PYBIND11_MODULE(pejit, m) {
           [](const PyEntry& e, const py::args& args) {
             CallArguments call = ArgumentsOf(e, args);
             py::tuple out(call.values.size());
-            for (size_t i = 0; i < call.values.size(); ++i) out[i] = py::cast(PyValue{std::move(call.values[i])});
+            for (size_t i = 0; i < call.values.size(); ++i) {
+              out[i] = py::cast(PyValue{std::move(call.values[i]), call.types[i]});
+            }
             return out;
           },
           "The arguments as pejit.Values of the parameters' types: convert once, pass many times.")
@@ -489,14 +532,29 @@ PYBIND11_MODULE(pejit, m) {
            py::arg("beta2") = OptimizerOptions{}.beta2, py::arg("epsilon") = OptimizerOptions{}.epsilon)
       .def(
           "step",
-          [](Optimizer& o, const PyValue& params, py::handle grads) {
+          [](Optimizer& o, py::handle params, py::handle grads) {
             ReleasePendingReferences();
-            Value g = ToValue(grads, nullptr, nullptr, "grads");
-            py::gil_scoped_release release;
-            return o.Step(params.value, g);
+            if (py::isinstance<PyValue>(params)) {
+              const PyValue& p = params.cast<const PyValue&>();
+              Value g = GradsFor(p, grads);
+              py::gil_scoped_release release;
+              return o.Step(p.value, g);
+            }
+            StepValues values = PairForStep(params, grads);
+            double norm = 0;
+            try {
+              py::gil_scoped_release release;
+              norm = o.Step(values.params, values.grads);
+            } catch (const std::overflow_error&) {  // the update happened: the caller's arrays get it too
+              values.WriteBack();
+              throw;
+            }
+            values.WriteBack();
+            return norm;
           },
           py::arg("params"), py::arg("grads"),
-          "Updates params in place; returns the gradients' global norm before clipping.")
+          "Updates params in place (a pejit.Value, or dicts, tuples and lists of float32 numpy arrays) from grads of "
+          "the same structure (dicts matched by key); returns the gradients' global norm before clipping.")
       .def_property_readonly("kind", &Optimizer::kind);
 }
 
