@@ -311,12 +311,15 @@ Value PairLeaves(py::handle params, py::handle grads, const std::string& at, int
                               " has not");
       }
     }
+    // In sorted key order, not insertion order: the optimizer keeps its
+    // state by leaf position, and a dict rebuilt in another order must
+    // still reach the same state.
     std::vector<Value> pf, gf;
-    for (auto [key, value] : p) {
+    for (py::handle key : py::module_::import("builtins").attr("sorted")(p)) {
       const std::string here = at + "['" + std::string(py::str(key)) + "']";
       if (!g.contains(key)) throw ConversionError("grads" + at + ": has no '" + std::string(py::str(key)) + "'");
       Value gv;
-      pf.push_back(PairLeaves(value, g[key], here, depth + 1, out, &gv));
+      pf.push_back(PairLeaves(p[key], g[key], here, depth + 1, out, &gv));
       gf.push_back(std::move(gv));
     }
     *grad_out = Value::Tuple(std::move(gf));

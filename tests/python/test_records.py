@@ -51,6 +51,13 @@ def test_the_optimizer_steps_a_dict_of_arrays_in_place_as_it_steps_a_value(compi
     assert by_name["w"] is w_array  # the caller's own array, updated
     np.testing.assert_array_equal(by_name["w"], held.numpy()[0])
     np.testing.assert_array_equal(by_name["b"], held.numpy()[1])
+    # The same dict rebuilt in another key order reaches the same optimizer state.
+    reordered = {"b": by_name["b"], "w": by_name["w"]}
+    _, grads = loss(x, reordered)
+    _, held_grads = loss(x, held)
+    named.step(reordered, grads)
+    positional.step(held, held_grads)
+    np.testing.assert_array_equal(reordered["w"], held.numpy()[0])
 
 
 def test_gradients_by_name_step_a_converted_value(compiled):
