@@ -62,11 +62,10 @@ py::object FromValue(const Value& v);
 // (dicts by key, tuples, lists; float32 numpy arrays, or pejit.Values, at
 // the leaves): two values of one layout, a dict's fields in sorted key order
 // (the optimizer's state follows leaf positions) and the gradients' matched
-// to them by key. A parameter array
-// pejit cannot share (not 64-byte aligned, not C-contiguous) is copied in;
-// WriteBack() copies it out after the step, so that the caller's arrays are
-// updated in place either way. Throws ConversionError naming the place
-// ("grads['w']: ...").
+// to them by key. A parameter array pejit cannot share (not 64-byte
+// aligned, not C-contiguous) is copied in; WriteBack() copies it out after
+// the step, so that the caller's arrays are updated in place either way.
+// Throws ConversionError naming the place ("grads['w']: ...").
 struct StepValues {
   Value params, grads;
   std::vector<std::pair<py::array, Tensor>> copied;  // (the caller's array, the tensor the step updated)
