@@ -75,6 +75,15 @@ class BatchTest : public testing::Test {
     return batched;
   }
 
+  // `batched` (Batch of `program`) differentiated for `wrt` and compiled
+  // gives the gradients of `program` interpreted: batching before autodiff,
+  // as the engine does.
+  void ExpectBatchedGradients(const Func& program, const Func& batched, const std::vector<int>& wrt,
+                              const std::vector<Tensor>& inputs) {
+    std::vector<Tensor> want = Interpret(Differentiate(program, wrt), inputs);
+    ExpectClose(session_->Compile(Differentiate(batched, wrt))->Run(inputs), want, "batched then differentiated");
+  }
+
   static JitSession* session_;
   Interpreter interp_;
 };
@@ -208,9 +217,7 @@ def @f(%x1: Tensor[(2, 4), f32], %x2: Tensor[(2, 4), f32], %x3: Tensor[(2, 4), f
     EXPECT_EQ(Count(r.main, op), 3) << op;
     EXPECT_EQ(Count(batched, op), 1) << op << "\n" << PrintFunction("batched", batched);
   }
-  std::vector<int> wrt = {0, 1, 2, 3};
-  std::vector<Tensor> want = Interpret(Differentiate(r.main, wrt), Flatten(args));
-  ExpectClose(session_->Compile(Differentiate(batched, wrt))->Run(Flatten(args)), want, "batched then differentiated");
+  ExpectBatchedGradients(r.main, batched, {0, 1, 2, 3}, Flatten(args));
 }
 
 // Shape operators whose attributes name axes batch with those axes moved
@@ -252,9 +259,7 @@ def @f(%x1: Tensor[(2, 3), f32], %x2: Tensor[(2, 3), f32], %x3: Tensor[(2, 3), f
   };
   EXPECT_EQ(stacks_along_inner_axes(r.main), 3);
   EXPECT_EQ(stacks_along_inner_axes(batched), 1) << PrintFunction("batched", batched);
-  std::vector<int> wrt = {0, 1, 2, 3, 4, 5};
-  std::vector<Tensor> want = Interpret(Differentiate(r.main, wrt), Flatten(args));
-  ExpectClose(session_->Compile(Differentiate(batched, wrt))->Run(Flatten(args)), want, "batched then differentiated");
+  ExpectBatchedGradients(r.main, batched, {0, 1, 2, 3, 4, 5}, Flatten(args));
 }
 
 TEST_F(BatchTest, ABatchIsLaidOutInTheOrderItsOperandsRowsLie) {
@@ -327,11 +332,8 @@ TEST_F(TreeLstmBatchTest, LossAndGradientsOfRandomMinibatchesAreUnchanged) {
 
     // Batching before autodiff (what the engine does) and after it.
     std::vector<int> wrt = ParamLeaves(args);
-    Func grad = Differentiate(r.main, wrt);
-    std::vector<Tensor> want = Interpret(grad, Flatten(args));
-    ExpectClose(session_->Compile(Differentiate(batched, wrt))->Run(Flatten(args)), want,
-                "batched then differentiated");
-    CheckBatched(grad, Flatten(args));
+    ExpectBatchedGradients(r.main, batched, wrt, Flatten(args));
+    CheckBatched(Differentiate(r.main, wrt), Flatten(args));
   }
 }
 
