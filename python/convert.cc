@@ -294,9 +294,9 @@ bool ContainsDict(py::handle obj, int depth = 0) {
 Value PairLeaves(py::handle params, py::handle grads, const std::string& at, int depth, StepValues& out,
                  Value* grad_out) {
   if (depth > kMaxNesting) throw ConversionError("params" + at + ": nested deeper than " + std::to_string(kMaxNesting));
-  if (IsPyValue(params)) {  // updated in place as it is
+  if (IsPyValue(params)) {  // updated in place as it is; its gradient converted to its type
     const PyValue& p = params.cast<const PyValue&>();
-    *grad_out = GradsFor(p, grads, "grads" + at);
+    *grad_out = IsPyValue(grads) ? grads.cast<const PyValue&>().value : ToValue(grads, p.type, nullptr, "grads" + at);
     return p.value;
   }
   if (py::isinstance<py::dict>(params)) {
@@ -375,14 +375,14 @@ void StepValues::WriteBack() const {
   }
 }
 
-Value GradsFor(const PyValue& params, py::handle grads, const std::string& where) {
+Value GradsFor(const PyValue& params, py::handle grads) {
   if (IsPyValue(grads)) return grads.cast<const PyValue&>().value;
-  if (!ContainsDict(grads)) return ToValue(grads, nullptr, nullptr, where);  // the optimizer checks the structure
+  if (!ContainsDict(grads)) return ToValue(grads, nullptr, nullptr, "grads");  // the optimizer checks the structure
   if (!params.type) {
-    throw ConversionError(where + ": gradients by field name need the parameters' record type: make params with "
+    throw ConversionError("grads: gradients by field name need the parameters' record type: make params with "
                           "entry.convert(...), or pass params as a dict too");
   }
-  return ToValue(grads, params.type, nullptr, where);
+  return ToValue(grads, params.type, nullptr, "grads");
 }
 
 py::object FromValue(const Value& v) {

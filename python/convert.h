@@ -77,8 +77,8 @@ StepValues PairForStep(py::handle params, py::handle grads);
 // pejit.Value as it is; holding a dict, converted to the type `params` was
 // converted to (entry.convert's), which gives a record's fields by name
 // (ConversionError when `params` has none); otherwise as they are (the
-// optimizer checks the structure). `where` leads messages ("grads").
-Value GradsFor(const PyValue& params, py::handle grads, const std::string& where = "grads");
+// optimizer checks the structure).
+Value GradsFor(const PyValue& params, py::handle grads);
 
 // Python objects whose last reference a tensor dropped on a thread without
 // the GIL (an engine worker freeing a job's arguments): they are released
