@@ -60,14 +60,14 @@ def main():
     a.add_argument("--calls", type=int, default=200000, help="calls timed per-call")
     a.add_argument("--hidden", type=int, default=64)
     o = a.parse_args()
-    sys.path.insert(0, os.path.dirname(find("python/pejit.so")))
+    sys.path.insert(0, os.path.dirname(os.path.dirname(find("python/pejit/_pejit.so"))))
     import numpy as np
     import pejit
     sys.path.insert(0, os.path.dirname(find("examples/python/treelstm.py")))
     import treelstm as example
 
     cpp, trace = find("bench/treelstm_pejit"), find("bench/trace")
-    env = dict(os.environ, PYTHONPATH=os.path.dirname(find("python/pejit.so")))
+    env = dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(find("python/pejit/_pejit.so"))))
     shape = ["--batch", "25", "--embed", "64", "--hidden", str(o.hidden)]
     summary = {}
     with tempfile.TemporaryDirectory() as tmp:

@@ -4,6 +4,8 @@
 #include <mutex>
 #include <vector>
 
+#include "python/dlpack.h"
+
 namespace pejit::python {
 namespace {
 
@@ -22,14 +24,16 @@ std::vector<PyObject*>& Pending() {
   return *pending;
 }
 
-// Holds `obj` for a tensor sharing its memory; the reference is released
-// by ReleasePendingReferences (no GIL is needed where the tensor dies).
+}  // namespace
+
 std::shared_ptr<void> KeepAlive(py::object obj) {
   return std::shared_ptr<void>(obj.release().ptr(), [](void* p) {
     std::lock_guard<std::mutex> lock(PendingMutex());
     Pending().push_back(static_cast<PyObject*>(p));
   });
 }
+
+namespace {
 
 py::dtype NumpyDType(DType d) {
   switch (d) {
@@ -60,7 +64,8 @@ std::string ShapeOf(const py::array& a) {
   return ShapeToString(shape);
 }
 
-// The tensor a returned array views, when `a` is one whole such array.
+}  // namespace
+
 std::optional<Tensor> ReturnedTensor(const py::array& a) {
   PyObject* base = py::detail::array_proxy(a.ptr())->base;
   if (!base || !PyCapsule_IsValid(base, kTensorCapsule)) return std::nullopt;
@@ -72,6 +77,8 @@ std::optional<Tensor> ReturnedTensor(const py::array& a) {
   if (!a.dtype().is(NumpyDType(t->dtype()))) return std::nullopt;
   return *t;
 }
+
+namespace {
 
 // A Python int as a scalar of `dtype`: every digit kept (through a double,
 // an i64 past 2^53 would change), and one past 64 bits refused with the range.
@@ -107,6 +114,8 @@ Tensor ToTensor(py::handle obj, std::optional<DType> want, const std::string& wh
     PyLong_AsLongLongAndOverflow(obj.ptr(), &overflow);
     if (overflow) return IntScalar(obj, want.value_or(DType::kI64), where);
   }
+  if (IsDlpack(obj)) return FromDlpack(obj, want, where);
+  const bool is_array = py::isinstance<py::array>(obj);
   py::array a = py::array::ensure(obj);
   if (!a) {
     PyErr_Clear();
@@ -122,7 +131,10 @@ Tensor ToTensor(py::handle obj, std::optional<DType> want, const std::string& wh
     if (!want)
       throw ConversionError(where + ": numpy dtype " + std::string(py::str(a.dtype())) + " has no pejit dtype");
   }
-  if (std::optional<Tensor> returned = ReturnedTensor(a); returned && returned->dtype() == *want) return *returned;
+  if (std::optional<Tensor> returned = ReturnedTensor(a); returned && returned->dtype() == *want) {
+    CountSharedIn();
+    return *returned;
+  }
   py::dtype target = NumpyDType(*want);
   if (!a.dtype().is(target)) {
     // Same kind or safer (f64 -> f32, i64 -> f32), never float -> integer.
@@ -137,6 +149,7 @@ Tensor ToTensor(py::handle obj, std::optional<DType> want, const std::string& wh
                          reinterpret_cast<uintptr_t>(a.data()) % 64 == 0;
   if (shareable) {
     void* data = a.mutable_data();
+    CountSharedIn();
     return Tensor::Wrap(data, *want, std::move(shape), KeepAlive(py::reinterpret_borrow<py::object>(a)));
   }
   // A copy: contiguous, in the target dtype, into a buffer of pejit's own.
@@ -144,6 +157,7 @@ Tensor ToTensor(py::handle obj, std::optional<DType> want, const std::string& wh
       py::array::ensure(a.attr("astype")(target, py::arg("order") = "C", py::arg("copy") = false), py::array::c_style);
   Tensor t = Tensor::Empty(*want, std::move(shape));
   if (t.nbytes() > 0) std::memcpy(t.raw_data(), converted.data(), t.nbytes());
+  if (is_array) CountCopiedIn(static_cast<int64_t>(t.nbytes()));  // not a number's conversion
   return t;
 }
 

@@ -7,7 +7,9 @@
 // tuples and lists to tuples, dicts to records by field name, lists to
 // `List` values. An array is shared, not copied, when it already is what a
 // tensor needs (C-contiguous, the declared dtype, 64-byte aligned, or a
-// result pejit returned); otherwise its data are copied.
+// result pejit returned); otherwise its data are copied. A DLPack tensor (a
+// torch tensor) likewise, without numpy (dlpack.h); its dtype must be the
+// declared one.
 //
 // Out: tensors become read-only numpy arrays viewing the result's memory
 // (0-d ones numpy scalars), tuples Python tuples, ADT values pejit.Value.
@@ -55,6 +57,9 @@ Value ToValue(py::handle obj, const Type& type, const ModuleSnapshot* module, co
 // fields when called, so the top node stands for the value.
 void CheckMadeHere(const Value& v, const ModuleSnapshot* module, const std::string& where);
 
+// The tensor `a` views when it is one whole array pejit returned.
+std::optional<Tensor> ReturnedTensor(const py::array& a);
+
 // `v` for Python (see above).
 py::object FromValue(const Value& v);
 
@@ -79,6 +84,10 @@ StepValues PairForStep(py::handle params, py::handle grads);
 // (ConversionError when `params` has none); otherwise as they are (the
 // optimizer checks the structure).
 Value GradsFor(const PyValue& params, py::handle grads);
+
+// Holds `obj` for a tensor sharing its memory; the reference is released
+// by ReleasePendingReferences (no GIL is needed where the tensor dies).
+std::shared_ptr<void> KeepAlive(py::object obj);
 
 // Python objects whose last reference a tensor dropped on a thread without
 // the GIL (an engine worker freeing a job's arguments): they are released

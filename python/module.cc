@@ -14,6 +14,7 @@
 #include "ops/blas.h"
 #include "ops/op.h"
 #include "python/convert.h"
+#include "python/dlpack.h"
 #include "scheduler/engine.h"
 #include "scheduler/policy.h"
 #include "support/interrupt.h"
@@ -243,7 +244,8 @@ std::string ValueRepr(const Value& v) {
 
 }  // namespace
 
-PYBIND11_MODULE(pejit, m) {
+// pejit._pejit; the package's __init__.py presents it as `pejit`.
+PYBIND11_MODULE(_pejit, m) {
   m.doc() = "pejit: a tiered JIT for dynamic deep-learning programs (docs/python.md)";
 
   // Errors: the C++ messages, as exceptions of the module (all pejit.Error).
@@ -270,6 +272,43 @@ PYBIND11_MODULE(pejit, m) {
 
   m.def("set_blas_threads", &SetBlasThreads, py::arg("threads"),
         "OpenBLAS's thread count (1 for the small GEMMs of models whose parallelism is the engine's own).");
+
+  m.def(
+      "to_dlpack",
+      [](py::handle obj) {
+        if (py::isinstance<py::array>(obj)) {  // a result: no conversion, not counted as an input
+          if (std::optional<Tensor> t = ReturnedTensor(py::reinterpret_borrow<py::array>(obj))) return ToDlpack(*t);
+        }
+        Value v = ToValue(obj, nullptr, nullptr, "to_dlpack");
+        if (v.kind() != Value::Kind::kTensor) throw ConversionError("to_dlpack: expected a tensor, got " + v.ToString());
+        return ToDlpack(v.tensor());
+      },
+      py::arg("tensor"),
+      "A tensor (an array pejit returned, a pejit.Value, a numpy array) as a DLPack capsule viewing its memory, for "
+      "torch.utils.dlpack.from_dlpack. Do not write the consumer's tensor in place: pejit may hold the same memory.");
+  m.def(
+      "from_dlpack",
+      [](py::handle obj) {
+        ReleasePendingReferences();
+        return PyValue{FromDlpack(obj, std::nullopt, "from_dlpack"), nullptr};
+      },
+      py::arg("tensor"),
+      "A DLPack capsule, or an object with __dlpack__ (a detached torch tensor), as a pejit.Value viewing its memory "
+      "(copied when not row-major compact and 64-byte aligned).");
+  m.def(
+      "transfers",
+      [] {
+        TransferCounts t = Transfers();
+        py::dict d;
+        d["shared_in"] = t.shared_in;
+        d["copied_in"] = t.copied_in;
+        d["copied_in_bytes"] = t.copied_in_bytes;
+        d["exported"] = t.exported;
+        return d;
+      },
+      "Counts of arrays and DLPack tensors passed in shared or copied, and of tensors exported through DLPack, since "
+      "the process started or reset_transfers().");
+  m.def("reset_transfers", &ResetTransfers);
 
   py::class_<PyValue>(m, "Value",
                       "A program value held by pejit: passed again to an entry, it is not converted, and the engine "
@@ -348,6 +387,23 @@ PYBIND11_MODULE(pejit, m) {
           py::arg("name"))
       .def("names", [](const PyModule& mod) { return mod.engine()->module().snapshot()->Names(); })
       .def("text", [](const PyModule& mod) { return mod.engine()->module().snapshot()->Print(); })
+      .def(
+          "signature",
+          [](const PyModule& mod, const std::string& name) {
+            Snapshot snapshot = mod.engine()->module().snapshot();
+            const Definition* def = snapshot->Find(name);
+            if (!def) throw EvalError("@" + name + ": not defined in the module");
+            py::list params;
+            for (const auto& p : def->func->params) params.append(py::make_tuple(p->name, TypeToString(p->annotation)));
+            py::dict out;
+            out["params"] = params;
+            out["returns"] = def->func->ret_type ? py::object(py::str(TypeToString(def->func->ret_type))) : py::none();
+            out["generic"] = !def->func->type_params.empty();
+            return out;
+          },
+          py::arg("name"),
+          "A definition's parameters as (name, type) pairs, its declared result type (None: inferred) and whether it "
+          "is generic, the types as the text format writes them.")
       .def("__getattr__", [](const PyModule& mod, const std::string& name) {
         Snapshot snapshot = mod.engine()->module().snapshot();
         for (const auto& [type_name, def] : snapshot->types()) {

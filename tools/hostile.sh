@@ -7,8 +7,8 @@
 #   tools/hostile.sh [--pejit BIN] [--runtime BIN] [--train BIN] [--python DIR] [--no-mpi] [--only CLASS]
 #
 # BIN default to bazel-bin/tools/pejit, bazel-bin/runtime/pejit-runtime and
-# bazel-bin/examples/treelstm/train; DIR holds the `pejit` Python module
-# (pejit.so) for the Python cases, run by /usr/bin/python3 (none: skipped,
+# bazel-bin/examples/treelstm/train; DIR holds the `pejit` Python package
+# (pejit/_pejit.so) for the Python cases, run by /usr/bin/python3 (none: skipped,
 # and said so); the MPI cases need mpirun (none, or --no-mpi: skipped, and
 # said so).
 # Prints a line per case and a JSON summary by class; exits 1 if any case
@@ -255,7 +255,7 @@ else
 fi
 
 # ---- python ------------------------------------------------------------------------------------
-if [[ -n "$python_dir" && -f "$python_dir/pejit.so" && -x /usr/bin/python3 ]]; then
+if [[ -n "$python_dir" && -f "$python_dir/pejit/_pejit.so" && -x /usr/bin/python3 ]]; then
   py=(env LD_PRELOAD=libtcmalloc_minimal.so.4 PYTHONPATH="$python_dir" /usr/bin/python3 -c)
   tree_src='def @s(%t: Tree) -> Tensor[(), f32] { match (%t) { Leaf(%x) => %x, Node(%l, %r) => add(@s(%l), @s(%r)) } }'
   case_ python "another engine's constructor order: a TypeError" 0 "TypeError @s argument 0 (%t): a Tree made by another module" -- "${py[@]}" "
@@ -303,7 +303,7 @@ changed = scale(x, s)
 print('static values kept:', [float(v) for v in again], [float(v) for v in changed])
 "
 elif [[ -z "$only" || "$only" == python ]]; then
-  echo "skip  python     (no --python DIR with pejit.so)"
+  echo "skip  python     (no --python DIR with pejit/_pejit.so)"
 fi
 
 # ---- mpi: ranks that disagree ------------------------------------------------------------------

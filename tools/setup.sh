@@ -3,7 +3,7 @@
 #
 #   tools/setup.sh            the build, the tests and the Tree-LSTM demo
 #   tools/setup.sh mlp        also the Fashion-MNIST data set (examples/mlp)
-#   tools/setup.sh bench      also PyTorch, the peer in bench/ (libblas.so.3 set to OpenBLAS)
+#   tools/setup.sh bench      also libblas.so.3 set to OpenBLAS, for PyTorch, the peer in bench/
 #   tools/setup.sh check      also clang and libFuzzer, for tools/check.sh and tools/fuzz.sh
 #
 # Idempotent and non-interactive; run as root on a fresh machine (apt-get
@@ -27,12 +27,13 @@ packages=(
   libssl-dev           # HMAC-SHA256 of the code cache's entries (support/mac.h)
   python3-dev pybind11-dev  # the `pejit` Python module (python/), for /usr/bin/python3
   python3-numpy python3-pytest
+  python3-torch        # pejit.torch (python/pejit/torch.py) and its tests
   libopenmpi-dev openmpi-bin  # data-parallel training (dist/), mpirun in the tests
 )
 for group in "$@"; do
   case "$group" in
     mlp) packages+=(dataset-fashion-mnist) ;;
-    bench) packages+=(python3-torch) ;;
+    bench) ;;
     check) packages+=(clang libclang-rt-14-dev) ;;
     -h|--help) sed -n '2,10p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "setup.sh: unknown group '$group' (known: mlp, bench, check)" >&2; exit 2 ;;

@@ -1,0 +1,171 @@
+"""pejit.torch: entries as differentiable functions of torch tensors, passed
+without copies, inside a model whose other parts are PyTorch's."""
+import os
+import random
+import sys
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")  # tools/setup.sh installs python3-torch: skipped only off CI
+
+import pejit  # noqa: E402
+import pejit.torch  # noqa: E402
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.environ["PEJIT_TREELSTM"]), "..", "python"))
+import torch_treelstm  # noqa: E402
+import treelstm as example  # noqa: E402
+
+torch.set_num_threads(1)
+
+PROGRAM = """
+type Layer = {w: Tensor[(?, ?), f32], b: Tensor[(?,), f32]};
+
+def @encode(%x: Tensor[(?, ?), f32], %p: Layer) -> Tensor[(?, ?), f32] {
+  tanh(add(matmul(%x, %p.w), %p.b))
+}
+
+def @two(%x: Tensor[(?, ?), f32], %v: Tensor[(?,), f32]) -> (Tensor[(?, ?), f32], (Tensor[(?,), f32], Tensor[(), i64])) {
+  (mul(%x, %x), (sigmoid(%v), 3))
+}
+
+def @energy(%x: Tensor[(?, ?), f32], %p: Layer) -> Tensor[(), f32] {
+  sum(@encode(%x, %p))
+}
+
+def @first(%xs: List[Tensor[(?,), f32]]) -> Tensor[(?,), f32] {
+  match (%xs) { Cons(%x, %rest) => %x, Nil => zeros(shape=[1]) }
+}
+
+def @generic_id[A](%a: A) -> A { %a }
+"""
+
+
+@pytest.fixture(params=["interpreter", "sync"])
+def engine(request):
+    with pejit.Engine(policy=request.param, workers=1) as e:
+        e.module.add_source(PROGRAM, "program.pj")
+        yield e
+
+
+def leaves(seed, *shapes):
+    g = torch.Generator().manual_seed(seed)
+    return [torch.randn(*s, generator=g, requires_grad=True) for s in shapes]
+
+
+def test_gradients_of_a_matrix_result_reach_every_tensor_as_torchs_own(engine):
+    x, w, b = leaves(1, (5, 3), (3, 4), (4,))
+    seed = torch.randn(5, 4, generator=torch.Generator().manual_seed(2))
+    encode = pejit.torch.function(engine, "encode")
+    h = encode(x, {"w": w, "b": b})
+    (h * seed).sum().backward()
+    rx, rw, rb = (t.detach().clone().requires_grad_() for t in (x, w, b))
+    want = torch.tanh(rx @ rw + rb)
+    (want * seed).sum().backward()
+    torch.testing.assert_close(h.detach(), want.detach(), rtol=1e-5, atol=1e-6)
+    for got, ref in ((x, rx), (w, rw), (b, rb)):
+        torch.testing.assert_close(got.grad, ref.grad, rtol=1e-5, atol=1e-6)
+    assert encode.stats["vjp_calls"] == 1 and encode.stats["grad_calls"] == 0
+
+
+def test_only_tensors_that_require_gradients_get_them(engine):
+    x, w, b = leaves(3, (2, 3), (3, 4), (4,))
+    x.requires_grad_(False)
+    encode = pejit.torch.function(engine, "encode")
+    encode(x, {"w": w, "b": b}).sum().backward()
+    assert x.grad is None and w.grad is not None and b.grad is not None
+    with torch.no_grad():
+        encode(x, {"w": w, "b": b})
+    assert encode.stats["vjp_calls"] == 1  # no gradient asked for under no_grad
+
+
+def test_tuple_results_each_get_their_cotangent(engine):
+    x, v = leaves(4, (3, 2), (5,))
+    two = pejit.torch.function(engine, "two")
+    square, (gate, three) = two(x, v)
+    assert three.dtype == torch.int64 and int(three) == 3 and not three.requires_grad
+    (2 * square.sum() + (gate * torch.arange(5.0)).sum()).backward()
+    torch.testing.assert_close(x.grad, 4 * x.detach())
+    s = torch.sigmoid(v.detach())
+    torch.testing.assert_close(v.grad, s * (1 - s) * torch.arange(5.0), rtol=1e-5, atol=1e-6)
+
+
+def test_a_scalar_result_runs_once_in_grad_mode_and_backward_scales_it(engine):
+    x, w, b = leaves(5, (4, 3), (3, 2), (2,))
+    energy = pejit.torch.function(engine, "energy")
+    e = energy(x, (w, b))  # a record given as a tuple in field order
+    (3.0 * e).backward()
+    rx, rw, rb = (t.detach().clone().requires_grad_() for t in (x, w, b))
+    (3.0 * torch.tanh(rx @ rw + rb).sum()).backward()
+    assert float(e) == pytest.approx(float(torch.tanh(rx @ rw + rb).sum()), rel=1e-5)
+    for got, ref in ((x, rx), (w, rw), (b, rb)):
+        torch.testing.assert_close(got.grad, ref.grad, rtol=1e-5, atol=1e-6)
+    assert energy.stats == {"calls": 1, "grad_calls": 1, "vjp_calls": 0, "scalars_out": 1}
+
+
+def test_aligned_contiguous_tensors_cross_without_copies_others_are_copied(engine):
+    x, w, b = leaves(6, (8, 3), (3, 4), (4,))
+    encode = pejit.torch.function(engine, "encode")
+    pejit.reset_transfers()
+    (encode(x, {"w": w, "b": b}) * torch.ones(8, 4)).sum().backward()
+    t = pejit.transfers()
+    assert t["copied_in"] == 0 and t["shared_in"] >= 4  # the cotangent too
+    pejit.reset_transfers()
+    encode(x, {"w": w, "b": b}).sum().backward()  # sum's cotangent is one number broadcast: copied
+    assert pejit.transfers()["copied_in"] == 1 and pejit.transfers()["copied_in_bytes"] == 8 * 4 * 4
+    assert t["exported"] >= 4  # the result and three gradients, through DLPack
+    strided = x.detach()[:, 1:3]  # not row-major compact
+    pejit.reset_transfers()
+    got = encode(strided, {"w": w[1:3], "b": b})
+    assert pejit.transfers()["copied_in"] == 2 and pejit.transfers()["copied_in_bytes"] == (8 * 2 + 2 * 4) * 4
+    torch.testing.assert_close(got, torch.tanh(strided @ w[1:3] + b), rtol=1e-5, atol=1e-6)
+
+
+def test_a_result_shares_pejits_memory_and_an_argument_shares_torchs():
+    x = torch.arange(6.0).reshape(2, 3)
+    v = pejit.from_dlpack(x)
+    x[0, 0] = 42.0  # torch writes; pejit's view sees it
+    assert v.numpy()[0, 0] == 42.0
+    back = torch.utils.dlpack.from_dlpack(pejit.to_dlpack(v))
+    assert back.data_ptr() == x.data_ptr()
+
+
+def test_errors_name_the_argument_and_say_what_to_do(engine):
+    encode = pejit.torch.function(engine, "encode")
+    x64 = torch.zeros(2, 3, dtype=torch.float64)
+    with pytest.raises(TypeError, match=r"@encode argument 0 \(%x\): expected f32, got a DLPack tensor of f64"):
+        encode(x64, {"w": torch.zeros(3, 4), "b": torch.zeros(4)})
+    first = pejit.torch.function(engine, "first")
+    y = torch.ones(3, requires_grad=True)
+    with pytest.raises(TypeError, match="inside a List or another ADT value"):
+        first([y]).sum().backward()
+    with pytest.raises(TypeError, match="generic"):
+        pejit.torch.function(engine, "generic_id")
+    with pytest.raises(TypeError, match="from_dlpack: its __dlpack__ failed: Cannot pack tensors on meta"):
+        pejit.from_dlpack(torch.zeros(2, device="meta"))
+    with pytest.raises(TypeError, match="a DLPack tensor of uint8 has no pejit dtype"):
+        pejit.from_dlpack(torch.zeros(2, dtype=torch.uint8))
+
+
+def test_a_tree_lstm_with_torch_embedding_and_classifier_trains_as_all_pejit_and_all_torch(treelstm_source):
+    """The issue's model: 3 epochs of SGD over 6 minibatches, the same losses in the three modes."""
+    rng = random.Random(7)
+    examples = []
+    while len(examples) < 48:
+        tree = example.listops_generate(rng, max_depth=4)
+        examples.append((tree, example.listops_value(tree)))
+    initial = example.init_params(np.random.default_rng(7), example.LISTOPS_VOCABULARY, 16, 12,
+                                  example.LISTOPS_CLASSES)
+    losses, copies = {}, {}
+    for mode, policy in (("interop", "sync"), ("interop", "interpreter"), ("pejit", "sync"), ("torch", None)):
+        with pejit.Engine(policy=policy or "interpreter", workers=1) as engine:
+            engine.module.add_source(treelstm_source, "treelstm.pj")
+            batches = torch_treelstm.make_batches(engine, examples, 8)
+            pejit.reset_transfers()
+            losses[mode, policy] = torch_treelstm.train(mode, batches, initial, 3, 0.1, engine)
+            copies[mode, policy] = pejit.transfers()["copied_in"]
+    reference = losses["torch", None]
+    assert sum(reference[12:]) < sum(reference[:6])  # it learns: the last epoch's losses below the first's
+    for key, got in losses.items():
+        np.testing.assert_allclose(got, reference, rtol=1e-5, atol=1e-5, err_msg=str(key))
+    assert copies["interop", "sync"] == 0 and copies["interop", "interpreter"] == 0
