@@ -8,7 +8,8 @@ set -eu
 suite=$(basename "$0")
 script=bench.py
 [ "$suite" = python ] && script=python_binding.py
+[ "$suite" = torch_interop ] && script=torch_interop.py
 dir="$0.runfiles/pejit/bench"
 [ -f "$dir/$script" ] || dir=$(dirname "$0")
-[ "$suite" = python ] && exec /usr/bin/python3 "$dir/$script" "$@"
+case "$suite" in python|torch_interop) exec /usr/bin/python3 "$dir/$script" "$@" ;; esac
 exec /usr/bin/python3 "$dir/$script" "$suite" "$@"

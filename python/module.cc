@@ -346,7 +346,7 @@ PYBIND11_MODULE(_pejit, m) {
           "Tensors as read-only numpy arrays, tuples as tuples.")
       .def("__repr__", [](const PyValue& v) { return ValueRepr(v.value); });
 
-  py::class_<PyConstructor>(m, "Constructor")
+  py::class_<PyConstructor>(m, "Constructor", "A constructor of one of the module's types, called as m.Node(...).")
       .def("__call__",
            [](const PyConstructor& c, const py::args& args) {
              ReleasePendingReferences();
@@ -384,9 +384,13 @@ PYBIND11_MODULE(_pejit, m) {
           "Adds or replaces the text's definitions; specializations that used them are invalidated.")
       .def(
           "remove", [](const PyModule& mod, const std::string& name) { mod.engine()->module().Remove(name); },
-          py::arg("name"))
-      .def("names", [](const PyModule& mod) { return mod.engine()->module().snapshot()->Names(); })
-      .def("text", [](const PyModule& mod) { return mod.engine()->module().snapshot()->Print(); })
+          py::arg("name"), "Removes a definition; code that used it is invalidated.")
+      .def(
+          "names", [](const PyModule& mod) { return mod.engine()->module().snapshot()->Names(); },
+          "The names of the module's definitions.")
+      .def(
+          "text", [](const PyModule& mod) { return mod.engine()->module().snapshot()->Print(); },
+          "The module printed in the text format (docs/language.md).")
       .def(
           "signature",
           [](const PyModule& mod, const std::string& name) {
@@ -413,7 +417,9 @@ PYBIND11_MODULE(_pejit, m) {
         throw py::attribute_error("the module has no constructor '" + name + "'");
       });
 
-  py::class_<CodeStatus>(m, "CodeStatus")
+  py::class_<CodeStatus>(m, "CodeStatus",
+                         "Where a signature's code stands: state, the tier that serves it, why it failed or was "
+                         "refused (reason), its code's bytes.")
       .def_property_readonly("state", [](const CodeStatus& s) { return std::string(CodeStateName(s.state)); })
       .def_readonly("reason", &CodeStatus::reason)
       .def_readonly("tier", &CodeStatus::tier)
@@ -442,7 +448,9 @@ PYBIND11_MODULE(_pejit, m) {
              if (e.entry.wrt()) return ValueAndGradOf(e, args);
              CallArguments call = ArgumentsOf(e, args);
              return FromValue(Interruptible([&] { return e.entry.call(call.values); }));
-           })
+           },
+           "Runs the entry: its value (value mode) or (value, gradients) (grad mode). Releases the GIL; Ctrl-C "
+           "stops it.")
       .def("value_and_grad", &ValueAndGradOf, "(value, gradients) of a grad-mode entry.")
       .def(
           "prefetch",
@@ -454,15 +462,17 @@ PYBIND11_MODULE(_pejit, m) {
           },
           py::kw_only(), py::arg("when") = "idle",
           "Queues the specialization of these arguments' structure in this entry's mode; returns at once.")
-      .def("wait_ready",
-           [](const PyEntry& e, const py::args& args) {
-             CallArguments call = ArgumentsOf(e, args);
-             return Interruptible([&] { return e.entry.wait_ready(call.values); });
-           })
-      .def("status",
-           [](const PyEntry& e, const py::args& args) {
-             return e.entry.status(ArgumentsOf(e, args).values);
-           })
+      .def(
+          "wait_ready",
+          [](const PyEntry& e, const py::args& args) {
+            CallArguments call = ArgumentsOf(e, args);
+            return Interruptible([&] { return e.entry.wait_ready(call.values); });
+          },
+          "Blocks until the code for these arguments' structure is ready or failed (queueing it); a CodeStatus.")
+      .def(
+          "status",
+          [](const PyEntry& e, const py::args& args) { return e.entry.status(ArgumentsOf(e, args).values); },
+          "Where the code for these arguments' structure stands now (a CodeStatus); never blocks.")
       .def(
           "convert",
           [](const PyEntry& e, const py::args& args) {
@@ -474,12 +484,20 @@ PYBIND11_MODULE(_pejit, m) {
             return out;
           },
           "The arguments as pejit.Values of the parameters' types: convert once, pass many times.")
-      .def("stats", [](const PyEntry& e) {
-        e.owner.cast<PyEngine&>().Get();
-        return StatsDict(e.entry.stats());
-      });
+      .def(
+          "stats",
+          [](const PyEntry& e) {
+            e.owner.cast<PyEngine&>().Get();
+            return StatsDict(e.entry.stats());
+          },
+          "The entry's calls by tier (calls_native, calls_generic_native, calls_interpreter, ...) and its code's "
+          "counts (compiled, failed, evicted, ...), both modes.");
 
-  py::class_<PyEngine>(m, "Engine")
+  py::class_<PyEngine>(m, "Engine",
+                       "The tiered engine: a live module whose entries run at once in the interpreter while their "
+                       "code compiles in the background (docs/python.md). policy: eager, hot:N, interpreter or "
+                       "sync; workers: compile threads (0: cores - 1); log: off, info, debug or trace; trace: a "
+                       "JSON-lines file of the JIT's events; cache_dir: compiled code kept across runs.")
       .def(py::init([](const std::string& policy, int workers, const std::string& log, const std::string& trace,
                        const std::string& cache_dir, bool generic, bool batch, int worker_nice, int step_threads) {
              EngineOptions o;
@@ -508,7 +526,9 @@ PYBIND11_MODULE(_pejit, m) {
             o.wrt = WrtFrom(wrt, &single);
             return PyEntry{self, engine->entry(name, o), single};
           },
-          py::arg("name"), py::kw_only(), py::arg("static_argnums") = std::vector<int>{}, py::arg("wrt") = py::none())
+          py::arg("name"), py::kw_only(), py::arg("static_argnums") = std::vector<int>{}, py::arg("wrt") = py::none(),
+          "The entry `name` in one mode: value mode, or with wrt (an int or a tuple of argument indices) grad mode, "
+          "whose calls return (value, gradients). static_argnums: arguments specialized on their values.")
       .def("stats",
            [](const PyEngine& e) {
              EngineStats s = e.Get()->stats();
@@ -527,7 +547,9 @@ PYBIND11_MODULE(_pejit, m) {
              d["generic_code_bytes"] = s.generic_code_bytes;
              d["cache_dir"] = s.cache_dir;
              return d;
-           })
+           },
+           "The engine's statistics: code bytes, slots, queued jobs, workers, the generic tier's cells, segments "
+           "and variants.")
       .def(
           "drain",
           [](const PyEngine& e) {
@@ -543,7 +565,8 @@ PYBIND11_MODULE(_pejit, m) {
              std::shared_ptr<Engine> engine = std::move(e.engine);
              py::gil_scoped_release release;
              engine.reset();  // waits for running jobs, unless a call on another thread still holds it
-           })
+           },
+           "Ends the engine (running compiles finish first); later calls raise RuntimeError.")
       .def("__enter__", [](py::object self) { return self; })
       .def("__exit__", [](PyEngine& e, py::args) {
         std::shared_ptr<Engine> engine = std::move(e.engine);
