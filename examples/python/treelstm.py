@@ -9,6 +9,8 @@ there, and the optimizer step on pejit's parameters in place.
 
     # ListOps expressions generated here (the demo's data set, smaller)
     examples/python/treelstm.py --size 2000 --epochs 5
+    # the same model written in Python (treelstm_model.py, pejit.lang)
+    examples/python/treelstm.py --model python
     # Stanford Sentiment Treebank files, one bracketed tree a line
     examples/python/treelstm.py --data sst --train train.txt --dev dev.txt
     # the data, minibatches and initial parameters of a bench/ plan
@@ -217,6 +219,8 @@ def main():
     a = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     a.add_argument("--data", choices=["listops", "sst"], default="listops")
+    a.add_argument("--model", choices=["pj", "python"], default="pj",
+                   help="the model as examples/treelstm/treelstm.pj, or as written in Python (treelstm_model.py)")
     a.add_argument("--train", help="training file (ListOps: label<TAB>expression; SST: bracketed trees); "
                                    "none: generate ListOps")
     a.add_argument("--dev", help="dev file of the same kind")
@@ -285,8 +289,13 @@ def main():
         dev_batches = [dev[i:i + o.batch] for i in range(0, len(dev), o.batch)]
 
     engine = pejit.Engine(policy=o.policy, workers=o.workers, log=o.log, trace=o.trace, cache_dir=o.cache_dir)
-    with open(MODEL) as f:
-        engine.module.add_source(f.read(), "treelstm.pj")
+    if o.model == "python":
+        sys.path.insert(0, HERE)
+        import treelstm_model
+        treelstm_model.program.add_to(engine)
+    else:
+        with open(MODEL) as f:
+            engine.module.add_source(f.read(), "treelstm.pj")
     m = engine.module
     loss = engine.entry("loss", wrt=2)
     infer = engine.entry("infer")

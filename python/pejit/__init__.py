@@ -11,7 +11,8 @@ arrays, torch tensors, numbers and the module's constructors:
     value, grads = loss(trees, labels, params)
 
 `pejit.torch.function(engine, "entry")` makes an entry a differentiable
-function of torch tensors (imported on first use: torch is optional).
+function of torch tensors (imported on first use: torch is optional), and
+`pejit.lang` reads models written as Python functions.
 docs/python.md is the guide.
 """
 import importlib
@@ -52,8 +53,8 @@ del _name, _obj
 
 
 def __getattr__(name):
-    # pejit.torch on first use: importing torch takes a second, and not every
-    # user has it.
-    if name == "torch":
-        return importlib.import_module(".torch", __name__)
+    # pejit.torch and pejit.lang on first use: importing torch takes a
+    # second, and not every user has it.
+    if name in ("torch", "lang"):
+        return importlib.import_module("." + name, __name__)
     raise AttributeError(f"module 'pejit' has no attribute '{name}'")

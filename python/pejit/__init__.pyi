@@ -5,6 +5,7 @@ from typing import Any, Callable, Literal, Optional, Sequence, Union
 
 import numpy as np
 
+from . import lang as lang
 from . import torch as torch
 
 # What an entry takes for a tensor parameter; containers nest (tuples, lists,

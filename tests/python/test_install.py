@@ -67,6 +67,6 @@ import pejit.torch
 print(pejit.torch.function.__doc__.strip())
 """)
     files, docs, torch_doc = out.splitlines()[:3]
-    assert files == "['__init__.py', '__init__.pyi', '_pejit.so', 'py.typed', 'torch.py']"
+    assert files == "['__init__.py', '__init__.pyi', '_pejit.so', 'lang.py', 'py.typed', 'torch.py']"
     assert docs == "True True"
     assert torch_doc.startswith("The entry `name` of `engine` as a differentiable function")
