@@ -38,6 +38,7 @@ constexpr int32_t kDLCPU = 1;
 constexpr uint8_t kDLInt = 0, kDLFloat = 2, kDLBool = 6;
 constexpr const char* kCapsuleName = "dltensor";
 constexpr const char* kUsedCapsuleName = "used_dltensor";
+constexpr const char* kOwnerName = "pejit.dlpack_owner";
 
 std::atomic<int64_t> shared_in{0}, copied_in{0}, copied_in_bytes{0}, exported{0};
 
@@ -159,9 +160,18 @@ Tensor FromDlpack(py::handle obj, std::optional<DType> want, const std::string& 
   }
   char* data = static_cast<char*>(dl.data) + dl.byte_offset;
   const size_t elem = SizeOf(*dtype);
+  // Consumed, as the protocol says: renamed, so that neither its producer's
+  // destructor nor another consumer frees the view; the owner calls the
+  // deleter, under the GIL (a torch tensor's deleter may need it), when
+  // released (KeepAlive) or at the end of this scope.
+  py::capsule owner(managed, kOwnerName, [](PyObject* c) {
+    auto* m = static_cast<DLManagedTensor*>(PyCapsule_GetPointer(c, kOwnerName));
+    if (m && m->deleter) m->deleter(m);
+  });
+  if (PyCapsule_SetName(capsule.ptr(), kUsedCapsuleName) != 0) throw py::error_already_set();
   if (compact && reinterpret_cast<uintptr_t>(data) % 64 == 0) {
     CountSharedIn();
-    return Tensor::Wrap(data, *dtype, std::move(shape), KeepAlive(std::move(capsule)));
+    return Tensor::Wrap(data, *dtype, std::move(shape), KeepAlive(std::move(owner)));
   }
   Tensor t = Tensor::Empty(*dtype, std::move(shape));
   if (t.nbytes() > 0) {
@@ -172,7 +182,7 @@ Tensor FromDlpack(py::handle obj, std::optional<DType> want, const std::string& 
     }
   }
   CountCopiedIn(static_cast<int64_t>(t.nbytes()));
-  return t;  // the capsule goes with `capsule`: its destructor frees the producer's view
+  return t;  // `owner` frees the producer's view
 }
 
 py::capsule ToDlpack(const Tensor& t) {

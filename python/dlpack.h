@@ -6,8 +6,9 @@
 // viewing the producer's memory when it is what compiled code needs (CPU,
 // row-major compact, 64-byte aligned, a pejit dtype); otherwise its
 // elements are copied, in row-major order, into a buffer of pejit's own.
-// The capsule is held for as long as the tensor and released under the GIL
-// (ReleasePendingReferences), whatever thread drops the tensor.
+// The capsule is consumed (renamed "used_dltensor", as the protocol says);
+// the producer's deleter runs when the tensor dies, under the GIL
+// (ReleasePendingReferences), whatever thread dropped the tensor.
 //
 // Out: a tensor as a "dltensor" capsule whose deleter drops pejit's
 // reference; any thread may call it. The consumer sees pejit's memory:

@@ -96,6 +96,9 @@ def _match_grads(template, grad, out):
 def _to_torch(x, counts):
     """A tensor pejit returned (a numpy array viewing it, or a numpy scalar) as a torch tensor."""
     if hasattr(x, "ndim") and getattr(x, "ndim") > 0:
+        if x.dtype == bool:  # torch 1.13's DLPack has no bool: a copy
+            counts["bool_copies_out"] += 1
+            return torch.from_numpy(x.copy())
         return _dlpack.from_dlpack(_pejit.to_dlpack(x))
     counts["scalars_out"] += 1
     return torch.tensor(x)
@@ -162,7 +165,7 @@ class Function:
         self._value = engine.entry(name, static_argnums=self.static_argnums)
         self._grad = {}  # wrt -> the entry in grad mode (scalar results)
         self._vjp = {}  # (wrt, cotangent type) -> the VJP's entry in grad mode
-        self.stats = {"calls": 0, "grad_calls": 0, "vjp_calls": 0, "scalars_out": 0}
+        self.stats = {"calls": 0, "grad_calls": 0, "vjp_calls": 0, "scalars_out": 0, "bool_copies_out": 0}
 
     def __repr__(self):
         return f"<pejit.torch.function @{self.name}>"

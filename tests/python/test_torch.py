@@ -100,7 +100,7 @@ def test_a_scalar_result_runs_once_in_grad_mode_and_backward_scales_it(engine):
     assert float(e) == pytest.approx(float(torch.tanh(rx @ rw + rb).sum()), rel=1e-5)
     for got, ref in ((x, rx), (w, rw), (b, rb)):
         torch.testing.assert_close(got.grad, ref.grad, rtol=1e-5, atol=1e-6)
-    assert energy.stats == {"calls": 1, "grad_calls": 1, "vjp_calls": 0, "scalars_out": 1}
+    assert energy.stats == {"calls": 1, "grad_calls": 1, "vjp_calls": 0, "scalars_out": 1, "bool_copies_out": 0}
 
 
 def test_aligned_contiguous_tensors_cross_without_copies_others_are_copied(engine):
@@ -128,6 +128,19 @@ def test_a_result_shares_pejits_memory_and_an_argument_shares_torchs():
     assert v.numpy()[0, 0] == 42.0
     back = torch.utils.dlpack.from_dlpack(pejit.to_dlpack(v))
     assert back.data_ptr() == x.data_ptr()
+    capsule = torch.utils.dlpack.to_dlpack(torch.ones(3))
+    pejit.from_dlpack(capsule)
+    with pytest.raises(RuntimeError):  # consumed once: a second owner would free the memory under the first
+        torch.utils.dlpack.from_dlpack(capsule)
+    with pytest.raises(TypeError, match="already consumed"):
+        pejit.from_dlpack(capsule)
+
+
+def test_a_bool_result_is_copied_where_torchs_dlpack_has_no_bool(engine):
+    engine.module.add_source("def @pos(%x: Tensor[(?,), f32]) -> Tensor[(?,), bool] { greater(%x, 0.0f32) }")
+    pos = pejit.torch.function(engine, "pos")
+    assert pos(torch.tensor([1.0, -2.0])).tolist() == [True, False]
+    assert pos.stats["bool_copies_out"] == 1
 
 
 def test_errors_name_the_argument_and_say_what_to_do(engine):
