@@ -27,16 +27,8 @@ import statistics
 import sys
 import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
-
-
-def find(relative):
-    for base in (ROOT, os.path.join(ROOT, "bazel-bin")):
-        path = os.path.join(base, relative)
-        if os.path.exists(path):
-            return path
-    raise FileNotFoundError(relative)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from python_binding import find  # noqa: E402  (a file of the runfiles or source tree)
 
 
 def main():
