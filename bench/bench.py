@@ -21,6 +21,7 @@ beside the level-batched peer on the same minibatches when both ran them
 
 import argparse
 import json
+import math
 import os
 import shutil
 import statistics
@@ -169,7 +170,8 @@ def preflight(args):
     if probe.returncode != 0:
         fail(f"{PYTHON} cannot import torch ({probe.stderr.strip().splitlines()[-1] if probe.stderr.strip() else ''}); "
              f"install it: bash tools/setup.sh bench (as root)")
-    result = run([PYTHON, os.path.join(HERE, "torch_peers.py"), "blas", "--threads", "1"],
+    result = run([PYTHON, os.path.join(HERE, "torch_peers.py"), "blas", "--threads", "1",
+                  "--embed", str(getattr(args, "embed", 64)), "--hidden", str(getattr(args, "hidden", 64))],
                  os.path.join(args.work, "blas.log"), env=torch_env(1))
     check_blas(result, "preflight")
     return result
@@ -236,6 +238,73 @@ def treelstm_flops(path, embed, hidden, classes=torch_peers.CLASSES, train=None)
         total += 3 * forward
         trees += 1
     return total / trees
+
+
+# Elementwise f32 values a node reads and writes per forward pass, in units
+# of H: the gates' chunk (3), sigmoid and tanh of i, o, u (6 in, 6 out), c
+# (i*u, + the forget sum: 6), tanh c and h (4), a child's forget gate and its
+# product (sigmoid, mul, sum: 8, counted per node as ListOps' ~1 child a node).
+ELEMENTWISE_VALUES_PER_NODE = 30
+
+
+def treelstm_level_bound(path, plan_path, embed, hidden, rates, ew_gbps, classes=torch_peers.CLASSES):
+    """The training trees/s two cores would reach on the plan's minibatches:
+    per minibatch, each height level's products at the GEMM rate measured for
+    that level's rows (interpolated in log rows between the measured
+    counts), times 3 for training, plus the elementwise bytes at the
+    measured rate, the sum halved for two cores. Returns None without the
+    plan or the rates."""
+    if not rates or not ew_gbps or not os.path.exists(plan_path):
+        return None
+    with open(plan_path) as f:
+        batches = json.load(f)["train_batches"]
+    trees = torch_peers.read_listops(path)
+    e, h = embed, hidden
+
+    def rate(k, n, m):
+        table = {int(rows): r for rows, r in rates[f"{k}x{n}"].items()}
+        points = sorted(table)
+        m = min(max(m, points[0]), points[-1])
+        hi = next(p for p in points if p >= m)
+        lo = max(p for p in points if p <= m)
+        if hi == lo:
+            return table[lo] * 1e9
+        t = (math.log(m) - math.log(lo)) / (math.log(hi) - math.log(lo))
+        return (table[lo] + t * (table[hi] - table[lo])) * 1e9
+
+    seconds = gemm_seconds = 0.0
+    count = 0
+    for batch in batches:
+        levels = {}  # height -> [nodes, inner nodes, children]
+
+        def height(t):
+            hs = [height(c) for c in t.children]
+            level = 1 + max(hs) if hs else 0
+            row = levels.setdefault(level, [0, 0, 0])
+            row[0] += 1
+            if t.children:
+                row[1] += 1
+                row[2] += len(t.children)
+            return level
+
+        for i in batch:
+            height(trees[i][0])
+        g = 0.0
+        for nodes, inner, children in levels.values():
+            g += 2 * nodes * e * 3 * h / rate(e, 3 * h, nodes)
+            if inner:
+                g += 2 * inner * h * 3 * h / rate(h, 3 * h, inner)
+                g += 2 * inner * e * h / rate(e, h, inner)
+                g += 2 * children * h * h / rate(h, h, children)
+        g += 2 * len(batch) * h * classes / rate(h, h, len(batch))
+        g *= 3  # training: the backward pass's two products per forward one
+        nodes = sum(row[0] for row in levels.values())
+        ew = 3 * nodes * ELEMENTWISE_VALUES_PER_NODE * h * 4 / (ew_gbps * 1e9)
+        gemm_seconds += g / 2
+        seconds += (g + ew) / 2
+        count += len(batch)
+    return {"limit_trees_per_s": count / seconds, "gemm_share_of_limit": gemm_seconds / seconds,
+            "minibatches": len(batches)}
 
 
 def over_window(entries, window):
@@ -612,7 +681,7 @@ def summarize(suite, rows, unit):
     return summary
 
 
-def goals(suite, rows, summary, unit, args, flops=None, gflops=None):
+def goals(suite, rows, summary, unit, args, flops=None, gflops=None, data=None):
     g = {}
     # eager_steady is only steady when its last epoch ran compiled code in
     # every step; otherwise the figures below understate what the code does
@@ -657,6 +726,18 @@ def goals(suite, rows, summary, unit, args, flops=None, gflops=None):
                                "eager_steady_fraction": fraction["median"],
                                "eager_steady_fraction_min_max": [fraction["min"], fraction["max"]], "goal": 0.45,
                                "met": fraction["median"] >= 0.45}
+        # Issue 54's roofline: the bound at each level's real row counts
+        # (treelstm_level_bound), and eager's steady share of it.
+        bound = treelstm_level_bound(data, data + ".plan.json", args.embed, args.hidden,
+                                     getattr(args, "level_rates", None), getattr(args, "elementwise_gbps", None)) \
+            if data else None
+        if bound:
+            fraction = med([r["train_steady_trees_per_s"] / bound["limit_trees_per_s"] for r in group(rows, "eager")])
+            if fraction:
+                g["level_roofline"] = {**bound, "cores": 2, "elementwise_gbps_1thread": args.elementwise_gbps,
+                                       "eager_steady_fraction": fraction["median"],
+                                       "eager_steady_fraction_min_max": [fraction["min"], fraction["max"]],
+                                       "goal": 0.7, "met": fraction["median"] >= 0.7}
         e0 = med([r["epoch0_seconds"] for r in group(rows, "eager")])
         i0 = med([r["epoch0_seconds"] for r in group(rows, "interpreter")])
         if e0 and i0:
@@ -825,9 +906,12 @@ def main():
     started = time.monotonic()
     load_before = os.getloadavg()
     blas = preflight(args)
+    args.level_rates, args.elementwise_gbps = blas.get("sgemm_level_gflops"), blas.get("elementwise_gbps")
     print(json.dumps({"machine": {"cpu": cpu_model(), "cpus": os.cpu_count(), "loadavg_1m_at_start": load_before[0],
                                   "pejit_commit": pejit_commit(),
                                   "torch_blas": blas["blas_libraries"], "sgemm_gflops_1thread": blas["sgemm_gflops"],
+                                  "sgemm_level_gflops": blas.get("sgemm_level_gflops"),
+                                  "elementwise_gbps": blas.get("elementwise_gbps"),
                                   "torch_version": blas["torch_version"]},
                       "config": {k: v for k, v in vars(args).items()
                                  if k != "work" and v is not None}}),
@@ -861,6 +945,8 @@ def replay(args, path, modes):
             j = json.loads(line)
             if "machine" in j:
                 gflops = j["machine"].get("sgemm_gflops_1thread")
+                args.level_rates = j["machine"].get("sgemm_level_gflops")
+                args.elementwise_gbps = j["machine"].get("elementwise_gbps")
                 for k, v in j["config"].items():
                     if k not in ("replay", "modes", "keep"):
                         setattr(args, k, v)
@@ -926,7 +1012,7 @@ def report(args, rows, modes, data, gflops, started, load_before):
     flops = treelstm_flops(data, args.embed, args.hidden, train=args.size if dev else None) \
         if args.suite == "treelstm" and data else None
     # Each goal whose modes ran (a run of some modes reports theirs).
-    g = goals(args.suite, rows, summary, unit, args, flops, gflops)
+    g = goals(args.suite, rows, summary, unit, args, flops, gflops, data)
     if args.suite == "treelstm":
         g["same_model_check"] = same_model_check(rows)
     if tta:

@@ -95,6 +95,45 @@ def sgemm_gflops(torch, n=512, seconds=1.0):
     return best
 
 
+# The rows a level of a minibatch gives its products, from one tree to many.
+LEVEL_ROWS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
+
+
+def gemm_rates(torch, embed, hidden, seconds_each=0.05):
+    """GFLOP/s of the Tree-LSTM's four products (rows x K times K x N, as
+    nn.Linear computes them) at each of LEVEL_ROWS rows: {"KxN": {rows: rate}}."""
+    out = {}
+    for k, n in ((embed, 3 * hidden), (hidden, 3 * hidden), (embed, hidden), (hidden, hidden)):
+        w = torch.randn(n, k)
+        rates = {}
+        for m in LEVEL_ROWS:
+            x = torch.randn(m, k)
+            y = x @ w.T
+            calls, start = 1, time.perf_counter()
+            while time.perf_counter() - start < seconds_each / 2:
+                torch.mm(x, w.T, out=y)
+                calls += 1
+            best = 0.0
+            for _ in range(3):
+                t = time.perf_counter()
+                for _ in range(calls):
+                    torch.mm(x, w.T, out=y)
+                best = max(best, 2 * m * k * n * calls / (time.perf_counter() - t) / 1e9)
+            rates[m] = best
+        out[f"{k}x{n}"] = rates
+    return out
+
+
+def elementwise_gbps(torch, n=1 << 16, seconds=0.2):
+    """Bytes/s of an elementwise product over cache-resident f32 vectors (two read, one written)."""
+    a, b, c = torch.randn(n), torch.randn(n), torch.empty(n)
+    calls, start = 0, time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        torch.mul(a, b, out=c)
+        calls += 1
+    return 12 * n * calls / (time.perf_counter() - start) / 1e9
+
+
 # ---------------------------------------------------------------- ListOps
 
 
@@ -488,7 +527,8 @@ def run_mlp(torch, args):
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("suite", choices=["treelstm", "mlp", "blas"],
-                        help="blas: only report the BLAS loaded and sgemm GFLOP/s (512x512x512)")
+                        help="blas: only report the BLAS loaded, sgemm GFLOP/s (512x512x512), the Tree-LSTM's "
+                             "products' GFLOP/s at 1 to 1024 rows (--embed, --hidden) and an elementwise GB/s")
     parser.add_argument("--impl", choices=["recursive", "batched"], default="batched", help="treelstm only")
     parser.add_argument("--threads", type=int, required=True,
                         help="torch.set_num_threads, OMP_NUM_THREADS and OPENBLAS_NUM_THREADS")
@@ -532,7 +572,9 @@ def main():
     blas = loaded_blas(torch)
     startup = time.perf_counter() - start  # importing torch, the BLAS probe: before any measured figure
     if args.suite == "blas":
-        result = {"sgemm_gflops": sgemm_gflops(torch)}
+        result = {"sgemm_gflops": sgemm_gflops(torch),
+                  "sgemm_level_gflops": gemm_rates(torch, args.embed, args.hidden),
+                  "elementwise_gbps": elementwise_gbps(torch)}
     else:
         result = (run_treelstm if args.suite == "treelstm" else run_mlp)(torch, args)
     result.update({"impl": f"torch_{args.impl}" if args.suite == "treelstm" else "torch", "threads": args.threads,
