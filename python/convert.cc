@@ -421,7 +421,7 @@ py::object FromValue(const Value& v) {
       return out;
     }
     default:
-      return py::cast(PyValue{v});
+      return py::cast(PyValue{v, nullptr});
   }
 }
 

@@ -313,7 +313,7 @@ PYBIND11_MODULE(_pejit, m) {
   py::class_<PyValue>(m, "Value",
                       "A program value held by pejit: passed again to an entry, it is not converted, and the engine "
                       "recognizes a structure it has seen.")
-      .def(py::init([](py::handle obj) { return PyValue{ToValue(obj, nullptr, nullptr, "pejit.Value")}; }),
+      .def(py::init([](py::handle obj) { return PyValue{ToValue(obj, nullptr, nullptr, "pejit.Value"), nullptr}; }),
            py::arg("obj"), "Converts a numpy array, a number or a (nested) tuple of them, copying what must be copied.")
       .def_property_readonly("kind",
                              [](const PyValue& v) {
@@ -361,7 +361,7 @@ PYBIND11_MODULE(_pejit, m) {
                fields.push_back(
                    ToValue(args[i], ctor.fields[i], c.snapshot.get(), ctor.name + " field " + std::to_string(i)));
              }
-             return PyValue{Value::Adt(c.def, c.tag, std::move(fields))};
+             return PyValue{Value::Adt(c.def, c.tag, std::move(fields)), nullptr};
            })
       .def("__repr__", [](const PyConstructor& c) {
         return "<constructor " + c.def->ctors[static_cast<size_t>(c.tag)].name + " of " + c.def->name + ">";
