@@ -140,6 +140,20 @@ TypeDefPtr Prelude::FindType(const std::string& name) const {
   return nullptr;
 }
 
+std::vector<std::string> Prelude::DefinitionNames() const {
+  std::vector<std::string> out;
+  for (const auto& [name, f] : defs_) out.push_back(name);
+  return out;
+}
+
+std::vector<std::string> Prelude::ConstructorNames() const {
+  std::vector<std::string> out;
+  for (const TypeDefPtr& t : types_) {
+    for (const CtorDef& c : t->ctors) out.push_back(c.name);
+  }
+  return out;
+}
+
 Prelude::Pull Prelude::For(const std::vector<std::pair<std::string, Func>>& defs,
                            const std::set<std::string>& defined_globals,
                            const std::function<TypeDefPtr(const std::string&)>& own_type,

@@ -38,6 +38,10 @@ class Prelude {
   // The prelude type `name`, or the one declaring constructor `name`; null
   // when the prelude has neither.
   TypeDefPtr FindType(const std::string& name) const;
+  // The names a program may use without defining them: the prelude's
+  // definitions, and its types' constructors.
+  std::vector<std::string> DefinitionNames() const;
+  std::vector<std::string> ConstructorNames() const;
 
   // What a source with `defs` takes from the prelude, given the names the
   // module and the source define (`defined_globals`) and a lookup of the

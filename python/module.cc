@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "interp/interpreter.h"
+#include "ir/prelude.h"
 #include "ir/source.h"
 #include "ops/blas.h"
 #include "ops/op.h"
@@ -273,6 +274,16 @@ PYBIND11_MODULE(_pejit, m) {
   m.def("set_blas_threads", &SetBlasThreads, py::arg("threads"),
         "OpenBLAS's thread count (1 for the small GEMMs of models whose parallelism is the engine's own).");
 
+  m.def(
+      "prelude_names",
+      [] {
+        const Prelude& prelude = Prelude::Shared();
+        py::dict d;
+        d["functions"] = prelude.DefinitionNames();
+        d["constructors"] = prelude.ConstructorNames();
+        return d;
+      },
+      "The names every module has on use (ir/prelude.h): the prelude's definitions and constructors.");
   m.def(
       "to_dlpack",
       [](py::handle obj) {

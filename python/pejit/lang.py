@@ -56,6 +56,8 @@ import inspect
 import sys
 import textwrap
 
+from . import _pejit
+
 __all__ = ["Program", "Definition", "TypeExpr", "Tensor", "List", "Fn", "f32", "f64", "i64", "bool_", "ops"]
 
 
@@ -127,8 +129,8 @@ class _Ops:
 
 ops = _Ops()
 
-PRELUDE_FUNCTIONS = {"map", "fold", "length", "reverse", "reverse_onto", "append", "zip"}
-PRELUDE_CONSTRUCTORS = {"Nil", "Cons", "None", "Some"}
+_PRELUDE = _pejit.prelude_names()  # what every module has on use (ir/prelude.h)
+PRELUDE_FUNCTIONS, PRELUDE_CONSTRUCTORS = set(_PRELUDE["functions"]), set(_PRELUDE["constructors"])
 _BINARY = {ast.Add: "add", ast.Sub: "sub", ast.Mult: "mul", ast.Div: "div", ast.FloorDiv: "floor_div",
            ast.Mod: "mod", ast.MatMult: "matmul", ast.Pow: "pow"}
 _COMPARE = {ast.Gt: "greater", ast.Lt: "less", ast.GtE: "greater_equal", ast.LtE: "less_equal",
@@ -566,14 +568,17 @@ class _Translator:
             elif isinstance(e.op, ast.USub) and isinstance(e.operand, ast.Constant):
                 w.write("-" + self.constant(e.operand))
             else:
-                self.op_call({ast.USub: "neg", ast.Not: "logical_not"}.get(type(e.op)) or
-                             _raise(self.error(e, "~ has no pejit operator")), [e.operand], [], w, scope)
+                op = {ast.USub: "neg", ast.Not: "logical_not"}.get(type(e.op))
+                if not op:
+                    raise self.error(e, "~ has no pejit operator")
+                self.op_call(op, [e.operand], [], w, scope)
         elif isinstance(e, ast.Compare):
             if len(e.ops) != 1:
                 raise self.error(e, "one comparison at a time (a < b < c: write pj.logical_and of two)")
-            self.op_call(_COMPARE[type(e.ops[0])] if type(e.ops[0]) in _COMPARE else
-                         _raise(self.error(e, "is/in have no pejit operator")), [e.left, e.comparators[0]], [], w,
-                         scope)
+            op = _COMPARE.get(type(e.ops[0]))
+            if not op:
+                raise self.error(e, "is/in have no pejit operator")
+            self.op_call(op, [e.left, e.comparators[0]], [], w, scope)
         elif isinstance(e, ast.BoolOp):
             op = "logical_and" if isinstance(e.op, ast.And) else "logical_or"
             for _ in e.values[1:]:
@@ -694,10 +699,6 @@ class _Missing:
 
 
 _MISSING = _Missing()
-
-
-def _raise(error):
-    raise error
 
 
 def _is_docstring(s):

@@ -93,6 +93,23 @@ def _match_grads(template, grad, out):
             _match_grads(v, g, out)
 
 
+def _leaf_grads(fn, template, wrt, grads, needs):
+    """The gradient of each leaf that needs one (torch tensors; None for the
+    others), from a grad-mode call's gradients of the `wrt` arguments. A
+    leaf that needs one where pejit returns none is a TypeError."""
+    per_leaf = [None] * len(needs)
+    for k, i in enumerate(wrt):
+        _match_grads(template[i], grads[k], per_leaf)
+    out = []
+    for j, g in enumerate(per_leaf):
+        if needs[j] and g is None:
+            raise TypeError(f"@{fn.name}: a torch tensor (leaf {j} of the arguments) requires a gradient, but it "
+                            "stands where pejit returns none (inside a List or another ADT value): pass it in a "
+                            "tensor, tuple or record argument")
+        out.append(_to_torch(g, fn.stats) if needs[j] else None)
+    return out
+
+
 def _to_torch(x, counts):
     """A tensor pejit returned (a numpy array viewing it, or a numpy scalar) as a torch tensor."""
     if hasattr(x, "ndim") and getattr(x, "ndim") > 0:
@@ -233,10 +250,7 @@ class _Apply(torch.autograd.Function):
         if wrt and fn.scalar_result:
             fn.stats["grad_calls"] += 1
             value, grads = fn._grad_entry(wrt)(*args)
-            per_leaf = [None] * len(leaves)
-            for k, i in enumerate(wrt):
-                _match_grads(template[i], grads[k], per_leaf)
-            ctx.grads = [None if g is None else _to_torch(g, fn.stats) for g in per_leaf]
+            ctx.grads = _leaf_grads(fn, template, wrt, grads, needs)
         else:
             value = fn._value(*args)
             if wrt:
@@ -266,15 +280,4 @@ class _Apply(torch.autograd.Function):
         entry = fn._vjp_entry(wrt, ctx.result_template, ctx.outputs)
         fn.stats["vjp_calls"] += 1
         _, grads = entry(*args, _fill(ctx.result_template, seeds))
-        per_leaf = [None] * len(leaves)
-        for k, i in enumerate(wrt):
-            _match_grads(template[i], grads[k], per_leaf)
-        needs = ctx.needs_input_grad[3:]
-        out = []
-        for j, g in enumerate(per_leaf):
-            if needs[j] and g is None:
-                raise TypeError(f"@{fn.name}: a torch tensor (leaf {j} of the arguments) requires a gradient, but "
-                                "it stands where pejit returns none (inside a List or another ADT value): pass it "
-                                "in a tensor, tuple or record argument")
-            out.append(_to_torch(g, fn.stats) if needs[j] else None)
-        return nones + tuple(out)
+        return nones + tuple(_leaf_grads(fn, template, wrt, grads, ctx.needs_input_grad[3:]))

@@ -152,6 +152,9 @@ def test_errors_name_the_argument_and_say_what_to_do(engine):
     y = torch.ones(3, requires_grad=True)
     with pytest.raises(TypeError, match="inside a List or another ADT value"):
         first([y]).sum().backward()
+    engine.module.add_source("def @total(%xs: List[Tensor[(?,), f32]]) -> Tensor[(), f32] { sum(@first(%xs)) }")
+    with pytest.raises(TypeError, match="inside a List or another ADT value"):  # a scalar result: at forward
+        pejit.torch.function(engine, "total")([y])
     with pytest.raises(TypeError, match="generic"):
         pejit.torch.function(engine, "generic_id")
     with pytest.raises(TypeError, match="from_dlpack: its __dlpack__ failed: Cannot pack tensors on meta"):
