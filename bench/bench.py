@@ -260,9 +260,10 @@ def treelstm_level_bound(path, plan_path, embed, hidden, rates, ew_gbps, classes
         batches = json.load(f)["train_batches"]
     trees = torch_peers.read_listops(path)
     e, h = embed, hidden
+    tables = {shape: {int(rows): r for rows, r in by_rows.items()} for shape, by_rows in rates.items()}
 
     def rate(k, n, m):
-        table = {int(rows): r for rows, r in rates[f"{k}x{n}"].items()}
+        table = tables[f"{k}x{n}"]
         points = sorted(table)
         m = min(max(m, points[0]), points[-1])
         hi = next(p for p in points if p >= m)
