@@ -284,20 +284,18 @@ bool HoldsStructure(const Value& arg) {
   return structure;
 }
 
-ValueAndGrad CallResult(const std::vector<Value>& args, const std::vector<int>* wrt, Execution& run) {
-  ValueAndGrad out;
-  out.value = std::move(run.value);
-  if (!wrt) return out;
-  for (int i : *wrt) {
+std::vector<Value> ArgumentGrads(const std::vector<Value>& args, const std::vector<int>& wrt,
+                                 const std::vector<Tensor>& root_grads) {
+  for (int i : wrt) {
     if (HoldsStructure(args.at(i))) throw Refusal("generic: a gradient with respect to a structure argument");
   }
   // The call of the wrt arguments alone (the others hold the structures,
   // which are not walked again), its results laid out as compiled code lays
-  // them out: the loss, then per wrt leaf its gradient. An argument without
-  // structures has its roots for leaves, in the same order.
+  // them out: a loss (unread), then per wrt leaf its gradient. An argument
+  // without structures has its roots for leaves, in the same order.
   std::vector<Value> wrt_args;
   std::vector<size_t> first_root;
-  for (int i : *wrt) {
+  for (int i : wrt) {
     size_t root = 0;
     for (int a = 0; a < i; ++a) root += CountRoots(args[a]);
     wrt_args.push_back(args[i]);
@@ -308,14 +306,20 @@ ValueAndGrad CallResult(const std::vector<Value>& args, const std::vector<int>* 
   std::vector<size_t> first;
   std::vector<Tensor> leaves = Flatten(wrt_args, {}, &first);
   std::vector<int> wrt_leaves = FloatWrtLeaves(leaves, first, local);
-  std::vector<Tensor> results{out.value.tensor()};
+  std::vector<Tensor> results{Tensor::Zeros(DType::kF32, {})};
   size_t a = 0;
   for (int leaf : wrt_leaves) {
     while (a + 1 < first.size() && first[a + 1] <= static_cast<size_t>(leaf)) ++a;
-    results.push_back(run.root_grads.at(first_root[a] + (leaf - first[a])));
+    results.push_back(root_grads.at(first_root[a] + (leaf - first[a])));
   }
-  out.grads = FromResults(nullptr, wrt_args, &local, leaves, first, GradientResultOf(leaves.size(), wrt_leaves), results)
-                  .grads;
+  return FromResults(nullptr, wrt_args, &local, leaves, first, GradientResultOf(leaves.size(), wrt_leaves), results)
+      .grads;
+}
+
+ValueAndGrad CallResult(const std::vector<Value>& args, const std::vector<int>* wrt, Execution& run) {
+  ValueAndGrad out;
+  out.value = std::move(run.value);
+  if (wrt) out.grads = ArgumentGrads(args, *wrt, run.root_grads);
   return out;
 }
 
@@ -601,14 +605,30 @@ class CallRun {
   }
 
   Execution Run() {
-    for (size_t r = 0; r < n_runs_; ++r) Forward(r);
-    result_.value = ResultValue();
+    RunForward();
     if (!options_.grad) return std::move(result_);
-    Backward();
-    SumProducts();
-    SumRows();
+    RunBackward(nullptr);
     return std::move(result_);
   }
+
+  // The forward runs, and the result's value: what Run does first, and
+  // what a pullback's forward does (in grad mode, keeping the backward's
+  // inputs).
+  void RunForward() {
+    for (size_t r = 0; r < n_runs_; ++r) Forward(r);
+    result_.value = ResultValue();
+  }
+
+  // The backward runs seeded with `cotangents` (one per tensor leaf of the
+  // result; undefined: none), or with 1 at a scalar loss when null; then
+  // the weights' gradients. Fills Execution::root_grads.
+  void RunBackward(const std::vector<Tensor>* cotangents) {
+    Backward(cotangents);
+    SumProducts();
+    SumRows();
+  }
+
+  Execution& result() { return result_; }
 
  private:
   // Weights packed for the micro-kernel, once per call: (entry tensor, transpose_b).
@@ -946,15 +966,28 @@ class CallRun {
   // The runs in reverse, each its segment's VJP on the cotangents its
   // readers added; a shared weight's gradient comes back as row factors,
   // summed once per call (SumProducts, SumRows).
-  void Backward() {
-    const TensorTypeNode* loss = AsTensor(inspection_.result_type);
-    if (!loss || loss->type.dtype != DType::kF32 || !loss->type.shape.empty()) {
-      throw Refusal("generic: gradients need a scalar f32 result, not " + TypeToString(inspection_.result_type));
-    }
+  void Backward(const std::vector<Tensor>* seeds) {
     cotangents_.resize(n_runs_);
     result_.root_grads.assign(inspection_.roots.size(), Tensor());
-    const float one = 1.0f;
-    AddToPlace(inspection_.result.at(0), 1, &one);
+    if (!seeds) {
+      const TensorTypeNode* loss = AsTensor(inspection_.result_type);
+      if (!loss || loss->type.dtype != DType::kF32 || !loss->type.shape.empty()) {
+        throw Refusal("generic: gradients need a scalar f32 result, not " + TypeToString(inspection_.result_type));
+      }
+      const float one = 1.0f;
+      AddToPlace(inspection_.result.at(0), 1, &one);
+    } else {
+      if (seeds->size() != inspection_.result.size()) {
+        throw std::logic_error("generic: " + std::to_string(seeds->size()) + " cotangents for a result of " +
+                               std::to_string(inspection_.result.size()) + " tensors");
+      }
+      for (size_t i = 0; i < seeds->size(); ++i) {
+        const Tensor& seed = (*seeds)[i];
+        if (!seed.defined()) continue;
+        if (seed.dtype() != DType::kF32) throw std::logic_error("generic: a cotangent of " + seed.type().ToString());
+        AddToPlace(inspection_.result[i], seed.numel(), seed.data<float>());
+      }
+    }
     for (size_t r = n_runs_; r-- > 0;) {
       if (!cotangents_[r].empty()) BackwardRun(r);
     }
@@ -1116,6 +1149,67 @@ class CallRun {
 
 Execution Execute(const Inspection& inspection, const ExecuteOptions& options) {
   return CallRun(inspection, options).Run();
+}
+
+namespace {
+
+// A call whose forward ran in grad mode and whose backward waits for the
+// cotangent: the inspection and options its CallRun reads, kept with it.
+class Pending final : public PendingBackward {
+ public:
+  Pending(std::shared_ptr<const Inspection> inspection, const ExecuteOptions& options)
+      : inspection_(std::move(inspection)), options_(options), run_(*inspection_, options_) {}
+
+  Execution Forward() {
+    run_.RunForward();
+    Execution out = std::move(run_.result());
+    run_.result() = Execution{};  // the backward's gradients go here
+    return out;
+  }
+
+  std::vector<Tensor> Backward(const std::vector<Tensor>& cotangents) override {
+    if (used_) throw std::logic_error("generic: a pullback runs once");
+    used_ = true;
+    run_.RunBackward(&cotangents);
+    return std::move(run_.result().root_grads);
+  }
+
+ private:
+  std::shared_ptr<const Inspection> inspection_;
+  ExecuteOptions options_;
+  CallRun run_;
+  bool used_ = false;
+};
+
+}  // namespace
+
+Forward InspectAndForward(GenericProgram& program, const std::vector<Value>& args, ExecuteOptions options) {
+  options.grad = true;
+  for (int reruns = 0;; ++reruns) {
+    auto inspection = std::make_shared<Inspection>(program.Inspect(args));
+    // A cotangent is added into f32 rows; the tier differentiates nothing else.
+    auto check = [](auto& self, const Type& type) -> void {
+      if (const TensorTypeNode* t = AsTensor(type)) {
+        if (IsFloat(t->type.dtype) && t->type.dtype != DType::kF32) {
+          throw Refusal("generic: a pullback of a " + t->type.ToString() + " result (f32 only)");
+        }
+        return;
+      }
+      for (const Type& f : AsTuple(type)->fields) self(self, f);
+    };
+    check(check, inspection->result_type);
+    auto pending = std::make_unique<Pending>(inspection, options);
+    try {
+      Forward out;
+      out.run = pending->Forward();
+      out.run.reruns = reruns;
+      out.inspection = std::move(inspection);
+      out.backward = std::move(pending);
+      return out;
+    } catch (const Deeper& deeper) {
+      program.Deepen(deeper);  // or Refusal past the deepest walk
+    }
+  }
 }
 
 Execution InspectAndExecute(GenericProgram& program, const std::vector<Value>& args, const ExecuteOptions& options,

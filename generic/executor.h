@@ -38,6 +38,7 @@
 
 #include <chrono>
 #include <functional>
+#include <memory>
 
 #include <vector>
 
@@ -98,6 +99,38 @@ Execution Execute(const Inspection& inspection, const ExecuteOptions& options);
 // the last one's. Throws what Inspect and Execute throw but Deeper.
 Execution InspectAndExecute(GenericProgram& program, const std::vector<Value>& args, const ExecuteOptions& options,
                             Inspection& inspection);
+
+// A call's forward pass in grad mode, for a result of any type (tensors in
+// tuples), its backward left for the result's cotangent: a pullback
+// (ir/abi.h's ValueAndPullback). It keeps the runs' inputs and residuals.
+class PendingBackward {
+ public:
+  virtual ~PendingBackward() = default;
+  // d sum(result * cotangent) / d each entry tensor (Execution::root_grads'
+  // order), `cotangents` one per tensor leaf of the result (undefined where
+  // it takes none, as ir/abi.h's CotangentLeaves gives them). Once: a second
+  // call throws std::logic_error. Throws what Execute throws.
+  virtual std::vector<Tensor> Backward(const std::vector<Tensor>& cotangents) = 0;
+};
+
+struct Forward {
+  Execution run;  // the value, and the forward's runs
+  std::shared_ptr<const Inspection> inspection;
+  std::unique_ptr<PendingBackward> backward;
+};
+
+// InspectAndExecute's forward half in grad mode (`options.grad` is set).
+// The backward reads the inspection's program (its cells and segments):
+// `program` must outlive `backward`. Throws what InspectAndExecute throws,
+// and Refusal for a result with f64 leaves.
+Forward InspectAndForward(GenericProgram& program, const std::vector<Value>& args, ExecuteOptions options);
+
+// The gradients of the `wrt` arguments, each shaped like its argument, from
+// an execution's root_grads (zeros where none reached a float leaf, an
+// integer leaf itself). Throws Refusal when an argument of `wrt` holds a
+// structure value (HoldsStructure).
+std::vector<Value> ArgumentGrads(const std::vector<Value>& args, const std::vector<int>& wrt,
+                                 const std::vector<Tensor>& root_grads);
 
 // The call's value and, with `wrt`, its gradients, each shaped like its
 // argument, from `run` (its value moved out), as every tier answers

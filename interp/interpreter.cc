@@ -14,6 +14,7 @@
 // are recorded on it for reverse-mode autodiff.
 #include "interp/interpreter.h"
 
+#include <memory>
 #include <mutex>
 #include <shared_mutex>
 #include <unordered_map>
@@ -471,54 +472,103 @@ Value Interpreter::Apply(const ModuleSnapshot& module, const Func& f, const std:
   return m.Run(f, args);
 }
 
+namespace {
+
+// A call recorded on a tape: the tensors of its `wrt` arguments watched.
+struct Recorded {
+  std::shared_ptr<Tape> tape = std::make_shared<Tape>();
+  std::vector<Value> traced;                // the arguments, watched leaves in place
+  std::vector<std::vector<Value>> leaves;   // per wrt position: its argument's leaves
+  std::vector<int> first;                   // per wrt position: an earlier one naming the same argument, or -1
+  std::vector<Value> float_leaves;          // the watched leaves, in order
+
+  Recorded(const std::vector<Value>& args, const std::vector<int>& wrt)
+      : traced(args), leaves(wrt.size()), first(wrt.size(), -1) {
+    // Each argument's float tensors put on the tape once: an index named
+    // twice gets the same gradient twice.
+    for (size_t k = 0; k < wrt.size(); ++k) {
+      int i = wrt[k];
+      for (size_t e = 0; e < k && first[k] < 0; ++e) {
+        if (wrt[e] == i) first[k] = static_cast<int>(e);
+      }
+      if (first[k] >= 0) continue;
+      std::vector<Value> watched;
+      for (Tensor& t : TensorLeaves(args[i])) watched.push_back(IsFloat(t.dtype()) ? tape->Watch(t) : Value(t));
+      traced[i] = ReplaceTensorLeaves(args[i], watched);
+      for (const Value& leaf : watched) {
+        if (leaf.tape_id() >= 0) float_leaves.push_back(leaf);
+      }
+      leaves[k] = std::move(watched);
+    }
+  }
+
+  // The gradients (one per float leaf, in order) shaped like each wrt argument.
+  std::vector<Value> GradsOf(const std::vector<Value>& args, const std::vector<int>& wrt,
+                           const std::vector<Tensor>& grads) const {
+    std::vector<Value> out;
+    size_t g = 0;
+    for (size_t k = 0; k < wrt.size(); ++k) {
+      if (first[k] >= 0) {
+        out.push_back(out[first[k]]);
+        continue;
+      }
+      std::vector<Value> replaced;
+      for (const Value& leaf : leaves[k]) {
+        replaced.push_back(leaf.tape_id() >= 0 ? Value(grads[g++]) : Value(leaf.tensor()));
+      }
+      out.push_back(ReplaceTensorLeaves(args[wrt[k]], replaced));
+    }
+    return out;
+  }
+};
+
+}  // namespace
+
 Interpreter::ValueAndGrad Interpreter::CallWithGrad(const ModuleSnapshot& module, const std::string& entry,
                                                     const std::vector<Value>& args, const std::vector<int>& wrt) const {
   const Definition& d = EntryOf(module, entry);
   CheckArguments(module, entry, *d.func, args);
   if (std::string why = WhyNoGradient(module, *d.func, wrt); !why.empty()) throw EvalError("@" + entry + ": " + why);
-  // (1) Put the float tensors of the chosen arguments on a tape, once per
-  // argument: an index named twice gets the same gradient twice.
-  Tape tape;
-  std::vector<Value> traced = args;
-  std::vector<std::vector<Value>> leaves(wrt.size());
-  std::vector<int> first(wrt.size(), -1);  // per wrt position: an earlier one naming the same argument
-  for (size_t k = 0; k < wrt.size(); ++k) {
-    int i = wrt[k];
-    for (size_t e = 0; e < k && first[k] < 0; ++e) {
-      if (wrt[e] == i) first[k] = static_cast<int>(e);
-    }
-    if (first[k] >= 0) continue;
-    std::vector<Value> watched;
-    for (Tensor& t : TensorLeaves(args[i])) watched.push_back(IsFloat(t.dtype()) ? tape.Watch(t) : Value(t));
-    traced[i] = ReplaceTensorLeaves(args[i], watched);
-    leaves[k] = std::move(watched);
-  }
-  // (2) Run, recording.
-  Machine m(module, impl_->free_vars, impl_->options, &tape, entry);
-  Value loss = m.Run(d.func, traced);
+  Recorded rec(args, wrt);
+  Machine m(module, impl_->free_vars, impl_->options, rec.tape.get(), entry);
+  Value loss = m.Run(d.func, rec.traced);
   if (!loss.is_tensor() || loss.tensor().rank() != 0 || loss.tensor().dtype() != DType::kF32) {
     throw EvalError("@" + entry + ": value_and_grad needs a scalar f32 loss (Tensor[(), f32]), got " + loss.Describe());
   }
-  // (3) One backward pass for all leaves; gradients in the shape of each argument.
-  std::vector<Value> float_leaves;
-  for (const auto& arg_leaves : leaves) {
-    for (const Value& leaf : arg_leaves) {
-      if (leaf.tape_id() >= 0) float_leaves.push_back(leaf);
-    }
-  }
-  std::vector<Tensor> grads = tape.Backward(loss, float_leaves);
+  // One backward pass for all leaves.
   ValueAndGrad out;
+  out.grads = rec.GradsOf(args, wrt, rec.tape->Backward(loss, rec.float_leaves));
   out.value = Value(loss.tensor());
-  size_t g = 0;
-  for (size_t k = 0; k < wrt.size(); ++k) {
-    if (first[k] >= 0) {
-      out.grads.push_back(out.grads[first[k]]);
-      continue;
-    }
-    std::vector<Value> replaced;
-    for (const Value& leaf : leaves[k]) replaced.push_back(leaf.tape_id() >= 0 ? Value(grads[g++]) : Value(leaf.tensor()));
-    out.grads.push_back(ReplaceTensorLeaves(args[wrt[k]], replaced));
-  }
+  return out;
+}
+
+ValueAndPullback Interpreter::CallWithPullback(const ModuleSnapshot& module, const std::string& entry,
+                                               const std::vector<Value>& args, const std::vector<int>& wrt) const {
+  const Definition& d = EntryOf(module, entry);
+  CheckArguments(module, entry, *d.func, args);
+  if (std::string why = WhyNoGradient(module, *d.func, wrt); !why.empty()) throw EvalError("@" + entry + ": " + why);
+  auto rec = std::make_shared<Recorded>(args, wrt);
+  Machine m(module, impl_->free_vars, impl_->options, rec->tape.get(), entry);
+  Value traced_result = m.Run(d.func, rec->traced);
+  ValueAndPullback out;
+  // The value without tape ids (they mean nothing off the tape).
+  std::vector<Value> plain;
+  for (const Tensor& t : TensorLeaves(traced_result)) plain.push_back(Value(t));
+  out.value = ReplaceTensorLeaves(traced_result, plain);
+  out.pullback = [rec, traced_result, args, wrt, entry, used = false](const Value& cotangent) mutable {
+    if (used) throw std::logic_error("@" + entry + ": a pullback runs once");
+    std::vector<Tensor> cts = CotangentLeaves(traced_result, cotangent, "@" + entry);
+    used = true;
+    std::vector<std::pair<Value, Tensor>> seeds;
+    std::vector<Value> outputs;
+    ForEachNode(traced_result, [&](const Value& v) {
+      if (v.is_tensor()) outputs.push_back(v);
+    });
+    for (size_t i = 0; i < outputs.size(); ++i) seeds.emplace_back(outputs[i], cts[i]);
+    std::vector<Value> grads = rec->GradsOf(args, wrt, rec->tape->Backward(seeds, rec->float_leaves));
+    rec.reset();  // the tape's tensors go now, not with the last copy of this function
+    return grads;
+  };
   return out;
 }
 

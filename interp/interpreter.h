@@ -77,6 +77,11 @@ class Interpreter {
   // twice gets the same gradient twice.
   ValueAndGrad CallWithGrad(const ModuleSnapshot& module, const std::string& entry, const std::vector<Value>& args,
                             const std::vector<int>& wrt) const;
+  // The same for a result of any type (ir/abi.h's ValueAndPullback): the
+  // value, and a pullback that keeps the tape and, given a cotangent of the
+  // value, replays it once (Tape::Backward seeded with the cotangent).
+  ValueAndPullback CallWithPullback(const ModuleSnapshot& module, const std::string& entry,
+                                    const std::vector<Value>& args, const std::vector<int>& wrt) const;
 
   // Applies a function (e.g. a residual program not in any module) to `args`;
   // its globals are resolved in `module`. `what` names it in errors.

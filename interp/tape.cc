@@ -29,6 +29,11 @@ std::vector<Value> Tape::Record(const OpDef& op, const Attrs& attrs, const std::
 }
 
 std::vector<Tensor> Tape::Backward(const Value& loss, const std::vector<Value>& leaves) const {
+  return Backward({{loss, Tensor::Ones(loss.tensor().dtype(), loss.tensor().shape())}}, leaves);
+}
+
+std::vector<Tensor> Tape::Backward(const std::vector<std::pair<Value, Tensor>>& seeds,
+                                   const std::vector<Value>& leaves) const {
   std::unordered_map<int64_t, Tensor> grads;
   auto accumulate = [&](int64_t id, const Tensor& g) {
     auto it = grads.find(id);
@@ -38,7 +43,9 @@ std::vector<Tensor> Tape::Backward(const Value& loss, const std::vector<Value>& 
       it->second = CallOp("add", {it->second, g});
     }
   };
-  if (loss.tape_id() >= 0) accumulate(loss.tape_id(), Tensor::Ones(loss.tensor().dtype(), loss.tensor().shape()));
+  for (const auto& [value, cotangent] : seeds) {
+    if (value.tape_id() >= 0 && cotangent.defined()) accumulate(value.tape_id(), cotangent);
+  }
 
   for (auto e = entries_.rbegin(); e != entries_.rend(); ++e) {
     std::vector<Tensor> out_grads;

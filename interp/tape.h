@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "ir/value.h"
@@ -26,6 +27,11 @@ class Tape {
   // The gradients of `loss` (a value on this tape, or not: then all are zero)
   // with respect to the tensors with the given tape ids; zeros where no path.
   std::vector<Tensor> Backward(const Value& loss, const std::vector<Value>& leaves) const;
+  // The same for any outputs: the gradients of the sum over `seeds` of
+  // sum(value * cotangent) (a vector-Jacobian product). A seed whose value
+  // is not on the tape, or whose cotangent is undefined, adds nothing.
+  std::vector<Tensor> Backward(const std::vector<std::pair<Value, Tensor>>& seeds,
+                               const std::vector<Value>& leaves) const;
 
   size_t size() const { return entries_.size(); }
 

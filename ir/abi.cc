@@ -113,3 +113,71 @@ ValueAndGrad FromResults(const Type& result_type, const std::vector<Value>& args
 }
 
 }  // namespace pejit
+
+namespace pejit {
+
+std::vector<Tensor> CotangentLeaves(const Value& value, const Value& cotangent, const std::string& where) {
+  // Both walked together, a node before its fields, fields left to right
+  // (TensorLeaves' order), with an explicit stack: a result may be a list
+  // as long as its data.
+  struct Node {
+    const Value* value;
+    const Value* cotangent;
+    int parent, field;
+  };
+  std::vector<Node> nodes = {{&value, &cotangent, -1, -1}};
+  std::vector<size_t> stack = {0};
+  std::vector<Tensor> out;
+  auto what_is = [](const Value& v) -> std::string {
+    switch (v.kind()) {
+      case Value::Kind::kTensor: return v.tensor().type().ToString();
+      case Value::Kind::kTuple: return "a tuple of " + std::to_string(v.fields().size());
+      case Value::Kind::kAdt: return "a " + v.ctor_name() + " value";
+      case Value::Kind::kClosure: return "a function";
+      case Value::Kind::kNone: break;
+    }
+    return "no value";
+  };
+  auto fail = [&](size_t n, const std::string& what) {
+    std::string path;
+    for (int k = static_cast<int>(n); nodes[k].parent >= 0; k = nodes[k].parent) {
+      path = "." + std::to_string(nodes[k].field) + path;
+    }
+    throw std::invalid_argument(where + ": the cotangent" + (path.empty() ? "" : " at result" + path) + " " + what);
+  };
+  while (!stack.empty()) {
+    const size_t n = stack.back();
+    stack.pop_back();
+    const Value& v = *nodes[n].value;
+    const Value& c = *nodes[n].cotangent;
+    if (v.kind() != c.kind()) fail(n, "is " + what_is(c) + " where the result is " + what_is(v));
+    if (v.is_tensor()) {
+      const Tensor& t = v.tensor();
+      if (!IsFloat(t.dtype())) {
+        out.emplace_back();
+        continue;
+      }
+      if (c.tensor().dtype() != t.dtype() || c.tensor().shape() != t.shape()) {
+        fail(n, "is " + c.tensor().type().ToString() + " where the result is " + t.type().ToString());
+      }
+      out.push_back(c.tensor());
+      continue;
+    }
+    if (v.kind() != Value::Kind::kTuple && v.kind() != Value::Kind::kAdt) continue;  // closures: no leaves
+    if (v.kind() == Value::Kind::kAdt && v.ctor_name() != c.ctor_name()) {
+      fail(n, "is a " + c.ctor_name() + " where the result is a " + v.ctor_name());
+    }
+    if (v.fields().size() != c.fields().size()) {
+      fail(n, "has " + std::to_string(c.fields().size()) + " fields where the result has " +
+                  std::to_string(v.fields().size()));
+    }
+    const size_t first = nodes.size();
+    for (size_t k = 0; k < v.fields().size(); ++k) {
+      nodes.push_back({&v.fields()[k], &c.fields()[k], static_cast<int>(n), static_cast<int>(k)});
+    }
+    for (size_t k = v.fields().size(); k-- > 0;) stack.push_back(first + k);
+  }
+  return out;
+}
+
+}  // namespace pejit

@@ -20,7 +20,9 @@
 #pragma once
 
 #include <cstddef>
+#include <functional>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "ir/type.h"
@@ -35,6 +37,25 @@ struct ValueAndGrad {
   Value value;               // the loss in grad mode
   std::vector<Value> grads;  // one per index of `wrt`
 };
+
+// A call's value and its pullback (jax.vjp's pair): given a cotangent of the
+// value, the gradients of sum(value * cotangent) with respect to each
+// argument of `wrt`, shaped like it, as ValueAndGrad's are. The forward
+// pass's state (a tape, a generic call's runs) lives in the pullback until
+// it runs (once: a second call throws std::logic_error) or is dropped.
+struct ValueAndPullback {
+  Value value;
+  std::function<std::vector<Value>(const Value& cotangent)> pullback;
+  std::string tier;  // where the forward ran (the engine's: "generic", "interpreter")
+};
+
+// The cotangent of `value`, one tensor per tensor leaf of `value`
+// (TensorLeaves order): `cotangent`'s leaf where `value`'s is a float tensor,
+// undefined at an integer or bool leaf (which takes no cotangent; the
+// cotangent may hold any tensor there). Throws std::invalid_argument, naming
+// `where` and the leaf's path, when `cotangent` has another structure (tuple
+// arity, constructor) or a float leaf of another dtype or shape.
+std::vector<Tensor> CotangentLeaves(const Value& value, const Value& cotangent, const std::string& where);
 
 // The dynamic leaves of `args`, in the order above (each argument's
 // TensorLeaves, ir/value.h); given `first`, where argument i's begin.

@@ -202,6 +202,56 @@ py::tuple ValueAndGradOf(const PyEntry& e, const py::args& args) {
   return py::make_tuple(FromValue(r.value), GradsOut(e, r.grads, args, call.types));
 }
 
+// A cotangent from Python shaped like `like`, a pullback's value: its
+// tuples as tuples or lists, its tensors as anything a tensor argument takes
+// (None: zeros, or the value's own tensor where it is not a float), other
+// values as a pejit.Value.
+Value CotangentFor(py::handle obj, const Value& like, const std::string& where) {
+  if (py::isinstance<PyValue>(obj)) return obj.cast<const PyValue&>().value;
+  if (like.is_tensor()) {
+    const Tensor& t = like.tensor();
+    if (obj.is_none()) return IsFloat(t.dtype()) ? Value(Tensor::Zeros(t.dtype(), t.shape())) : like;
+    return ToValue(obj, TensorTy(t.type()), nullptr, where);
+  }
+  if (like.kind() == Value::Kind::kTuple) {
+    const size_t n = like.fields().size();
+    if (!(py::isinstance<py::tuple>(obj) || py::isinstance<py::list>(obj)) || py::len(obj) != n) {
+      throw ConversionError(where + ": expected a tuple of " + std::to_string(n) + " like the result, got " +
+                            std::string(py::str(py::type::of(obj).attr("__name__"))));
+    }
+    py::sequence items = py::reinterpret_borrow<py::sequence>(obj);
+    std::vector<Value> fields;
+    for (size_t i = 0; i < n; ++i) fields.push_back(CotangentFor(items[i], like.fields()[i], where + "." + std::to_string(i)));
+    return Value::Tuple(std::move(fields));
+  }
+  throw ConversionError(where + ": the result holds a structure value here; pass its cotangent as a pejit.Value");
+}
+
+// What Entry.value_and_pullback returns beside the value: the engine's
+// pullback, and what shapes its answers for Python.
+struct PyPullback {
+  PyEntry entry;
+  std::shared_ptr<Engine> engine;  // held: close() on another thread cannot free it under the pullback
+  std::function<std::vector<Value>(const Value&)> pullback;
+  Value value;
+  py::args args;
+  std::vector<Type> types;
+  std::string tier;
+};
+
+py::tuple ValueAndPullbackOf(const PyEntry& e, const py::args& args) {
+  if (!e.entry.wrt()) {
+    throw py::type_error("@" + e.entry.name() +
+                         ": value_and_pullback on an entry made without wrt; use engine.entry(\"" + e.entry.name() +
+                         "\", wrt=...)");
+  }
+  CallArguments call = ArgumentsOf(e, args);
+  ValueAndPullback r = Interruptible([&] { return e.entry.value_and_pullback(call.values); });
+  py::object value = FromValue(r.value);
+  PyPullback p{e, call.engine, std::move(r.pullback), std::move(r.value), args, std::move(call.types), r.tier};
+  return py::make_tuple(value, std::move(p));
+}
+
 py::dict StatsDict(const EntryStats& s) {
   py::dict d;
   d["calls"] = s.calls();
@@ -444,6 +494,19 @@ PYBIND11_MODULE(_pejit, m) {
         return out + ">";
       });
 
+  py::class_<PyPullback>(m, "Pullback",
+                         "The backward half of Entry.value_and_pullback: call it once with a cotangent shaped like "
+                         "the value (None for a leaf: zeros).")
+      .def_property_readonly("tier", [](const PyPullback& p) { return p.tier; },
+                             "Where the forward ran: 'generic' or 'interpreter'.")
+      .def("__call__",
+           [](PyPullback& p, py::object cotangent) -> py::object {
+             Value ct = CotangentFor(cotangent, p.value, "@" + p.entry.entry.name() + " cotangent");
+             std::vector<Value> grads = Interruptible([&] { return p.pullback(ct); });
+             return GradsOut(p.entry, grads, p.args, p.types);
+           },
+           py::arg("cotangent"), "The gradients of sum(value * cotangent) with respect to the entry's wrt.");
+
   py::class_<PyEntry>(m, "Entry",
                       "One entry of the module in one mode: value mode (calling it returns the value) or grad mode "
                       "(made with wrt: calling it returns (value, gradients)).")
@@ -463,6 +526,10 @@ PYBIND11_MODULE(_pejit, m) {
            "Runs the entry: its value (value mode) or (value, gradients) (grad mode). Releases the GIL; Ctrl-C "
            "stops it.")
       .def("value_and_grad", &ValueAndGradOf, "(value, gradients) of a grad-mode entry.")
+      .def("value_and_pullback", &ValueAndPullbackOf,
+           "(value, pullback) of a grad-mode entry whose result may be any tensors and tuples (jax.vjp): "
+           "pullback(cotangent) returns the gradients of sum(value * cotangent) with respect to wrt, shaped as "
+           "value_and_grad's, without computing the forward pass again. The pullback runs once.")
       .def(
           "prefetch",
           [](const PyEntry& e, const py::args& args, const std::string& when) {
@@ -527,6 +594,9 @@ PYBIND11_MODULE(_pejit, m) {
            py::arg("trace") = "", py::arg("cache_dir") = "", py::arg("generic") = true, py::arg("batch") = true,
            py::arg("worker_nice") = EngineOptions{}.worker_nice, py::arg("step_threads") = 0)
       .def_property_readonly("module", [](py::object self) { return PyModule{self}; })
+      .def_property_readonly(
+          "policy", [](const PyEngine& e) { return e.Get()->options().policy.ToString(); },
+          "The policy the engine was made with: 'eager', 'hot:N', 'interpreter' or 'sync'.")
       .def(
           "entry",
           [](py::object self, const std::string& name, const std::vector<int>& static_argnums, const py::object& wrt) {

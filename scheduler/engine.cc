@@ -327,6 +327,46 @@ std::optional<ValueAndGrad> EngineImpl::RunCompiled(Request& r, Slot& slot) {
   return out;
 }
 
+ValueAndPullback EngineImpl::RunPullback(Request& r) {
+  if (sink_) r.start_us = NowMicros();
+  Team team(&helpers_, step_threads);
+  ScopedTeam scoped_team(&team);
+  Prepare(r);
+  if (r.cacheable) {
+    r.key.mode = "pullback:" + r.key.mode;  // refusals apart from grad mode's
+    if (options.generic) {
+      if (auto out = RunGenericPullback(r)) return std::move(*out);
+    }
+  }
+  // Tier 0: the tape, kept.
+  const int64_t start = r.start_us;
+  Count(r.entry.calls_interpreter);
+  ValueAndPullback out = interpreter_.CallWithPullback(*r.snapshot, r.entry.name, r.args, *r.wrt);
+  out.tier = "interpreter";
+  if (On(EventKind::kCall)) {
+    Event e = Make(EventKind::kCall, r.entry.name, r.cacheable ? &r.key.signature : nullptr, start,
+                   NowMicros() - start);
+    e.fields.push_back({"tier", std::string("interpreter")});
+    e.fields.push_back({"mode", std::string("pullback")});
+    Emit(e);
+  }
+  if (sink_) {
+    out.pullback = [this, pullback = std::move(out.pullback), name = r.entry.name,
+                    signature = r.cacheable ? r.key.signature.ShortHash() : std::string()](const Value& cotangent) {
+      const int64_t start = NowMicros();
+      std::vector<Value> grads = pullback(cotangent);
+      if (On(EventKind::kCall)) {
+        Event e = MakeEvent(EventKind::kCall, name, signature, start, NowMicros() - start);
+        e.fields.push_back({"tier", std::string("interpreter")});
+        e.fields.push_back({"mode", std::string("backward")});
+        Emit(e);
+      }
+      return grads;
+    };
+  }
+  return out;
+}
+
 ValueAndGrad EngineImpl::RunInterpreter(Request& r) {
   int64_t start = r.start_us;
   Count(r.entry.calls_interpreter);
@@ -1086,6 +1126,17 @@ ValueAndGrad Entry::value_and_grad(const std::vector<Value>& args) const {
   }
   EngineImpl::Request r{*state_, static_args_, args, &*wrt_, {}, {}, false, {}};
   return engine_->Run(r);
+}
+
+ValueAndPullback Entry::value_and_pullback(const std::vector<Value>& args) const {
+  if (!wrt_) {
+    throw std::logic_error("@" + state_->name +
+                           ": value_and_pullback() on a value-mode handle; make it with wrt (EntryOptions::wrt or "
+                           "with_grad())");
+  }
+  EngineImpl::Request r{*state_, static_args_, args, &*wrt_, {}, {}, false, {}};
+  r.pullback = true;
+  return engine_->RunPullback(r);
 }
 
 void Entry::prefetch(const std::vector<Value>& args, Prefetch when) const {

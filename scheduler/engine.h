@@ -311,6 +311,17 @@ class Entry {
   // as Interpreter::CallWithGrad returns them. std::logic_error on a
   // value-mode handle.
   ValueAndGrad value_and_grad(const std::vector<Value>& args) const;
+  // Grad mode, a result of any type (jax.vjp): the value, and a pullback
+  // that maps a cotangent of it (its structure, its float tensors' shapes)
+  // to the gradients of sum(value * cotangent) with respect to the `wrt`
+  // arguments, shaped as value_and_grad's (ir/abi.h's ValueAndPullback).
+  // The generic tier keeps its forward's runs until the pullback runs, tier
+  // 0 its tape: the forward is not computed again. Per-minibatch code does
+  // not serve pullbacks. The pullback runs once, on any thread, while the
+  // engine lives; a failure of the generic tier's backward falls back to
+  // tier 0 (which computes the forward again) and says so in the log.
+  // std::logic_error on a value-mode handle.
+  ValueAndPullback value_and_pullback(const std::vector<Value>& args) const;
 
   // Queues the specialization of these arguments' signature (in the handle's
   // mode) and returns at once: `kNext` before the jobs of calls already made

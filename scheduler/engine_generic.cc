@@ -60,18 +60,17 @@ void EngineImpl::RefuseGeneric(Request& r, const std::string& reason) {
   Emit(e);
 }
 
-std::optional<ValueAndGrad> EngineImpl::RunGeneric(Request& r) {
+bool EngineImpl::ServeGeneric(Request& r, const GenericStep& step) {
   std::shared_ptr<generic::GenericProgram> program = GenericFor(r);
-  if (!program) return std::nullopt;
+  if (!program) return false;
   if (r.cacheable) {
     std::lock_guard<std::mutex> lock(r.entry.generic_mu);
-    if (r.entry.generic_refused.count(r.key)) return std::nullopt;
+    if (r.entry.generic_refused.count(r.key)) return false;
   }
   ClaimGenericWalk(r);  // walked ahead, or now: once
   int64_t start = r.start_us;
-  ValueAndGrad out;
   generic::Execution run;
-  generic::Inspection inspection;
+  const generic::Inspection* inspection = nullptr;
   try {
     // Refused before anything runs: the whole run would be thrown away.
     for (size_t k = 0; r.wrt && k < r.wrt->size(); ++k) {
@@ -86,8 +85,7 @@ std::optional<ValueAndGrad> EngineImpl::RunGeneric(Request& r) {
     // A warm persistent cache serves a variant natively from its first run.
     if (disk_) eo.load_kept = jit_.get();
     if (eo.compile_now || eo.load_kept) eo.compile_options = CompileOptionsFor(r.entry.name);
-    run = generic::InspectAndExecute(*program, r.args, eo, inspection);
-    out = generic::CallResult(r.args, r.wrt, run);
+    run = step(program, eo, inspection);
   } catch (const Refusal& e) {
     if (r.cacheable) {
       // Bounded: a run of ever new structures keeps the newest few thousand.
@@ -97,14 +95,14 @@ std::optional<ValueAndGrad> EngineImpl::RunGeneric(Request& r) {
       r.entry.generic_refused.insert(r.key);
     }
     RefuseGeneric(r, e.what());
-    return std::nullopt;
+    return false;
   } catch (const Interrupted&) {
     throw;  // the caller's stop, not the tier's fault
   } catch (const std::exception& e) {
     // Bad input, or a fault of this tier: the interpreter gives the answer
     // or the proper error.
     RefuseGeneric(r, std::string("run: ") + e.what());
-    return std::nullopt;
+    return false;
   }
   for (const generic::Execution::Compiled& c : run.compiled) {  // policy sync: on this thread, during the call
     auto micros = [](std::chrono::steady_clock::time_point t) {
@@ -125,18 +123,82 @@ std::optional<ValueAndGrad> EngineImpl::RunGeneric(Request& r) {
   if (On(EventKind::kCall)) {
     Event e = Make(EventKind::kCall, r.entry.name, &r.key.signature, start, NowMicros() - start);
     e.fields.push_back({"tier", std::string("generic")});
-    e.fields.push_back({"mode", std::string(r.wrt ? "grad" : "value")});
+    e.fields.push_back({"mode", std::string(r.pullback ? "pullback" : r.wrt ? "grad" : "value")});
     e.fields.push_back({"threads", static_cast<int64_t>(Team::Current()->threads_used())});
-    e.fields.push_back({"inspect_us", static_cast<int64_t>(inspection.inspect_ms * 1000)});
-    if (inspection.kept) e.fields.push_back({"schedule", std::string("prefetched")});
+    e.fields.push_back({"inspect_us", static_cast<int64_t>(inspection->inspect_ms * 1000)});
+    if (inspection->kept) e.fields.push_back({"schedule", std::string("prefetched")});
     e.fields.push_back({"runs", static_cast<int64_t>(run.native_runs + run.baseline_runs)});
     e.fields.push_back({"native_runs", static_cast<int64_t>(run.native_runs)});
-    e.fields.push_back({"levels", static_cast<int64_t>(inspection.levels)});
+    e.fields.push_back({"levels", static_cast<int64_t>(inspection->levels)});
     if (run.skipped_rows > 0) e.fields.push_back({"skipped_rows", run.skipped_rows});
     if (run.reruns > 0) e.fields.push_back({"reruns", static_cast<int64_t>(run.reruns)});
-    if (inspection.new_cells > 0) e.fields.push_back({"new_cells", static_cast<int64_t>(inspection.new_cells)});
+    if (inspection->new_cells > 0) e.fields.push_back({"new_cells", static_cast<int64_t>(inspection->new_cells)});
     Emit(e);
   }
+  return true;
+}
+
+std::optional<ValueAndGrad> EngineImpl::RunGeneric(Request& r) {
+  ValueAndGrad out;
+  generic::Inspection inspection;
+  const bool served = ServeGeneric(r, [&](const std::shared_ptr<generic::GenericProgram>& program,
+                                          const generic::ExecuteOptions& eo, const generic::Inspection*& inspected) {
+    generic::Execution run = generic::InspectAndExecute(*program, r.args, eo, inspection);
+    inspected = &inspection;
+    out = generic::CallResult(r.args, r.wrt, run);  // takes the value; the counts stay
+    return run;
+  });
+  if (!served) return std::nullopt;
+  return out;
+}
+
+std::optional<ValueAndPullback> EngineImpl::RunGenericPullback(Request& r) {
+  ValueAndPullback out;
+  const bool served = ServeGeneric(r, [&](const std::shared_ptr<generic::GenericProgram>& program,
+                                          const generic::ExecuteOptions& eo, const generic::Inspection*& inspected) {
+    generic::Forward forward = generic::InspectAndForward(*program, r.args, eo);
+    inspected = forward.inspection.get();
+    out.value = forward.run.value;
+    out.tier = "generic";
+    // The backward reads the program's cells: it keeps the program (an edit
+    // of the module makes the entry another one, not this one's end).
+    out.pullback = [this, program, inspection = forward.inspection,
+                    backward = std::shared_ptr<generic::PendingBackward>(std::move(forward.backward)),
+                    value = out.value, args = r.args, wrt = *r.wrt, snapshot = r.snapshot,
+                    name = r.entry.name, signature = r.key.signature.ShortHash()](const Value& cotangent) {
+      std::vector<Tensor> seeds = CotangentLeaves(value, cotangent, "@" + name);
+      const int64_t start = sink_ ? NowMicros() : 0;
+      std::vector<Value> grads;
+      try {
+        Team team(&helpers_, step_threads);
+        ScopedTeam scoped_team(&team);
+        grads = generic::ArgumentGrads(args, wrt, backward->Backward(seeds));
+      } catch (const Interrupted&) {
+        throw;
+      } catch (const std::logic_error&) {
+        throw;  // run twice
+      } catch (const std::exception& e) {
+        // A fault of the tier's backward: tier 0 answers, computing the
+        // forward pass again.
+        if (On(EventKind::kGenericRefused)) {
+          Event ev = MakeEvent(EventKind::kGenericRefused, name, signature, 0, 0);
+          ev.fields.push_back({"mode", std::string("pullback")});
+          ev.fields.push_back({"reason", std::string("backward: ") + e.what()});
+          Emit(ev);
+        }
+        return interpreter_.CallWithPullback(*snapshot, name, args, wrt).pullback(cotangent);
+      }
+      if (On(EventKind::kCall)) {
+        Event ev = MakeEvent(EventKind::kCall, name, signature, start, NowMicros() - start);
+        ev.fields.push_back({"tier", std::string("generic")});
+        ev.fields.push_back({"mode", std::string("backward")});
+        Emit(ev);
+      }
+      return grads;
+    };
+    return std::move(forward.run);
+  });
+  if (!served) return std::nullopt;
   return out;
 }
 

@@ -107,9 +107,14 @@ class EngineImpl {
     bool cacheable = false;
     std::string uncacheable;  // why not, when not
     int64_t start_us = 0;     // when the call began, for its event (0 with no sink)
+    bool pullback = false;    // value_and_pullback (with wrt): its slot key's mode is its own
   };
 
   ValueAndGrad Run(Request& r);
+  // A grad-mode request's value and pullback: the generic tier keeps its
+  // forward's runs for the backward, tier 0 its tape. Per-minibatch code
+  // does not serve pullbacks (its programs end in a scalar loss).
+  ValueAndPullback RunPullback(Request& r);
   void Prefetch(Request& r, pejit::Prefetch when);
   CodeStatus WaitReady(Request& r);
   CodeStatus Status(Request& r);
@@ -137,6 +142,13 @@ class EngineImpl {
   void Prepare(Request& r);
   std::optional<ValueAndGrad> RunCompiled(Request& r, Slot& slot);
   std::optional<ValueAndGrad> RunGeneric(Request& r);
+  std::optional<ValueAndPullback> RunGenericPullback(Request& r);
+  // One call served by the generic tier: `step` runs it (setting the
+  // inspection it ran), ServeGeneric does the rest (refusals, compiles to
+  // queue, counts, the call's event). False when the tier does not serve it.
+  using GenericStep = std::function<generic::Execution(const std::shared_ptr<generic::GenericProgram>&,
+                                                       const generic::ExecuteOptions&, const generic::Inspection*&)>;
+  bool ServeGeneric(Request& r, const GenericStep& step);
   std::shared_ptr<generic::GenericProgram> GenericFor(Request& r);
   bool PrefetchGeneric(Request& r, pejit::Prefetch when);
   void PrefetchSpecialized(Request& r, pejit::Prefetch when);

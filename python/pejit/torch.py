@@ -16,10 +16,16 @@ pejit's memory. Do not write them in place.
 
 Gradients: an entry whose declared result is a scalar (a loss) runs once in
 grad mode when a tensor requires a gradient, and backward scales the saved
-gradients. Any other result runs in value mode, and backward runs a
-vector-Jacobian product `sum(mul(@entry(args), %cotangent))` in grad mode:
-a definition this module adds to the engine's module once per result type,
-which tiers up like any entry (the forward pass is computed again there).
+gradients. Any other result runs forward with `Entry.value_and_pullback`,
+and backward hands torch's cotangent to the pullback, which runs the
+backward pass from the forward's own state (the generic tier's runs, or the
+interpreter's tape): nothing is computed twice. Where the interpreter
+served the forward (an entry the generic tier does not serve), later calls
+run in value mode and backward runs a vector-Jacobian product
+`sum(mul(@entry(args), %cotangent))` in grad mode instead: a definition this
+module adds to the engine's module once per result type, which the engine
+compiles per minibatch like any entry (the forward pass is computed again
+there).
 """
 import hashlib
 
@@ -182,7 +188,9 @@ class Function:
         self._value = engine.entry(name, static_argnums=self.static_argnums)
         self._grad = {}  # wrt -> the entry in grad mode (scalar results)
         self._vjp = {}  # (wrt, cotangent type) -> the VJP's entry in grad mode
-        self.stats = {"calls": 0, "grad_calls": 0, "vjp_calls": 0, "scalars_out": 0, "bool_copies_out": 0}
+        self._pullbacks = True  # until the interpreter serves one (see the module's docstring)
+        self.stats = {"calls": 0, "grad_calls": 0, "pullback_calls": 0, "vjp_calls": 0, "scalars_out": 0,
+                      "bool_copies_out": 0}
 
     def __repr__(self):
         return f"<pejit.torch.function @{self.name}>"
@@ -246,11 +254,15 @@ class _Apply(torch.autograd.Function):
         needs = ctx.needs_input_grad[3:]
         wrt = tuple(sorted({i for i, arg in enumerate(template)
                             if any(needs[j] for j in _leaf_indices(arg))}))
-        ctx.fn, ctx.template, ctx.wrt, ctx.grads = fn, template, wrt, None
+        ctx.fn, ctx.template, ctx.wrt, ctx.grads, ctx.pullback = fn, template, wrt, None, None
         if wrt and fn.scalar_result:
             fn.stats["grad_calls"] += 1
             value, grads = fn._grad_entry(wrt)(*args)
             ctx.grads = _leaf_grads(fn, template, wrt, grads, needs)
+        elif wrt and fn._pullbacks:
+            value, ctx.pullback = fn._grad_entry(wrt).value_and_pullback(*args)
+            if ctx.pullback.tier == "interpreter" and fn.engine.policy != "interpreter":
+                fn._pullbacks = False
         else:
             value = fn._value(*args)
             if wrt:
@@ -273,10 +285,15 @@ class _Apply(torch.autograd.Function):
         if ctx.grads is not None:  # a scalar result: gradients saved by forward
             g_out = grad_outputs[0]
             return nones + tuple(None if g is None else g * g_out for g in ctx.grads)
-        leaves = ctx.saved_tensors
-        args = _fill(template, [t.detach() for t in leaves])
         seeds = [torch.zeros(o.shape, dtype=o.dtype) if g is None else g.detach()
                  for g, o in zip(grad_outputs, ctx.outputs)]
+        if ctx.pullback is not None:
+            fn.stats["pullback_calls"] += 1
+            pullback, ctx.pullback = ctx.pullback, None
+            grads = pullback(_fill(ctx.result_template, seeds))
+            return nones + tuple(_leaf_grads(fn, template, wrt, grads, ctx.needs_input_grad[3:]))
+        leaves = ctx.saved_tensors
+        args = _fill(template, [t.detach() for t in leaves])
         entry = fn._vjp_entry(wrt, ctx.result_template, ctx.outputs)
         fn.stats["vjp_calls"] += 1
         _, grads = entry(*args, _fill(ctx.result_template, seeds))

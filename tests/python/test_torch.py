@@ -38,6 +38,13 @@ def @first(%xs: List[Tensor[(?,), f32]]) -> Tensor[(?,), f32] {
 }
 
 def @generic_id[A](%a: A) -> A { %a }
+
+def @running(%xs: List[Tensor[(1, 4), f32]], %w: Tensor[(4, 4), f32]) -> Tensor[(1, 4), f32] {
+  match (%xs) {
+    Nil => zeros(shape=[1, 4]),
+    Cons(%x, %rest) => tanh(add(%x, matmul(@running(%rest, %w), %w))),
+  }
+}
 """
 
 
@@ -65,7 +72,7 @@ def test_gradients_of_a_matrix_result_reach_every_tensor_as_torchs_own(engine):
     torch.testing.assert_close(h.detach(), want.detach(), rtol=1e-5, atol=1e-6)
     for got, ref in ((x, rx), (w, rw), (b, rb)):
         torch.testing.assert_close(got.grad, ref.grad, rtol=1e-5, atol=1e-6)
-    assert encode.stats["vjp_calls"] == 1 and encode.stats["grad_calls"] == 0
+    assert encode.stats["pullback_calls"] == 1 and encode.stats["grad_calls"] == 0
 
 
 def test_only_tensors_that_require_gradients_get_them(engine):
@@ -76,7 +83,7 @@ def test_only_tensors_that_require_gradients_get_them(engine):
     assert x.grad is None and w.grad is not None and b.grad is not None
     with torch.no_grad():
         encode(x, {"w": w, "b": b})
-    assert encode.stats["vjp_calls"] == 1  # no gradient asked for under no_grad
+    assert encode.stats["pullback_calls"] == 1  # no gradient asked for under no_grad
 
 
 def test_tuple_results_each_get_their_cotangent(engine):
@@ -100,7 +107,69 @@ def test_a_scalar_result_runs_once_in_grad_mode_and_backward_scales_it(engine):
     assert float(e) == pytest.approx(float(torch.tanh(rx @ rw + rb).sum()), rel=1e-5)
     for got, ref in ((x, rx), (w, rw), (b, rb)):
         torch.testing.assert_close(got.grad, ref.grad, rtol=1e-5, atol=1e-6)
-    assert energy.stats == {"calls": 1, "grad_calls": 1, "vjp_calls": 0, "scalars_out": 1, "bool_copies_out": 0}
+    assert energy.stats == {"calls": 1, "grad_calls": 1, "pullback_calls": 0, "vjp_calls": 0, "scalars_out": 1,
+                            "bool_copies_out": 0}
+
+
+def running_reference(xs, w):
+    h = torch.zeros(1, 4)
+    for x in reversed(xs):
+        h = torch.tanh(x + h @ w)
+    return h
+
+
+def test_a_recursions_backward_runs_from_its_forwards_state(engine):
+    """Each backward hands torch's cotangent to the pullback of its forward:
+    the forward is not run again, whichever tier served it."""
+    running = pejit.torch.function(engine, "running")
+    g = torch.Generator().manual_seed(6)
+    for n in (3, 5, 2):
+        xs = [torch.randn(1, 4, generator=g) for _ in range(n)]
+        w = (0.5 * torch.randn(4, 4, generator=g)).requires_grad_()
+        seed = torch.randn(1, 4, generator=g)
+        (running(xs, w) * seed).sum().backward()
+        rw = w.detach().clone().requires_grad_()
+        (running_reference(xs, rw) * seed).sum().backward()
+        torch.testing.assert_close(w.grad, rw.grad, rtol=1e-5, atol=1e-6)
+    assert running.stats["pullback_calls"] == 3 and running.stats["vjp_calls"] == 0
+    tier = "calls_interpreter" if engine.policy == "interpreter" else "calls_generic"
+    assert engine.entry("running", wrt=(1,)).stats()[tier] == 3
+
+
+def test_an_entry_the_generic_tier_does_not_serve_moves_to_a_vjp_entry(engine):
+    """The interpreter's pullback keeps its tape; where another tier could
+    compile the vector-Jacobian product, later calls take that path."""
+    x, w, b = leaves(8, (2, 3), (3, 4), (4,))
+    encode = pejit.torch.function(engine, "encode")
+    for _ in range(2):
+        encode(x, {"w": w, "b": b}).sum().backward()
+    rx, rw, rb = (t.detach().clone().requires_grad_() for t in (x, w, b))
+    for _ in range(2):
+        torch.tanh(rx @ rw + rb).sum().backward()
+    for got, ref in ((x, rx), (w, rw), (b, rb)):
+        torch.testing.assert_close(got.grad, ref.grad, rtol=1e-5, atol=1e-6)
+    want = {"interpreter": (2, 0), "sync": (1, 1)}[engine.policy]
+    assert (encode.stats["pullback_calls"], encode.stats["vjp_calls"]) == want
+
+
+def test_entry_value_and_pullback_takes_a_cotangent_shaped_like_the_value(engine):
+    """The engine's own API: jax.vjp's pair; a cotangent is checked against
+    the value; None stands for zeros; a pullback runs once."""
+    two = engine.entry("two", wrt=(0, 1))
+    x = np.arange(6, dtype=np.float32).reshape(3, 2)
+    v = np.linspace(-1, 1, 5).astype(np.float32)
+    (square, (gate, three)), pullback = two.value_and_pullback(x, v)
+    assert pullback.tier in ("generic", "interpreter") and int(three) == 3
+    with pytest.raises(ValueError, match=r"@two: the cotangent at result.0 is Tensor\[\(2, 2\), f32\] where the "
+                                         r"result is Tensor\[\(3, 2\), f32\]"):
+        pullback((np.ones((2, 2), np.float32), (None, None)))
+    with pytest.raises(TypeError, match="@two cotangent: expected a tuple of 2 like the result"):
+        pullback(np.ones((3, 2), np.float32))
+    gx, gv = pullback((np.ones((3, 2), np.float32), (None, None)))
+    np.testing.assert_allclose(gx, 2 * x)
+    np.testing.assert_allclose(gv, np.zeros(5, np.float32))
+    with pytest.raises(RuntimeError, match="a pullback runs once"):
+        pullback((np.ones((3, 2), np.float32), (None, None)))
 
 
 def test_aligned_contiguous_tensors_cross_without_copies_others_are_copied(engine):
