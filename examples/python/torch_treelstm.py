@@ -61,9 +61,9 @@ class TreeLSTM(torch.nn.Module):
 class WithPejitEncoder(TreeLSTM):
     """The encoder is pejit's @roots; everything else is PyTorch."""
 
-    def __init__(self, initial, engine):
+    def __init__(self, initial, engine, pullbacks=True):
         super().__init__(initial)
-        self.roots = pejit.torch.function(engine, "roots")
+        self.roots = pejit.torch.function(engine, "roots", pullbacks=pullbacks)
 
     def forward(self, trees, labels):
         # @roots reads emb and the cell's parameters; w_out and b_out get zero gradients from it.
@@ -98,8 +98,9 @@ class AllTorch(TreeLSTM):
         return F.cross_entropy(self.classifier(roots), labels)
 
 
-def train(mode, batches, initial, epochs, lr, engine=None, on_step=None):
-    """Losses of `epochs` passes of SGD over `batches` ([(trees, pejit trees, labels)]) in `mode`."""
+def train(mode, batches, initial, epochs, lr, engine=None, on_step=None, pullbacks=True):
+    """Losses of `epochs` passes of SGD over `batches` ([(trees, pejit trees, labels)]) in `mode`
+    (pullbacks: pejit.torch.function's)."""
     losses = []
     if mode == "pejit":
         loss = engine.entry("loss", wrt=2)
@@ -113,7 +114,7 @@ def train(mode, batches, initial, epochs, lr, engine=None, on_step=None):
                 if on_step:
                     on_step()
         return losses
-    model = WithPejitEncoder(initial, engine) if mode == "interop" else AllTorch(initial)
+    model = WithPejitEncoder(initial, engine, pullbacks) if mode == "interop" else AllTorch(initial)
     optimizer = torch.optim.SGD(model.parameters(), lr=lr)
     for _ in range(epochs):
         for raw, trees, labels in batches:

@@ -37,9 +37,13 @@ from . import _pejit
 __all__ = ["Function", "function"]
 
 
-def function(engine, name, static_argnums=()):
-    """The entry `name` of `engine` as a differentiable function of torch tensors."""
-    return Function(engine, name, static_argnums)
+def function(engine, name, static_argnums=(), pullbacks=True):
+    """The entry `name` of `engine` as a differentiable function of torch tensors.
+
+    pullbacks=False: a non-scalar result's backward always runs the
+    vector-Jacobian product entry (computing the forward again), never a
+    pullback of the forward's state."""
+    return Function(engine, name, static_argnums, pullbacks)
 
 
 class _Leaf:
@@ -176,7 +180,7 @@ def _float_paths(template, outputs, path=()):
 class Function:
     """A pejit entry called with torch tensors; see the module's docstring."""
 
-    def __init__(self, engine, name, static_argnums=()):
+    def __init__(self, engine, name, static_argnums=(), pullbacks=True):
         self.engine, self.name = engine, name
         self.static_argnums = list(static_argnums)
         signature = engine.module.signature(name)
@@ -188,7 +192,7 @@ class Function:
         self._value = engine.entry(name, static_argnums=self.static_argnums)
         self._grad = {}  # wrt -> the entry in grad mode (scalar results)
         self._vjp = {}  # (wrt, cotangent type) -> the VJP's entry in grad mode
-        self._pullbacks = True  # until the interpreter serves one (see the module's docstring)
+        self._pullbacks = pullbacks  # until the interpreter serves one (see the module's docstring)
         self.stats = {"calls": 0, "grad_calls": 0, "pullback_calls": 0, "vjp_calls": 0, "scalars_out": 0,
                       "bool_copies_out": 0}
 
