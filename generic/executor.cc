@@ -839,10 +839,17 @@ class CallRun {
       return;
     }
     // Until its own bucket's code is native, the run may take a larger
-    // bucket's (padded rows cost less than making a variant on this thread).
+    // bucket's (padded rows cost less than making a variant on this thread),
+    // or, in grad mode, run in pieces other buckets' native code serves.
     SegmentCode::Variant* variant = &own;
     if (!own.native.load()) {
       variant = StandIn(code, rows, options_.grad, pads);
+      if (options_.grad && !(variant && variant->native.load()) && ForwardInNativePieces(r, members, rows, pads)) {
+        // One piece is a plain run of another variant (ForwardInNativePieces set it).
+        if (!pieces_.empty() && !pieces_[r].empty()) variants_[r] = &own;  // its cotangents have the run's rows
+        Missing(code, own);
+        return;
+      }
       // Made now: it runs its baseline code, or what a warm cache kept.
       if (!variant) variant = &VariantFor(code, rows, options_.grad, pads, &options_);
       if (!own.native.load()) Missing(code, own);
@@ -854,22 +861,28 @@ class CallRun {
     if (options_.grad) inputs_[r] = std::move(in);
   }
 
-  // Value mode: run `r` in pieces that native code serves (value-mode
-  // variants, or grad-mode ones whose forward training compiled, their
-  // extra outputs unused), so that a row count not compiled yet does not
-  // run interpreted where other counts have native code. False when no
-  // variant of the segment has native code.
+  // Run `r` in pieces that native code serves, so that a row count not
+  // compiled yet does not run on baseline code where other counts have
+  // native code. Value mode: value-mode variants, or grad-mode ones whose
+  // forward training compiled, their extra outputs unused. Grad mode:
+  // grad-mode variants whose forward and backward are native; each piece
+  // keeps its variant, inputs and residuals for BackwardPieces (pieces_),
+  // except a single piece of the run's whole members, which is a plain run
+  // of its variant (variants_, inputs_). False when no variant of the
+  // segment has native code.
   bool ForwardInNativePieces(size_t r, std::span<const int> members_run, int64_t run_rows,
                              const std::vector<PadTo>& pads) {
     const generic::Run& run = inspection_.runs[r];
     SegmentCode& code = *run.code;
+    const bool grad = options_.grad;
     std::vector<std::pair<int64_t, SegmentCode::Variant*>> native;  // by rows
     {
       std::lock_guard lock(code.mu);
       const std::vector<int64_t> pad_key = PadKey(pads);
       for (const auto& [key, v] : code.variants) {
         if (key.first != pad_key) continue;
-        if (v->native.load() || (v->grad && v->forward_native)) native.emplace_back(v->rows, v.get());
+        const bool serves = grad ? v->grad && v->native.load() : v->native.load() || (v->grad && v->forward_native);
+        if (serves) native.emplace_back(v->rows, v.get());
       }
     }
     if (native.empty()) return false;
@@ -879,19 +892,31 @@ class CallRun {
     for (int first = 0; first < members;) {
       const int left = members - first;
       SegmentCode::Variant* pick = NativePiece(native, left);
-      if (!pick) {  // the rest interpreted in its own row bucket
-        pick = &VariantFor(code, RowBucket(left), false, pads, &options_);
+      if (!pick) {  // the rest on baseline code, in its own row bucket
+        pick = &VariantFor(code, RowBucket(left), grad, pads, &options_);
         if (!pick->native.load()) {
           all_native = false;
           Missing(code, *pick);
         }
       }
       const int count = static_cast<int>(std::min<int64_t>(pick->rows, left));
-      std::vector<Tensor> piece = RunForward(run, *pick, Gather(run, members_run, first, count, *pick));
-      if (first == 0 && count == members && pick->rows == run_rows) {  // one piece, the run's own shape
-        piece.resize(code.outputs.size());  // a grad-mode forward's residuals go unused
+      std::vector<Tensor> in = Gather(run, members_run, first, count, *pick);
+      std::vector<Tensor> piece = RunForward(run, *pick, in);
+      if (first == 0 && count == members && (grad || pick->rows == run_rows)) {  // one piece: a plain run
+        if (grad) {
+          variants_[r] = pick;
+          inputs_[r] = std::move(in);
+        } else {
+          piece.resize(code.outputs.size());  // a grad-mode forward's residuals go unused
+        }
         outputs_[r] = std::move(piece);
         break;
+      }
+      if (grad) {
+        if (pieces_.empty()) pieces_.resize(n_runs_);
+        pieces_[r].push_back({pick, first, count, std::move(in),
+                              std::vector<Tensor>(std::make_move_iterator(piece.begin() + code.outputs.size()),
+                                                  std::make_move_iterator(piece.end()))});
       }
       if (out.empty()) {
         for (size_t o = 0; o < code.outputs.size(); ++o) {
@@ -994,6 +1019,7 @@ class CallRun {
   }
 
   void BackwardRun(size_t r) {
+    if (!pieces_.empty() && !pieces_[r].empty()) return BackwardPieces(r);
     const generic::Run& run = inspection_.runs[r];
     const SegmentCode& code = *run.code;
     SegmentCode::Variant& variant = *variants_[r];
@@ -1007,8 +1033,45 @@ class CallRun {
     const size_t first_residual = code.outputs.size();
     for (int k = 0; k < variant.residuals; ++k) in.push_back(std::move(outputs_[r][first_residual + k]));
     AppendPacks(run, variant.backward_packs, in);
-    std::vector<Tensor> grads = LogicalOutputs(variant.backward_outputs, in, RunSizedToTeam(*backward, in));  // (d/d grad_inputs..., factor pairs...)
+    std::vector<Tensor> grads = LogicalOutputs(variant.backward_outputs, in, RunSizedToTeam(*backward, in));
+    AddGrads(run, variant, grads, Members(r));
+    cotangents_[r].clear();
+  }
+
+  // A run's pieces backward (ForwardInNativePieces), each its variant's VJP
+  // on its rows of the run's cotangents.
+  void BackwardPieces(size_t r) {
+    const generic::Run& run = inspection_.runs[r];
+    const SegmentCode& code = *run.code;
+    std::vector<Tensor> cot(code.outputs.size());  // the run's own rows, those no reader wrote zeroed
+    for (size_t o = 0; o < cot.size(); ++o) cot[o] = cotangents_[r][o].Take();
     const std::span<const int> members = Members(r);
+    for (Piece& piece : pieces_[r]) {
+      SegmentCode::Variant& v = *piece.variant;
+      std::vector<Tensor> in = std::move(piece.inputs);
+      for (int o : v.grad_outputs) {
+        Tensor c = Tensor::Zeros(code.outputs[o].dtype, Prepend(v.rows, code.outputs[o].shape));
+        if (cot[o].defined()) {
+          const int64_t bytes = RowBytes(code.outputs[o]);
+          std::memcpy(c.raw_data(), static_cast<const char*>(cot[o].raw_data()) + piece.first * bytes,
+                      piece.count * bytes);
+        }
+        in.push_back(std::move(c));
+      }
+      for (Tensor& t : piece.residuals) in.push_back(std::move(t));
+      AppendPacks(run, v.backward_packs, in);
+      std::vector<Tensor> grads = LogicalOutputs(v.backward_outputs, in, RunSizedToTeam(*v.backward_code, in));
+      AddGrads(run, v, grads, members.subspan(piece.first, piece.count));
+    }
+    cotangents_[r].clear();
+  }
+
+  // Adds what a run's (or piece's) backward returned, `grads` = (d/d
+  // grad_inputs..., factor pairs...), to its members' slots and the
+  // weights' gradients (row i of a gradient is members[i]'s).
+  void AddGrads(const generic::Run& run, const SegmentCode::Variant& variant, std::vector<Tensor>& grads,
+                std::span<const int> members) {
+    const SegmentCode& code = *run.code;
     for (size_t g = 0; g < variant.grad_inputs.size(); ++g) {
       int p = variant.grad_inputs[g];
       const Tensor& grad = grads.at(g);
@@ -1037,7 +1100,6 @@ class CallRun {
         row_sums_[{root, factor.shape}].push_back(std::move(grads.at(next++)));
       }
     }
-    cotangents_[r].clear();
   }
 
   // Each weight's gradient from every run's row factors: one product whose
@@ -1132,6 +1194,16 @@ class CallRun {
   Execution result_;
   std::vector<std::vector<Tensor>> outputs_, inputs_;  // per run; inputs kept in grad mode
   std::vector<SegmentCode::Variant*> variants_;
+  // Grad mode, a run in pieces (ForwardInNativePieces): per piece, the
+  // variant that ran it, its members [first, first + count) of the run's,
+  // and what its backward reads. Per run; empty (all of it) unless some run
+  // ran in pieces.
+  struct Piece {
+    SegmentCode::Variant* variant;
+    int first, count;
+    std::vector<Tensor> inputs, residuals;
+  };
+  std::vector<std::vector<Piece>> pieces_;
   // With guarded instances: each instance's row (-1: its guard failed), the
   // members that ran of the runs that have guarded ones (empty for the
   // others), and each guard's state (0 not read yet, 1 holds, 2 fails).

@@ -34,6 +34,11 @@
 // code, native or baseline (padding at most to 2 rows + 8), rather than
 // make its own on the caller's thread: in epoch 0 most of the caller's
 // time went into making variants (NMN: 55 of 111 ms, bench/RESULTS.md).
+// Where no larger bucket within that padding has native code, the run goes
+// in pieces that other buckets' native code serves (value mode and grad
+// mode alike, each piece's backward on its rows of the run's cotangents):
+// a minibatch with more rows than any compiled so far, common in the
+// epoch after the first, runs natively rather than on baseline code.
 #pragma once
 
 #include <chrono>

@@ -240,6 +240,62 @@ TEST(GenericTier, GradModeRunsARowCountWithoutCodeOfItsOwnOnALargerBucket) {
   EXPECT_GT(stood_in, 0);
 }
 
+// One minibatch `times` times over: @loss(trees, labels, params) with the
+// trees and labels repeated, every level `times` as many rows.
+std::vector<Value> Repeated(const ModuleSnapshot& module, const std::vector<Value>& call, int times) {
+  TypeDefPtr list = module.FindType("List");
+  std::vector<Value> trees;
+  for (Value v = call[0]; v.kind() == Value::Kind::kAdt && v.fields().size() == 2; v = v.fields()[1]) {
+    trees.push_back(v.fields()[0]);
+  }
+  const Tensor& labels = call[1].tensor();
+  std::vector<int64_t> all;
+  for (int k = 0; k < times; ++k) all.insert(all.end(), labels.data<int64_t>(), labels.data<int64_t>() + labels.numel());
+  Value out = Value::Adt(list, 0, {});
+  for (int k = 0; k < times; ++k) {
+    for (size_t i = trees.size(); i-- > 0;) out = Value::Adt(list, 1, {trees[i], out});
+  }
+  return {out, Value(Tensor::FromVector<int64_t>({static_cast<int64_t>(all.size())}, all)), call[2]};
+}
+
+// A grad-mode run with more rows than any compiled bucket serves, padded
+// (the minibatch trained on, four times over), runs in pieces of the
+// compiled buckets' native code, forward and backward, not on baseline
+// code; its own variant is left for a worker. Values and gradients are the
+// interpreter's.
+TEST(GenericTier, GradModeRunsARowCountPastEveryCompiledBucketInNativePieces) {
+  TrainedOnOneMinibatch trained;
+  const std::vector<Value> args = Repeated(*trained.module, trained.calls[0], 4);
+  const std::vector<int> wrt{2};
+  Interpreter::ValueAndGrad want = Interpreter().CallWithGrad(*trained.module, "loss", args, wrt);
+  ExecuteOptions options;
+  options.grad = true;
+  Execution got = Execute(trained.program.Inspect(args), options);
+  EXPECT_TRUE(ValueAllClose(got.value, want.value, 1e-4, 1e-5));
+  EXPECT_TRUE(ValueAllClose(CallResult(args, &wrt, got).grads[0], want.grads[0], 1e-4, 1e-5));
+  // Runs on baseline code only where their segment has no native code of
+  // any row count (a segment the trained minibatch never ran); runs past
+  // every compiled bucket's padding ran in pieces.
+  int in_pieces = 0;
+  for (size_t m = 0; m < got.missing_native.size(); ++m) {
+    SegmentCode& code = *got.missing_codes[m];
+    const SegmentCode::Variant& own = *got.missing_native[m];
+    std::lock_guard lock(code.mu);
+    int64_t largest_native = 0;
+    for (const auto& [key, v] : code.variants) {
+      if (v->native.load()) largest_native = std::max(largest_native, v->rows);
+    }
+    if (own.made) {
+      EXPECT_EQ(largest_native, 0) << "segment " << code.id << ": baseline code beside native code";
+    } else if (largest_native > 0 && own.rows > 2 * largest_native + 8) {
+      ++in_pieces;
+    }
+  }
+  EXPECT_GT(in_pieces, 0);
+  EXPECT_GT(got.native_runs, 0);
+  EXPECT_FALSE(got.missing_native.empty()) << "the runs' own buckets are asked for";
+}
+
 // A variant's first native code is the quick code generator's; the
 // optimizing one's replaces it (a later compile), and a quick compile of a
 // variant with optimized code leaves it. Every step gives the interpreter's
