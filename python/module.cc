@@ -498,7 +498,7 @@ PYBIND11_MODULE(_pejit, m) {
                          "The backward half of Entry.value_and_pullback: call it once with a cotangent shaped like "
                          "the value (None for a leaf: zeros).")
       .def_property_readonly("tier", [](const PyPullback& p) { return p.tier; },
-                             "Where the forward ran: 'generic' or 'interpreter'.")
+                             "Where the forward ran: 'native' (per-minibatch code), 'generic' or 'interpreter'.")
       .def("__call__",
            [](PyPullback& p, py::object cotangent) -> py::object {
              Value ct = CotangentFor(cotangent, p.value, "@" + p.entry.entry.name() + " cotangent");

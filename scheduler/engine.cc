@@ -9,6 +9,8 @@
 // passing a task to a worker, annotated in Spawn.
 #include "scheduler/engine_impl.h"
 
+#include "jit/pullback.h"
+
 #include "support/cpu_clock.h"
 
 namespace pejit {
@@ -333,9 +335,29 @@ ValueAndPullback EngineImpl::RunPullback(Request& r) {
   ScopedTeam scoped_team(&team);
   Prepare(r);
   if (r.cacheable) {
-    r.key.mode = "pullback:" + r.key.mode;  // refusals apart from grad mode's
+    r.key.mode = "pullback:" + r.key.mode;  // its own code and refusals, apart from grad mode's
+    // The steps of Run: this signature's own code when ready; the generic
+    // tier (a signature that keeps coming back gets its own code too); a
+    // miss queues a job per policy; tier 0.
+    SlotPtr slot = cache.Find(r.key);
+    if (slot && slot->Load() == SlotState::kReady) {
+      if (auto out = RunCompiledPullback(r, *slot)) return std::move(*out);
+    }
     if (options.generic) {
-      if (auto out = RunGenericPullback(r)) return std::move(*out);
+      const int64_t generic_start = NowMicros();
+      if (auto out = RunGenericPullback(r)) {
+        if (options.specialize_after_calls > 0 && !(slot && slot->Load() == SlotState::kReady)) {
+          Miss(r, std::move(slot), options.specialize_after_calls, NowMicros() - generic_start);
+        }
+        return std::move(*out);
+      }
+    }
+    slot = Miss(r, std::move(slot));
+    if (slot && options.policy.kind == Policy::Kind::kSync) {
+      Wait(*slot);
+      if (slot->Load() == SlotState::kReady) {
+        if (auto out = RunCompiledPullback(r, *slot)) return std::move(*out);
+      }
     }
   }
   // Tier 0: the tape, kept.
@@ -363,6 +385,92 @@ ValueAndPullback EngineImpl::RunPullback(Request& r) {
       }
       return grads;
     };
+  }
+  return out;
+}
+
+std::optional<ValueAndPullback> EngineImpl::RunCompiledPullback(Request& r, Slot& slot) {
+  const int64_t start = r.start_us;
+  auto exec = std::dynamic_pointer_cast<const PullbackExecutable>(slot.exec);
+  if (!exec) return std::nullopt;  // a pullback slot holds what CompilePullback made
+  std::string failure;
+  ValueAndPullback out;
+  try {
+    std::vector<size_t> first;
+    std::vector<Tensor> leaves = signatures.Flatten(r.args, r.static_args, &first);
+    PullbackExecutable::Forward forward = exec->RunForward(leaves);
+    size_t pos = 0;
+    out.value = ValueFromTensors(exec->result_type(), forward.results, pos);
+    out.tier = exec->tier();
+    // What the backward reads, once; shared by the function's copies.
+    struct Kept {
+      std::vector<Tensor> residuals;
+      bool used = false;
+    };
+    auto kept = std::make_shared<Kept>(Kept{std::move(forward.residuals)});
+    out.pullback = [this, exec, kept, leaves = std::move(leaves), first = std::move(first), value = out.value,
+                    args = r.args, wrt = *r.wrt, snapshot = r.snapshot, name = r.entry.name,
+                    signature = r.key.signature.ShortHash()](const Value& cotangent) {
+      std::vector<Tensor> seeds = CotangentLeaves(value, cotangent, "@" + name);
+      if (kept->used) throw std::logic_error("@" + name + ": a pullback runs once");
+      kept->used = true;
+      const int64_t begin = sink_ ? NowMicros() : 0;
+      std::vector<Value> grads;
+      try {
+        Team team(&helpers_, step_threads);
+        ScopedTeam scoped_team(&team);
+        std::vector<Tensor> param_grads = exec->RunBackward(leaves, seeds, std::move(kept->residuals));
+        // Laid out as grad-mode code returns them (ir/abi.h): a loss
+        // (unread), then each wrt float leaf's gradient.
+        std::vector<int> wrt_leaves = FloatWrtLeaves(leaves, first, wrt);
+        std::vector<Tensor> results{Tensor::Zeros(DType::kF32, {})};
+        for (int leaf : wrt_leaves) results.push_back(param_grads.at(leaf));
+        grads = FromResults(nullptr, args, &wrt, leaves, first, GradientResultOf(leaves.size(), wrt_leaves), results)
+                    .grads;
+      } catch (const Interrupted&) {
+        throw;
+      } catch (const std::exception& e) {
+        // A fault of the compiled backward: tier 0 answers, computing the forward again.
+        if (On(EventKind::kFailed)) {
+          Event ev = MakeEvent(EventKind::kFailed, name, signature, 0, 0);
+          ev.fields.push_back({"reason", std::string("pullback's backward: ") + e.what()});
+          Emit(ev);
+        }
+        return interpreter_.CallWithPullback(*snapshot, name, args, wrt).pullback(cotangent);
+      }
+      if (On(EventKind::kCall)) {
+        Event ev = MakeEvent(EventKind::kCall, name, signature, begin, NowMicros() - begin);
+        ev.fields.push_back({"tier", std::string(exec->tier())});
+        ev.fields.push_back({"mode", std::string("backward")});
+        Emit(ev);
+      }
+      return grads;
+    };
+  } catch (const Interrupted&) {
+    throw;
+  } catch (const std::exception& e) {
+    failure = e.what();
+  }
+  if (!failure.empty()) {  // as RunCompiled: this call and later ones go to the other tiers
+    if (cache.FailReady(slot, "run: " + failure)) {
+      Count(r.entry.failed);
+      if (On(EventKind::kFailed)) {
+        Event e = Make(EventKind::kFailed, r.entry.name, &r.key.signature);
+        e.fields.push_back({"reason", slot.reason});
+        Emit(e);
+      }
+      NotifyWaiters();
+    }
+    return std::nullopt;
+  }
+  Count(r.entry.hits);
+  Count(r.entry.calls_native);
+  if (On(EventKind::kCall)) {
+    Event e = Make(EventKind::kCall, r.entry.name, &r.key.signature, start, NowMicros() - start);
+    e.fields.push_back({"tier", std::string(exec->tier())});
+    e.fields.push_back({"mode", std::string("pullback")});
+    e.fields.push_back({"threads", static_cast<int64_t>(Team::Current()->threads_used())});
+    Emit(e);
   }
   return out;
 }
@@ -510,6 +618,7 @@ void EngineImpl::Enqueue(Request& r, const SlotPtr& slot, JobPriority priority) 
     job->args[i] = ReplaceTensorLeaves(job->args[i], copies);
   }
   job->grad = r.wrt != nullptr;
+  job->pullback = r.pullback;
   if (r.wrt) job->wrt = *r.wrt;
   job->enqueued_us = NowMicros();
   job->id = next_job_id.fetch_add(1, std::memory_order_relaxed);
@@ -718,14 +827,14 @@ void EngineImpl::RunJob(Job& job, bool waited) {
     CheckArguments(*job.snapshot, entry.name, *def.func, job.args);
     stage = "result";
     const FuncTypeNode* type = AsFunc(def.type);
-    if (!job.grad && !IsTensorTree(type->ret)) {
+    if ((!job.grad || job.pullback) && !IsTensorTree(type->ret)) {
       throw JitFailure("@" + entry.name + " returns " + TypeToString(type->ret) +
                        "; only results of tensors nested in tuples are compiled");
     }
     // (J2) Code an earlier run stored (a prefetched signature, loaded on
     // the worker instead of compiled); else partial evaluation on the
     // call's own snapshot.
-    if (disk_) {
+    if (disk_ && !job.pullback) {  // a pullback's two programs are not kept on disk
       stage = "cache";
       if (std::optional<DiskHit> hit = LoadImage(entry, *job.snapshot, slot.key, job.args, job.static_args,
                                                  job.grad ? &job.wrt : nullptr, job.id)) {
@@ -746,7 +855,8 @@ void EngineImpl::RunJob(Job& job, bool waited) {
     // straight-line code. A residual with control flow (a dynamic `if`, a
     // loop the data ends) stays as it is, and the compile hook decides what
     // it can do with it, differentiating it too (CompileTask).
-    CallLayout layout = LayoutOf(type->ret, job.args, job.static_args, job.grad ? &job.wrt : nullptr);
+    const bool differentiate = job.grad && !job.pullback;  // the pullback's split comes after the pipeline
+    CallLayout layout = LayoutOf(type->ret, job.args, job.static_args, differentiate ? &job.wrt : nullptr);
     const size_t expected_results = layout.results;
     gradient_result = std::move(layout.gradient_result);
     PipelineOptions pipeline;
@@ -758,7 +868,7 @@ void EngineImpl::RunJob(Job& job, bool waited) {
     const bool served = slot.generic_us.load(std::memory_order_relaxed) > 0;
     CompileTask task{residual, std::nullopt, slot.key.entry->name, options.batch,
                      options.baseline_first && !waited && !served};
-    if (job.grad) {
+    if (differentiate) {
       (HasControlFlow(residual.main) ? task.differentiate : pipeline.wrt_leaves) = std::move(layout.wrt_leaves);
     }
     // A program that is not straight-line code stays unbatched; what
@@ -779,7 +889,7 @@ void EngineImpl::RunJob(Job& job, bool waited) {
     stage = "compile";
     if (options.before_compile) options.before_compile(CompileInfo{entry.name, sig, job.grad, job.wrt});
     start = NowMicros();
-    exec = compile_(task, notes);
+    exec = job.pullback ? CompilePullback(job, residual.main) : compile_(task, notes);
     int64_t end = NowMicros();
     times.compile_us = end - start;
     if (!exec) throw std::logic_error("the compile hook returned no executable");
@@ -833,9 +943,21 @@ void EngineImpl::RunJob(Job& job, bool waited) {
       tier_up_queue_.push_back(std::move(up));
     }
     Spawn();
-  } else if (disk_) {
+  } else if (disk_ && !job.pullback) {
     StoreToDisk(job, slot, exec);
   }
+}
+
+ExecutablePtr EngineImpl::CompilePullback(const Job& job, const Func& residual) {
+  if (!jit_) throw JitFailure("pullbacks compile with the engine's own compiler, not a compile hook");
+  // The parameters not differentiated: every leaf but the wrt arguments' float ones.
+  std::vector<size_t> first;
+  std::vector<Tensor> leaves = Flatten(job.args, job.static_args, &first);
+  std::vector<bool> constant(leaves.size(), true);
+  for (int leaf : FloatWrtLeaves(leaves, first, job.wrt)) constant[leaf] = false;
+  CompileOptions options = CompileOptionsFor(job.slot->entry_name);
+  options.store = nullptr;  // kept by signature, not by text, and not on disk
+  return PullbackExecutable::Compile(*jit_, residual, constant, options);
 }
 
 void EngineImpl::RunTierUp(TierUpJob& job, bool lowered) {

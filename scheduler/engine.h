@@ -315,11 +315,14 @@ class Entry {
   // that maps a cotangent of it (its structure, its float tensors' shapes)
   // to the gradients of sum(value * cotangent) with respect to the `wrt`
   // arguments, shaped as value_and_grad's (ir/abi.h's ValueAndPullback).
-  // The generic tier keeps its forward's runs until the pullback runs, tier
-  // 0 its tape: the forward is not computed again. Per-minibatch code does
-  // not serve pullbacks. The pullback runs once, on any thread, while the
-  // engine lives; a failure of the generic tier's backward falls back to
-  // tier 0 (which computes the forward again) and says so in the log.
+  // Every tier keeps its forward's state until the pullback runs, so the
+  // forward is not computed again: per-minibatch code compiled as a forward
+  // returning its residuals and a backward (jit/pullback.h; straight-line
+  // residuals only, never kept on disk), the generic tier its runs, tier 0
+  // its tape. The tiers are tried as value_and_grad tries them, in slots of
+  // their own. The pullback runs once, on any thread, while the engine
+  // lives; a failure of a compiled backward falls back to tier 0 (which
+  // computes the forward again) and says so in the log.
   // std::logic_error on a value-mode handle.
   ValueAndPullback value_and_pullback(const std::vector<Value>& args) const;
 

@@ -111,9 +111,11 @@ class EngineImpl {
   };
 
   ValueAndGrad Run(Request& r);
-  // A grad-mode request's value and pullback: the generic tier keeps its
-  // forward's runs for the backward, tier 0 its tape. Per-minibatch code
-  // does not serve pullbacks (its programs end in a scalar loss).
+  // A grad-mode request's value and pullback, through the tiers as Run
+  // goes: per-minibatch code (a PullbackExecutable: its forward's residuals
+  // kept for its backward), the generic tier (its forward's runs kept), tier
+  // 0 (its tape kept). Slots of their own (mode "pullback:grad:..."), never
+  // on disk.
   ValueAndPullback RunPullback(Request& r);
   void Prefetch(Request& r, pejit::Prefetch when);
   CodeStatus WaitReady(Request& r);
@@ -143,6 +145,10 @@ class EngineImpl {
   std::optional<ValueAndGrad> RunCompiled(Request& r, Slot& slot);
   std::optional<ValueAndGrad> RunGeneric(Request& r);
   std::optional<ValueAndPullback> RunGenericPullback(Request& r);
+  std::optional<ValueAndPullback> RunCompiledPullback(Request& r, Slot& slot);
+  // A pullback job's code: `residual` (batched) as a PullbackExecutable,
+  // differentiated for the job's wrt leaves. Throws JitFailure.
+  ExecutablePtr CompilePullback(const Job& job, const Func& residual);
   // One call served by the generic tier: `step` runs it (setting the
   // inspection it ran), ServeGeneric does the rest (refusals, compiles to
   // queue, counts, the call's event). False when the tier does not serve it.

@@ -40,6 +40,7 @@ struct Job {
   std::vector<Value> args;
   std::vector<bool> static_args;
   bool grad = false;
+  bool pullback = false;  // grad mode's value_and_pullback: a PullbackExecutable (jit/pullback.h)
   std::vector<int> wrt;  // grad mode
   int64_t enqueued_us = 0;
   int64_t id = 0;  // for events: which enqueue a job's stages and end belong to

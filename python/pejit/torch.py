@@ -18,14 +18,12 @@ Gradients: an entry whose declared result is a scalar (a loss) runs once in
 grad mode when a tensor requires a gradient, and backward scales the saved
 gradients. Any other result runs forward with `Entry.value_and_pullback`,
 and backward hands torch's cotangent to the pullback, which runs the
-backward pass from the forward's own state (the generic tier's runs, or the
-interpreter's tape): nothing is computed twice. Where the interpreter
-served the forward (an entry the generic tier does not serve), later calls
-run in value mode and backward runs a vector-Jacobian product
-`sum(mul(@entry(args), %cotangent))` in grad mode instead: a definition this
-module adds to the engine's module once per result type, which the engine
-compiles per minibatch like any entry (the forward pass is computed again
-there).
+backward pass from the forward's own state (per-minibatch code's residuals,
+the generic tier's runs, or the interpreter's tape): nothing is computed
+twice. With `pullbacks=False`, the forward runs in value mode and backward
+runs a vector-Jacobian product `sum(mul(@entry(args), %cotangent))` in grad
+mode instead: a definition this module adds to the engine's module once per
+result type (the forward pass is computed again there).
 """
 import hashlib
 
@@ -192,7 +190,7 @@ class Function:
         self._value = engine.entry(name, static_argnums=self.static_argnums)
         self._grad = {}  # wrt -> the entry in grad mode (scalar results)
         self._vjp = {}  # (wrt, cotangent type) -> the VJP's entry in grad mode
-        self._pullbacks = pullbacks  # until the interpreter serves one (see the module's docstring)
+        self._pullbacks = pullbacks
         self.stats = {"calls": 0, "grad_calls": 0, "pullback_calls": 0, "vjp_calls": 0, "scalars_out": 0,
                       "bool_copies_out": 0}
 
@@ -265,8 +263,6 @@ class _Apply(torch.autograd.Function):
             ctx.grads = _leaf_grads(fn, template, wrt, grads, needs)
         elif wrt and fn._pullbacks:
             value, ctx.pullback = fn._grad_entry(wrt).value_and_pullback(*args)
-            if ctx.pullback.tier == "interpreter" and fn.engine.policy != "interpreter":
-                fn._pullbacks = False
         else:
             value = fn._value(*args)
             if wrt:

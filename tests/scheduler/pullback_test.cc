@@ -42,9 +42,9 @@ def @vjp(%t: Tree, %emb: Tensor[(?, 4), f32], %w: Tensor[(4, 4), f32],
 }
 )";
 
-EngineOptions WithGeneric(Policy policy, std::shared_ptr<RecordingSink> events = nullptr) {
+EngineOptions WithGeneric(Policy policy, std::shared_ptr<RecordingSink> events = nullptr, bool generic = true) {
   return Options(policy, [&](EngineOptions& o) {
-    o.generic = true;
+    o.generic = generic;
     o.specialize_after_calls = 0;
     o.events = std::move(events);
   });
@@ -62,7 +62,8 @@ Value RandomCotangent(Rng& rng) {
 struct Case {
   const char* name;
   Policy policy;
-  bool generic;  // the tier that must serve the calls
+  bool generic;      // the generic tier on
+  const char* tier;  // the tier that must serve the calls
 };
 
 class PullbackTest : public ::testing::TestWithParam<Case> {};
@@ -70,7 +71,7 @@ class PullbackTest : public ::testing::TestWithParam<Case> {};
 // Random trees most of which no call has seen, each pullback against the
 // interpreter's gradient of @vjp with the same cotangent.
 TEST_P(PullbackTest, GivesTheGradientsOfTheVectorJacobianProduct) {
-  Engine engine(WithGeneric(GetParam().policy));
+  Engine engine(WithGeneric(GetParam().policy, nullptr, GetParam().generic));
   engine.module().AddSource(kStates, "states.pj");
   Snapshot s = engine.module().snapshot();
   Entry states = engine.entry("states", {.wrt = std::vector<int>{1, 2}});
@@ -82,7 +83,7 @@ TEST_P(PullbackTest, GivesTheGradientsOfTheVectorJacobianProduct) {
     SCOPED_TRACE("shape " + std::to_string(shape));
     std::vector<Value> args = {MakeTree(*s, 2 + shape % 4, shape, 9), emb, w};
     ValueAndPullback got = states.value_and_pullback(args);
-    EXPECT_EQ(got.tier, GetParam().generic ? "generic" : "interpreter");
+    EXPECT_EQ(got.tier, GetParam().tier);
     EXPECT_TRUE(Close(got.value, interpreter.Call(*s, "states", args)));
     Value cotangent = RandomCotangent(rng);
     std::vector<Value> grads = got.pullback(cotangent);
@@ -94,15 +95,22 @@ TEST_P(PullbackTest, GivesTheGradientsOfTheVectorJacobianProduct) {
     EXPECT_TRUE(Close(grads[1], want.grads[1]));
   }
   EntryStats st = states.stats();
-  EXPECT_EQ(st.calls_generic, GetParam().generic ? 8 : 0);
-  EXPECT_EQ(st.calls_interpreter, GetParam().generic ? 0 : 8);
-  EXPECT_EQ(st.compiled, 0) << "per-minibatch code does not serve pullbacks";
+  const std::string tier = GetParam().tier;
+  EXPECT_EQ(st.calls_generic, tier == "generic" ? 8 : 0);
+  EXPECT_EQ(st.calls_interpreter, tier == "interpreter" ? 8 : 0);
+  EXPECT_EQ(st.calls_native, tier == "native" ? 8 : 0);
+  if (tier == "native") {  // a specialization per tree shape: 4 shapes among the 8 trees
+    EXPECT_EQ(st.compiled, 4);
+  } else {
+    EXPECT_EQ(st.compiled, 0);
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Tiers, PullbackTest,
-                         ::testing::Values(Case{"interpreter", Policy::Interpreter(), false},
-                                           Case{"generic_sync", Policy::Sync(), true},
-                                           Case{"generic_eager", Policy::Eager(), true}),
+                         ::testing::Values(Case{"interpreter", Policy::Interpreter(), true, "interpreter"},
+                                           Case{"generic_sync", Policy::Sync(), true, "generic"},
+                                           Case{"generic_eager", Policy::Eager(), true, "generic"},
+                                           Case{"specialized_sync", Policy::Sync(), false, "native"}),
                          [](const auto& info) { return std::string(info.param.name); });
 
 // The forward's state is the pullback's: it answers for the program it ran,
@@ -166,6 +174,28 @@ TEST(Pullback, RefusesAWrongCotangentAndASecondRun) {
     EXPECT_EQ(r.pullback(good).size(), 1u);
     EXPECT_THROW(r.pullback(good), std::logic_error) << "a second run";
   }
+}
+
+// Per-minibatch code compiles straight-line residuals only: a loop the data
+// ends is refused for pullbacks, with the reason, and tier 0 serves it.
+TEST(Pullback, AResidualWithControlFlowIsRefusedAndTier0ServesIt) {
+  auto events = std::make_shared<RecordingSink>();
+  Engine engine(WithGeneric(Policy::Sync(), events, /*generic=*/false));
+  engine.module().AddSource(R"(
+def @halve(%x: Tensor[(2,), f32]) -> Tensor[(2,), f32] {
+  if (greater(sum(%x), 1f32)) { @halve(mul(%x, 0.5f32)) } else { %x }
+}
+)", "loops.pj");
+  Entry halve = engine.entry("halve", {.wrt = std::vector<int>{0}});
+  Value x(Tensor::FromVector<float>({2}, {3.0f, 2.0f}));
+  ValueAndPullback r = halve.value_and_pullback({x});
+  EXPECT_EQ(r.tier, "interpreter");
+  // halve(x) = x / 8 here: its pullback scales the cotangent by 1/8.
+  Value ct(Tensor::FromVector<float>({2}, {8.0f, 16.0f}));
+  EXPECT_TRUE(Close(r.pullback(ct)[0], Value(Tensor::FromVector<float>({2}, {1.0f, 2.0f}))));
+  ASSERT_FALSE(events->Of(EventKind::kRefused, "halve").empty());
+  EXPECT_NE(events->Of(EventKind::kRefused, "halve")[0].Text("reason").find("compile"), std::string::npos)
+      << events->Of(EventKind::kRefused, "halve")[0].Text("reason");
 }
 
 // The log says which tier ran each half.
