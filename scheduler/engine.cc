@@ -347,7 +347,10 @@ ValueAndPullback EngineImpl::RunPullback(Request& r) {
       const int64_t generic_start = NowMicros();
       if (auto out = RunGenericPullback(r)) {
         if (options.specialize_after_calls > 0 && !(slot && slot->Load() == SlotState::kReady)) {
-          Miss(r, std::move(slot), options.specialize_after_calls, NowMicros() - generic_start);
+          // What the call costs on the generic tier, for admission: its
+          // backward runs later, and costs about what its forward did (2.0
+          // against 2.3 ms for the Tree-LSTM's @roots, bench/RESULTS.md).
+          Miss(r, std::move(slot), options.specialize_after_calls, 2 * (NowMicros() - generic_start));
         }
         return std::move(*out);
       }
