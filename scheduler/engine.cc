@@ -259,12 +259,8 @@ ValueAndGrad EngineImpl::Run(Request& r) {
     }
   }
   // (6) A miss: queue a job per policy.
-  slot = Miss(r, std::move(slot));
-  if (slot && options.policy.kind == Policy::Kind::kSync) {
-    Wait(*slot);
-    if (slot->Load() == SlotState::kReady) {
-      if (auto out = RunCompiled(r, *slot)) return std::move(*out);
-    }
+  if (SlotPtr ready = MissAndSyncWait(r, std::move(slot))) {
+    if (auto out = RunCompiled(r, *ready)) return std::move(*out);
   }
   // (7) Tier 0.
   return RunInterpreter(r);
@@ -294,17 +290,7 @@ std::optional<ValueAndGrad> EngineImpl::RunCompiled(Request& r, Slot& slot) {
     failure = e.what();
   }
   if (!failure.empty()) {
-    // Failure isolation: this call and later ones go to tier 0, which gives
-    // the same answer or the proper error.
-    if (cache.FailReady(slot, "run: " + failure)) {
-      Count(r.entry.failed);
-      if (On(EventKind::kFailed)) {
-        Event e = Make(EventKind::kFailed, r.entry.name, &r.key.signature);
-        e.fields.push_back({"reason", slot.reason});
-        Emit(e);
-      }
-      NotifyWaiters();
-    }
+    FailCompiledRun(r, slot, failure);
     return std::nullopt;
   }
   Count(r.entry.hits);
@@ -327,6 +313,35 @@ std::optional<ValueAndGrad> EngineImpl::RunCompiled(Request& r, Slot& slot) {
     }
   }
   return out;
+}
+
+SlotPtr EngineImpl::MissAndSyncWait(Request& r, SlotPtr slot) {
+  slot = Miss(r, std::move(slot));
+  if (!slot || options.policy.kind != Policy::Kind::kSync) return nullptr;
+  Wait(*slot);
+  return slot->Load() == SlotState::kReady ? slot : nullptr;
+}
+
+void EngineImpl::FailCompiledRun(Request& r, Slot& slot, const std::string& failure) {
+  // Failure isolation: this call and later ones go to the other tiers, which
+  // give the same answer or the proper error.
+  if (!cache.FailReady(slot, "run: " + failure)) return;
+  Count(r.entry.failed);
+  if (On(EventKind::kFailed)) {
+    Event e = Make(EventKind::kFailed, r.entry.name, &r.key.signature);
+    e.fields.push_back({"reason", slot.reason});
+    Emit(e);
+  }
+  NotifyWaiters();
+}
+
+void EngineImpl::EmitBackward(const std::string& entry, const std::string& signature, const char* tier,
+                              int64_t start_us) const {
+  if (!On(EventKind::kCall)) return;
+  Event e = MakeEvent(EventKind::kCall, entry, signature, start_us, NowMicros() - start_us);
+  e.fields.push_back({"tier", std::string(tier)});
+  e.fields.push_back({"mode", std::string("backward")});
+  Emit(e);
 }
 
 ValueAndPullback EngineImpl::RunPullback(Request& r) {
@@ -355,12 +370,8 @@ ValueAndPullback EngineImpl::RunPullback(Request& r) {
         return std::move(*out);
       }
     }
-    slot = Miss(r, std::move(slot));
-    if (slot && options.policy.kind == Policy::Kind::kSync) {
-      Wait(*slot);
-      if (slot->Load() == SlotState::kReady) {
-        if (auto out = RunCompiledPullback(r, *slot)) return std::move(*out);
-      }
+    if (SlotPtr ready = MissAndSyncWait(r, std::move(slot))) {
+      if (auto out = RunCompiledPullback(r, *ready)) return std::move(*out);
     }
   }
   // Tier 0: the tape, kept.
@@ -380,12 +391,7 @@ ValueAndPullback EngineImpl::RunPullback(Request& r) {
                     signature = r.cacheable ? r.key.signature.ShortHash() : std::string()](const Value& cotangent) {
       const int64_t start = NowMicros();
       std::vector<Value> grads = pullback(cotangent);
-      if (On(EventKind::kCall)) {
-        Event e = MakeEvent(EventKind::kCall, name, signature, start, NowMicros() - start);
-        e.fields.push_back({"tier", std::string("interpreter")});
-        e.fields.push_back({"mode", std::string("backward")});
-        Emit(e);
-      }
+      EmitBackward(name, signature, "interpreter", start);
       return grads;
     };
   }
@@ -441,12 +447,7 @@ std::optional<ValueAndPullback> EngineImpl::RunCompiledPullback(Request& r, Slot
         }
         return interpreter_.CallWithPullback(*snapshot, name, args, wrt).pullback(cotangent);
       }
-      if (On(EventKind::kCall)) {
-        Event ev = MakeEvent(EventKind::kCall, name, signature, begin, NowMicros() - begin);
-        ev.fields.push_back({"tier", std::string(exec->tier())});
-        ev.fields.push_back({"mode", std::string("backward")});
-        Emit(ev);
-      }
+      if (sink_) EmitBackward(name, signature, exec->tier(), begin);
       return grads;
     };
   } catch (const Interrupted&) {
@@ -454,16 +455,8 @@ std::optional<ValueAndPullback> EngineImpl::RunCompiledPullback(Request& r, Slot
   } catch (const std::exception& e) {
     failure = e.what();
   }
-  if (!failure.empty()) {  // as RunCompiled: this call and later ones go to the other tiers
-    if (cache.FailReady(slot, "run: " + failure)) {
-      Count(r.entry.failed);
-      if (On(EventKind::kFailed)) {
-        Event e = Make(EventKind::kFailed, r.entry.name, &r.key.signature);
-        e.fields.push_back({"reason", slot.reason});
-        Emit(e);
-      }
-      NotifyWaiters();
-    }
+  if (!failure.empty()) {
+    FailCompiledRun(r, slot, failure);
     return std::nullopt;
   }
   Count(r.entry.hits);

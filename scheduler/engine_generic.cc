@@ -188,12 +188,7 @@ std::optional<ValueAndPullback> EngineImpl::RunGenericPullback(Request& r) {
         }
         return interpreter_.CallWithPullback(*snapshot, name, args, wrt).pullback(cotangent);
       }
-      if (On(EventKind::kCall)) {
-        Event ev = MakeEvent(EventKind::kCall, name, signature, start, NowMicros() - start);
-        ev.fields.push_back({"tier", std::string("generic")});
-        ev.fields.push_back({"mode", std::string("backward")});
-        Emit(ev);
-      }
+      if (sink_) EmitBackward(name, signature, "generic", start);
       return grads;
     };
     return std::move(forward.run);

@@ -146,6 +146,13 @@ class EngineImpl {
   std::optional<ValueAndGrad> RunGeneric(Request& r);
   std::optional<ValueAndPullback> RunGenericPullback(Request& r);
   std::optional<ValueAndPullback> RunCompiledPullback(Request& r, Slot& slot);
+  // A call no code served: Miss (a job per policy); under policy sync, the
+  // slot once its job is done, when ready (null otherwise).
+  SlotPtr MissAndSyncWait(Request& r, SlotPtr slot);
+  // A ready slot's code threw running `r`: failed (once), counted, logged.
+  void FailCompiledRun(Request& r, Slot& slot, const std::string& failure);
+  // The `call` event of a pullback's backward, which ran on `tier` from `start_us`.
+  void EmitBackward(const std::string& entry, const std::string& signature, const char* tier, int64_t start_us) const;
   // A pullback job's code: `residual` (batched) as a PullbackExecutable,
   // differentiated for the job's wrt leaves. Throws JitFailure.
   ExecutablePtr CompilePullback(const Job& job, const Func& residual);
