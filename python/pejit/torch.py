@@ -263,6 +263,7 @@ class _Apply(torch.autograd.Function):
             ctx.grads = _leaf_grads(fn, template, wrt, grads, needs)
         elif wrt and fn._pullbacks:
             value, ctx.pullback = fn._grad_entry(wrt).value_and_pullback(*args)
+            ctx.save_for_backward(*leaves)  # a second backward (retain_graph) takes the VJP entry
         else:
             value = fn._value(*args)
             if wrt:

@@ -136,6 +136,19 @@ def test_a_recursions_backward_runs_from_its_forwards_state(engine):
     assert engine.entry("running", wrt=(1,)).stats()[tier] == 3
 
 
+def test_a_second_backward_through_a_retained_graph_computes_the_forward_again(engine):
+    """A pullback runs once: backward(retain_graph=True) twice takes the
+    vector-Jacobian product entry the second time, with the same gradients."""
+    x, w, b = leaves(9, (3, 3), (3, 2), (2,))
+    encode = pejit.torch.function(engine, "encode")
+    h = encode(x, {"w": w, "b": b})
+    h.sum().backward(retain_graph=True)
+    first = w.grad.clone()
+    h.sum().backward()
+    torch.testing.assert_close(w.grad, 2 * first, rtol=1e-5, atol=1e-6)
+    assert (encode.stats["pullback_calls"], encode.stats["vjp_calls"]) == (1, 1)
+
+
 def test_an_entry_the_generic_tier_does_not_serve_gets_its_pullback_compiled_per_minibatch(engine):
     """A function of tensors alone has no structure for the generic tier to
     walk: its pullback is per-minibatch code (a forward keeping its
