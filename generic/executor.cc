@@ -289,10 +289,9 @@ std::vector<Value> ArgumentGrads(const std::vector<Value>& args, const std::vect
   for (int i : wrt) {
     if (HoldsStructure(args.at(i))) throw Refusal("generic: a gradient with respect to a structure argument");
   }
-  // The call of the wrt arguments alone (the others hold the structures,
-  // which are not walked again), its results laid out as compiled code lays
-  // them out: a loss (unread), then per wrt leaf its gradient. An argument
-  // without structures has its roots for leaves, in the same order.
+  // The wrt arguments alone (the others hold the structures, which are not
+  // walked again): an argument without structures has its roots for
+  // leaves, in the same order.
   std::vector<Value> wrt_args;
   std::vector<size_t> first_root;
   for (int i : wrt) {
@@ -301,19 +300,16 @@ std::vector<Value> ArgumentGrads(const std::vector<Value>& args, const std::vect
     wrt_args.push_back(args[i]);
     first_root.push_back(root);
   }
-  std::vector<int> local(wrt_args.size());
-  for (size_t k = 0; k < local.size(); ++k) local[k] = static_cast<int>(k);
   std::vector<size_t> first;
   std::vector<Tensor> leaves = Flatten(wrt_args, {}, &first);
-  std::vector<int> wrt_leaves = FloatWrtLeaves(leaves, first, local);
-  std::vector<Tensor> results{Tensor::Zeros(DType::kF32, {})};
-  size_t a = 0;
-  for (int leaf : wrt_leaves) {
-    while (a + 1 < first.size() && first[a + 1] <= static_cast<size_t>(leaf)) ++a;
-    results.push_back(root_grads.at(first_root[a] + (leaf - first[a])));
+  std::vector<Tensor> leaf_grads(leaves.size());
+  for (size_t a = 0; a < wrt_args.size(); ++a) {
+    const size_t end = a + 1 < first.size() ? first[a + 1] : leaves.size();
+    for (size_t j = first[a]; j < end; ++j) leaf_grads[j] = root_grads.at(first_root[a] + (j - first[a]));
   }
-  return FromResults(nullptr, wrt_args, &local, leaves, first, GradientResultOf(leaves.size(), wrt_leaves), results)
-      .grads;
+  std::vector<int> local(wrt_args.size());
+  for (size_t k = 0; k < local.size(); ++k) local[k] = static_cast<int>(k);
+  return GradsFromLeaves(wrt_args, local, leaves, first, leaf_grads);
 }
 
 ValueAndGrad CallResult(const std::vector<Value>& args, const std::vector<int>* wrt, Execution& run) {

@@ -481,6 +481,7 @@ struct Recorded {
   std::vector<std::vector<Value>> leaves;   // per wrt position: its argument's leaves
   std::vector<int> first;                   // per wrt position: an earlier one naming the same argument, or -1
   std::vector<Value> float_leaves;          // the watched leaves, in order
+  bool replayed = false;                    // a pullback's: the tape replays once
 
   Recorded(const std::vector<Value>& args, const std::vector<int>& wrt)
       : traced(args), leaves(wrt.size()), first(wrt.size(), -1) {
@@ -555,10 +556,10 @@ ValueAndPullback Interpreter::CallWithPullback(const ModuleSnapshot& module, con
   std::vector<Value> plain;
   for (const Tensor& t : TensorLeaves(traced_result)) plain.push_back(Value(t));
   out.value = ReplaceTensorLeaves(traced_result, plain);
-  out.pullback = [rec, traced_result, args, wrt, entry, used = false](const Value& cotangent) mutable {
-    if (used) throw std::logic_error("@" + entry + ": a pullback runs once");
+  out.pullback = [rec, traced_result, args, wrt, entry](const Value& cotangent) {
+    if (rec->replayed) throw std::logic_error("@" + entry + ": a pullback runs once");
     std::vector<Tensor> cts = CotangentLeaves(traced_result, cotangent, "@" + entry);
-    used = true;
+    rec->replayed = true;
     std::vector<std::pair<Value, Tensor>> seeds;
     std::vector<Value> outputs;
     ForEachNode(traced_result, [&](const Value& v) {
@@ -566,7 +567,7 @@ ValueAndPullback Interpreter::CallWithPullback(const ModuleSnapshot& module, con
     });
     for (size_t i = 0; i < outputs.size(); ++i) seeds.emplace_back(outputs[i], cts[i]);
     std::vector<Value> grads = rec->GradsOf(args, wrt, rec->tape->Backward(seeds, rec->float_leaves));
-    rec.reset();  // the tape's tensors go now, not with the last copy of this function
+    rec->tape.reset();  // the tape's tensors go now, not with the last copy of this function
     return grads;
   };
   return out;

@@ -96,18 +96,31 @@ ValueAndGrad FromResults(const Type& result_type, const std::vector<Value>& args
                            " leaves, the call " + std::to_string(leaves.size()));
   }
   out.value = Value(results.at(0));
-  for (int i : *wrt) {
+  std::vector<Tensor> leaf_grads(leaves.size());
+  for (size_t j = 0; j < leaves.size(); ++j) {
+    leaf_grads[j] = gradient_result[j] < 0 ? leaves[j] : results.at(gradient_result[j]);
+  }
+  out.grads = GradsFromLeaves(args, *wrt, leaves, first, leaf_grads);
+  return out;
+}
+
+std::vector<Value> GradsFromLeaves(const std::vector<Value>& args, const std::vector<int>& wrt,
+                                   const std::vector<Tensor>& leaves, const std::vector<size_t>& first,
+                                   const std::vector<Tensor>& leaf_grads) {
+  std::vector<Value> out;
+  for (int i : wrt) {
     size_t end = static_cast<size_t>(i) + 1 < first.size() ? first.at(i + 1) : leaves.size();
     std::vector<Value> replaced;
     for (size_t j = first.at(i); j < end; ++j) {
-      if (gradient_result[j] < 0) {
-        replaced.emplace_back(leaves[j]);
-        continue;
+      const Tensor& g = leaf_grads.at(j);
+      if (g.defined()) {
+        replaced.emplace_back(g);
+      } else {
+        replaced.emplace_back(IsFloat(leaves[j].dtype()) ? Tensor::Zeros(leaves[j].dtype(), leaves[j].shape())
+                                                         : leaves[j]);
       }
-      const Tensor& g = results.at(gradient_result[j]);
-      replaced.emplace_back(g.defined() ? g : Tensor::Zeros(leaves[j].dtype(), leaves[j].shape()));
     }
-    out.grads.push_back(ReplaceTensorLeaves(args.at(i), replaced));
+    out.push_back(ReplaceTensorLeaves(args.at(i), replaced));
   }
   return out;
 }

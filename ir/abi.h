@@ -100,5 +100,12 @@ std::vector<int> GradientResultOf(size_t leaves, const std::vector<int>& wrt_lea
 ValueAndGrad FromResults(const Type& result_type, const std::vector<Value>& args, const std::vector<int>* wrt,
                          const std::vector<Tensor>& leaves, const std::vector<size_t>& first,
                          const std::vector<int>& gradient_result, const std::vector<Tensor>& results);
+// Each `wrt` argument's gradient, shaped like it, from one gradient per
+// dynamic leaf (`leaf_grads`, in `leaves`' order, `first` as Flatten's): an
+// undefined one is zeros for a float leaf (no gradient reached it) and the
+// leaf itself for an integer one. FromResults's grad mode, and a pullback's.
+std::vector<Value> GradsFromLeaves(const std::vector<Value>& args, const std::vector<int>& wrt,
+                                   const std::vector<Tensor>& leaves, const std::vector<size_t>& first,
+                                   const std::vector<Tensor>& leaf_grads);
 
 }  // namespace pejit

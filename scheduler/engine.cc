@@ -428,14 +428,8 @@ std::optional<ValueAndPullback> EngineImpl::RunCompiledPullback(Request& r, Slot
       try {
         Team team(&helpers_, step_threads);
         ScopedTeam scoped_team(&team);
-        std::vector<Tensor> param_grads = exec->RunBackward(leaves, seeds, std::move(kept->residuals));
-        // Laid out as grad-mode code returns them (ir/abi.h): a loss
-        // (unread), then each wrt float leaf's gradient.
-        std::vector<int> wrt_leaves = FloatWrtLeaves(leaves, first, wrt);
-        std::vector<Tensor> results{Tensor::Zeros(DType::kF32, {})};
-        for (int leaf : wrt_leaves) results.push_back(param_grads.at(leaf));
-        grads = FromResults(nullptr, args, &wrt, leaves, first, GradientResultOf(leaves.size(), wrt_leaves), results)
-                    .grads;
+        grads = GradsFromLeaves(args, wrt, leaves, first,
+                                exec->RunBackward(leaves, seeds, std::move(kept->residuals)));
       } catch (const Interrupted&) {
         throw;
       } catch (const std::exception& e) {
