@@ -1090,7 +1090,7 @@ class CallRun {
       if (factor.kind == SegmentCode::Factor::Kind::kProduct) {
         Tensor& lhs = grads.at(next++);
         Tensor& rhs = grads.at(next++);
-        int64_t rows = lhs.shape()[0];
+        const int64_t rows = lhs.shape()[0];
         row_factors_[root].push_back({std::move(lhs), std::move(rhs), rows});
       } else {
         row_sums_[{root, factor.shape}].push_back(std::move(grads.at(next++)));
@@ -1121,19 +1121,36 @@ class CallRun {
         AddInto(grad, inspection_.roots[root].type(), CallOp("matmul", {lhs, rhs}, {{"transpose_a", true}}).data<float>());
         continue;
       }
-      // The micro-kernel takes its left operand as it lies: the left factors
-      // stacked and transposed (m, rows); the right ones packed where they
-      // go along k; the product added into the gradient.
-      Tensor lhs = Tensor::Empty(DType::kF32, {m, rows}), packed_rhs = Tensor::Empty(DType::kF32, PackedShape(rows, n));
-      int64_t at = 0;
-      for (const RowFactor& f : factors) {
-        Transpose(f.lhs.data<float>(), f.rows, m, lhs.data<float>() + at, rows);
-        PackGemmRhsRows(rows, at, f.rows, n, f.rhs.data<float>(), n, packed_rhs.data<float>());
-        at += f.rows;
+      // The micro-kernel takes its left operand as it lies. The product goes
+      // by chunks of kChunk rows of k: each chunk's left factors transposed
+      // (m, kChunk) and right ones packed, then multiplied and added into
+      // the gradient, so that both stay in cache (a Tree-LSTM's call has
+      // thousands of rows; transposing and packing them whole wrote beyond
+      // L2, and its panels of k rows left L1).
+      constexpr int64_t kChunk = 256;
+      const int64_t chunk = std::min(rows, kChunk);
+      Tensor lhs = Tensor::Empty(DType::kF32, {m, chunk}), packed_rhs = Tensor::Empty(DType::kF32, PackedShape(chunk, n));
+      bool accumulate = grad.defined();
+      if (!accumulate) {
+        const Shape& shape = inspection_.roots[root].shape();
+        grad = rows == 0 ? Tensor::Zeros(DType::kF32, shape) : Tensor::Empty(DType::kF32, shape);
       }
-      const bool accumulate = grad.defined();
-      if (!accumulate) grad = Tensor::Empty(DType::kF32, inspection_.roots[root].shape());
-      GemmPacked(m, n, rows, lhs.data<float>(), rows, packed_rhs.data<float>(), grad.data<float>(), n, accumulate);
+      int64_t done = 0, filled = 0, size = chunk;  // rows multiplied; of the chunk so far; in the chunk
+      for (const RowFactor& f : factors) {
+        for (int64_t row = 0; row < f.rows;) {
+          if (filled == 0) size = std::min(chunk, rows - done);  // the last chunk packs its own k
+          const int64_t take = std::min(f.rows - row, size - filled);
+          Transpose(f.lhs.data<float>() + row * m, take, m, lhs.data<float>() + filled, chunk);
+          PackGemmRhsRows(size, filled, take, n, f.rhs.data<float>() + row * n, n, packed_rhs.data<float>());
+          filled += take;
+          row += take;
+          if (filled < size) continue;
+          GemmPacked(m, n, size, lhs.data<float>(), chunk, packed_rhs.data<float>(), grad.data<float>(), n, accumulate);
+          accumulate = true;
+          done += size;
+          filled = 0;
+        }
+      }
     }
   }
 
