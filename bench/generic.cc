@@ -5,6 +5,8 @@
 // step beside each minibatch's own specialization, timed alternately.
 #include <benchmark/benchmark.h>
 
+#include <tbb/task_arena.h>
+
 #include <chrono>
 
 #include "examples/treelstm/listops.h"
@@ -17,6 +19,7 @@
 #include "jit/pipeline.h"
 #include "ops/blas.h"
 #include "pe/partial_eval.h"
+#include "support/team.h"
 
 namespace pejit {
 namespace {
@@ -132,12 +135,15 @@ BENCHMARK(BM_GenericTrainStep)->Unit(benchmark::kMillisecond);
 // Runs each of `calls` both ways, alternately in one loop, so that the
 // machine's speed, which on these VMs changes from run to run, is the same
 // for both: its own specialization (compiled before timing), then the
-// generic tier (`program`). Counters per call (ms): the specialization's;
+// generic tier (`program`), each call on a team of `threads` (the caller and
+// helpers from an arena, as the engine's calls borrow its idle workers). Counters per call (ms): the specialization's;
 // the generic tier's inspection (the walk, which training runs ahead with a
 // lookahead) and execution; `generic_over_specialized` is the speed ratio
 // with the walk, `..._walk_ahead` without it.
 void Alternate(benchmark::State& state, generic::GenericProgram& program, const std::vector<std::vector<Value>>& calls,
-               const std::vector<ExecutablePtr>& specialized, const generic::ExecuteOptions& options) {
+               const std::vector<ExecutablePtr>& specialized, const generic::ExecuteOptions& options, int threads = 1) {
+  tbb::task_arena arena(std::max(1, threads - 1));
+  ArenaHelpers helpers(arena, threads - 1);
   std::vector<std::vector<Tensor>> leaves;
   for (const auto& args : calls) leaves.push_back(Flatten(args));
   using Clock = std::chrono::steady_clock;
@@ -147,11 +153,20 @@ void Alternate(benchmark::State& state, generic::GenericProgram& program, const 
   size_t i = 0;
   for (auto _ : state) {
     const auto t0 = Clock::now();
-    benchmark::DoNotOptimize(specialized[i]->Run(leaves[i]));
+    {
+      Team team(&helpers, threads);
+      ScopedTeam scoped(&team);
+      benchmark::DoNotOptimize(specialized[i]->Run(leaves[i]));
+    }
     const auto t1 = Clock::now();
     generic::Inspection inspection = program.Inspect(calls[i]);
     const auto t2 = Clock::now();
-    generic::Execution e = generic::Execute(inspection, options);
+    generic::Execution e;
+    {
+      Team team(&helpers, threads);
+      ScopedTeam scoped(&team);
+      e = generic::Execute(inspection, options);
+    }
     const auto t3 = Clock::now();
     spec += ms(t0, t1);
     inspect += ms(t1, t2);
@@ -171,7 +186,9 @@ void Alternate(benchmark::State& state, generic::GenericProgram& program, const 
 
 // Issue 51's point 4 (issue 54's point 1): a training step of the generic
 // tier against the same minibatch's own specialization (PE, batching,
-// autodiff, LLVM: what `--no-generic` runs), both native before timing.
+// autodiff, LLVM: what `--no-generic` runs), both native before timing, on
+// one thread and on two (the specialization's lanes and divided steps, the
+// generic tier's divided steps and weight products).
 void BM_GenericOverSpecialized(benchmark::State& state) {
   Workload w(32, 8);
   generic::GenericProgram program(w.snapshot, "loss");
@@ -185,9 +202,9 @@ void BM_GenericOverSpecialized(benchmark::State& state) {
   }
   generic::ExecuteOptions run;
   run.grad = true;
-  Alternate(state, program, w.calls, specialized, run);
+  Alternate(state, program, w.calls, specialized, run, static_cast<int>(state.range(0)));
 }
-BENCHMARK(BM_GenericOverSpecialized)->Unit(benchmark::kMillisecond)->MinTime(3.0);
+BENCHMARK(BM_GenericOverSpecialized)->ArgName("threads")->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->MinTime(3.0);
 
 // Inference on minibatches never seen, after training compiled its segments
 // (grad mode): what a dev set's first pass runs, the grad-mode forwards

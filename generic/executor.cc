@@ -23,6 +23,7 @@
 #include "ops/packed_gemm.h"
 #include "ir/printer.h"
 #include "ir/visitor.h"
+#include "support/team.h"
 
 #include <unordered_map>
 #include <unordered_set>
@@ -1098,9 +1099,27 @@ class CallRun {
     }
   }
 
+  // A run's (or piece's) two factors of a weight's gradient product, `rows` rows each.
+  struct RowFactor {
+    Tensor lhs, rhs;
+    int64_t rows;
+  };
+
   // Each weight's gradient from every run's row factors: one product whose
-  // inner dimension is all their rows.
+  // inner dimension is all their rows. Its rows go in parts of kPartRows,
+  // fixed by the rows alone (so that the bits are the same with one thread
+  // or many), which run on the call's team: the first part adds into the
+  // gradient, each other one into a product of its own, added to the
+  // gradient in order once all are done.
   void SumProducts() {
+    struct Part {
+      const std::vector<RowFactor>* factors;
+      int64_t begin, end, m, n;
+      Tensor out;
+      bool accumulate;
+      int root;
+    };
+    std::vector<Part> parts;
     for (auto& [root, factors] : row_factors_) {
       int64_t rows = 0;
       for (const RowFactor& f : factors) rows += f.rows;
@@ -1121,35 +1140,70 @@ class CallRun {
         AddInto(grad, inspection_.roots[root].type(), CallOp("matmul", {lhs, rhs}, {{"transpose_a", true}}).data<float>());
         continue;
       }
-      // The micro-kernel takes its left operand as it lies. The product goes
-      // by chunks of kChunk rows of k: each chunk's left factors transposed
-      // (m, kChunk) and right ones packed, then multiplied and added into
-      // the gradient, so that both stay in cache (a Tree-LSTM's call has
-      // thousands of rows; transposing and packing them whole wrote beyond
-      // L2, and its panels of k rows left L1).
-      constexpr int64_t kChunk = 256;
-      const int64_t chunk = std::min(rows, kChunk);
-      Tensor lhs = Tensor::Empty(DType::kF32, {m, chunk}), packed_rhs = Tensor::Empty(DType::kF32, PackedShape(chunk, n));
-      bool accumulate = grad.defined();
+      const bool accumulate = grad.defined();
       if (!accumulate) {
         const Shape& shape = inspection_.roots[root].shape();
         grad = rows == 0 ? Tensor::Zeros(DType::kF32, shape) : Tensor::Empty(DType::kF32, shape);
       }
-      int64_t done = 0, filled = 0, size = chunk;  // rows multiplied; of the chunk so far; in the chunk
-      for (const RowFactor& f : factors) {
-        for (int64_t row = 0; row < f.rows;) {
-          if (filled == 0) size = std::min(chunk, rows - done);  // the last chunk packs its own k
-          const int64_t take = std::min(f.rows - row, size - filled);
-          Transpose(f.lhs.data<float>() + row * m, take, m, lhs.data<float>() + filled, chunk);
-          PackGemmRhsRows(size, filled, take, n, f.rhs.data<float>() + row * n, n, packed_rhs.data<float>());
-          filled += take;
-          row += take;
-          if (filled < size) continue;
-          GemmPacked(m, n, size, lhs.data<float>(), chunk, packed_rhs.data<float>(), grad.data<float>(), n, accumulate);
-          accumulate = true;
-          done += size;
-          filled = 0;
-        }
+      for (int64_t begin = 0; begin < rows; begin += kPartRows) {
+        Tensor out = begin == 0 ? grad : Tensor::Empty(DType::kF32, {m, n});
+        parts.push_back({&factors, begin, std::min(rows, begin + kPartRows), m, n, out, begin == 0 && accumulate, root});
+      }
+    }
+    auto run = [&](int64_t i) {
+      Part& p = parts[static_cast<size_t>(i)];
+      MultiplyRowFactors(*p.factors, p.begin, p.end, p.m, p.n, p.out.data<float>(), p.accumulate);
+    };
+    Team* team = Team::Current();
+    if (team && team->max_threads() > 1 && parts.size() > 1) {
+      team->Run(static_cast<int64_t>(parts.size()), run);
+    } else {
+      for (size_t i = 0; i < parts.size(); ++i) run(static_cast<int64_t>(i));
+    }
+    for (const Part& p : parts) {
+      if (p.begin > 0) AddInto(result_.root_grads[p.root], inspection_.roots[p.root].type(), p.out.data<float>());
+    }
+  }
+
+  // Rows of a weight's product per part: a part is 1-4 ms of products for
+  // a Tree-LSTM of hidden 128, worth handing to another core.
+  static constexpr int64_t kPartRows = 1024;
+  // The term sum over rows [begin, end) of the factors stacked of lhs^T rhs
+  // into out (m x n; added to it when `accumulate`). By chunks of kChunk
+  // rows: each chunk's left factors transposed and right ones packed while
+  // in cache, then multiplied (a Tree-LSTM's call has thousands of rows:
+  // transposing and packing them whole wrote beyond L2, and the
+  // micro-kernel's panels of k rows left L1).
+  static void MultiplyRowFactors(const std::vector<RowFactor>& factors, int64_t begin, int64_t end, int64_t m,
+                                 int64_t n, float* out, bool accumulate) {
+    constexpr int64_t kChunk = 256;
+    const int64_t chunk = std::min(end - begin, kChunk);
+    if (chunk <= 0) return;
+    // Buffers each thread keeps from call to call: fresh ones of these
+    // sizes (a packed 256 x 512 operand is 512 KiB) come from mmap and cost
+    // their page faults at every call.
+    thread_local std::vector<float> lhs_buffer, rhs_buffer;
+    lhs_buffer.resize(std::max<size_t>(lhs_buffer.size(), static_cast<size_t>(m * chunk)));
+    rhs_buffer.resize(std::max<size_t>(rhs_buffer.size(), static_cast<size_t>(NumElements(PackedShape(chunk, n)))));
+    float* const lhs = lhs_buffer.data();
+    float* const packed_rhs = rhs_buffer.data();
+    int64_t at = 0;  // rows of the factors before f
+    int64_t done = begin, filled = 0, size = chunk;  // rows multiplied; of the chunk so far; in the chunk
+    for (const RowFactor& f : factors) {
+      const int64_t first = std::max(begin - at, int64_t{0}), last = std::min(end - at, f.rows);
+      at += f.rows;
+      for (int64_t row = first; row < last;) {
+        if (filled == 0) size = std::min(chunk, end - done);  // the last chunk packs its own k
+        const int64_t take = std::min(last - row, size - filled);
+        Transpose(f.lhs.data<float>() + row * m, take, m, lhs + filled, chunk);
+        PackGemmRhsRows(size, filled, take, n, f.rhs.data<float>() + row * n, n, packed_rhs);
+        filled += take;
+        row += take;
+        if (filled < size) continue;
+        GemmPacked(m, n, size, lhs, chunk, packed_rhs, out, n, accumulate);
+        accumulate = true;
+        done += size;
+        filled = 0;
       }
     }
   }
@@ -1171,11 +1225,6 @@ class CallRun {
       AddInto(result_.root_grads[key.first], inspection_.roots[key.first].type(), grad.data<float>());
     }
   }
-
-  struct RowFactor {
-    Tensor lhs, rhs;
-    int64_t rows;
-  };
 
   // A run output's cotangent: its rows, and which of them a reader wrote.
   struct Cotangent {

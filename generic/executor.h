@@ -21,7 +21,10 @@
 // input cotangents into the slot it was read from: the output rows of
 // earlier runs, or the gradient of an entry tensor (a shared parameter's
 // arrives summed over the rows already). Padded rows get zero cotangents,
-// so they add nothing to any gradient.
+// so they add nothing to any gradient. A weight's gradient is one product
+// per call over every run's row factors, in parts of a fixed number of rows
+// that the call's team (support/team.h) shares out: two threads give the
+// bits one gives.
 //
 // A segment's code for a row bucket is made on first use with its baseline
 // code: the variant's programs lowered without fusion, every step a

@@ -11,6 +11,7 @@
 // LLVM.
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <map>
 #include <mutex>
 #include <random>
@@ -29,6 +30,7 @@
 #include "ir/program_files.h"
 #include "ir/visitor.h"
 #include "jit/compiler.h"
+#include "tests/support/thread_pool.h"
 
 namespace pejit::generic {
 namespace {
@@ -294,6 +296,71 @@ TEST(GenericTier, GradModeRunsARowCountPastEveryCompiledBucketInNativePieces) {
   EXPECT_GT(in_pieces, 0);
   EXPECT_GT(got.native_runs, 0);
   EXPECT_FALSE(got.missing_native.empty()) << "the runs' own buckets are asked for";
+}
+
+// One minibatch of every tree of `path`'s calls, `times` over: their tree
+// lists joined (a list's Nil replaced by the next), their labels
+// concatenated, the first call's parameters.
+std::vector<Value> JoinedCall(const ModuleSnapshot& module, const std::string& path, int times) {
+  std::istringstream lines(ReadFile(path));
+  std::vector<nlohmann::json> calls;
+  for (std::string line; std::getline(lines, line);) calls.push_back(nlohmann::json::parse(line));
+  nlohmann::json trees = {{"ctor", "Nil"}, {"fields", nlohmann::json::array()}}, labels = calls[0][1];
+  labels["data"] = nlohmann::json::array();
+  for (int t = 0; t < times; ++t) {
+    for (auto c = calls.rbegin(); c != calls.rend(); ++c) {  // each list put before the ones joined so far
+      nlohmann::json list = (*c)[0];
+      nlohmann::json* end = &list;
+      while ((*end)["ctor"] == "Cons") end = &(*end)["fields"][1];
+      *end = trees;
+      trees = std::move(list);
+    }
+    for (const nlohmann::json& c : calls) {
+      for (const auto& y : c[1]["data"]) labels["data"].push_back(y);
+    }
+  }
+  labels["shape"] = {labels["data"].size()};
+  const Definition& def = module.Get("loss");
+  auto types = [&](const std::string& n) { return module.FindType(n); };
+  return {ValueFromJson(trees, def.func->params[0]->annotation, types),
+          ValueFromJson(labels, def.func->params[1]->annotation, types),
+          ValueFromJson(calls[0][2], def.func->params[2]->annotation, types)};
+}
+
+// A weight's gradient is one product over every run's rows, in parts of a
+// fixed number of rows that a call's team shares out: two threads give the
+// bits one gives, and the interpreter's gradients. A minibatch of 288 trees
+// has thousands of rows: several parts.
+TEST(GenericTier, WeightGradientProductsGiveTheSameBitsOnOneThreadOrTwo) {
+  Snapshot module = LoadProgram("examples/treelstm/treelstm.pj");
+  const std::vector<Value> args = JoinedCall(*module, "tests/generic/treelstm_calls.jsonl", 3);
+  GenericProgram program(module, "loss");
+  std::unique_ptr<JitSession> jit = JitSession::Create();
+  ExecuteOptions options;
+  options.grad = true;
+  options.compile_now = jit.get();
+  Inspection inspection = program.Inspect(args);
+  Execution alone = Execute(inspection, options);
+  testing_support::ThreadPool pool(1);
+  Execution two;
+  {
+    Team team(&pool, 2);
+    ScopedTeam scoped(&team);
+    two = Execute(inspection, options);
+  }
+  ASSERT_TRUE(pool.WaitAllReturned());
+  ASSERT_EQ(alone.root_grads.size(), two.root_grads.size());
+  for (size_t i = 0; i < alone.root_grads.size(); ++i) {
+    SCOPED_TRACE("entry tensor " + std::to_string(i));
+    ASSERT_EQ(alone.root_grads[i].defined(), two.root_grads[i].defined());
+    if (!alone.root_grads[i].defined()) continue;
+    ASSERT_EQ(alone.root_grads[i].nbytes(), two.root_grads[i].nbytes());
+    EXPECT_EQ(std::memcmp(alone.root_grads[i].raw_data(), two.root_grads[i].raw_data(), alone.root_grads[i].nbytes()), 0);
+  }
+  const std::vector<int> wrt{2};
+  Interpreter::ValueAndGrad want = Interpreter().CallWithGrad(*module, "loss", args, wrt);
+  EXPECT_TRUE(ValueAllClose(two.value, want.value, 1e-4, 1e-5));
+  EXPECT_TRUE(ValueAllClose(CallResult(args, &wrt, two).grads[0], want.grads[0], 1e-4, 1e-5));
 }
 
 // A variant's first native code is the quick code generator's; the
