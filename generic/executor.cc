@@ -137,15 +137,29 @@ std::vector<SegmentCode::Output> ReturnByReference(Straight& s, const std::vecto
     }
     outputs.push_back(std::move(out));
   }
-  if (results.empty() && !logical.empty()) {  // a program returns something: the first value, copied
-    results.push_back(logical[0]);
-    outputs[0] = {false, 0, TensorTypeOf(logical[0]).shape};
-  }
+  // A program returns something: the first value, copied, which no output
+  // reads (RunProgram does not run such a program).
+  if (results.empty() && !logical.empty()) results.push_back(logical[0]);
   s.result = MakeTuple(std::move(results));
   return outputs;
 }
 
 // The logical outputs of a program run on `inputs` that returned `results`.
+std::vector<Tensor> LogicalOutputs(const std::vector<SegmentCode::Output>& outputs, std::span<const Tensor> inputs,
+                                   std::vector<Tensor> results);
+
+// The logical outputs of `code` (a variant's program, whose outputs are
+// `outputs`) on `inputs`, `run_inputs` what it takes (with packed weights
+// appended). A program all of whose outputs are inputs (the gradient of a
+// sum is the cotangent as it came) is not run.
+std::vector<Tensor> RunProgram(const Executable& code, const std::vector<SegmentCode::Output>& outputs,
+                               std::span<const Tensor> inputs, std::span<const Tensor> run_inputs) {
+  if (std::all_of(outputs.begin(), outputs.end(), [](const SegmentCode::Output& o) { return o.from_input; })) {
+    return LogicalOutputs(outputs, inputs, {});
+  }
+  return LogicalOutputs(outputs, inputs, RunSizedToTeam(code, run_inputs));
+}
+
 std::vector<Tensor> LogicalOutputs(const std::vector<SegmentCode::Output>& outputs, std::span<const Tensor> inputs,
                                    std::vector<Tensor> results) {
   std::vector<Tensor> out;
@@ -178,6 +192,10 @@ GradPrograms MakeGradPrograms(const Func& vectorized, const std::vector<bool>& s
   g.grad_outputs = split->grad_outputs;
   g.residuals = split->residuals;
   Straight& fwd = split->forward;
+  // The VJP's seeds are each cotangent times a broadcast 1: folded first, a
+  // gradient that is a cotangent as it came (a sum's, a copy's) is seen to be
+  // an input, returned by reference instead of copied by the program.
+  split->backward = FoldConstants(std::move(split->backward));
   Straight& bwd = split->backward;
   g.forward_outputs = ReturnByReference(fwd, As<TupleNode>(fwd.result)->fields);
 
@@ -811,10 +829,10 @@ class CallRun {
 
   // The forward code of a variant on gathered inputs (packed weights appended).
   std::vector<Tensor> RunForward(const generic::Run& run, const SegmentCode::Variant& v, const std::vector<Tensor>& in) {
-    if (v.forward_packs.empty()) return LogicalOutputs(v.forward_outputs, in, RunSizedToTeam(*v.forward_code, in));
+    if (v.forward_packs.empty()) return RunProgram(*v.forward_code, v.forward_outputs, in, in);
     std::vector<Tensor> packed_in = in;
     AppendPacks(run, v.forward_packs, packed_in);
-    return LogicalOutputs(v.forward_outputs, in, RunSizedToTeam(*v.forward_code, packed_in));
+    return RunProgram(*v.forward_code, v.forward_outputs, in, packed_in);
   }
 
   void Forward(size_t r) {
@@ -1030,7 +1048,7 @@ class CallRun {
     const size_t first_residual = code.outputs.size();
     for (int k = 0; k < variant.residuals; ++k) in.push_back(std::move(outputs_[r][first_residual + k]));
     AppendPacks(run, variant.backward_packs, in);
-    std::vector<Tensor> grads = LogicalOutputs(variant.backward_outputs, in, RunSizedToTeam(*backward, in));
+    std::vector<Tensor> grads = RunProgram(*backward, variant.backward_outputs, in, in);
     AddGrads(run, variant, grads, Members(r));
     cotangents_[r].clear();
   }
@@ -1057,7 +1075,7 @@ class CallRun {
       }
       for (Tensor& t : piece.residuals) in.push_back(std::move(t));
       AppendPacks(run, v.backward_packs, in);
-      std::vector<Tensor> grads = LogicalOutputs(v.backward_outputs, in, RunSizedToTeam(*v.backward_code, in));
+      std::vector<Tensor> grads = RunProgram(*v.backward_code, v.backward_outputs, in, in);
       AddGrads(run, v, grads, members.subspan(piece.first, piece.count));
     }
     cotangents_[r].clear();

@@ -254,11 +254,11 @@ std::vector<Tensor> NativeExecutable::Run(std::span<const Tensor> inputs) const 
 // allow, as that many threads would, each to its next step that cannot run
 // yet: one lane's buffers are in the caches at a time, not every lane's.
 void NativeExecutable::RunAlone(const std::vector<void*>& address) const {
-  const Groups& groups = GroupsFor(lanes_);
-  if (lanes_ == 1) {
+  if (lanes_ == 1) {  // most calls: no groups to look up (a lock and a map)
     for (const Task& task : tasks_) RunPart(task, address);
     return;
   }
+  const Groups& groups = GroupsFor(lanes_);
   std::vector<int64_t> finished(plan_.steps.size(), 0), next(groups.group_end.size(), 0);
   for (size_t k = 1; k < next.size(); ++k) next[k] = groups.group_end[k - 1];
   // The lowest chunk not run is always ready: every pass runs one at least.
