@@ -146,7 +146,15 @@ std::vector<SegmentCode::Output> ReturnByReference(Straight& s, const std::vecto
 
 // The logical outputs of a program run on `inputs` that returned `results`.
 std::vector<Tensor> LogicalOutputs(const std::vector<SegmentCode::Output>& outputs, std::span<const Tensor> inputs,
-                                   std::vector<Tensor> results);
+                                   std::vector<Tensor> results) {
+  std::vector<Tensor> out;
+  out.reserve(outputs.size());
+  for (const SegmentCode::Output& o : outputs) {
+    const Tensor& t = o.from_input ? inputs[o.index] : results.at(o.index);
+    out.push_back(t.shape() == o.shape ? t : t.Reshaped(o.shape));
+  }
+  return out;
+}
 
 // The logical outputs of `code` (a variant's program, whose outputs are
 // `outputs`) on `inputs`, `run_inputs` what it takes (with packed weights
@@ -158,17 +166,6 @@ std::vector<Tensor> RunProgram(const Executable& code, const std::vector<Segment
     return LogicalOutputs(outputs, inputs, {});
   }
   return LogicalOutputs(outputs, inputs, RunSizedToTeam(code, run_inputs));
-}
-
-std::vector<Tensor> LogicalOutputs(const std::vector<SegmentCode::Output>& outputs, std::span<const Tensor> inputs,
-                                   std::vector<Tensor> results) {
-  std::vector<Tensor> out;
-  out.reserve(outputs.size());
-  for (const SegmentCode::Output& o : outputs) {
-    const Tensor& t = o.from_input ? inputs[o.index] : results.at(o.index);
-    out.push_back(t.shape() == o.shape ? t : t.Reshaped(o.shape));
-  }
-  return out;
 }
 
 GradPrograms MakeGradPrograms(const Func& vectorized, const std::vector<bool>& shared, const std::vector<bool>& data) {
