@@ -136,10 +136,11 @@ BENCHMARK(BM_GenericTrainStep)->Unit(benchmark::kMillisecond);
 // machine's speed, which on these VMs changes from run to run, is the same
 // for both: its own specialization (compiled before timing), then the
 // generic tier (`program`), each call on a team of `threads` (the caller and
-// helpers from an arena, as the engine's calls borrow its idle workers). Counters per call (ms): the specialization's;
-// the generic tier's inspection (the walk, which training runs ahead with a
-// lookahead) and execution; `generic_over_specialized` is the speed ratio
-// with the walk, `..._walk_ahead` without it.
+// helpers from an arena, as the engine's calls borrow its idle workers).
+// Counters per call (ms): the specialization's; the generic tier's
+// inspection (the walk, which training runs ahead with a lookahead) and
+// execution; `generic_over_specialized` is the speed ratio with the walk,
+// `..._walk_ahead` without it.
 void Alternate(benchmark::State& state, generic::GenericProgram& program, const std::vector<std::vector<Value>>& calls,
                const std::vector<ExecutablePtr>& specialized, const generic::ExecuteOptions& options, int threads = 1) {
   tbb::task_arena arena(std::max(1, threads - 1));
