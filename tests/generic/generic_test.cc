@@ -35,19 +35,22 @@
 namespace pejit::generic {
 namespace {
 
+// The arguments of a call of `entry` written as `json` (an array, one
+// element per parameter, as `pejit replay` reads them).
+std::vector<Value> ArgsFromJson(const ModuleSnapshot& module, const std::string& entry, const nlohmann::json& json) {
+  const Definition& def = module.Get(entry);
+  std::vector<Value> args;
+  for (size_t i = 0; i < def.func->params.size(); ++i) {
+    args.push_back(ValueFromJson(json.at(i), def.func->params[i]->annotation,
+                                 [&](const std::string& n) { return module.FindType(n); }));
+  }
+  return args;
+}
+
 std::vector<std::vector<Value>> Calls(const ModuleSnapshot& module, const std::string& entry, const std::string& path) {
   std::vector<std::vector<Value>> calls;
   std::istringstream lines(ReadFile(path));
-  const Definition& def = module.Get(entry);
-  for (std::string line; std::getline(lines, line);) {
-    nlohmann::json json = nlohmann::json::parse(line);
-    std::vector<Value> args;
-    for (size_t i = 0; i < def.func->params.size(); ++i) {
-      args.push_back(ValueFromJson(json.at(i), def.func->params[i]->annotation,
-                                   [&](const std::string& n) { return module.FindType(n); }));
-    }
-    calls.push_back(std::move(args));
-  }
+  for (std::string line; std::getline(lines, line);) calls.push_back(ArgsFromJson(module, entry, nlohmann::json::parse(line)));
   return calls;
 }
 
@@ -305,26 +308,24 @@ std::vector<Value> JoinedCall(const ModuleSnapshot& module, const std::string& p
   std::istringstream lines(ReadFile(path));
   std::vector<nlohmann::json> calls;
   for (std::string line; std::getline(lines, line);) calls.push_back(nlohmann::json::parse(line));
-  nlohmann::json trees = {{"ctor", "Nil"}, {"fields", nlohmann::json::array()}}, labels = calls[0][1];
+  std::vector<nlohmann::json> lists;  // every call's trees, `times` over, in order
+  nlohmann::json labels = calls[0][1];
   labels["data"] = nlohmann::json::array();
   for (int t = 0; t < times; ++t) {
-    for (auto c = calls.rbegin(); c != calls.rend(); ++c) {  // each list put before the ones joined so far
-      nlohmann::json list = (*c)[0];
-      nlohmann::json* end = &list;
-      while ((*end)["ctor"] == "Cons") end = &(*end)["fields"][1];
-      *end = trees;
-      trees = std::move(list);
-    }
     for (const nlohmann::json& c : calls) {
+      lists.push_back(c[0]);
       for (const auto& y : c[1]["data"]) labels["data"].push_back(y);
     }
   }
   labels["shape"] = {labels["data"].size()};
-  const Definition& def = module.Get("loss");
-  auto types = [&](const std::string& n) { return module.FindType(n); };
-  return {ValueFromJson(trees, def.func->params[0]->annotation, types),
-          ValueFromJson(labels, def.func->params[1]->annotation, types),
-          ValueFromJson(calls[0][2], def.func->params[2]->annotation, types)};
+  nlohmann::json trees = {{"ctor", "Nil"}, {"fields", nlohmann::json::array()}};
+  for (auto list = lists.rbegin(); list != lists.rend(); ++list) {  // each list's Nil: the lists after it
+    nlohmann::json* end = &*list;
+    while ((*end)["ctor"] == "Cons") end = &(*end)["fields"][1];
+    *end = std::move(trees);
+    trees = std::move(*list);
+  }
+  return ArgsFromJson(module, "loss", nlohmann::json::array({trees, labels, calls[0][2]}));
 }
 
 // A weight's gradient is one product over every run's rows, in parts of a
