@@ -1193,7 +1193,6 @@ class CallRun {
                                  int64_t n, float* out, bool accumulate) {
     constexpr int64_t kChunk = 256;
     const int64_t chunk = std::min(end - begin, kChunk);
-    if (chunk <= 0) return;
     // Buffers each thread keeps from call to call: fresh ones of these
     // sizes (a packed 256 x 512 operand is 512 KiB) come from mmap and cost
     // their page faults at every call.
