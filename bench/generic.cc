@@ -192,7 +192,9 @@ void Alternate(benchmark::State& state, generic::GenericProgram& program, const 
 // generic tier's divided steps and weight products).
 void BM_GenericOverSpecialized(benchmark::State& state) {
   Workload w(32, 8);
-  generic::GenericProgram program(w.snapshot, "loss");
+  generic::GenericOptions lanes;
+  lanes.lanes = static_cast<int>(state.range(1));
+  generic::GenericProgram program(w.snapshot, "loss", lanes);
   CompileSegments(program, w, static_cast<int>(w.calls.size()));
   auto jit = JitSession::Create();
   std::vector<ExecutablePtr> specialized;
@@ -205,7 +207,14 @@ void BM_GenericOverSpecialized(benchmark::State& state) {
   run.grad = true;
   Alternate(state, program, w.calls, specialized, run, static_cast<int>(state.range(0)));
 }
-BENCHMARK(BM_GenericOverSpecialized)->ArgName("threads")->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->MinTime(3.0);
+BENCHMARK(BM_GenericOverSpecialized)
+    ->ArgNames({"threads", "lanes"})
+    ->Args({1, 1})
+    ->Args({1, 2})
+    ->Args({2, 1})
+    ->Args({2, 2})
+    ->Unit(benchmark::kMillisecond)
+    ->MinTime(3.0);
 
 // Inference on minibatches never seen, after training compiled its segments
 // (grad mode): what a dev set's first pass runs, the grad-mode forwards

@@ -3,9 +3,11 @@
 #include <xmmintrin.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstring>
 #include <map>
+#include <mutex>
 #include <optional>
 #include <span>
 
@@ -608,12 +610,14 @@ class CallRun {
         n_runs_(inspection.runs.size()),
         outputs_(n_runs_),
         inputs_(n_runs_),
-        variants_(n_runs_) {
+        variants_(n_runs_),
+        lanes_(static_cast<size_t>(std::max(inspection.lanes, 1))) {
     if (!inspection.si_guard.empty()) {  // rows move as branches' runs pack the instances that take them
       rows_ = inspection.si_row;
       active_.resize(n_runs_);
-      guard_state_.assign(inspection.guards.size(), 0);
+      guard_state_ = std::make_unique<std::atomic<int8_t>[]>(inspection.guards.size());
     }
+    if (inspection.lanes > 1) pieces_.resize(n_runs_);  // not resized while lanes run
   }
 
   Execution Run() {
@@ -627,7 +631,12 @@ class CallRun {
   // what a pullback's forward does (in grad mode, keeping the backward's
   // inputs).
   void RunForward() {
-    for (size_t r = 0; r < n_runs_; ++r) Forward(r);
+    ForEachRun(false, [&](size_t r) { Forward(r); });
+    for (LaneSums& lane : lanes_) {
+      result_.native_runs += std::exchange(lane.native_runs, 0);
+      result_.baseline_runs += std::exchange(lane.baseline_runs, 0);
+      result_.skipped_rows += std::exchange(lane.skipped_rows, 0);
+    }
     result_.value = ResultValue();
   }
 
@@ -636,6 +645,7 @@ class CallRun {
   // the weights' gradients. Fills Execution::root_grads.
   void RunBackward(const std::vector<Tensor>* cotangents) {
     Backward(cotangents);
+    MergeLanes();
     SumProducts();
     SumRows();
   }
@@ -643,8 +653,130 @@ class CallRun {
   Execution& result() { return result_; }
 
  private:
+  // A run's (or piece's) two factors of a weight's gradient product, `rows` rows each.
+  struct RowFactor {
+    Tensor lhs, rhs;
+    int64_t rows;
+  };
+
+  // What a lane's runs add up: a lane's runs go one after another (on
+  // whichever thread), so its sums have one writer at a time; MergeLanes
+  // adds them up in lane order, so that the bits depend on the lanes alone.
+  struct LaneSums {
+    std::vector<Tensor> root_grads;
+    std::map<int, std::vector<RowFactor>> row_factors;              // per entry tensor: its gradient's products
+    std::map<std::pair<int, Shape>, std::vector<Tensor>> row_sums;  // per entry tensor and shape: its reductions
+    int native_runs = 0, baseline_runs = 0;
+    int64_t skipped_rows = 0;
+  };
+
+  // body(r) for every run r: forward in increasing r, backward in
+  // decreasing r. With lanes (Inspection::lanes) and a team of more than
+  // one thread, lane l's runs are thread l's (modulo the team), each after
+  // its lane's run before it and the runs of other lanes it needs: forward,
+  // those it reads; backward, those reading it, and the readers of the
+  // same runs it adds cotangents into that come before it (two lanes never
+  // add into one run at once, and add in the order one thread would). The
+  // runs' own code then runs alone on its thread (no nested team).
+  void ForEachRun(bool backward, const std::function<void(size_t)>& body) {
+    Team* team = Team::Current();
+    const int lanes = inspection_.lanes;
+    const int64_t n = static_cast<int64_t>(n_runs_);
+    auto run_of = [&](int64_t t) { return static_cast<size_t>(backward ? n - 1 - t : t); };
+    if (lanes <= 1 || !team || team->max_threads() <= 1 || n == 0) {
+      for (int64_t t = 0; t < n; ++t) body(run_of(t));
+      return;
+    }
+    const std::vector<int>& pred_begin = inspection_.run_pred_begin;
+    const std::vector<int>& preds = inspection_.run_preds;
+    auto lane = [&](int64_t r) { return inspection_.runs[static_cast<size_t>(r)].lane; };
+    // Per task: its lane's task before it, and the tasks of other lanes it waits for.
+    std::vector<int64_t> before(n, -1), last(lanes, -1);
+    std::vector<std::vector<int64_t>> waits(n);
+    auto task_of = [&](int64_t r) { return backward ? n - 1 - r : r; };
+    if (!backward) {
+      for (int64_t r = 0; r < n; ++r) {
+        for (int k = pred_begin[r]; k < pred_begin[r + 1]; ++k) {
+          if (lane(preds[k]) != lane(r)) waits[r].push_back(preds[k]);
+        }
+      }
+    } else {
+      std::vector<std::vector<int>> readers(n);  // ascending
+      for (int64_t r = 0; r < n; ++r) {
+        for (int k = pred_begin[r]; k < pred_begin[r + 1]; ++k) readers[preds[k]].push_back(static_cast<int>(r));
+      }
+      for (int64_t p = 0; p < n; ++p) {
+        const std::vector<int>& rs = readers[p];
+        for (size_t j = 0; j < rs.size(); ++j) {
+          if (lane(rs[j]) != lane(p)) waits[task_of(p)].push_back(task_of(rs[j]));
+          if (j + 1 < rs.size() && lane(rs[j]) != lane(rs[j + 1])) waits[task_of(rs[j])].push_back(task_of(rs[j + 1]));
+        }
+      }
+    }
+    std::vector<int64_t> order(n), group_end(team->max_threads(), 0);
+    for (int64_t t = 0; t < n; ++t) {
+      const int l = lane(static_cast<int64_t>(run_of(t)));
+      before[t] = last[l];
+      last[l] = t;
+      ++group_end[l % team->max_threads()];
+    }
+    for (size_t g = 1; g < group_end.size(); ++g) group_end[g] += group_end[g - 1];
+    std::vector<int64_t> fill(group_end.size(), 0);
+    for (size_t g = 1; g < group_end.size(); ++g) fill[g] = group_end[g - 1];
+    for (int64_t t = 0; t < n; ++t) order[fill[lane(static_cast<int64_t>(run_of(t))) % team->max_threads()]++] = t;
+    auto done = std::make_unique<std::atomic<uint8_t>[]>(static_cast<size_t>(n));
+    std::atomic<bool> failed{false};
+    auto finished = [&](int64_t t) { return t < 0 || done[t].load(std::memory_order_acquire) != 0; };
+    team->Run(group_end, order.data(),
+              [&](int64_t t) {
+                struct MarkDone {  // also after a throw: tasks waiting on it run (and return)
+                  std::atomic<uint8_t>& flag;
+                  ~MarkDone() { flag.store(1, std::memory_order_release); }
+                } mark{done[t]};
+                if (failed.load(std::memory_order_acquire)) return;
+                try {
+                  ScopedTeam alone(nullptr);
+                  body(run_of(t));
+                } catch (...) {
+                  failed.store(true, std::memory_order_release);
+                  throw;
+                }
+              },
+              [&](int64_t t) {
+                if (!finished(before[t])) return false;
+                return std::all_of(waits[t].begin(), waits[t].end(), finished);
+              });
+  }
+
+  // The lanes' sums, in lane order, into the call's: its entry tensors'
+  // gradients so far, and the row factors and sums SumProducts and SumRows
+  // multiply and reduce.
+  void MergeLanes() {
+    for (LaneSums& lane : lanes_) {
+      for (size_t root = 0; root < lane.root_grads.size(); ++root) {
+        Tensor& grad = lane.root_grads[root];
+        if (!grad.defined()) continue;
+        if (!result_.root_grads[root].defined()) {
+          result_.root_grads[root] = std::move(grad);
+        } else {
+          AddInto(result_.root_grads[root], inspection_.roots[root].type(), grad.data<float>());
+        }
+      }
+      for (auto& [root, factors] : lane.row_factors) {
+        std::vector<RowFactor>& all = row_factors_[root];
+        all.insert(all.end(), std::make_move_iterator(factors.begin()), std::make_move_iterator(factors.end()));
+      }
+      for (auto& [key, terms] : lane.row_sums) {
+        std::vector<Tensor>& all = row_sums_[key];
+        all.insert(all.end(), std::make_move_iterator(terms.begin()), std::make_move_iterator(terms.end()));
+      }
+      lane = LaneSums();
+    }
+  }
+
   // Weights packed for the micro-kernel, once per call: (entry tensor, transpose_b).
   void AppendPacks(const generic::Run& run, const std::vector<SegmentCode::Pack>& packs, std::vector<Tensor>& in) {
+    std::lock_guard lock(mu_);  // lanes pack a weight once, whichever comes first
     for (const SegmentCode::Pack& pack : packs) {
       const int root = SharedRoot(run, pack.param);
       Tensor& t = packed_[{root, pack.transpose_b}];
@@ -678,10 +810,12 @@ class CallRun {
   // computes its condition.
   bool Holds(int g) {
     if (g < 0) return true;
-    int8_t& state = guard_state_[g];
+    // Two lanes may read one guard (a cut inside an example): both find the same.
+    int8_t state = guard_state_[g].load(std::memory_order_relaxed);
     if (state == 0) {
       const GuardPlace& guard = inspection_.guards[g];
       state = Holds(guard.parent) && Truth(guard.cond) == guard.when ? 1 : 2;
+      guard_state_[g].store(state, std::memory_order_relaxed);
     }
     return state == 1;
   }
@@ -709,7 +843,7 @@ class CallRun {
         active.push_back(si);
       } else {
         rows_[si] = -1;
-        ++result_.skipped_rows;
+        ++lanes_[run.lane].skipped_rows;
       }
     }
     return !active.empty();
@@ -739,6 +873,7 @@ class CallRun {
 
   // A variant that ran without native code of its own, once per call.
   void Missing(SegmentCode& code, SegmentCode::Variant& variant) {
+    std::lock_guard lock(mu_);
     if (std::find(result_.missing_native.begin(), result_.missing_native.end(), &variant) !=
         result_.missing_native.end()) {
       return;
@@ -843,6 +978,7 @@ class CallRun {
     if (options_.compile_now && !own.native.load()) {
       const auto start = std::chrono::steady_clock::now();
       CompileVariant(*options_.compile_now, code, own, options_.compile_options);
+      std::lock_guard lock(mu_);
       result_.compiled.push_back({&code, &own, start, std::chrono::steady_clock::now()});
     }
     if (!options_.grad && !own.native.load() && ForwardInNativePieces(r, members, rows, pads)) {
@@ -868,7 +1004,7 @@ class CallRun {
     }
     variants_[r] = variant;
     std::vector<Tensor> in = Gather(run, members, 0, static_cast<int>(members.size()), *variant);
-    ++(variant->native.load() ? result_.native_runs : result_.baseline_runs);
+    ++(variant->native.load() ? lanes_[run.lane].native_runs : lanes_[run.lane].baseline_runs);
     outputs_[r] = RunForward(run, *variant, in);
     if (options_.grad) inputs_[r] = std::move(in);
   }
@@ -945,7 +1081,7 @@ class CallRun {
         break;
       }
     }
-    ++(all_native ? result_.native_runs : result_.baseline_runs);
+    ++(all_native ? lanes_[run.lane].native_runs : lanes_[run.lane].baseline_runs);
     return true;
   }
 
@@ -975,10 +1111,10 @@ class CallRun {
   // (a node's state, its parent), so a cotangent is neither zero-filled
   // whole nor added to; the rows nothing reached are zeroed when its run
   // takes it (Cotangent::Take).
-  void AddToPlace(const Place& slot, int64_t elems, const float* src) {
+  void AddToPlace(LaneSums& sums, const Place& slot, int64_t elems, const float* src) {
     const Place& place = Chosen(slot);
     if (place.kind == Place::Kind::kRoot) {
-      AddInto(result_.root_grads[place.index], inspection_.roots[place.index].type(), src);
+      AddInto(sums.root_grads[place.index], inspection_.roots[place.index].type(), src);
     } else if (place.kind == Place::Kind::kRow) {
       const int row = RowIndex(place.index);  // first: a skipped run has no variant
       int r = inspection_.si_run[place.index];
@@ -1006,13 +1142,14 @@ class CallRun {
   void Backward(const std::vector<Tensor>* seeds) {
     cotangents_.resize(n_runs_);
     result_.root_grads.assign(inspection_.roots.size(), Tensor());
+    for (LaneSums& lane : lanes_) lane.root_grads.assign(inspection_.roots.size(), Tensor());
     if (!seeds) {
       const TensorTypeNode* loss = AsTensor(inspection_.result_type);
       if (!loss || loss->type.dtype != DType::kF32 || !loss->type.shape.empty()) {
         throw Refusal("generic: gradients need a scalar f32 result, not " + TypeToString(inspection_.result_type));
       }
       const float one = 1.0f;
-      AddToPlace(inspection_.result.at(0), 1, &one);
+      AddToPlace(lanes_[0], inspection_.result.at(0), 1, &one);
     } else {
       if (seeds->size() != inspection_.result.size()) {
         throw std::logic_error("generic: " + std::to_string(seeds->size()) + " cotangents for a result of " +
@@ -1022,12 +1159,12 @@ class CallRun {
         const Tensor& seed = (*seeds)[i];
         if (!seed.defined()) continue;
         if (seed.dtype() != DType::kF32) throw std::logic_error("generic: a cotangent of " + seed.type().ToString());
-        AddToPlace(inspection_.result[i], seed.numel(), seed.data<float>());
+        AddToPlace(lanes_[0], inspection_.result[i], seed.numel(), seed.data<float>());
       }
     }
-    for (size_t r = n_runs_; r-- > 0;) {
+    ForEachRun(true, [&](size_t r) {
       if (!cotangents_[r].empty()) BackwardRun(r);
-    }
+    });
   }
 
   void BackwardRun(size_t r) {
@@ -1084,18 +1221,19 @@ class CallRun {
   void AddGrads(const generic::Run& run, const SegmentCode::Variant& variant, std::vector<Tensor>& grads,
                 std::span<const int> members) {
     const SegmentCode& code = *run.code;
+    LaneSums& sums = lanes_[run.lane];
     for (size_t g = 0; g < variant.grad_inputs.size(); ++g) {
       int p = variant.grad_inputs[g];
       const Tensor& grad = grads.at(g);
       const TensorType& member = code.inputs[p];
       if (code.shared[p]) {
         const int root = SharedRoot(run, p);
-        AddInto(result_.root_grads[root], inspection_.roots[root].type(), grad.data<float>());
+        AddInto(sums.root_grads[root], inspection_.roots[root].type(), grad.data<float>());
         continue;
       }
       const int64_t elems = NumElements(member.shape);
       for (size_t i = 0; i < members.size(); ++i) {
-        AddToPlace(Slot(members[i], code, p), elems, grad.data<float>() + i * elems);
+        AddToPlace(sums, Slot(members[i], code, p), elems, grad.data<float>() + i * elems);
       }
     }
     // Padding rows add exact zeros: their cotangents are zero, their
@@ -1107,18 +1245,12 @@ class CallRun {
         Tensor& lhs = grads.at(next++);
         Tensor& rhs = grads.at(next++);
         int64_t rows = lhs.shape()[0];
-        row_factors_[root].push_back({std::move(lhs), std::move(rhs), rows});
+        sums.row_factors[root].push_back({std::move(lhs), std::move(rhs), rows});
       } else {
-        row_sums_[{root, factor.shape}].push_back(std::move(grads.at(next++)));
+        sums.row_sums[{root, factor.shape}].push_back(std::move(grads.at(next++)));
       }
     }
   }
-
-  // A run's (or piece's) two factors of a weight's gradient product, `rows` rows each.
-  struct RowFactor {
-    Tensor lhs, rhs;
-    int64_t rows;
-  };
 
   // Each weight's gradient from every run's row factors: one product whose
   // inner dimension is all their rows. Its rows go in parts of kPartRows,
@@ -1286,7 +1418,9 @@ class CallRun {
   // Empty otherwise.
   std::vector<int> rows_;
   std::vector<std::vector<int>> active_;
-  std::vector<int8_t> guard_state_;
+  std::unique_ptr<std::atomic<int8_t>[]> guard_state_;
+  std::vector<LaneSums> lanes_;  // one per lane (one without lanes)
+  std::mutex mu_;                // packed_, result_.missing_native and missing_codes, result_.compiled
   std::map<std::pair<int, bool>, Tensor> packed_;
   std::vector<std::vector<Cotangent>> cotangents_;                 // per run, per output
   std::map<int, std::vector<RowFactor>> row_factors_;              // per entry tensor: its gradient's products

@@ -106,6 +106,9 @@ struct SegmentCode {
   std::vector<int> input_slot;
   std::vector<TensorType> inputs, outputs;
   int ops = 0;
+  // Per instance, roughly: multiply-adds of its products plus the elements
+  // its operations write (jit/lanes.cc's measure), what a lane's share counts.
+  double work = 0;
 
   struct Variant {
     int64_t rows = 0;
@@ -183,6 +186,7 @@ struct Run {
   const std::vector<int>* shared_roots = nullptr;  // per shared input, the entry tensor (Inspection::roots) it is
   std::vector<int> members;  // segment instances, one per row
   int64_t rows = 0;          // the bucket: members padded with copies of the first row
+  int lane = 0;              // Inspection::lanes: its members' lane
 };
 
 // A select's slots: `then` where the bool scalar at `cond` holds, else `otherwise`.
@@ -231,6 +235,14 @@ struct Inspection {
   // guarded instances runs those whose guards hold, packed into the first
   // rows (its rows then a smaller bucket), or not at all.
   std::vector<Run> runs;
+  // Lanes (jit/lanes.h's idea for this tier): the segment instances cut, in
+  // evaluation order, into `lanes` ranges that read little of one another
+  // (between a minibatch's examples), each run's members of one lane, so
+  // that threads run lanes side by side (generic/executor.h). With more than
+  // one lane, per run the runs it reads rows of (ascending, each once):
+  // run r's are run_preds[run_pred_begin[r] .. run_pred_begin[r + 1]).
+  int lanes = 1;
+  std::vector<int> run_pred_begin, run_preds;
   std::vector<Place> result;           // the entry result's tensor leaves, depth first
   // What the walk's data ops (generic/cell.h's DataOp) made, read as kStruct
   // slots: shared, so that the slots stay valid as the inspection moves.
@@ -274,6 +286,12 @@ inline int64_t PadBucket(int64_t n) { return std::max<int64_t>(2, RowBucket(n));
 
 struct GenericOptions {
   int max_depth = 4000;  // cell instances nested deeper are refused (native stack)
+  // Lanes a call's segment instances are cut into (Inspection::lanes), when
+  // it has at least min_lane_instances of them: the threads a call may
+  // have (EngineOptions::step_threads). A call's bits depend on its lanes,
+  // not on the threads that run them.
+  int lanes = 1;
+  int min_lane_instances = 512;
 };
 
 class GenericProgram {

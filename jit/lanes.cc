@@ -34,12 +34,14 @@ int64_t BytesOf(const Type& type) {
   return bytes;
 }
 
-// Multiply-adds of a product, plus the elements an operation writes: what
-// decides how long its batched step takes, roughly.
-double WorkOf(const Binding& b) {
-  auto* call = As<OpCallNode>(b.value);
+double WorkOf(const Binding& b) { return OperationWork(b.var, b.value); }
+
+}  // namespace
+
+double OperationWork(const Var& var, const Expr& value) {
+  auto* call = As<OpCallNode>(value);
   if (!call) return 0;
-  double work = static_cast<double>(BytesOf(b.var->annotation)) / 4;
+  double work = static_cast<double>(BytesOf(var->annotation)) / 4;
   const std::string& op = call->op->name;
   if ((op == "matmul" || op == "dense") && call->args.size() >= 2) {
     const TensorType a = TensorTypeOf(call->args[0]);
@@ -52,8 +54,6 @@ double WorkOf(const Binding& b) {
   }
   return work;
 }
-
-}  // namespace
 
 SourceLoc InLane(SourceLoc loc, int lane) {
   loc.lane = lane;

@@ -56,6 +56,11 @@ struct LaneSplit {
 // of the work leaves the lanes reading little of one another's values.
 LaneSplit SplitIntoLanes(const Straight& program, int max_lanes);
 
+// Multiply-adds of a product, plus the elements an operation writes (`var`
+// = `value`): what decides how long its batched step takes, roughly. Zero
+// for what is not an operator call.
+double OperationWork(const Var& var, const Expr& value);
+
 // `loc` in lane `lane`.
 SourceLoc InLane(SourceLoc loc, int lane);
 

@@ -42,8 +42,9 @@ std::shared_ptr<generic::GenericProgram> EngineImpl::GenericFor(Request& r) {
     entry.generic_refusal.clear();
     entry.generic_refused.clear();
     try {
-      entry.generic = std::make_shared<generic::GenericProgram>(r.snapshot, entry.name, generic::GenericOptions{},
-                                                                 segments_);
+      generic::GenericOptions generic_options;
+      generic_options.lanes = options.generic_lanes ? step_threads : 1;
+      entry.generic = std::make_shared<generic::GenericProgram>(r.snapshot, entry.name, generic_options, segments_);
     } catch (const Refusal& e) {
       entry.generic_refusal = e.what();
       RefuseGeneric(r, entry.generic_refusal);

@@ -17,6 +17,7 @@
 #include <random>
 #include <set>
 #include <nlohmann/json.hpp>
+#include <limits>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -94,6 +95,68 @@ TEST_P(GenericTest, ValuesAndGradientsMatchTheInterpreterOnUnseenStructures) {
   }
   // Code is per segment program and row bucket, not per minibatch.
   EXPECT_LT(program.segment_codes(), 100);
+}
+
+// A call's segment instances cut into two lanes (between its examples)
+// give the interpreter's answers, and the same bits whether one thread runs
+// both lanes or two threads run them side by side.
+TEST_P(GenericTest, TwoLanesGiveTheSameBitsOnOneThreadOrTwoAndTheInterpretersAnswers) {
+  const Model& model = GetParam();
+  Snapshot module = LoadProgram(model.program);
+  auto calls = Calls(*module, "loss", model.calls);
+  GenericOptions two_lanes;
+  two_lanes.lanes = 2;
+  two_lanes.min_lane_instances = 0;
+  GenericProgram program(module, "loss", two_lanes);
+  Interpreter interpreter;
+  std::unique_ptr<JitSession> jit = JitSession::Create();
+  testing_support::ThreadPool pool(1);
+  int with_lanes = 0;
+  for (size_t c = 0; c < calls.size(); c += 3) {
+    SCOPED_TRACE("call " + std::to_string(c));
+    const std::vector<Value>& args = calls[c];
+    ExecuteOptions options;
+    options.grad = true;
+    options.compile_now = c % 2 ? jit.get() : nullptr;  // native code, or baseline code made as runs come
+    Inspection inspection;
+    Execution alone = InspectAndExecute(program, args, options, inspection);
+    if (inspection.lanes == 2) {
+      ++with_lanes;
+      // Each lane a contiguous range of the instances, in evaluation order.
+      int last_of_lane0 = -1, first_of_lane1 = std::numeric_limits<int>::max();
+      for (const generic::Run& run : inspection.runs) {
+        for (int si : run.members) {
+          if (run.lane == 0) last_of_lane0 = std::max(last_of_lane0, si);
+          if (run.lane == 1) first_of_lane1 = std::min(first_of_lane1, si);
+        }
+      }
+      EXPECT_LT(last_of_lane0, first_of_lane1);
+      EXPECT_GE(last_of_lane0, 0);
+    }
+    Execution two;
+    {
+      Team team(&pool, 2);
+      ScopedTeam scoped(&team);
+      two = Execute(inspection, options);
+    }
+    ASSERT_TRUE(pool.WaitAllReturned());
+    ASSERT_TRUE(alone.value.is_tensor() && two.value.is_tensor());
+    EXPECT_EQ(std::memcmp(alone.value.tensor().raw_data(), two.value.tensor().raw_data(), alone.value.tensor().nbytes()), 0);
+    ASSERT_EQ(alone.root_grads.size(), two.root_grads.size());
+    for (size_t i = 0; i < alone.root_grads.size(); ++i) {
+      SCOPED_TRACE("entry tensor " + std::to_string(i));
+      ASSERT_EQ(alone.root_grads[i].defined(), two.root_grads[i].defined());
+      if (!alone.root_grads[i].defined()) continue;
+      EXPECT_EQ(std::memcmp(alone.root_grads[i].raw_data(), two.root_grads[i].raw_data(), alone.root_grads[i].nbytes()), 0);
+    }
+    Interpreter::ValueAndGrad want = interpreter.CallWithGrad(*module, "loss", args, model.wrt);
+    EXPECT_TRUE(ValueAllClose(two.value, want.value, 1e-4, 1e-5)) << two.value.ToString() << " vs " << want.value.ToString();
+    ValueAndGrad grads = CallResult(args, &model.wrt, two);
+    for (size_t w = 0; w < model.wrt.size(); ++w) {
+      EXPECT_TRUE(ValueAllClose(grads.grads[w], want.grads[w], 1e-4, 1e-5)) << "gradient of argument " << model.wrt[w];
+    }
+  }
+  EXPECT_GT(with_lanes, 0) << "no call was cut into lanes";
 }
 
 // A tree encoder called with two weight matrices, and its arguments.
