@@ -8,6 +8,7 @@
 
 #include "ir/printer.h"
 #include "jit/lanes.h"
+#include "support/machine_load.h"
 #include "ir/visitor.h"
 #include "ops/eager.h"
 
@@ -290,6 +291,11 @@ GenericProgram::GenericProgram(Snapshot module, std::string entry, GenericOption
     PostOrderVisit(module_->Get(f).func->body, [&](const Expr& e) { walks |= e->kind == ExprKind::kMatch; });
   }
   if (!walks) throw Refusal("generic: @" + entry_ + " matches on no structure; its shapes alone decide what it computes");
+}
+
+bool LanesPay(int lanes, int cores, std::optional<double> others_cores) {
+  if (!others_cores || cores <= 0) return true;
+  return cores - *others_cores >= lanes - 0.3;
 }
 
 int GenericProgram::cells() const {
@@ -807,6 +813,13 @@ static void AgendaRuns(const std::vector<int>& si_level, const std::vector<int>&
 // 128, whose operations are 1e5 multiply-adds).
 constexpr double kInstanceWork = 2e4;
 
+// The estimated work of the segment instances before each one (and of all at the back).
+static std::vector<double> WorkBefore(const std::vector<int>& si_code, const std::vector<SegmentCode*>& codes) {
+  std::vector<double> work(si_code.size() + 1, 0);
+  for (size_t i = 0; i < si_code.size(); ++i) work[i + 1] = work[i] + kInstanceWork + codes[si_code[i]]->work;
+  return work;
+}
+
 // Segment instances cut, in evaluation order, into `lanes` contiguous ranges
 // of about equal work, each cut where the fewest dependencies cross it: a
 // walk places an example's instances together (a minibatch's trees one
@@ -814,18 +827,14 @@ constexpr double kInstanceWork = 2e4;
 // examples. Per instance its lane; empty for one lane (too few instances,
 // or no cut near an even share).
 
-static std::vector<int> CutIntoLanes(const Inspection& inspection, const std::vector<int>& si_code,
-                                     const std::vector<SegmentCode*>& codes, int lanes, int min_instances) {
-  const int n = static_cast<int>(si_code.size());
-  if (lanes <= 1 || n < std::max(min_instances, lanes)) return {};
-  std::vector<double> work(n + 1, 0);  // before instance i
+static std::vector<int> CutIntoLanes(const Inspection& inspection, const std::vector<double>& work, int lanes) {
+  const int n = static_cast<int>(work.size()) - 1;
   // Dependencies from before c to c or after that lanes wait on: one read
   // more than a quarter of the instances later is the examples' join (their
   // losses summed), which waits for every lane whatever the cut.
   const int reach = n / 4;
   std::vector<int> crossing(n + 1, 0);
   for (int i = 0; i < n; ++i) {
-    work[i + 1] = work[i] + kInstanceWork + codes[si_code[i]]->work;
     ForEachDependency(inspection, i, [&](int before) {
       if (i - before > reach) return;
       ++crossing[before + 1];
@@ -1038,7 +1047,15 @@ Inspection GenericProgram::Walked(const std::string& encoded, std::vector<const 
   inspection.new_cells = static_cast<int>(cells_.size() - cells_before);
 
   inspection.levels = si_level.empty() ? 0 : *std::max_element(si_level.begin(), si_level.end()) + 1;
-  const std::vector<int> si_lane = CutIntoLanes(inspection, si_code, codes_, options_.lanes, options_.min_lane_instances);
+  std::vector<int> si_lane;
+  if (options_.lanes > 1 && si_code.size() >= static_cast<size_t>(std::max(options_.min_lane_instances, options_.lanes))) {
+    const std::vector<double> work = WorkBefore(si_code, codes_);
+    inspection.lane_work = work.back();
+    static MachineLoad load;  // the process's: one reading serves every entry
+    const std::optional<double> others = load.OthersCores(std::chrono::milliseconds(250));
+    inspection.others_cores = others.value_or(-1);
+    if (options_.lanes_whatever_the_load || LanesPay(options_.lanes, load.cores(), others)) si_lane = CutIntoLanes(inspection, work, options_.lanes);
+  }
   if (si_lane.empty()) {
     AgendaRuns(si_level, si_code, codes_, run_roots_, inspection);
   } else {  // a program per segment and lane: runs batch within a lane

@@ -243,6 +243,10 @@ struct Inspection {
   // run r's are run_preds[run_pred_begin[r] .. run_pred_begin[r + 1]).
   int lanes = 1;
   std::vector<int> run_pred_begin, run_preds;
+  // When the call could be cut into lanes (GenericOptions), whether or not
+  // it was: the instances' estimated work (CutIntoLanes' measure), and the
+  // cores' worth other processes took then (negative: not known); else 0.
+  double lane_work = 0, others_cores = 0;
   std::vector<Place> result;           // the entry result's tensor leaves, depth first
   // What the walk's data ops (generic/cell.h's DataOp) made, read as kStruct
   // slots: shared, so that the slots stay valid as the inspection moves.
@@ -284,14 +288,25 @@ std::vector<PadTo> RunPadding(const SegmentCode& code, int members, const std::f
 // one a reshape may drop).
 inline int64_t PadBucket(int64_t n) { return std::max<int64_t>(2, RowBucket(n)); }
 
+// Whether a call that could be cut into lanes is: each helper needs a core,
+// so lanes are taken while other processes leave at least lanes - 0.3 of
+// the machine's `cores` (support/machine_load.h: a helper preempted by
+// another process holds a run the caller waits for, and a call cut into
+// lanes then runs slower than one that is not; bench/RESULTS.md). Where the
+// load is not known (`others_cores` null, or no cores), they are taken.
+// (Measured on two cores: other processes' share 0-0.14 of a core while
+// idle, 0.4-0.95 with `yes` on one: it yields part of its core to ours.)
+bool LanesPay(int lanes, int cores, std::optional<double> others_cores);
+
 struct GenericOptions {
   int max_depth = 4000;  // cell instances nested deeper are refused (native stack)
   // Lanes a call's segment instances are cut into (Inspection::lanes), when
-  // it has at least min_lane_instances of them: the threads a call may
-  // have (EngineOptions::step_threads). A call's bits depend on its lanes,
-  // not on the threads that run them.
+  // it has at least min_lane_instances of them and LanesPay:
+  // the threads a call may have (EngineOptions::step_threads). A call's bits
+  // depend on its lanes, not on the threads that run them.
   int lanes = 1;
   int min_lane_instances = 512;
+  bool lanes_whatever_the_load = false;  // cut even where LanesPay says no (tests, benchmarks)
 };
 
 class GenericProgram {

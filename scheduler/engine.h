@@ -167,13 +167,14 @@ struct EngineOptions {
   // per tree level instead of one per node; jit/batch.h), and the instances
   // of one branch or loop across a minibatch's examples (jit/batch_branches.h).
   bool batch = true;
-  // The generic tier cuts a call's segment instances into step_threads lanes
-  // between its examples (generic/program.h's Inspection::lanes), which the
-  // call's team runs side by side; its bits depend on step_threads, not on
-  // the threads that came. Off: one lane, each run over all the examples'
-  // rows. Off by default: faster on an idle machine, slower when another
-  // process takes a core (bench/RESULTS.md, issue 51).
-  bool generic_lanes = false;
+  // The generic tier may cut a call's segment instances into step_threads
+  // lanes between its examples (generic/program.h's Inspection::lanes),
+  // which the call's team runs side by side: while other processes leave a
+  // core for each helper (generic::LanesPay; lanes lose when a helper is
+  // preempted). A call's bits depend on its lanes, not on the threads that
+  // came. Off: one lane, each run over all the examples' rows (to measure
+  // what lanes give).
+  bool generic_lanes = true;
   // A specialization's job publishes baseline code first (its programs
   // lowered to registered kernels, no code generator: jit/tiered.h), so
   // that calls leave the interpreter within milliseconds of partial

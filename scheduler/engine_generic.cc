@@ -131,6 +131,10 @@ bool EngineImpl::ServeGeneric(Request& r, const GenericStep& step) {
     e.fields.push_back({"runs", static_cast<int64_t>(run.native_runs + run.baseline_runs)});
     e.fields.push_back({"native_runs", static_cast<int64_t>(run.native_runs)});
     e.fields.push_back({"levels", static_cast<int64_t>(inspection->levels)});
+    if (inspection->lane_work > 0) {
+      e.fields.push_back({"lanes", static_cast<int64_t>(inspection->lanes)});
+      if (inspection->others_cores >= 0) e.fields.push_back({"others_cores", inspection->others_cores});
+    }
     if (run.skipped_rows > 0) e.fields.push_back({"skipped_rows", run.skipped_rows});
     if (run.reruns > 0) e.fields.push_back({"reruns", static_cast<int64_t>(run.reruns)});
     if (inspection->new_cells > 0) e.fields.push_back({"new_cells", static_cast<int64_t>(inspection->new_cells)});

@@ -107,6 +107,7 @@ TEST_P(GenericTest, TwoLanesGiveTheSameBitsOnOneThreadOrTwoAndTheInterpretersAns
   GenericOptions two_lanes;
   two_lanes.lanes = 2;
   two_lanes.min_lane_instances = 0;
+  two_lanes.lanes_whatever_the_load = true;
   GenericProgram program(module, "loss", two_lanes);
   Interpreter interpreter;
   std::unique_ptr<JitSession> jit = JitSession::Create();
@@ -157,6 +158,19 @@ TEST_P(GenericTest, TwoLanesGiveTheSameBitsOnOneThreadOrTwoAndTheInterpretersAns
     }
   }
   EXPECT_GT(with_lanes, 0) << "no call was cut into lanes";
+}
+
+// Lanes are taken while other processes leave a core for each helper, and
+// where the load is not known.
+TEST(LanesPay, WhileOtherProcessesLeaveACoreForEachHelper) {
+  EXPECT_TRUE(LanesPay(2, 2, 0.0));
+  EXPECT_TRUE(LanesPay(2, 2, 0.2));
+  EXPECT_FALSE(LanesPay(2, 2, 0.4));  // a process busy on a core of two, yielding part of it
+  EXPECT_FALSE(LanesPay(2, 2, 1.0));
+  EXPECT_TRUE(LanesPay(2, 4, 2.0));   // two cores of four left
+  EXPECT_FALSE(LanesPay(4, 4, 1.0));
+  EXPECT_TRUE(LanesPay(2, 2, std::nullopt));
+  EXPECT_TRUE(LanesPay(2, 0, 1.0));
 }
 
 // A tree encoder called with two weight matrices, and its arguments.
