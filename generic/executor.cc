@@ -1197,6 +1197,7 @@ class CallRun {
     const std::span<const int> members = Members(r);
     for (Piece& piece : pieces_[r]) {
       SegmentCode::Variant& v = *piece.variant;
+      if (!v.backward_code) continue;  // nothing it reads takes a gradient (as BackwardRun)
       std::vector<Tensor> in = std::move(piece.inputs);
       for (int o : v.grad_outputs) {
         Tensor c = Tensor::Zeros(code.outputs[o].dtype, Prepend(v.rows, code.outputs[o].shape));
