@@ -25,6 +25,13 @@
 // per call over every run's row factors, in parts of a fixed number of rows
 // that the call's team (support/team.h) shares out: two threads give the
 // bits one gives.
+// An inspection cut into lanes (Inspection::lanes) runs each lane's runs in
+// order, thread k of the team lane k's (one thread: all runs in order), a
+// run waiting for the runs of other lanes it reads (forward) or that read
+// it or add into the same runs before it (backward); each lane sums its own
+// entry-tensor gradients and row factors, added in lane order, so that two
+// threads give the bits one gives. A run's own code then runs on its thread
+// alone.
 //
 // A segment's code for a row bucket is made on first use with its baseline
 // code: the variant's programs lowered without fusion, every step a

@@ -129,7 +129,8 @@ struct EngineOptions {
   // compile job is queued or running, a call borrows up to this many − 1
   // workers for the stages of its plan worth dividing (jit/schedule.h), and
   // a job that arrives takes its worker back after the part it is running.
-  // Results are the same bits whatever the number. 0: workers + 1; 1: each
+  // A specialization's results are the same bits whatever the number (a
+  // generic call's depend on its lanes: generic_lanes). 0: workers + 1; 1: each
   // call on its own thread. The engine sets OpenBLAS to one thread
   // (process-wide): parts are its unit of parallelism, and BLAS's own
   // threads would oversubscribe the cores.
