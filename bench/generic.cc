@@ -194,7 +194,7 @@ void BM_GenericOverSpecialized(benchmark::State& state) {
   Workload w(32, 8);
   generic::GenericOptions lanes;
   lanes.lanes = static_cast<int>(state.range(1));
-  lanes.lanes_whatever_the_load = true;
+  lanes.lanes_always = true;
   generic::GenericProgram program(w.snapshot, "loss", lanes);
   CompileSegments(program, w, static_cast<int>(w.calls.size()));
   auto jit = JitSession::Create();

@@ -879,6 +879,68 @@ static void RunPredecessors(Inspection& inspection) {
   }
 }
 
+// A run's own cost beside its instances' work, in the same unit: its
+// variant looked up, inputs stacked, code called, outputs and cotangents
+// allocated, forward and backward (about 30 us for a Tree-LSTM's runs, whose
+// instances' work runs at ~2.3e4 units a microsecond).
+constexpr double kRunWork = 7e5;
+// A unit of work takes this much longer with every lane's thread running
+// (two cores of the EPYC VMs here sharing memory; measured per run, 1.1x to
+// 1.4x).
+constexpr double kSideBySideSlowdown = 1.3;
+
+// The inspection's runs (AgendaRuns), its instances cut into lanes where
+// the cost model says they pay: other processes leave a core for each lane
+// (LanesPay), and the slowest lane's work and runs, slowed as lanes side by
+// side are, cost less than all the work and the runs of one lane. A lane
+// has about as many runs as the whole (a run per level and program), so
+// lanes pay where work per run is large: wide layers, many rows.
+static void ScheduleRuns(const std::vector<int>& si_level, std::vector<int> si_code,
+                         const std::vector<SegmentCode*>& codes, const std::vector<const std::vector<int>*>& run_roots,
+                         const GenericOptions& options, Inspection& inspection) {
+  AgendaRuns(si_level, si_code, codes, run_roots, inspection);
+  const int lanes = options.lanes;
+  if (lanes <= 1 || si_code.size() < static_cast<size_t>(std::max(options.min_lane_instances, lanes))) return;
+  const std::vector<double> work = WorkBefore(si_code, codes);
+  inspection.lane_work = work.back();
+  static MachineLoad load;  // the process's: one reading serves every entry
+  const std::optional<double> others = load.OthersCores(std::chrono::milliseconds(250));
+  inspection.others_cores = others.value_or(-1);
+  if (!options.lanes_always && !LanesPay(lanes, load.cores(), others)) return;
+  const std::vector<int> si_lane = CutIntoLanes(inspection, work, lanes);
+  if (si_lane.empty()) return;
+  const double one_lane = work.back() + kRunWork * static_cast<double>(inspection.runs.size());
+  std::vector<Run> one_runs = std::move(inspection.runs);
+  std::vector<int> one_run = inspection.si_run, one_row = inspection.si_row;
+  // A program per segment and lane: runs batch within a lane.
+  std::vector<SegmentCode*> lane_codes;
+  std::vector<const std::vector<int>*> lane_roots;
+  for (size_t p = 0; p < codes.size(); ++p) {
+    for (int l = 0; l < lanes; ++l) {
+      lane_codes.push_back(codes[p]);
+      lane_roots.push_back(run_roots[p]);
+    }
+  }
+  for (size_t i = 0; i < si_code.size(); ++i) si_code[i] = si_code[i] * lanes + si_lane[i];
+  inspection.runs.clear();
+  AgendaRuns(si_level, si_code, lane_codes, lane_roots, inspection);
+  std::vector<double> lane_cost(lanes, 0);
+  for (size_t i = 0; i < si_lane.size(); ++i) lane_cost[si_lane[i]] += work[i + 1] - work[i];
+  for (Run& run : inspection.runs) {
+    run.lane = si_lane[run.members[0]];
+    lane_cost[run.lane] += kRunWork;
+  }
+  inspection.lanes_gain = one_lane / (kSideBySideSlowdown * *std::max_element(lane_cost.begin(), lane_cost.end()));
+  if (!options.lanes_always && inspection.lanes_gain <= 1) {
+    inspection.runs = std::move(one_runs);
+    inspection.si_run = std::move(one_run);
+    inspection.si_row = std::move(one_row);
+    return;
+  }
+  inspection.lanes = lanes;
+  RunPredecessors(inspection);
+}
+
 Inspection GenericProgram::Walked(const std::string& encoded, std::vector<const Value*> structures) {
   Inspection inspection;
   Walker w;
@@ -1047,33 +1109,7 @@ Inspection GenericProgram::Walked(const std::string& encoded, std::vector<const 
   inspection.new_cells = static_cast<int>(cells_.size() - cells_before);
 
   inspection.levels = si_level.empty() ? 0 : *std::max_element(si_level.begin(), si_level.end()) + 1;
-  std::vector<int> si_lane;
-  if (options_.lanes > 1 && si_code.size() >= static_cast<size_t>(std::max(options_.min_lane_instances, options_.lanes))) {
-    const std::vector<double> work = WorkBefore(si_code, codes_);
-    inspection.lane_work = work.back();
-    static MachineLoad load;  // the process's: one reading serves every entry
-    const std::optional<double> others = load.OthersCores(std::chrono::milliseconds(250));
-    inspection.others_cores = others.value_or(-1);
-    if (options_.lanes_whatever_the_load || LanesPay(options_.lanes, load.cores(), others)) si_lane = CutIntoLanes(inspection, work, options_.lanes);
-  }
-  if (si_lane.empty()) {
-    AgendaRuns(si_level, si_code, codes_, run_roots_, inspection);
-  } else {  // a program per segment and lane: runs batch within a lane
-    const int lanes = options_.lanes;
-    std::vector<SegmentCode*> codes;
-    std::vector<const std::vector<int>*> roots;
-    for (size_t p = 0; p < codes_.size(); ++p) {
-      for (int l = 0; l < lanes; ++l) {
-        codes.push_back(codes_[p]);
-        roots.push_back(run_roots_[p]);
-      }
-    }
-    for (size_t i = 0; i < si_code.size(); ++i) si_code[i] = si_code[i] * lanes + si_lane[i];
-    AgendaRuns(si_level, si_code, codes, roots, inspection);
-    inspection.lanes = lanes;
-    for (Run& run : inspection.runs) run.lane = si_lane[run.members[0]];
-    RunPredecessors(inspection);
-  }
+  ScheduleRuns(si_level, std::move(si_code), codes_, run_roots_, options_, inspection);
   for (Run& run : inspection.runs) run.rows = RowBucket(static_cast<int64_t>(run.members.size()));
   return inspection;
 }

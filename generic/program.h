@@ -244,9 +244,11 @@ struct Inspection {
   int lanes = 1;
   std::vector<int> run_pred_begin, run_preds;
   // When the call could be cut into lanes (GenericOptions), whether or not
-  // it was: the instances' estimated work (CutIntoLanes' measure), and the
-  // cores' worth other processes took then (negative: not known); else 0.
-  double lane_work = 0, others_cores = 0;
+  // it was: the instances' estimated work (CutIntoLanes' measure), the
+  // cores' worth other processes took then (negative: not known), and, when
+  // they left a core for each lane, the speed lanes were estimated to gain
+  // (ScheduleRuns' cost model; lanes where above 1); else 0.
+  double lane_work = 0, others_cores = 0, lanes_gain = 0;
   std::vector<Place> result;           // the entry result's tensor leaves, depth first
   // What the walk's data ops (generic/cell.h's DataOp) made, read as kStruct
   // slots: shared, so that the slots stay valid as the inspection moves.
@@ -301,12 +303,13 @@ bool LanesPay(int lanes, int cores, std::optional<double> others_cores);
 struct GenericOptions {
   int max_depth = 4000;  // cell instances nested deeper are refused (native stack)
   // Lanes a call's segment instances are cut into (Inspection::lanes), when
-  // it has at least min_lane_instances of them and LanesPay:
+  // it has at least min_lane_instances of them, LanesPay, and the cost model
+  // (ScheduleRuns in program.cc) says they gain:
   // the threads a call may have (EngineOptions::step_threads). A call's bits
   // depend on its lanes, not on the threads that run them.
   int lanes = 1;
   int min_lane_instances = 512;
-  bool lanes_whatever_the_load = false;  // cut even where LanesPay says no (tests, benchmarks)
+  bool lanes_always = false;  // cut wherever a cut exists, whatever the load and the cost model (tests, benchmarks)
 };
 
 class GenericProgram {

@@ -172,10 +172,12 @@ struct EngineOptions {
   // lanes between its examples (generic/program.h's Inspection::lanes),
   // which the call's team runs side by side: while other processes leave a
   // core for each helper (generic::LanesPay; lanes lose when a helper is
-  // preempted). A call's bits depend on its lanes, not on the threads that
-  // came. Off: one lane, each run over all the examples' rows (to measure
-  // what lanes give).
-  bool generic_lanes = true;
+  // preempted) and a cost model of work and runs says they gain. A call's
+  // bits depend on its lanes, not on the threads that came. Off by default:
+  // the Child-Sum Tree-LSTM of hidden 128 gained 8-14% on two idle cores,
+  // but a typed AST encoder of hidden 64 lost a quarter where the model
+  // said it would gain (bench/RESULTS.md, issue 51).
+  bool generic_lanes = false;
   // A specialization's job publishes baseline code first (its programs
   // lowered to registered kernels, no code generator: jit/tiered.h), so
   // that calls leave the interpreter within milliseconds of partial

@@ -37,10 +37,10 @@ void AddEngineFlags(CLI::App& app, EngineFlags& flags) {
   app.add_flag("--no-baseline", flags.no_baseline,
                "publish a specialization only once LLVM compiled it, not first as baseline code (registered kernels, "
                "no code generator) swapped for native code later (to measure what baseline code gives)");
-  app.add_flag("--no-generic-lanes", flags.no_generic_lanes,
-               "never cut a call of the generic tier into lanes of examples run side by side by the step threads "
-               "(by default it does while other processes leave a core for each helper; to measure what lanes "
-               "give)");
+  app.add_flag("--generic-lanes", flags.generic_lanes,
+               "cut a call of the generic tier into lanes of examples run side by side by the step threads, while "
+               "other processes leave a core for each helper and the cost model says they gain (wide layers, "
+               "many rows)");
   std::vector<std::string> passes = {"all", "residual"};
   for (const PassList& list : PassLists()) passes.insert(passes.end(), list.passes.begin(), list.passes.end());
   app.add_option("--print-after", flags.print_after,
@@ -59,7 +59,7 @@ void ApplyEngineFlags(const EngineFlags& flags, EngineOptions& options) {
   options.cache_dir = UserPath(flags.cache_dir);
   options.batch = !flags.no_batch;
   options.baseline_first = !flags.no_baseline;
-  options.generic_lanes = !flags.no_generic_lanes;
+  options.generic_lanes = flags.generic_lanes;
   options.compile_options.instrument = PrintAfter(flags.print_after, stderr);
 }
 

@@ -23,7 +23,7 @@ struct EngineFlags {
   std::string cache_dir;         // empty: PEJIT_CACHE_DIR, or none
   bool no_batch = false;         // EngineOptions::batch off
   bool no_baseline = false;      // EngineOptions::baseline_first off
-  bool no_generic_lanes = false;  // EngineOptions::generic_lanes off
+  bool generic_lanes = false;    // EngineOptions::generic_lanes on
   // Passes (jit/pass.h) or "all": every compile's program after them, on
   // stderr (EngineOptions::compile_options.instrument).
   std::vector<std::string> print_after;

@@ -134,6 +134,7 @@ bool EngineImpl::ServeGeneric(Request& r, const GenericStep& step) {
     if (inspection->lane_work > 0) {
       e.fields.push_back({"lanes", static_cast<int64_t>(inspection->lanes)});
       if (inspection->others_cores >= 0) e.fields.push_back({"others_cores", inspection->others_cores});
+      if (inspection->lanes_gain > 0) e.fields.push_back({"lanes_gain", inspection->lanes_gain});
     }
     if (run.skipped_rows > 0) e.fields.push_back({"skipped_rows", run.skipped_rows});
     if (run.reruns > 0) e.fields.push_back({"reruns", static_cast<int64_t>(run.reruns)});

@@ -107,7 +107,7 @@ TEST_P(GenericTest, TwoLanesGiveTheSameBitsOnOneThreadOrTwoAndTheInterpretersAns
   GenericOptions two_lanes;
   two_lanes.lanes = 2;
   two_lanes.min_lane_instances = 0;
-  two_lanes.lanes_whatever_the_load = true;
+  two_lanes.lanes_always = true;
   GenericProgram program(module, "loss", two_lanes);
   Interpreter interpreter;
   std::unique_ptr<JitSession> jit = JitSession::Create();
