@@ -928,6 +928,37 @@ class CallRun {
     if (pad.masked) masks.push_back(std::move(mask));
   }
 
+  // Input `p` of members [first, first + count), `rows` rows, where an
+  // earlier run's output holds it already: rows row0 .. row0 + count - 1 of
+  // one output, in the members' order (a cell's segment after a call reads
+  // the segment before it; a sequence's step the step before; 44% of a
+  // Tree-LSTM's inputs), and no padding rows (the rows past a run's
+  // members may hold anything: a run in pieces leaves them unwritten, and
+  // a NaN there times a zero cotangent is a NaN in a weight's gradient).
+  // A view of that output, not a copy; undefined otherwise. Nothing writes
+  // into a run's outputs after its run.
+  Tensor RowsInPlace(const SegmentCode& code, size_t p, std::span<const int> members, int first, int count,
+                     int64_t rows) const {
+    if (count != rows) return Tensor();
+    const Place& head = Chosen(Slot(members[first], code, p));
+    if (head.kind != Place::Kind::kRow) return Tensor();
+    const int source = inspection_.si_run[head.index];
+    const int row0 = RowIndex(head.index);
+    const Tensor& out = outputs_[source][head.output];
+    const TensorType& member = code.inputs[p];
+    const int64_t bytes = RowBytes(member);
+    if (out.dtype() != member.dtype || static_cast<int64_t>(out.nbytes()) < (row0 + rows) * bytes) return Tensor();
+    for (int i = 1; i < count; ++i) {
+      const Place& place = Chosen(Slot(members[first + i], code, p));
+      if (place.kind != Place::Kind::kRow || place.output != head.output || inspection_.si_run[place.index] != source ||
+          RowIndex(place.index) != row0 + i) {
+        return Tensor();
+      }
+    }
+    return Tensor::Wrap(static_cast<char*>(const_cast<void*>(out.raw_data())) + row0 * bytes, member.dtype,
+                        Prepend(rows, member.shape), std::make_shared<Tensor>(out));
+  }
+
   // The inputs of members [first, first + count) of `run` for variant `v`,
   // stacked to its rows (padded with copies of the first), its padded
   // inputs' masks appended.
@@ -945,6 +976,10 @@ class CallRun {
       }
       if (!v.pads.empty() && v.pads[p].extent > 0) {
         GatherPadded(code, v, p, members, first, count, in, masks);
+        continue;
+      }
+      if (Tensor view = RowsInPlace(code, p, members, first, count, rows); view.defined()) {
+        in[p] = std::move(view);
         continue;
       }
       Tensor stacked = Tensor::Empty(member.dtype, Prepend(rows, member.shape));
