@@ -890,11 +890,12 @@ constexpr double kRunWork = 7e5;
 constexpr double kSideBySideSlowdown = 1.3;
 
 // The inspection's runs (AgendaRuns), its instances cut into lanes where
-// the cost model says they pay: other processes leave a core for each lane
-// (LanesPay), and the slowest lane's work and runs, slowed as lanes side by
-// side are, cost less than all the work and the runs of one lane. A lane
-// has about as many runs as the whole (a run per level and program), so
-// lanes pay where work per run is large: wide layers, many rows.
+// they pay: the helpers are free, other processes leave a core for each
+// lane (LanesPay), and the slowest lane's work and runs, slowed as lanes
+// side by side are, cost less than all the work and the runs of one lane.
+// A lane has about as many runs as the whole (a run per level and
+// program), so lanes pay where work per run is large: wide layers, many
+// rows.
 static void ScheduleRuns(const std::vector<int>& si_level, std::vector<int> si_code,
                          const std::vector<SegmentCode*>& codes, const std::vector<const std::vector<int>*>& run_roots,
                          const GenericOptions& options, Inspection& inspection) {
@@ -906,12 +907,42 @@ static void ScheduleRuns(const std::vector<int>& si_level, std::vector<int> si_c
   static MachineLoad load;  // the process's: one reading serves every entry
   const std::optional<double> others = load.OthersCores(std::chrono::milliseconds(250));
   inspection.others_cores = others.value_or(-1);
-  if (!options.lanes_always && !LanesPay(lanes, load.cores(), others)) return;
+  if (!options.lanes_always) {
+    if (options.helpers_busy && options.helpers_busy()) {
+      inspection.lanes_why = "the helpers are compiling";
+      return;
+    }
+    if (!LanesPay(lanes, load.cores(), others)) {
+      inspection.lanes_why = "other processes take the cores";
+      return;
+    }
+  }
   const std::vector<int> si_lane = CutIntoLanes(inspection, work, lanes);
-  if (si_lane.empty()) return;
+  if (si_lane.empty()) {
+    inspection.lanes_why = "no cut near an even share of the work";
+    return;
+  }
+  // A lane's runs, estimated before its agenda is run (as costly as the
+  // walk's other half): the distinct (program, level) pairs of its
+  // instances, scaled by the runs one lane took over its own pairs.
+  auto pairs = [&](int lane) {
+    std::vector<int64_t> keys;
+    for (size_t i = 0; i < si_code.size(); ++i) {
+      if (lane < 0 || si_lane[i] == lane) keys.push_back(int64_t{si_code[i]} << 32 | si_level[i]);
+    }
+    std::sort(keys.begin(), keys.end());
+    return static_cast<double>(std::unique(keys.begin(), keys.end()) - keys.begin());
+  };
   const double one_lane = work.back() + kRunWork * static_cast<double>(inspection.runs.size());
-  std::vector<Run> one_runs = std::move(inspection.runs);
-  std::vector<int> one_run = inspection.si_run, one_row = inspection.si_row;
+  const double runs_per_pair = static_cast<double>(inspection.runs.size()) / std::max(pairs(-1), 1.0);
+  std::vector<double> lane_cost(lanes, 0);
+  for (size_t i = 0; i < si_lane.size(); ++i) lane_cost[si_lane[i]] += work[i + 1] - work[i];
+  for (int l = 0; l < lanes; ++l) lane_cost[l] += kRunWork * runs_per_pair * pairs(l);
+  inspection.lanes_gain = one_lane / (kSideBySideSlowdown * *std::max_element(lane_cost.begin(), lane_cost.end()));
+  if (!options.lanes_always && inspection.lanes_gain <= 1) {
+    inspection.lanes_why = "estimated to gain nothing";
+    return;
+  }
   // A program per segment and lane: runs batch within a lane.
   std::vector<SegmentCode*> lane_codes;
   std::vector<const std::vector<int>*> lane_roots;
@@ -924,19 +955,7 @@ static void ScheduleRuns(const std::vector<int>& si_level, std::vector<int> si_c
   for (size_t i = 0; i < si_code.size(); ++i) si_code[i] = si_code[i] * lanes + si_lane[i];
   inspection.runs.clear();
   AgendaRuns(si_level, si_code, lane_codes, lane_roots, inspection);
-  std::vector<double> lane_cost(lanes, 0);
-  for (size_t i = 0; i < si_lane.size(); ++i) lane_cost[si_lane[i]] += work[i + 1] - work[i];
-  for (Run& run : inspection.runs) {
-    run.lane = si_lane[run.members[0]];
-    lane_cost[run.lane] += kRunWork;
-  }
-  inspection.lanes_gain = one_lane / (kSideBySideSlowdown * *std::max_element(lane_cost.begin(), lane_cost.end()));
-  if (!options.lanes_always && inspection.lanes_gain <= 1) {
-    inspection.runs = std::move(one_runs);
-    inspection.si_run = std::move(one_run);
-    inspection.si_row = std::move(one_row);
-    return;
-  }
+  for (Run& run : inspection.runs) run.lane = si_lane[run.members[0]];
   inspection.lanes = lanes;
   RunPredecessors(inspection);
 }

@@ -249,6 +249,7 @@ struct Inspection {
   // they left a core for each lane, the speed lanes were estimated to gain
   // (ScheduleRuns' cost model; lanes where above 1); else 0.
   double lane_work = 0, others_cores = 0, lanes_gain = 0;
+  std::string lanes_why;  // then, why it was not cut (empty: it was)
   std::vector<Place> result;           // the entry result's tensor leaves, depth first
   // What the walk's data ops (generic/cell.h's DataOp) made, read as kStruct
   // slots: shared, so that the slots stay valid as the inspection moves.
@@ -310,6 +311,10 @@ struct GenericOptions {
   int lanes = 1;
   int min_lane_instances = 512;
   bool lanes_always = false;  // cut wherever a cut exists, whatever the load and the cost model (tests, benchmarks)
+  // True while the threads lanes would run on are taken (the engine's
+  // workers compiling: a call then borrows none, and its lanes run on the
+  // caller alone); no lanes then. Null: never.
+  std::function<bool()> helpers_busy;
 };
 
 class GenericProgram {

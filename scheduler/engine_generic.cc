@@ -44,6 +44,7 @@ std::shared_ptr<generic::GenericProgram> EngineImpl::GenericFor(Request& r) {
     try {
       generic::GenericOptions generic_options;
       generic_options.lanes = options.generic_lanes ? step_threads : 1;
+      generic_options.helpers_busy = [this] { return helpers_.recalled(); };
       entry.generic = std::make_shared<generic::GenericProgram>(r.snapshot, entry.name, generic_options, segments_);
     } catch (const Refusal& e) {
       entry.generic_refusal = e.what();
@@ -135,6 +136,7 @@ bool EngineImpl::ServeGeneric(Request& r, const GenericStep& step) {
       e.fields.push_back({"lanes", static_cast<int64_t>(inspection->lanes)});
       if (inspection->others_cores >= 0) e.fields.push_back({"others_cores", inspection->others_cores});
       if (inspection->lanes_gain > 0) e.fields.push_back({"lanes_gain", inspection->lanes_gain});
+      if (!inspection->lanes_why.empty()) e.fields.push_back({"lanes_why", inspection->lanes_why});
     }
     if (run.skipped_rows > 0) e.fields.push_back({"skipped_rows", run.skipped_rows});
     if (run.reruns > 0) e.fields.push_back({"reruns", static_cast<int64_t>(run.reruns)});
