@@ -7,10 +7,10 @@
 #include <optional>
 
 #include "ir/printer.h"
-#include "jit/lanes.h"
-#include "support/machine_load.h"
 #include "ir/visitor.h"
+#include "jit/lanes.h"
 #include "ops/eager.h"
+#include "support/machine_load.h"
 
 namespace pejit::generic {
 
@@ -824,9 +824,8 @@ static std::vector<double> WorkBefore(const std::vector<int>& si_code, const std
 // of about equal work, each cut where the fewest dependencies cross it: a
 // walk places an example's instances together (a minibatch's trees one
 // after another, what joins them after), so the cuts fall between
-// examples. Per instance its lane; empty for one lane (too few instances,
-// or no cut near an even share).
-
+// examples. Per instance its lane; empty where no cut lies near an even
+// share (one instance holding most of the work).
 static std::vector<int> CutIntoLanes(const Inspection& inspection, const std::vector<double>& work, int lanes) {
   const int n = static_cast<int>(work.size()) - 1;
   // Dependencies from before c to c or after that lanes wait on: one read
