@@ -1,6 +1,8 @@
 #include "support/machine_load.h"
 
 #include <algorithm>
+#include <cctype>
+#include <charconv>
 #include <fstream>
 #include <sstream>
 #include <vector>
@@ -50,9 +52,13 @@ std::optional<CpuTicks> ParseCpuTicks(const std::string& proc_stat, const std::s
   std::istringstream rest(self_stat.substr(close + 1));
   std::string field;
   int64_t utime = -1, stime = -1;
+  auto number = [](const std::string& text, int64_t& out) {
+    const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), out);
+    if (error != std::errc() || end != text.data() + text.size()) out = -1;
+  };
   for (int k = 1; k <= 13 && rest >> field; ++k) {
-    if (k == 12) utime = std::stoll(field);
-    if (k == 13) stime = std::stoll(field);
+    if (k == 12) number(field, utime);
+    if (k == 13) number(field, stime);
   }
   if (utime < 0 || stime < 0) return std::nullopt;
   t.self = utime + stime;

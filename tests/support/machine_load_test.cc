@@ -23,6 +23,7 @@ TEST(MachineLoad, ParsesTheMachinesAndItsOwnTicks) {
   EXPECT_EQ(t->self, 400);  // a process name with spaces and ')' is skipped whole
   EXPECT_FALSE(ParseCpuTicks("intr 0\n", kSelf).has_value());
   EXPECT_FALSE(ParseCpuTicks(kStat, "4242 (x) S 1").has_value());
+  EXPECT_FALSE(ParseCpuTicks(kStat, "4242 (x) S 1 2 3 4 5 6 7 8 9 10 x1 12 13").has_value());  // utime not a number
 }
 
 TEST(MachineLoad, OthersAreTheMachinesBusyTicksLessThisProcesss) {
