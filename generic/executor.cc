@@ -713,21 +713,18 @@ class CallRun {
         }
       }
     }
-    std::vector<int64_t> order(n), group_end(team->max_threads(), 0);
+    std::vector<int64_t> thread(n);
     for (int64_t t = 0; t < n; ++t) {
       const int l = lane(static_cast<int64_t>(run_of(t)));
       before[t] = last[l];
       last[l] = t;
-      ++group_end[l % team->max_threads()];
+      thread[t] = l % team->max_threads();
     }
-    for (size_t g = 1; g < group_end.size(); ++g) group_end[g] += group_end[g - 1];
-    std::vector<int64_t> fill(group_end.size(), 0);
-    for (size_t g = 1; g < group_end.size(); ++g) fill[g] = group_end[g - 1];
-    for (int64_t t = 0; t < n; ++t) order[fill[lane(static_cast<int64_t>(run_of(t))) % team->max_threads()]++] = t;
+    const ByKey by_thread = OrderByKey(thread, static_cast<size_t>(team->max_threads()));
     auto done = std::make_unique<std::atomic<uint8_t>[]>(static_cast<size_t>(n));
     std::atomic<bool> failed{false};
     auto finished = [&](int64_t t) { return t < 0 || done[t].load(std::memory_order_acquire) != 0; };
-    team->Run(group_end, order.data(),
+    team->Run(by_thread.end, by_thread.order.data(),
               [&](int64_t t) {
                 struct MarkDone {  // also after a throw: tasks waiting on it run (and return)
                   std::atomic<uint8_t>& flag;

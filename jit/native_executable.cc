@@ -19,21 +19,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// Positions 0 .. key.size() - 1 ordered by their key (0 .. n - 1), each
-// key's in increasing order, and where each key's end in that order.
-struct ByKey {
-  std::vector<int64_t> order, end;
-};
-ByKey OrderByKey(const std::vector<int64_t>& key, size_t n) {
-  ByKey out{std::vector<int64_t>(key.size()), std::vector<int64_t>(n, 0)};
-  for (int64_t k : key) ++out.end[static_cast<size_t>(k)];
-  for (size_t k = 1; k < n; ++k) out.end[k] += out.end[k - 1];
-  std::vector<int64_t> next(n, 0);
-  for (size_t k = 1; k < n; ++k) next[k] = out.end[k - 1];
-  for (size_t i = 0; i < key.size(); ++i) out.order[static_cast<size_t>(next[static_cast<size_t>(key[i])]++)] = static_cast<int64_t>(i);
-  return out;
-}
-
 // The calling thread's arena for the intermediate buffers of one compiled
 // call, grown to the largest call it ran and kept (for the thread's life):
 // instead of a malloc and free of megabytes per step (a minibatch of trees),

@@ -12,6 +12,16 @@
 #include "support/parallel.h"
 
 namespace pejit {
+
+ByKey OrderByKey(const std::vector<int64_t>& key, size_t n) {
+  ByKey out{std::vector<int64_t>(key.size()), std::vector<int64_t>(n, 0)};
+  for (int64_t k : key) ++out.end[static_cast<size_t>(k)];
+  for (size_t k = 1; k < n; ++k) out.end[k] += out.end[k - 1];
+  std::vector<int64_t> next(n, 0);
+  for (size_t k = 1; k < n; ++k) next[k] = out.end[k - 1];
+  for (size_t i = 0; i < key.size(); ++i) out.order[static_cast<size_t>(next[static_cast<size_t>(key[i])]++)] = static_cast<int64_t>(i);
+  return out;
+}
 namespace {
 
 inline void CpuRelax() {

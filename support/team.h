@@ -24,6 +24,7 @@
 #include <memory>
 #include <mutex>
 #include <span>
+#include <vector>
 
 namespace pejit {
 
@@ -65,6 +66,14 @@ class ArenaHelpers final : public HelperPool {
   int64_t out_ = 0;  // lent, not yet returned
   std::deque<std::function<void()>> pending_;  // lent, not yet started
 };
+
+// Positions 0 .. key.size() - 1 ordered by their key (0 .. n - 1), each
+// key's in increasing order, and where each key's end in that order: tasks
+// by the group (thread) that owns them, as Team::Run takes them.
+struct ByKey {
+  std::vector<int64_t> order, end;
+};
+ByKey OrderByKey(const std::vector<int64_t>& key, size_t n);
 
 class Team {
  public:
