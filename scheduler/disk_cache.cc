@@ -314,8 +314,8 @@ DiskCache::Stored DiskCache::Store(const DiskKey& key, std::string_view image) c
   // What holds the entry's name now is replaced only if it is an entry of
   // this user's (the cache removes nothing it did not write).
   struct stat there;
-  if (::fstatat(dir_fd_, name.c_str(), &there, AT_SYMLINK_NOFOLLOW) == 0 &&
-      (!S_ISREG(there.st_mode) || there.st_uid != ::geteuid())) {
+  const bool replaces = ::fstatat(dir_fd_, name.c_str(), &there, AT_SYMLINK_NOFOLLOW) == 0;
+  if (replaces && (!S_ISREG(there.st_mode) || there.st_uid != ::geteuid())) {
     ::unlinkat(dir_fd_, tmp.c_str(), 0);
     throw std::runtime_error("code cache: " + dir_ + "/" + name + " is " +
                              (S_ISREG(there.st_mode) ? "another user's file" : KindOf(there.st_mode)) +
@@ -328,7 +328,12 @@ DiskCache::Stored DiskCache::Store(const DiskKey& key, std::string_view image) c
   }
   Stored stored;
   stored.bytes = file.size();
-  stored.evicted = EvictPast(max_bytes_);
+  std::lock_guard lock(budget_mu_);
+  counted_bytes_ += file.size();
+  counted_bytes_ -= replaces ? std::min<uint64_t>(counted_bytes_, static_cast<uint64_t>(there.st_size)) : 0;
+  if (!scanned_ || counted_bytes_ > max_bytes_ || ++stores_since_scan_ >= kRescanEvery) {
+    stored.evicted = EvictPast(max_bytes_);
+  }
   return stored;
 }
 
@@ -465,6 +470,8 @@ std::vector<std::pair<DiskKey, std::string>> DiskCache::List() const {
   return out;
 }
 
+// Under budget_mu_: rescans the directory, counts its entries' bytes and
+// removes dead writers' temporaries.
 int DiskCache::EvictPast(uint64_t max_bytes) const {
   struct Entry {
     std::string name;
@@ -487,6 +494,9 @@ int DiskCache::EvictPast(uint64_t max_bytes) const {
     entries.push_back({name, st.st_mtim, static_cast<uint64_t>(st.st_size)});
     total += static_cast<uint64_t>(st.st_size);
   }
+  scanned_ = true;
+  stores_since_scan_ = 0;
+  counted_bytes_ = total;
   if (total <= max_bytes) return 0;
   std::sort(entries.begin(), entries.end(), [](const Entry& a, const Entry& b) {
     return a.time.tv_sec != b.time.tv_sec ? a.time.tv_sec < b.time.tv_sec : a.time.tv_nsec < b.time.tv_nsec;
@@ -499,6 +509,7 @@ int DiskCache::EvictPast(uint64_t max_bytes) const {
       ++evicted;
     }
   }
+  counted_bytes_ = total;
   return evicted;
 }
 

@@ -173,7 +173,8 @@ TEST_F(DiskCacheTest, ProcessesSharingTheDirectoryNeverTearAnEntry) {
 
 // A writer killed while it writes: the entry is the old one or the new one,
 // whole (the kill may land before or after the rename); its temporary file,
-// once stale, is removed by the next store.
+// once stale, is removed by the next scan of the directory (a cache's first
+// store: the next process's).
 TEST_F(DiskCacheTest, AWriterKilledMidWriteLeavesNoTornEntry) {
   DiskCache cache(dir_.string(), uint64_t{1} << 32);
   const std::string old_image = Image(1000, 2), new_image = Image(64 << 20, 4);
@@ -198,12 +199,12 @@ TEST_F(DiskCacheTest, AWriterKilledMidWriteLeavesNoTornEntry) {
   std::optional<DiskCache::Loaded> got = cache.Load(Key(), &refused);
   ASSERT_TRUE(got) << refused;
   EXPECT_TRUE(got->image == old_image || got->image == new_image) << got->image.size() << " bytes";
-  // The dead writer's temporary file, made old, goes with the next store.
+  // The dead writer's temporary file, made old, goes with the next scan.
   for (const auto& e : fs::directory_iterator(dir_)) {
     if (e.path().filename().string().find(".tmp.") == std::string::npos) continue;
     fs::last_write_time(e.path(), fs::file_time_type::clock::now() - std::chrono::hours(1));
   }
-  cache.Store(Key("other"), "x");
+  DiskCache(dir_.string(), uint64_t{1} << 32).Store(Key("other"), "x");
   for (const auto& e : fs::directory_iterator(dir_)) {
     EXPECT_EQ(e.path().filename().string().find(".tmp."), std::string::npos) << e.path();
   }
@@ -378,6 +379,32 @@ TEST_F(DiskCacheTest, PastTheBudgetTheLeastRecentlyUsedEntriesGo) {
   EXPECT_TRUE(fs::exists(cache.PathOf(Key("a"))));
   EXPECT_FALSE(fs::exists(cache.PathOf(Key("b"))));
   EXPECT_TRUE(fs::exists(cache.PathOf(Key("c"))));
+}
+
+// The cache counts what it stores between scans of the directory: the
+// budget holds store after store, and an entry stored again replaces its
+// bytes rather than adding to them.
+TEST_F(DiskCacheTest, TheBudgetHoldsStoreAfterStore) {
+  const std::string image = Image(1000, 1);
+  DiskCache probe(dir_.string(), uint64_t{1} << 30);
+  const uint64_t entry_bytes = probe.Store(Key("probe"), image).bytes;
+  fs::remove(probe.PathOf(Key("probe")));
+  DiskCache cache(dir_.string(), 3 * entry_bytes + entry_bytes / 2);  // room for three
+  auto entries = [&] {
+    int n = 0;
+    for (const auto& e : fs::directory_iterator(dir_)) n += e.path().extension() == ".pjc";
+    return n;
+  };
+  for (const char* key : {"a", "b", "c"}) EXPECT_EQ(cache.Store(Key(key), image).evicted, 0);
+  for (int i = 0; i < 5; ++i) EXPECT_EQ(cache.Store(Key("a"), image).evicted, 0) << i;
+  EXPECT_EQ(entries(), 3);
+  int evicted = 0;
+  for (int i = 0; i < 10; ++i) {
+    evicted += cache.Store(Key("k" + std::to_string(i)), image).evicted;
+    EXPECT_LE(entries(), 3) << i;
+  }
+  EXPECT_EQ(evicted, 10);
+  EXPECT_TRUE(fs::exists(cache.PathOf(Key("k9"))));
 }
 
 }  // namespace
