@@ -511,16 +511,17 @@ SegmentCode::Variant& VariantFor(SegmentCode& code, int64_t rows, bool grad, con
   return v;
 }
 
-void CompileVariant(JitSession& jit, SegmentCode& code, SegmentCode::Variant& variant, const CompileOptions& options,
-                    CodeGen codegen) {
+CodeGen CompileVariant(JitSession& jit, SegmentCode& code, SegmentCode::Variant& variant, const CompileOptions& options,
+                       CodeGen codegen) {
   // A variant no run has made yet is made here without its baseline code:
   // native code is about to replace it.
   std::optional<Programs> fresh;
   Func forward, backward;
-  bool made;
+  bool made, bare;  // bare: no native code yet
   {
     std::lock_guard lock(code.mu);
     made = variant.made;
+    bare = !variant.forward_native && !variant.backward_native;
     if (made) {
       // Quick code is replaced by optimized code; optimized code stays.
       const bool replace = codegen == CodeGen::kOptimized && !variant.optimized;
@@ -533,15 +534,30 @@ void CompileVariant(JitSession& jit, SegmentCode& code, SegmentCode::Variant& va
     forward = fresh->forward;
     backward = fresh->backward;
   }
-  const CompileOptions shared = VariantOptions(options, codegen);
+  // Optimized code an earlier run kept (a warm store) serves at once.
+  // Quick code is never kept: the optimizing compile that follows it is.
+  ExecutablePtr forward_exe, backward_exe;
+  if (options.store && bare) {
+    const CompileOptions optimized = VariantOptions(options, CodeGen::kOptimized);
+    ExecutablePtr kept_forward = forward ? jit.Kept(forward, optimized) : nullptr;
+    ExecutablePtr kept_backward = backward && (kept_forward || !forward) ? jit.Kept(backward, optimized) : nullptr;
+    if ((kept_forward || !forward) && (kept_backward || !backward)) {
+      forward_exe = std::move(kept_forward);
+      backward_exe = std::move(kept_backward);
+      codegen = CodeGen::kOptimized;
+    }
+  }
+  CompileOptions shared = VariantOptions(options, codegen);
+  if (codegen == CodeGen::kQuick) shared.store = nullptr;
   auto make = [&](const Func& program) {
     if (!program) return ExecutablePtr();
     return jit.Compile(program, shared);
   };
-  ExecutablePtr forward_exe, backward_exe;
   try {
-    forward_exe = make(forward);
-    backward_exe = make(backward);
+    if (!forward_exe && !backward_exe) {
+      forward_exe = make(forward);
+      backward_exe = make(backward);
+    }
   } catch (...) {
     if (fresh) Make(code, variant, nullptr);  // runnable meanwhile: the variant gets its baseline code
     throw;
@@ -561,6 +577,7 @@ void CompileVariant(JitSession& jit, SegmentCode& code, SegmentCode::Variant& va
   if (compiled) variant.optimized = codegen == CodeGen::kOptimized;
   PublishNative(variant);
   variant.queued.store(false);  // a backward program made later can be compiled again
+  return variant.optimized ? CodeGen::kOptimized : CodeGen::kQuick;
 }
 
 namespace {

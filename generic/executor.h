@@ -176,10 +176,12 @@ SegmentCode::Variant& VariantEntry(SegmentCode& code, int64_t rows, bool grad, c
 // machine code by LLVM's quick code generator (kQuick: native code soonest,
 // a third of the time; a variant that has native code is left as it is) or
 // its optimizing one (kOptimized: 5-10% faster code, which replaces quick
-// code). Thread-safe. Throws JitFailure; the variant keeps (or gets) its
-// baseline code then.
+// code). A store's optimized code, when it has the variant's, is taken
+// instead of either; quick code is not kept. Thread-safe. Returns which
+// code generator's code the variant runs now. Throws JitFailure; the variant
+// keeps (or gets) its baseline code then.
 enum class CodeGen { kQuick, kOptimized };
-void CompileVariant(JitSession& jit, SegmentCode& code, SegmentCode::Variant& variant,
-                    const CompileOptions& options = {}, CodeGen codegen = CodeGen::kOptimized);
+CodeGen CompileVariant(JitSession& jit, SegmentCode& code, SegmentCode::Variant& variant,
+                       const CompileOptions& options = {}, CodeGen codegen = CodeGen::kOptimized);
 
 }  // namespace pejit::generic

@@ -31,6 +31,8 @@
 #include "ir/program_files.h"
 #include "ir/visitor.h"
 #include "jit/compiler.h"
+#include "jit/image.h"
+#include "jit/native_executable.h"
 #include "tests/support/thread_pool.h"
 
 namespace pejit::generic {
@@ -489,6 +491,64 @@ TEST(GenericTier, QuickNativeCodeIsReplacedByOptimizedCode) {
   Execution optimized = Execute(inspection, options);
   expect_the_interpreters(optimized);
   EXPECT_EQ(optimized.baseline_runs, 0);
+}
+
+// A store kept in memory, as the engine's persistent cache keeps images
+// on disk: which keys were kept, with which code generator.
+class ImageStore final : public CodeStore {
+ public:
+  explicit ImageStore(JitSession& session) : session_(session) {}
+  ExecutablePtr Load(const std::string& key, const CompileOptions&) override {
+    auto it = images.find(key);
+    return it == images.end() ? nullptr : session_.Load(it->second);
+  }
+  void Keep(const std::string& key, const Executable& exec, const CompileOptions& options) override {
+    images[key] = EncodeImage(dynamic_cast<const NativeExecutable&>(exec));
+    kept_quick += !options.optimize_machine_code;
+  }
+  std::map<std::string, std::string> images;
+  int kept_quick = 0;
+
+ private:
+  JitSession& session_;
+};
+
+// A warm store serves a variant's first compile with the optimized code an
+// earlier run kept, whichever code generator the compile asks for (no quick
+// code to replace later); quick code is never kept, only optimized code.
+TEST(GenericTier, AStoresOptimizedCodeServesAQuickCompileAndQuickCodeIsNotKept) {
+  Snapshot module = LoadProgram("examples/treelstm/treelstm.pj");
+  std::vector<std::vector<Value>> calls = Calls(*module, "loss", "tests/generic/treelstm_calls.jsonl");
+  std::unique_ptr<JitSession> jit = JitSession::Create();
+  auto store = std::make_shared<ImageStore>(*jit);
+  CompileOptions with_store;
+  with_store.store = store;
+  const std::vector<int> wrt{2};
+  Interpreter::ValueAndGrad want = Interpreter().CallWithGrad(*module, "loss", calls[0], wrt);
+  ExecuteOptions options;
+  options.grad = true;
+  // Each run in a fresh program (fresh variants), the same segments' text.
+  auto run = [&](CodeGen codegen, CodeGen expected) {
+    GenericProgram program(module, "loss");
+    Inspection inspection = program.Inspect(calls[0]);
+    Execution first = Execute(inspection, options);
+    EXPECT_FALSE(first.missing_native.empty());
+    for (size_t m = 0; m < first.missing_native.size(); ++m) {
+      EXPECT_EQ(CompileVariant(*jit, *first.missing_codes[m], *first.missing_native[m], with_store, codegen), expected);
+    }
+    Execution got = Execute(inspection, options);
+    EXPECT_EQ(got.baseline_runs, 0);
+    EXPECT_TRUE(ValueAllClose(got.value, want.value, 1e-4, 1e-5));
+    EXPECT_TRUE(ValueAllClose(CallResult(calls[0], &wrt, got).grads[0], want.grads[0], 1e-4, 1e-5));
+  };
+  run(CodeGen::kQuick, CodeGen::kQuick);  // a cold store: quick code, not kept
+  EXPECT_TRUE(store->images.empty());
+  run(CodeGen::kOptimized, CodeGen::kOptimized);  // kept
+  const size_t kept = store->images.size();
+  EXPECT_GT(kept, 0u);
+  run(CodeGen::kQuick, CodeGen::kOptimized);  // warm: the kept optimized code
+  EXPECT_EQ(store->images.size(), kept);
+  EXPECT_EQ(store->kept_quick, 0);
 }
 
 // Per run of two or more instances: the operator calls of its grad-mode
