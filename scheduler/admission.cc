@@ -22,7 +22,9 @@ Admission::Decision Admission::Decide(const Recurrence& r) {
   std::lock_guard lock(mu_);
   Decision d;
   d.pending = pending_;
-  d.job_us = job_us_ > 0 ? job_us_ : kPriorJobUs;
+  d.job_us = r.ops > 0 ? static_cast<double>(r.ops) * (us_per_op_ > 0 ? us_per_op_ : kPriorUsPerOp)
+             : job_us_ > 0 ? job_us_
+                           : kPriorJobUs;
   if (r.calls < 2) {
     d.reason = "seen once";
     return d;
@@ -40,9 +42,10 @@ Admission::Decision Admission::Decide(const Recurrence& r) {
   return d;
 }
 
-void Admission::JobEnded(int64_t worker_us, bool admitted) {
+void Admission::JobEnded(int64_t worker_us, int64_t ops, bool admitted) {
   std::lock_guard lock(mu_);
   if (worker_us >= 0) job_us_ = Blend(job_us_, static_cast<double>(worker_us));
+  if (worker_us >= 0 && ops > 0) us_per_op_ = Blend(us_per_op_, static_cast<double>(worker_us) / static_cast<double>(ops));
   if (admitted && pending_ > 0) --pending_;
 }
 

@@ -19,9 +19,15 @@
 //                     interval between calls, the horizon being as long again
 //                     as the engine has run (a run that has gone on for t is
 //                     taken to go on for t more), ready after the admitted jobs
-//                     still pending and its own (each the entry's mean job time,
-//                     50 ms before any was measured);
-//   cost            = one job's time.
+//                     still pending and its own (each this job's estimated time);
+//   cost            = one job's estimated time: the operations the
+//                     signature's generic call ran times the entry's measured
+//                     job time per operation (kPriorUsPerOp before any). A
+//                     job partially evaluates and compiles the whole call, so
+//                     its time grows with the call's size: a flat prior of
+//                     50 ms admitted the Child-Sum Tree-LSTM's first three
+//                     largest minibatches, whose jobs took 400-800 ms of the
+//                     worker each (the steps meanwhile without a helper).
 // So a minibatch that repeats every step is specialized within a fraction of
 // a second, one that repeats every epoch only once the run has lasted many
 // epochs, and the queue never holds more admitted work than the horizon can
@@ -42,6 +48,7 @@ class Admission {
     int64_t now_us = 0;
     int64_t generic_us = 0;  // what its latest generic call took
     int64_t alive_us = 0;    // how long the engine has run
+    int64_t ops = 0;         // the operations its generic call ran (segment operations per instance, summed)
   };
   struct Decision {
     bool admit = false;
@@ -50,21 +57,24 @@ class Admission {
     int64_t pending = 0;  // admitted jobs not ended, before this one
   };
 
-  static constexpr double kPriorJobUs = 50e3;
+  static constexpr double kPriorJobUs = 50e3;  // a call of unknown size
+  static constexpr double kPriorUsPerOp = 10;   // measured below
   static constexpr double kPriorRatio = 0.5;
 
   // Thread-safe. An admitted decision counts as pending until JobEnded.
   Decision Decide(const Recurrence& r);
   // A job of the entry ended: `worker_us` its time (< 0: not measured, a
-  // cancelled job or a code-cache load); `admitted` whether Decide admitted it.
-  void JobEnded(int64_t worker_us, bool admitted);
+  // cancelled job or a code-cache load) for a call of `ops` operations (0:
+  // not known); `admitted` whether Decide admitted it.
+  void JobEnded(int64_t worker_us, int64_t ops, bool admitted);
   // A specialization ran a call in `native_us` where the same signature's
   // generic call took `generic_us`.
   void SpecializationRan(int64_t native_us, int64_t generic_us);
 
  private:
   mutable std::mutex mu_;
-  double job_us_ = 0;  // mean of the jobs measured (exponentially weighted); 0: none
+  double job_us_ = 0;     // mean of the jobs measured (exponentially weighted); 0: none
+  double us_per_op_ = 0;  // mean job time per operation of the jobs of known size; 0: none
   double ratio_ = 0;   // specialization / generic call time; 0: none measured
   int64_t pending_ = 0;
 };

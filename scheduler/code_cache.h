@@ -160,9 +160,10 @@ struct Slot {
   std::atomic<uint64_t> last_used{0};   // LRU clock
   std::atomic<int64_t> calls{0};        // for hot:N
   // A signature the generic tier serves (scheduler/admission.h): when it
-  // first came, what its latest generic call took, whether its job was
-  // admitted (cleared by whoever ends the job), and its compiled runs so far.
-  std::atomic<int64_t> first_call_us{0}, generic_us{0};
+  // first came, what its latest generic call took and how many operations
+  // it ran, whether its job was admitted (cleared by whoever ends the job),
+  // and its compiled runs so far.
+  std::atomic<int64_t> first_call_us{0}, generic_us{0}, generic_ops{0};
   std::atomic<bool> admitted{false};
   std::atomic<int> runs_compiled{0};
   // The worker thread running its job (0: none), and the calls that missed

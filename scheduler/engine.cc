@@ -517,6 +517,7 @@ SlotPtr EngineImpl::Miss(Request& r, SlotPtr slot, int hot_calls, int64_t generi
   }
   if (served) {
     slot->generic_us.store(generic_us, std::memory_order_relaxed);
+    slot->generic_ops.store(r.generic_ops, std::memory_order_relaxed);
     if (int64_t never = 0; slot->first_call_us.load(std::memory_order_relaxed) == 0) {
       slot->first_call_us.compare_exchange_strong(never, NowMicros(), std::memory_order_relaxed);
     }
@@ -564,7 +565,8 @@ void EngineImpl::Boost(Request& r, Slot& slot) {
 bool EngineImpl::Admit(Request& r, Slot& slot, int64_t calls) {
   const int64_t now = NowMicros();
   Admission::Decision d = r.entry.admission.Decide({calls, slot.first_call_us.load(std::memory_order_relaxed), now,
-                                                    slot.generic_us.load(std::memory_order_relaxed), now - started_us_});
+                                                    slot.generic_us.load(std::memory_order_relaxed), now - started_us_,
+                                                    slot.generic_ops.load(std::memory_order_relaxed)});
   if (d.admit) slot.admitted.store(true, std::memory_order_relaxed);
   if (On(EventKind::kAdmission)) {
     Event e = Make(EventKind::kAdmission, r.entry.name, &r.key.signature);
@@ -576,6 +578,7 @@ bool EngineImpl::Admit(Request& r, Slot& slot, int64_t calls) {
     e.fields.push_back({"saving_us", static_cast<int64_t>(d.saving_us)});
     e.fields.push_back({"benefit_us", static_cast<int64_t>(d.benefit_us)});
     e.fields.push_back({"job_us", static_cast<int64_t>(d.job_us)});
+    e.fields.push_back({"ops", slot.generic_ops.load(std::memory_order_relaxed)});
     e.fields.push_back({"pending", d.pending});
     Emit(e);
   }

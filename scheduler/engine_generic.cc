@@ -118,6 +118,10 @@ bool EngineImpl::ServeGeneric(Request& r, const GenericStep& step) {
       QueueGenericCompile(r.entry.name, program, run.missing_codes[i], run.missing_native[i]);
     }
   }
+  r.generic_ops = 0;
+  for (const generic::Run& run_ : inspection->runs) {
+    r.generic_ops += static_cast<int64_t>(run_.members.size()) * run_.code->ops;
+  }
   Count(r.entry.calls_generic);
   if (run.baseline_runs == 0) Count(r.entry.calls_generic_native);
   Count(r.entry.generic_runs, run.native_runs + run.baseline_runs);
@@ -220,7 +224,7 @@ void EngineImpl::RunGenericCompile(GenericCompile& job) {
   int64_t start = NowMicros();
   std::string failure;
   try {
-    generic::CompileVariant(*jit_, *job.code, *job.variant, CompileOptionsFor(job.entry), job.codegen);
+    job.codegen = generic::CompileVariant(*jit_, *job.code, *job.variant, CompileOptionsFor(job.entry), job.codegen);
   } catch (const std::exception& e) {
     failure = e.what();  // the variant keeps running its baseline code
   }

@@ -108,6 +108,7 @@ class EngineImpl {
     std::string uncacheable;  // why not, when not
     int64_t start_us = 0;     // when the call began, for its event (0 with no sink)
     bool pullback = false;    // value_and_pullback (with wrt): its slot key's mode is its own
+    int64_t generic_ops = 0;  // the generic tier served it: the operations its runs' instances ran
   };
 
   ValueAndGrad Run(Request& r);
@@ -211,7 +212,8 @@ class EngineImpl {
   // A job of `slot` ended (worker_us < 0: not measured): its entry's
   // admission learns its time and, if it admitted the job, that it is done.
   static void JobEnded(Slot& slot, int64_t worker_us) {
-    slot.key.entry->admission.JobEnded(worker_us, slot.admitted.exchange(false, std::memory_order_relaxed));
+    slot.key.entry->admission.JobEnded(worker_us, slot.generic_ops.load(std::memory_order_relaxed),
+                                       slot.admitted.exchange(false, std::memory_order_relaxed));
   }
   SlotPtr Insert(Request& r, SlotState initial, bool* inserted);
   void Enqueue(Request& r, const SlotPtr& slot, JobPriority priority);

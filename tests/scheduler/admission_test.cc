@@ -36,7 +36,7 @@ TEST(Admission, AMinibatchThatRepeatsEveryStepIsSpecializedWithinASecond) {
 
 TEST(Admission, AMinibatchOfAReshuffledEpochWaitsUntilTheRunHasLastedLongEnough) {
   Admission a;
-  a.JobEnded(66 * kMs, false);  // a job of this entry took 66 ms
+  a.JobEnded(66 * kMs, 0, false);  // a job of this entry took 66 ms
   // Epochs of 90 ms, a generic call of 1.2 ms: at epoch 1 it would save nothing in time.
   Admission::Decision early = a.Decide(Seen(2, 90 * kMs, 1200, 180 * kMs));
   EXPECT_FALSE(early.admit) << early.reason;
@@ -55,7 +55,7 @@ TEST(Admission, PendingJobsDelayWhenTheNextWouldBeReadyAndEndingThemFreesTheQueu
   for (int i = 0; i < 100 && a.Decide(r).admit; ++i) ++admitted;
   EXPECT_EQ(admitted, 5);
   EXPECT_FALSE(a.Decide(r).admit);
-  a.JobEnded(50 * kMs, true);
+  a.JobEnded(50 * kMs, 0, true);
   EXPECT_TRUE(a.Decide(r).admit);
   EXPECT_EQ(a.Decide(r).pending, admitted);
 }
@@ -66,6 +66,25 @@ TEST(Admission, ASpecializationNoFasterThanTheGenericCodeIsNeverAdmitted) {
   Admission::Decision d = a.Decide(Seen(1000, 2 * kMs, 2 * kMs, 100'000 * kMs));
   EXPECT_FALSE(d.admit) << d.reason;
   EXPECT_EQ(d.saving_us, 0);
+}
+
+// A job partially evaluates and compiles the whole call: its cost is
+// estimated from the operations the generic call ran, at the prior rate
+// until a job of known size was measured, then at that job's rate.
+TEST(Admission, AJobIsEstimatedFromTheSizeOfItsCall) {
+  Admission a;
+  Admission::Recurrence small = Seen(2, 400 * kMs, 20 * kMs, 1'000 * kMs), large = small;
+  small.ops = 2'000;
+  large.ops = 60'000;
+  Admission::Decision d = a.Decide(large);
+  EXPECT_NEAR(d.job_us, 60'000 * Admission::kPriorUsPerOp, 1);
+  EXPECT_FALSE(d.admit) << d.reason;  // 600 ms of a worker for two calls of 10 ms saved
+  d = a.Decide(small);
+  EXPECT_NEAR(d.job_us, 2'000 * Admission::kPriorUsPerOp, 1);
+  EXPECT_TRUE(d.admit) << d.reason;
+  a.JobEnded(100 * kMs, 2'000, true);  // 50 us an operation
+  EXPECT_NEAR(a.Decide(small).job_us, 100 * kMs, 1);
+  EXPECT_NEAR(a.Decide(large).job_us, 3'000 * kMs, 1);
 }
 
 }  // namespace
