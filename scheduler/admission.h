@@ -58,7 +58,7 @@ class Admission {
   };
 
   static constexpr double kPriorJobUs = 50e3;  // a call of unknown size
-  static constexpr double kPriorUsPerOp = 10;   // measured below
+  static constexpr double kPriorUsPerOp = 25;   // the median of 14-110 over five models' jobs
   static constexpr double kPriorRatio = 0.5;
 
   // Thread-safe. An admitted decision counts as pending until JobEnded.

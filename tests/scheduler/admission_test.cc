@@ -74,16 +74,16 @@ TEST(Admission, ASpecializationNoFasterThanTheGenericCodeIsNeverAdmitted) {
 TEST(Admission, AJobIsEstimatedFromTheSizeOfItsCall) {
   Admission a;
   Admission::Recurrence small = Seen(2, 400 * kMs, 20 * kMs, 1'000 * kMs), large = small;
-  small.ops = 2'000;
+  small.ops = 800;
   large.ops = 60'000;
   Admission::Decision d = a.Decide(large);
   EXPECT_NEAR(d.job_us, 60'000 * Admission::kPriorUsPerOp, 1);
   EXPECT_FALSE(d.admit) << d.reason;  // 600 ms of a worker for two calls of 10 ms saved
   d = a.Decide(small);
-  EXPECT_NEAR(d.job_us, 2'000 * Admission::kPriorUsPerOp, 1);
+  EXPECT_NEAR(d.job_us, 800 * Admission::kPriorUsPerOp, 1);
   EXPECT_TRUE(d.admit) << d.reason;
-  a.JobEnded(100 * kMs, 2'000, true);  // 50 us an operation
-  EXPECT_NEAR(a.Decide(small).job_us, 100 * kMs, 1);
+  a.JobEnded(40 * kMs, 800, true);  // 50 us an operation
+  EXPECT_NEAR(a.Decide(small).job_us, 40 * kMs, 1);
   EXPECT_NEAR(a.Decide(large).job_us, 3'000 * kMs, 1);
 }
 
