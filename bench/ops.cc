@@ -144,7 +144,11 @@ BENCHMARK(BM_Matmul)
     ->Args({1, 128, 512})
     ->Args({32, 128, 512})
     ->Args({128, 128, 512})
-    ->Args({512, 512, 512});
+    ->Args({512, 512, 512})
+    ->Args({5, 3072, 1024})
+    ->Args({25, 3072, 1024})
+    ->Args({100, 3072, 1024})
+    ->Args({100, 8192, 512});
 
 // ---- Packed GEMM: the micro-kernels side by side ----------------------------------------------------------
 
@@ -176,7 +180,8 @@ void BM_PackedGemm(benchmark::State& state) {
 
 void PackedGemmArgs(benchmark::internal::Benchmark* b) {
   b->ArgNames({"M", "K", "N", "isa"});
-  for (auto [m, k, n] : {std::tuple{4, 128, 384}, {10, 128, 384}, {32, 128, 384}, {256, 64, 384}, {128, 2000, 384}}) {
+  for (auto [m, k, n] : {std::tuple{4, 128, 384}, {10, 128, 384}, {32, 128, 384}, {256, 64, 384}, {128, 2000, 384},
+                         {5, 3072, 1024}, {25, 3072, 1024}, {100, 3072, 1024}, {100, 8192, 512}}) {
     for (GemmIsa isa : {GemmIsa::kAvx2, GemmIsa::kAvx512}) b->Args({m, k, n, static_cast<int64_t>(isa)});
   }
 }

@@ -43,11 +43,10 @@ Func CombineSums(const Func& program);
 // packed_dense against it; CSE then leaves one pack per operand, so a weight
 // read by every tree level, forward and backward, is packed once per
 // orientation per call instead of by OpenBLAS at every product. A product
-// alone with its operand stays OpenBLAS's. Not for inner dimensions over
-// 1024.
+// alone with its operand stays OpenBLAS's.
 Func PackGemmOperands(const Func& program);
 // A product the micro-kernel can take: an f32 2-D matmul without
-// transpose_a, or a dense, inner dimension at most 1024. Returns the
+// transpose_a, or a dense. Returns the
 // orientation (transpose_b) in which its right operand args[1] is packed;
 // nullopt for anything else.
 std::optional<bool> PackableProduct(const OpCallNode& call);

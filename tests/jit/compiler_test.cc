@@ -379,6 +379,26 @@ def @f(%x1: Tensor[(7, 20), f32], %x2: Tensor[(2, 20), f32], %g1: Tensor[(5, 18)
   }
 }
 
+// Any inner dimension packs: a product through a wide gate matrix
+// (a hidden-1024 LSTM's 3072 x 1024 U_iou, here 1500 x 24), read by two
+// products in the backward's orientation, gives the interpreter's values.
+TEST_F(CompilerTest, ProductsWithALongInnerDimensionArePackedToo) {
+  Snapshot s = Load(R"(
+def @f(%g1: Tensor[(5, 1500), f32], %g2: Tensor[(2, 1500), f32], %u: Tensor[(1500, 24), f32]) {
+  (matmul(%g1, %u), matmul(%g2, %u))
+})");
+  Rng rng(9);
+  std::vector<Value> args;
+  // Positive terms: no sum cancels to near zero, where two summation orders
+  // would differ by more than the relative tolerance.
+  for (Shape shape : {Shape{5, 1500}, {2, 1500}, {1500, 24}}) args.emplace_back(RandomUniform(rng, shape, 0, 1));
+  Func packed = EliminateCommonSubexpressions(PackGemmOperands(PartialEvaluate(*s, "f", args).main));
+  EXPECT_EQ(CountCalls(packed, "gemm_pack"), 1) << PrintFunction("packed", packed);
+  EXPECT_EQ(CountCalls(packed, "packed_matmul"), 2) << PrintFunction("packed", packed);
+  EXPECT_EQ(CountCalls(packed, "matmul"), 0) << PrintFunction("packed", packed);
+  CheckCompiled(s, "f", args);
+}
+
 TEST_F(CompilerTest, SumsOfScattersIntoTheSameRowsBecomeOneScatter) {
   Snapshot s = Load(R"(
 def @f(%a: Tensor[(2, 3), f32], %b: Tensor[(3,), f32], %c: Tensor[(3, 3), f32], %d: Tensor[(4, 3), f32]) {
