@@ -344,6 +344,7 @@ def treelstm_derived(label, threads, rep, r, window=1):
          "infer_steady_latency_ms_p99": p[-1].get("latency_ms_p99") if p else None,
          "infer_trees_per_call": p[0]["trees"] / p[0]["calls"] if p and p[0].get("calls") else None,
          "epoch0_loss": e[0]["loss"], "final_loss": e[-1]["loss"],
+         "max_rss_mb": r.get("max_rss_mb"),
          "train_accuracy": p[-1]["accuracy"] if p else None,
          "first_pass_accuracy": p[0]["accuracy"] if p else None,
          "epoch_seconds": [x["seconds"] for x in e], "epoch_compiled_share": [x["compiled_share"] for x in e],
@@ -492,6 +493,20 @@ def table_rows(suite, rows, unit):
                    f"{fmt1(col('epoch0_step_ms_p99'))} / {fmt1(col('epoch0_step_ms_max'))} | "
                    f"{fmt1(col('epoch0_seconds'), 2)} | {fmt1(col('epoch0_loss'), 3)} → {fmt1(col('final_loss'), 3)} |")
     return out
+
+
+def memory_rows(rows):
+    """Markdown: peak RSS per (mode, threads), medians (min–max) over the repetitions; [] when none reported it."""
+    out = ["| mode | threads | peak RSS, MB |", "|---|---|---|"]
+    seen = []
+    for r in rows:
+        key = (r["mode"], r["threads"])
+        if key in seen or r.get("max_rss_mb") is None:
+            continue
+        seen.append(key)
+        values = [x["max_rss_mb"] for x in group(rows, *key) if x.get("max_rss_mb") is not None]
+        out.append(f"| {r['mode']} | {r['threads'] or 1} | {fmt(med(values))} |")
+    return out if len(out) > 2 else []
 
 
 def latency_rows(rows):
@@ -792,7 +807,7 @@ def goals(suite, rows, summary, unit, args, flops=None, gflops=None, data=None):
             ratio = med([r["train_epoch0_trees_per_s"] / r["train_steady_trees_per_s"] for r in warm])
             g["warm_cache_epoch0_over_steady"] = {"ratio": ratio["median"], "min_max": [ratio["min"], ratio["max"]],
                                                   "goal": 1.0, "met": ratio["median"] >= 1.0}
-    elif summary["eager_steady"]["train_images_per_s"] and summary["torch"]["train_images_per_s"]:
+    elif suite == "mlp" and summary["eager_steady"]["train_images_per_s"] and summary["torch"]["train_images_per_s"]:
         for kind in ("train", "infer"):
             key = f"{kind}_images_per_s"
             ratio = summary["eager_steady"][key] / summary["torch"][key]
@@ -986,6 +1001,11 @@ def report(args, rows, modes, data, gflops, started, load_before):
     if fixed:
         print()
         print("\n".join(table_rows(args.suite, fixed, unit)))
+    memory = memory_rows(rows)
+    if memory:
+        print("\nPeak resident memory of each process (getrusage's ru_maxrss; PyTorch's includes the "
+              "interpreter and torch itself):\n")
+        print("\n".join(memory))
     latency = latency_rows(fixed) if args.suite == "treelstm" else []
     if latency:
         print(f"\nInference latency per tree (its call's; {'the plan' + chr(39) + 's minibatches' if not args.infer_batch else f'{args.infer_batch} tree(s) a call'}), "

@@ -580,7 +580,7 @@ def main():
     result.update({"impl": f"torch_{args.impl}" if args.suite == "treelstm" else "torch", "threads": args.threads,
                    "torch_threads": torch.get_num_threads(), "torch_version": torch.__version__,
                    "cpu_seconds": cpu_seconds(), "seconds": time.perf_counter() - start, "startup_seconds": startup,
-                   **blas})
+                   "max_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, **blas})
     print(json.dumps(result))
 
 

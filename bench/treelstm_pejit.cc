@@ -30,6 +30,8 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include <sys/resource.h>
+
 #include <chrono>
 #include <cstdio>
 #include <limits>
@@ -448,6 +450,8 @@ int Measure(const Config& c) {
       {"seconds", Seconds(start)},
       {"data_seconds", data_seconds},
   };
+  // The process's peak resident memory (issue 54's point 3: beside PyTorch's).
+  if (struct rusage usage; ::getrusage(RUSAGE_SELF, &usage) == 0) out["max_rss_mb"] = usage.ru_maxrss / 1024.0;
   std::printf("%s\n", out.dump().c_str());
   return 0;
 }
