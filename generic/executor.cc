@@ -1146,6 +1146,28 @@ class CallRun {
       return t;
     };
     size_t leaf = 0;
+    if (inspection_.result_shape) {
+      // A row's type is its segment's output's (a place elsewhere holds its tensor).
+      auto type_of = [&](const Place& slot) {
+        const Place& place = Chosen(slot);
+        if (place.kind != Place::Kind::kRow) return TensorType{};
+        const TensorType& t = inspection_.runs[inspection_.si_run[place.index]].code->outputs[place.output];
+        if (!t.IsFullyKnown()) throw Refusal("generic: a result row of type " + t.ToString() + " in a structure");
+        return t;
+      };
+      auto rebuild = [&](auto& self, const ResultShape& s) -> Value {
+        if (s.kind == ResultShape::Kind::kValue) return s.value;
+        if (s.kind == ResultShape::Kind::kTensor) {
+          const Place& slot = inspection_.result.at(leaf++);
+          return Value(tensor_of(slot, type_of(slot)));
+        }
+        std::vector<Value> fields;
+        for (const ResultShape& f : s.fields) fields.push_back(self(self, f));
+        return s.kind == ResultShape::Kind::kAdt ? Value::Adt(s.adt, s.tag, std::move(fields))
+                                                 : Value::Tuple(std::move(fields));
+      };
+      return rebuild(rebuild, *inspection_.result_shape);
+    }
     auto rebuild = [&](auto& self, const Type& type) -> Value {
       if (auto* t = AsTensor(type)) return Value(tensor_of(inspection_.result.at(leaf++), t->type));
       std::vector<Value> fields;
@@ -1480,6 +1502,9 @@ class CallRun {
 }  // namespace
 
 Execution Execute(const Inspection& inspection, const ExecuteOptions& options) {
+  if (options.grad && inspection.result_shape) {
+    throw Refusal("generic: gradients of a result that holds structures (a loss is a scalar)");
+  }
   return CallRun(inspection, options).Run();
 }
 
@@ -1519,6 +1544,7 @@ Forward InspectAndForward(GenericProgram& program, const std::vector<Value>& arg
   options.grad = true;
   for (int reruns = 0;; ++reruns) {
     auto inspection = std::make_shared<Inspection>(program.Inspect(args));
+    if (inspection->result_shape) throw Refusal("generic: a pullback of a result that holds structures");
     // A cotangent is added into f32 rows; the tier differentiates nothing else.
     auto check = [](auto& self, const Type& type) -> void {
       if (const TensorTypeNode* t = AsTensor(type)) {

@@ -970,9 +970,6 @@ Inspection GenericProgram::Walked(const std::string& encoded, std::vector<const 
   w.children.reserve(last_.instances);
   w.leaves.reserve(last_.leaves);
   int top = Walk(RootNode(InstanceKey(entry_, encoded)), 0, w, 0);
-  if (!w.instances[top].cell->result_type) {
-    throw Refusal("generic: @" + entry_ + " returns a structure; the tier returns tensors (in tuples)");
-  }
 
   // Place the segment instances in evaluation order, resolving every slot.
   std::vector<int> si_level, si_code, seg_si;
@@ -1119,9 +1116,43 @@ Inspection GenericProgram::Walked(const std::string& encoded, std::vector<const 
   inspection.frontiers = std::move(w.frontiers);
   inspection.si_input_begin.push_back(static_cast<int>(inspection.si_inputs.size()));
   const Cell& top_cell = *w.instances[top].cell;
-  inspection.result.assign(results.begin() + w.instances[top].result,
-                         results.begin() + w.instances[top].result + top_cell.result_leaves.size());
-  inspection.result_type = top_cell.result_type;
+  if (top_cell.result_type) {
+    inspection.result.assign(results.begin() + w.instances[top].result,
+                             results.begin() + w.instances[top].result + top_cell.result_leaves.size());
+    inspection.result_type = top_cell.result_type;
+  } else {
+    // The structures the result holds, as their cells built them: a built
+    // one's tensors are values of the instance that built it, its
+    // structures those of that instance (the top's: the walker's stack).
+    auto shape = [&](auto& self, const ValueTree& t, int instance, const StructRef* structures) -> ResultShape {
+      ResultShape s;
+      switch (t.kind) {
+        case ValueTree::Kind::kTensor:
+          resolve(resolve, instance, t.value, inspection.result);
+          return s;
+        case ValueTree::Kind::kStructure: {
+          const StructRef& ref = structures[t.value];
+          if (ref.value) {
+            s.kind = ResultShape::Kind::kValue;
+            s.value = *ref.value;
+            return s;
+          }
+          return self(self, *ref.built, ref.instance, w.frames.data() + ref.frame);
+        }
+        case ValueTree::Kind::kBuilt:
+          s.kind = ResultShape::Kind::kAdt;
+          s.adt = module_->FindType(t.adt->name);
+          s.tag = t.tag;
+          break;
+        case ValueTree::Kind::kTuple: s.kind = ResultShape::Kind::kTuple; break;
+        default: throw Refusal("generic: @" + entry_ + " returns a function value");
+      }
+      for (const ValueTree& f : t.fields) s.fields.push_back(self(self, f, instance, structures));
+      return s;
+    };
+    inspection.result_shape =
+        std::make_shared<const ResultShape>(shape(shape, top_cell.result, top, w.structures.data()));
+  }
   inspection.instances = static_cast<int64_t>(w.instances.size());
   last_ = {w.instances.size(), w.leaves.size(), si_level.size(), results.size(), inspection.si_inputs.size()};
   inspection.new_cells = static_cast<int>(cells_.size() - cells_before);

@@ -222,6 +222,18 @@ struct Deeper : std::runtime_error {
   Frontier frontier;
 };
 
+// A result that holds structures (an `infer` returning a List of rows, one
+// per tree): its skeleton as the walk found the structures the cells built.
+// Its tensors are Inspection::result's places, depth first.
+struct ResultShape {
+  enum class Kind : uint8_t { kTensor, kTuple, kAdt, kValue };
+  Kind kind = Kind::kTensor;
+  TypeDefPtr adt;  // kAdt: a constructor of this type...
+  int tag = -1;    // ... this one
+  std::vector<ResultShape> fields;  // kTuple, kAdt
+  Value value;                      // kValue: a structure of the arguments, returned as it is
+};
+
 struct Inspection {
   std::vector<Tensor> roots;          // the entry arguments' tensors (not those in structures)
   std::vector<int> si_run, si_row;    // per segment instance
@@ -254,7 +266,8 @@ struct Inspection {
   // What the walk's data ops (generic/cell.h's DataOp) made, read as kStruct
   // slots: shared, so that the slots stay valid as the inspection moves.
   std::shared_ptr<std::deque<Tensor>> computed = std::make_shared<std::deque<Tensor>>();
-  Type result_type;
+  Type result_type;                   // null: the result holds structures (result_shape)
+  std::shared_ptr<const ResultShape> result_shape;
   int64_t instances = 0;              // cell instances
   int new_cells = 0;                  // cells this call's structure built first
   int levels = 0;                     // the longest chain of segment instances, each reading the one before

@@ -1091,6 +1091,9 @@ def @loss(%t: Tree, %w: Tensor[(4, 4), f32]) -> Tensor[(), f32] {
 def @built(%t: Tree) -> Rows {
   @leaves(%t, Nil)
 }
+def @mixed(%t: Tree, %w: Tensor[(4, 4), f32]) -> (Tensor[(), f32], Rows, Tree) {
+  (sum(matmul(@first(%t), %w)), @leaves(%t, Nil), @leftmost(%t))
+}
 )", "built.pj");
   Snapshot module = m.snapshot();
   TypeDefPtr tree = module->FindType("Tree");
@@ -1120,12 +1123,28 @@ def @built(%t: Tree) -> Rows {
     const std::vector<int> wrt{1};
     EXPECT_TRUE(ValueAllClose(CallResult(args, &wrt, got).grads[0], want.grads[0], 1e-4, 1e-5));
   }
-  GenericProgram refused(module, "built");
+  // Entries returning structures: the list the cells built (its rows from
+  // the runs), a tuple of a tensor, that list and a subtree of the argument
+  // (returned as it is). Value mode gives the interpreter's values; a
+  // gradient needs a scalar loss.
+  GenericProgram built(module, "built"), mixed(module, "mixed");
+  for (int c = 0; c < 6; ++c) {
+    SCOPED_TRACE("call " + std::to_string(c));
+    const Value t = random_tree(random_tree, 1 + c % 4);
+    Execution list = Execute(built.Inspect({t}), ExecuteOptions{});
+    EXPECT_TRUE(ValueAllClose(list.value, Interpreter().Call(*module, "built", {t}), 1e-5, 1e-6)) << list.value.ToString();
+    EXPECT_GT(list.native_runs + list.baseline_runs, 0);
+    Execution all = Execute(mixed.Inspect({t, weights}), ExecuteOptions{});
+    EXPECT_TRUE(ValueAllClose(all.value, Interpreter().Call(*module, "mixed", {t, weights}), 1e-5, 1e-6))
+        << all.value.ToString();
+  }
+  ExecuteOptions grad;
+  grad.grad = true;
   try {
-    refused.Inspect({random_tree(random_tree, 2)});
-    FAIL() << "served an entry returning a structure";
+    Execute(mixed.Inspect({random_tree(random_tree, 2), weights}), grad);
+    FAIL() << "differentiated a result that holds structures";
   } catch (const Refusal& e) {
-    EXPECT_NE(std::string(e.what()).find("@built returns a structure"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("gradients of a result that holds structures"), std::string::npos) << e.what();
   }
 }
 
