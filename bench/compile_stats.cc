@@ -1,9 +1,16 @@
 #include "bench/compile_stats.h"
 
+#include <sys/resource.h>
+
 #include <algorithm>
 #include <cmath>
 
 namespace pejit::bench {
+
+double MaxRssMb() {
+  struct rusage usage;
+  return ::getrusage(RUSAGE_SELF, &usage) == 0 ? static_cast<double>(usage.ru_maxrss) / 1024.0 : 0.0;
+}
 
 double Percentile(std::vector<double> v, double q) {
   if (v.empty()) return 0;

@@ -49,5 +49,8 @@ class CompileStatsSink final : public EventSink {
 // Nearest-rank percentile, q in (0, 1]; 0 for no values.
 double Percentile(std::vector<double> values, double q);
 
+// The process's peak resident memory so far, MB (getrusage); 0 if unknown.
+double MaxRssMb();
+
 
 }  // namespace pejit::bench

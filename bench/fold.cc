@@ -18,8 +18,6 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
-#include <sys/resource.h>
-
 #include <chrono>
 #include <cstdio>
 #include <fstream>
@@ -28,6 +26,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/compile_stats.h"
 #include "ops/random.h"
 #include "scheduler/engine.h"
 #include "scheduler/engine_flags.h"
@@ -195,7 +194,7 @@ int Run(const Config& c) {
   nlohmann::json out = {{"impl", "pejit"}, {"hidden", c.hidden}, {"embed", c.embed}, {"leaves", c.leaves},
                         {"nodes_a_tree", 2 * c.leaves - 1}, {"warmup", c.warmup}, {"calls", c.calls},
                         {"sizes", sizes}, {"seconds", Seconds(start)}};
-  if (struct rusage usage; ::getrusage(RUSAGE_SELF, &usage) == 0) out["max_rss_mb"] = usage.ru_maxrss / 1024.0;
+  out["max_rss_mb"] = bench::MaxRssMb();
   std::printf("%s\n", out.dump().c_str());
   return 0;
 }

@@ -30,8 +30,6 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
-#include <sys/resource.h>
-
 #include <chrono>
 #include <cstdio>
 #include <limits>
@@ -450,8 +448,7 @@ int Measure(const Config& c) {
       {"seconds", Seconds(start)},
       {"data_seconds", data_seconds},
   };
-  // The process's peak resident memory (issue 54's point 3: beside PyTorch's).
-  if (struct rusage usage; ::getrusage(RUSAGE_SELF, &usage) == 0) out["max_rss_mb"] = usage.ru_maxrss / 1024.0;
+  out["max_rss_mb"] = bench::MaxRssMb();  // issue 54's point 3: beside PyTorch's
   std::printf("%s\n", out.dump().c_str());
   return 0;
 }
