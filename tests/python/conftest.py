@@ -24,6 +24,10 @@ def @pick(%xs: List[Tensor[(), f32]]) -> Tensor[(), f32] {
 
 def @both(%x: Tensor[(?,), f32]) -> (Tensor[(?,), f32], Tensor[(), i64]) { (neg(%x), 7) }
 
+def @each(%xs: List[Tensor[(1, ?), f32]], %w: Tensor[(?, ?), f32]) -> List[Tensor[(1, ?), f32]] {
+  match (%xs) { Cons(%x, %rest) => Cons(tanh(matmul(%x, %w)), @each(%rest, %w)), Nil => Nil }
+}
+
 def @count_down(%n: Tensor[(), i64], %acc: Tensor[(), f32]) -> Tensor[(), f32] {
   if (greater(%n, 0)) { @count_down(sub(%n, 1), mul(%acc, 2f32)) } else { %acc }
 }

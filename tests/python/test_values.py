@@ -63,6 +63,27 @@ def test_python_lists_become_list_values_and_constructors_build_them_too(compile
     assert pick([]) == 0
 
 
+def test_a_list_the_generic_tier_returns_comes_back_as_constructors(compiled, reference):
+    rng = np.random.default_rng(3)
+    w = rng.standard_normal((4, 4)).astype(np.float32)
+    rows = [rng.standard_normal((1, 4)).astype(np.float32) for _ in range(3)]
+
+    def items(v):
+        out = []
+        while v.ctor == "Cons":
+            out.append(v.fields[0])
+            v = v.fields[1]
+        assert v.ctor == "Nil"
+        return out
+
+    got, want = compiled.entry("each")(rows, w), reference.entry("each")(rows, w)
+    assert len(items(got)) == 3
+    for g, r in zip(items(got), items(want)):
+        np.testing.assert_allclose(g, r, rtol=1e-5, atol=1e-6)
+    stats = compiled.entry("each").stats()
+    assert stats["calls_generic"] == 1, stats  # served compiled, not by the interpreter
+
+
 def test_a_value_made_once_is_passed_again_without_conversion(compiled):
     pick = compiled.entry("pick")
     (converted,) = pick.convert([1.0, 2.0])
