@@ -563,6 +563,20 @@ void EngineImpl::Boost(Request& r, Slot& slot) {
 }
 
 bool EngineImpl::Admit(Request& r, Slot& slot, int64_t calls) {
+  // Per-minibatch code returns tensors in tuples only: a result that holds
+  // structures stays with the generic tier, which serves it (its job would
+  // only be refused).
+  if ((!r.wrt || r.pullback) && !IsTensorTree(AsFunc(r.snapshot->Get(r.entry.name).type)->ret)) {
+    if (On(EventKind::kAdmission)) {
+      Event e = Make(EventKind::kAdmission, r.entry.name, &r.key.signature);
+      e.fields.push_back({"decision", std::string("postpone")});
+      e.fields.push_back({"reason", std::string("its result holds structures: per-minibatch code returns tensors only")});
+      e.fields.push_back({"mode", r.key.mode});
+      e.fields.push_back({"calls", calls});
+      Emit(e);
+    }
+    return false;
+  }
   const int64_t now = NowMicros();
   Admission::Decision d = r.entry.admission.Decide({calls, slot.first_call_us.load(std::memory_order_relaxed), now,
                                                     slot.generic_us.load(std::memory_order_relaxed), now - started_us_,

@@ -314,6 +314,39 @@ TEST(GenericEngine, AProgramItDeclinesTakesTheOtherTiersAndTheLogSaysWhy) {
   EXPECT_NE(refused[0].Text("reason").find("matches on no structure"), std::string::npos) << refused[0].Text("reason");
 }
 
+// An entry whose result holds structures (a List of rows) is served by the
+// tier with the interpreter's values, call after call of one signature,
+// and never queued for per-minibatch code, which returns tensors only.
+TEST(GenericEngine, AResultThatHoldsStructuresStaysWithTheTierAndIsNeverQueued) {
+  auto events = std::make_shared<RecordingSink>();
+  Engine engine(Options(Policy::Eager(), [&](EngineOptions& o) {
+    o.generic = true;
+    o.specialize_after_calls = 2;
+    o.events = events;
+  }));
+  engine.module().AddSource(R"(
+def @each(%xs: List[Tensor[(1, 3), f32]], %w: Tensor[(3, 3), f32]) -> List[Tensor[(1, 3), f32]] {
+  match (%xs) { Cons(%x, %rest) => Cons(tanh(matmul(%x, %w)), @each(%rest, %w)), Nil => Nil }
+}
+)", "each.pj");
+  Snapshot s = engine.module().snapshot();
+  TypeDefPtr list = s->FindType("List");
+  Rng rng(5);
+  Value xs = Value::Adt(list, 0, {});
+  for (int i = 0; i < 4; ++i) xs = Value::Adt(list, 1, {RandomMatrix(rng, 1, 3), xs});
+  const std::vector<Value> args = {xs, RandomMatrix(rng, 3, 3)};
+  Entry each = engine.entry("each");
+  for (int call = 0; call < 6; ++call) EXPECT_TRUE(Close(each.call(args), Interpreter().Call(*s, "each", args)));
+  engine.drain();
+  EntryStats st = each.stats();
+  EXPECT_EQ(st.calls_generic, 6);
+  EXPECT_EQ(st.failed, 0);
+  EXPECT_TRUE(events->Of(EventKind::kEnqueue, "each").empty());
+  std::vector<Event> admissions = events->Of(EventKind::kAdmission, "each");
+  ASSERT_FALSE(admissions.empty());
+  EXPECT_NE(admissions.back().Text("reason").find("result holds structures"), std::string::npos);
+}
+
 // A list of 2-vectors whose sums are `sums`, the last first.
 Value ListOfSums(const TypeDefPtr& list, const std::vector<float>& sums) {
   Value xs = Value::Adt(list, 0, {});
