@@ -337,9 +337,17 @@ def @each(%xs: List[Tensor[(1, 3), f32]], %w: Tensor[(3, 3), f32]) -> List[Tenso
   const std::vector<Value> args = {xs, RandomMatrix(rng, 3, 3)};
   Entry each = engine.entry("each");
   for (int call = 0; call < 6; ++call) EXPECT_TRUE(Close(each.call(args), Interpreter().Call(*s, "each", args)));
+  // Walked ahead on a worker, as a training loop's lookahead asks: the
+  // kept inspection carries the result's skeleton to the call.
+  Value other = Value::Adt(list, 1, {RandomMatrix(rng, 1, 3), Value::Adt(list, 0, {})});
+  each.prefetch({other, args[1]}, Prefetch::kNext);
+  engine.drain();
+  EXPECT_TRUE(Close(each.call({other, args[1]}), Interpreter().Call(*s, "each", {other, args[1]})));
+  ASSERT_EQ(events->Of(EventKind::kCall, "each").size(), 7u);
+  EXPECT_EQ(events->Of(EventKind::kCall, "each").back().Text("schedule"), "prefetched");
   engine.drain();
   EntryStats st = each.stats();
-  EXPECT_EQ(st.calls_generic, 6);
+  EXPECT_EQ(st.calls_generic, 7);
   EXPECT_EQ(st.failed, 0);
   EXPECT_TRUE(events->Of(EventKind::kEnqueue, "each").empty());
   std::vector<Event> admissions = events->Of(EventKind::kAdmission, "each");
