@@ -13,6 +13,7 @@ Run under Debian's /usr/bin/python3 (python3-torch); the BLAS it loaded is in
 the output."""
 import argparse
 import json
+import resource
 import time
 
 import torch
@@ -123,7 +124,6 @@ def main():
             row["train"] = {"trees_per_s": trees / (time.perf_counter() - t0)}
         sizes.append(row)
     blas = sorted({line.split()[-1] for line in open("/proc/self/maps") if "blas" in line.split()[-1]})
-    import resource
     print(json.dumps({"impl": "torch_level_batched", "threads": torch.get_num_threads(), "hidden": h, "embed": e,
                       "sizes": sizes, "seconds": time.perf_counter() - start, "blas": blas,
                       "max_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))

@@ -79,6 +79,11 @@ EngineOptions Checked(EngineOptions o) {
   return o;
 }
 
+// Whether per-minibatch code can return `ret`: in value mode and for
+// pullbacks only tensors nested in tuples (grad mode returns the loss and
+// gradients, whatever the result).
+bool CompilesResult(const Type& ret, bool grad, bool pullback) { return (grad && !pullback) || IsTensorTree(ret); }
+
 }  // namespace
 
 EngineImpl::EngineImpl(EngineOptions opts)
@@ -563,10 +568,9 @@ void EngineImpl::Boost(Request& r, Slot& slot) {
 }
 
 bool EngineImpl::Admit(Request& r, Slot& slot, int64_t calls) {
-  // Per-minibatch code returns tensors in tuples only: a result that holds
-  // structures stays with the generic tier, which serves it (its job would
-  // only be refused).
-  if ((!r.wrt || r.pullback) && !IsTensorTree(AsFunc(r.snapshot->Get(r.entry.name).type)->ret)) {
+  // A result that holds structures stays with the generic tier, which
+  // serves it: its job would only be refused.
+  if (!CompilesResult(AsFunc(r.snapshot->Get(r.entry.name).type)->ret, r.wrt != nullptr, r.pullback)) {
     if (On(EventKind::kAdmission)) {
       Event e = Make(EventKind::kAdmission, r.entry.name, &r.key.signature);
       e.fields.push_back({"decision", std::string("postpone")});
@@ -834,7 +838,7 @@ void EngineImpl::RunJob(Job& job, bool waited) {
     CheckArguments(*job.snapshot, entry.name, *def.func, job.args);
     stage = "result";
     const FuncTypeNode* type = AsFunc(def.type);
-    if ((!job.grad || job.pullback) && !IsTensorTree(type->ret)) {
+    if (!CompilesResult(type->ret, job.grad, job.pullback)) {
       throw JitFailure("@" + entry.name + " returns " + TypeToString(type->ret) +
                        "; only results of tensors nested in tuples are compiled");
     }

@@ -118,10 +118,8 @@ bool EngineImpl::ServeGeneric(Request& r, const GenericStep& step) {
       QueueGenericCompile(r.entry.name, program, run.missing_codes[i], run.missing_native[i]);
     }
   }
-  r.generic_ops = 0;
-  for (const generic::Run& run_ : inspection->runs) {
-    r.generic_ops += static_cast<int64_t>(run_.members.size()) * run_.code->ops;
-  }
+  r.generic_ops = 0;  // what a specialization's job would unfold (scheduler/admission.h)
+  for (const generic::Run& each : inspection->runs) r.generic_ops += static_cast<int64_t>(each.members.size()) * each.code->ops;
   Count(r.entry.calls_generic);
   if (run.baseline_runs == 0) Count(r.entry.calls_generic_native);
   Count(r.entry.generic_runs, run.native_runs + run.baseline_runs);
