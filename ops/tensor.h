@@ -15,10 +15,9 @@
 #include <vector>
 
 #include "ops/dtype.h"
+#include "ops/shape.h"
 
 namespace pejit {
-
-using Shape = std::vector<int64_t>;
 
 // A dimension known only at call time (written `?` in IR types). Shape rules
 // accept it; tensors never have one.
