@@ -101,23 +101,31 @@ LEVEL_ROWS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
 
 def gemm_rates(torch, embed, hidden, seconds_each=0.05):
     """GFLOP/s of the Tree-LSTM's four products (rows x K times K x N, as
-    nn.Linear computes them) at each of LEVEL_ROWS rows: {"KxN": {rows: rate}}."""
+    nn.Linear computes them) at each of LEVEL_ROWS rows: {"KxN": {rows: rate}}.
+
+    A level of training reads every weight once between two reads of the
+    same one: the calls cycle through copies of the weight as large together
+    as the four weights, so that a product streams its weight from memory
+    where the model's weights outgrow the caches (hidden 1024: 33.6 MB), and
+    reads it from the caches where a level would."""
+    shapes = ((embed, 3 * hidden), (hidden, 3 * hidden), (embed, hidden), (hidden, hidden))
+    model_floats = sum(k * n for k, n in shapes)
     out = {}
-    for k, n in ((embed, 3 * hidden), (hidden, 3 * hidden), (embed, hidden), (hidden, hidden)):
-        w = torch.randn(n, k)
+    for k, n in shapes:
+        ws = [torch.randn(n, k) for _ in range(-(-model_floats // (k * n)))]
         rates = {}
         for m in LEVEL_ROWS:
             x = torch.randn(m, k)
-            y = x @ w.T
+            y = x @ ws[0].T
             calls, start = 1, time.perf_counter()
             while time.perf_counter() - start < seconds_each / 2:
-                torch.mm(x, w.T, out=y)
+                torch.mm(x, ws[calls % len(ws)].T, out=y)
                 calls += 1
             best = 0.0
             for _ in range(3):
                 t = time.perf_counter()
-                for _ in range(calls):
-                    torch.mm(x, w.T, out=y)
+                for i in range(calls):
+                    torch.mm(x, ws[i % len(ws)].T, out=y)
                 best = max(best, 2 * m * k * n * calls / (time.perf_counter() - t) / 1e9)
             rates[m] = best
         out[f"{k}x{n}"] = rates
