@@ -268,6 +268,7 @@ py::dict StatsDict(const EntryStats& s) {
   d["hits"] = s.hits;
   d["misses"] = s.misses;
   d["compiled"] = s.compiled;
+  d["refused"] = s.refused;
   d["failed"] = s.failed;
   d["evicted"] = s.evicted;
   d["invalidated"] = s.invalidated;

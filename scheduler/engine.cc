@@ -927,7 +927,7 @@ void EngineImpl::RunJob(Job& job, bool waited) {
     }
     std::string reason = std::string(stage == kPipelineStage ? prepared.stage : stage) + ": " + what;
     ReportEvictions(cache.Fail(slot, reason));
-    Count(entry.failed);
+    Count(refused ? entry.refused : entry.failed);
     events.End(refused, times, slot.key.mode, reason);
     JobEnded(slot, NowMicros() - times.start);
     Settle(slot);
@@ -1302,6 +1302,7 @@ EntryStats Entry::stats() const {
   out.hits = get(s.hits);
   out.misses = get(s.misses);
   out.compiled = get(s.compiled);
+  out.refused = get(s.refused);
   out.failed = get(s.failed);
   out.evicted = get(s.evicted);
   out.invalidated = get(s.invalidated);

@@ -247,7 +247,8 @@ struct EntryStats {
   int64_t hits = 0;                        // calls that found ready code
   int64_t misses = 0;                      // calls that did not (policy interpreter: not counted)
   int64_t compiled = 0;                    // specializations published
-  int64_t failed = 0;                      // specializations that failed (the job, or their code at run time)
+  int64_t refused = 0;                     // specializations refused: the program is one no compiled tier serves (a limit)
+  int64_t failed = 0;                      // specializations that failed otherwise (the job, or their code at run time: a bug)
   int64_t evicted = 0;                     // ready slots evicted by the budgets
   int64_t invalidated = 0;                 // slots dropped by module edits
   int64_t cancelled = 0;                   // queued jobs dropped (edits, shutdown)

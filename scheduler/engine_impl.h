@@ -61,7 +61,7 @@ struct EntryState {
   std::atomic<int64_t> calls_interpreter{0}, calls_residual{0}, calls_native{0}, calls_baseline{0}, calls_generic{0},
       calls_generic_native{0};
   std::atomic<int64_t> generic_runs{0}, generic_native_runs{0};
-  std::atomic<int64_t> hits{0}, misses{0}, compiled{0}, failed{0}, evicted{0}, invalidated{0}, cancelled{0},
+  std::atomic<int64_t> hits{0}, misses{0}, compiled{0}, refused{0}, failed{0}, evicted{0}, invalidated{0}, cancelled{0},
       prefetched{0}, loaded{0};
 
   // The structure-generic tier for the entry's definitions as of

@@ -248,6 +248,7 @@ int ReplayCommand::Run() const {
                       {"residual_interpreter_share", residual},
                       {"interpreter_share", interpreter},
                       {"compiled_specializations", specializations},
+                      {"refused_specializations", after.refused - before.refused},
                       {"failed_specializations", after.failed - before.failed},
                       {"code_bytes", code_bytes},
                       {"code_bytes_added", static_cast<int64_t>(code_bytes) - static_cast<int64_t>(code_before)}});
@@ -259,6 +260,7 @@ int ReplayCommand::Run() const {
                         {"calls", calls.size()},
                         {"epochs", epochs},
                         {"specializations_compiled", total.compiled},
+                        {"specializations_refused", total.refused},
                         {"specializations_failed", total.failed},
                         {"seconds", seconds_since(start)}};
   if (o_.check) out["divergences"] = divergences;

@@ -118,7 +118,8 @@ TEST_F(CacheTest, AFailingCompileIsRememberedWithItsReasonAndNotRetried) {
   EXPECT_EQ(loss.wait_ready(args).state, State::kFailed);
   EXPECT_EQ(compiles, 1);
   EntryStats st = loss.stats();
-  EXPECT_EQ(st.failed, 1);
+  EXPECT_EQ(st.refused, 1);
+  EXPECT_EQ(st.failed, 0);
   EXPECT_EQ(st.calls_interpreter, 5);
   EXPECT_EQ(st.calls_compiled(), 0);
 
