@@ -1426,9 +1426,27 @@ class CallRun {
     }
   }
 
-  // Row sums of every run, stacked and reduced once per weight and shape.
+  // Row sums of every run, reduced once per weight and shape: row by row
+  // in the runs' order, where each row is one term of the sum (a bias's
+  // gradient), as sum_to adds the rows of all the terms stacked, without
+  // stacking them; stacked and reduced by sum_to otherwise.
   void SumRows() {
     for (auto& [key, terms] : row_sums_) {
+      const int64_t n = NumElements(key.second);
+      if (std::all_of(terms.begin(), terms.end(), [&](const Tensor& t) {
+            return t.rank() > 0 && t.shape()[0] > 0 && t.numel() == t.shape()[0] * n;
+          })) {
+        Tensor sum = Tensor::Zeros(DType::kF32, key.second);
+        float* dst = sum.data<float>();
+        for (const Tensor& t : terms) {
+          const float* src = t.data<float>();
+          for (int64_t row = 0; row < t.shape()[0]; ++row, src += n) {
+            for (int64_t i = 0; i < n; ++i) dst[i] += src[i];
+          }
+        }
+        AddInto(result_.root_grads[key.first], inspection_.roots[key.first].type(), dst);
+        continue;
+      }
       int64_t rows = 0;
       for (const Tensor& t : terms) rows += t.shape()[0];
       Shape stacked = terms[0].shape();
