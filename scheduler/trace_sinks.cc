@@ -90,6 +90,10 @@ bool ParseLogLevel(std::string_view text, LogLevel* level) {
 
 LogLevel LevelOf(const Event& event) {
   if (event.kind == EventKind::kMiss && event.Text("state") != "new") return LogLevel::kDebug;
+  // A signature only remembered (cold, or failed and logged then) pushed
+  // out by newer ones: in a reshuffled run, nearly every minibatch's, most
+  // of an info log's lines. Only code leaving the cache changes where calls run.
+  if (event.kind == EventKind::kEvict && event.Text("state") != "ready") return LogLevel::kDebug;
   return KindLevel(event.kind);
 }
 

@@ -170,6 +170,8 @@ TEST(TraceLog, InfoShowsWhatChangesWhereCallsRunDebugTheJobsTraceEachCall) {
   EXPECT_EQ(LevelOf(EventOf(EventKind::kMiss, "l", "s", 0, 0, {{"state", std::string("new")}})), LogLevel::kInfo);
   EXPECT_EQ(LevelOf(EventOf(EventKind::kMiss, "l", "s", 0, 0, {{"state", std::string("pending")}})),
             LogLevel::kDebug);
+  EXPECT_EQ(LevelOf(EventOf(EventKind::kEvict, "l", "s", 0, 0, {{"state", std::string("ready")}})), LogLevel::kInfo);
+  EXPECT_EQ(LevelOf(EventOf(EventKind::kEvict, "l", "s", 0, 0, {{"state", std::string("cold")}})), LogLevel::kDebug);
   EXPECT_EQ(LevelOf(EventOf(EventKind::kPe, "l", "s", 0, 0)), LogLevel::kDebug);
   EXPECT_EQ(LevelOf(EventOf(EventKind::kCall, "l", "s", 0, 0)), LogLevel::kTrace);
   EXPECT_EQ(LevelOf(EventOf(EventKind::kHit, "l", "s", 0, 0)), LogLevel::kTrace);
