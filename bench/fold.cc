@@ -52,13 +52,13 @@ struct Config {
 
 // A random binary tree over `leaves` words: the left subtree takes 1 to
 // leaves - 1 of them, uniformly (as bench/dynamic_models.py's trees).
-struct Shape {
+struct TreeShape {
   int word = -1;  // a leaf's
-  std::vector<Shape> children;
+  std::vector<TreeShape> children;
 };
 
-Shape RandomTree(std::mt19937_64& rng, int leaves, int vocabulary) {
-  Shape s;
+TreeShape RandomTree(std::mt19937_64& rng, int leaves, int vocabulary) {
+  TreeShape s;
   if (leaves == 1) {
     s.word = std::uniform_int_distribution<int>(0, vocabulary - 1)(rng);
     return s;
@@ -69,14 +69,14 @@ Shape RandomTree(std::mt19937_64& rng, int leaves, int vocabulary) {
   return s;
 }
 
-nlohmann::json ToJson(const Shape& s) {
+nlohmann::json ToJson(const TreeShape& s) {
   if (s.word >= 0) return s.word;
   return nlohmann::json::array({ToJson(s.children[0]), ToJson(s.children[1])});
 }
 
 Value Scalar(int64_t v) { return Value(Tensor::FromVector<int64_t>({}, {v})); }
 
-Value TreeValue(const Shape& s, const TypeDefPtr& tree) {
+Value TreeValue(const TreeShape& s, const TypeDefPtr& tree) {
   if (s.word >= 0) return Value::Adt(tree, tree->FindCtor("Leaf"), {Scalar(s.word)});
   return Value::Adt(tree, tree->FindCtor("Node"), {TreeValue(s.children[0], tree), TreeValue(s.children[1], tree)});
 }
@@ -105,7 +105,7 @@ Value InitParams(const Config& c) {
 
 // One minibatch: `infer`'s and `loss`'s first arguments.
 struct Minibatch {
-  std::vector<Shape> shapes;
+  std::vector<TreeShape> shapes;
   Value trees, examples;
 };
 
@@ -153,7 +153,7 @@ int Run(const Config& c) {
     for (int i = 0; i < c.warmup + c.calls; ++i) batches.push_back(MakeMinibatch(rng, size, c, *module));
     for (int i = c.warmup; i < c.warmup + c.calls && trees_out; ++i) {
       nlohmann::json line = nlohmann::json::array();
-      for (const Shape& s : batches[i].shapes) line.push_back(ToJson(s));
+      for (const TreeShape& s : batches[i].shapes) line.push_back(ToJson(s));
       trees_out << line.dump() << "\n";
     }
     if (c.check) {

@@ -18,6 +18,8 @@ import time
 
 import torch
 
+import torch_peers
+
 
 def levels_of(trees):
     """Per height, its nodes' children as (height, index) pairs; leaves' words."""
@@ -123,9 +125,8 @@ def main():
                 torch.autograd.grad(loss, params)
             row["train"] = {"trees_per_s": trees / (time.perf_counter() - t0)}
         sizes.append(row)
-    blas = sorted({line.split()[-1] for line in open("/proc/self/maps") if "blas" in line.split()[-1]})
     print(json.dumps({"impl": "torch_level_batched", "threads": torch.get_num_threads(), "hidden": h, "embed": e,
-                      "sizes": sizes, "seconds": time.perf_counter() - start, "blas": blas,
+                      "sizes": sizes, "seconds": time.perf_counter() - start, **torch_peers.loaded_blas(torch),
                       "max_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
 
 
