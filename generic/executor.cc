@@ -1426,10 +1426,10 @@ class CallRun {
     }
   }
 
-  // Row sums of every run, reduced once per weight and shape: row by row
-  // in the runs' order, where each row is one term of the sum (a bias's
-  // gradient), as sum_to adds the rows of all the terms stacked, without
-  // stacking them; stacked and reduced by sum_to otherwise.
+  // Row sums of every run, reduced once per weight and shape. Where each
+  // row is one term (a bias's gradient), the rows are added in the runs'
+  // order, as sum_to adds those of the terms stacked (the same bits),
+  // without stacking them; otherwise stacked and reduced by sum_to.
   void SumRows() {
     for (auto& [key, terms] : row_sums_) {
       const int64_t n = NumElements(key.second);

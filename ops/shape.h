@@ -2,7 +2,8 @@
 //
 // A Tensor is a handle copied everywhere (a kernel's operands, a run's
 // inputs, a program's results); with its dimensions in a std::vector each
-// copy was a heap allocation, 44,000 in a generic Tree-LSTM step. Shapes of
+// copy was a heap allocation, most of a generic Tree-LSTM step's (about 40%
+// fewer since, bench/RESULTS.md, session 42). Shapes of
 // up to kInline dimensions (every one the runtime makes: a model's rank plus
 // a batch dimension) live in the object; larger ones on the heap. The
 // interface is std::vector<int64_t>'s, which converts to and from it.
