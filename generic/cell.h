@@ -45,6 +45,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <set>
 #include <stdexcept>
 #include <string>
@@ -53,6 +54,7 @@
 
 #include "ir/expr.h"
 #include "ir/module.h"
+#include "generic/moves.h"
 #include "ir/value.h"
 #include "ops/tensor.h"
 #include "support/refusal.h"
@@ -119,6 +121,9 @@ struct Segment {
   std::vector<int> row_inputs;   // the others (filled by GenericProgram): what an instance's slots hold
   std::vector<int> outputs;   // value ids
   int code = -1;              // its run id: program and shared tensors (GenericProgram's numbering)
+  // Filled by GenericProgram: a program that only moves its inputs' bytes
+  // (generic/moves.h) is not run; its outputs are places made of its inputs'.
+  std::optional<SegmentMoves> moves;
   int guard = -1;             // a branch's segment: it runs where Cell::guards[guard] holds
 };
 

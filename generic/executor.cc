@@ -807,7 +807,11 @@ class CallRun {
   }
 
   // A bool scalar's value (an `if`'s condition).
-  bool Truth(const Place& place) const { return *reinterpret_cast<const bool*>(RowOf(place, sizeof(bool))); }
+  bool Truth(const Place& place) const {
+    bool truth = false;
+    CopyPlace(place, sizeof(bool), reinterpret_cast<char*>(&truth));
+    return truth;
+  }
 
   // The slot a select reads through: the branch its condition took.
   const Place& Chosen(const Place& place) const {
@@ -875,6 +879,7 @@ class CallRun {
         const Tensor& out = outputs_[inspection_.si_run[place.index]][place.output];
         return static_cast<const char*>(out.raw_data()) + row * bytes;
       }
+      case Place::Kind::kMoved: throw std::logic_error("generic: a moved place read as one row");
       case Place::Kind::kSelect:
       case Place::Kind::kFrontier: break;  // Chosen resolved it, or threw
     }
@@ -883,6 +888,46 @@ class CallRun {
                     std::to_string(bytes));
     }
     return static_cast<const char*>(t->raw_data());
+  }
+
+  // Copies `bytes` bytes of what `slot` holds into `dst`: one memcpy from a
+  // row or a tensor, block by block from a moved place (generic/moves.h).
+  void CopyPlace(const Place& slot, int64_t bytes, char* dst) const {
+    const Place& place = Chosen(slot);
+    if (place.kind != Place::Kind::kMoved) {
+      std::memcpy(dst, RowOf(place, bytes), bytes);
+      return;
+    }
+    const MovedPlace& moved = inspection_.moved[place.index];
+    if (RowBytes(moved.type) != bytes) {
+      throw Refusal("generic: " + moved.type.ToString() + " where the cell reads " + std::to_string(bytes) + " bytes");
+    }
+    for (const MovedPlace::Block& b : moved.blocks) {
+      const Place& source = Chosen(b.source);
+      if (source.kind == Place::Kind::kMoved) {  // a concatenation of concatenations: copied whole, then cut
+        const int64_t whole = RowBytes(inspection_.moved[source.index].type);
+        if (b.from == 0 && b.bytes == whole) {
+          CopyPlace(source, whole, dst + b.to);
+        } else {
+          std::vector<char> all(static_cast<size_t>(whole));
+          CopyPlace(source, whole, all.data());
+          std::memcpy(dst + b.to, all.data() + b.from, b.bytes);
+        }
+        continue;
+      }
+      std::memcpy(dst + b.to, RowOf(source, SourceBytes(source)) + b.from, b.bytes);
+    }
+  }
+
+  // The bytes of one member's value at a place that is not moved.
+  int64_t SourceBytes(const Place& place) const {
+    switch (place.kind) {
+      case Place::Kind::kRoot: return static_cast<int64_t>(inspection_.roots[place.index].nbytes());
+      case Place::Kind::kStruct:
+      case Place::Kind::kConstant: return static_cast<int64_t>(place.tensor->nbytes());
+      case Place::Kind::kRow: return RowBytes(inspection_.runs[inspection_.si_run[place.index]].code->outputs[place.output]);
+      default: throw std::logic_error("generic: the bytes of a place that holds none");
+    }
   }
 
   // A variant that ran without native code of its own, once per call.
@@ -1000,7 +1045,12 @@ class CallRun {
       char* dst = static_cast<char*>(stacked.raw_data());
       for (int64_t i = 0; i < rows; ++i) {
         int si = members[first + (i < count ? i : 0)];
-        std::memcpy(dst + i * bytes, RowOf(Slot(si, code, p), bytes), bytes);
+        const Place& place = Chosen(Slot(si, code, p));
+        if (place.kind == Place::Kind::kMoved) {
+          CopyPlace(place, bytes, dst + i * bytes);
+        } else {
+          std::memcpy(dst + i * bytes, RowOf(place, bytes), bytes);
+        }
       }
       in[p] = std::move(stacked);
     }
@@ -1138,6 +1188,12 @@ class CallRun {
   Value ResultValue() const {
     auto tensor_of = [&](const Place& slot, const TensorType& type) -> Tensor {
       const Place& place = Chosen(slot);
+      if (place.kind == Place::Kind::kMoved) {
+        const TensorType& moved = inspection_.moved[place.index].type;
+        Tensor t = Tensor::Empty(moved.dtype, moved.shape);
+        CopyPlace(place, RowBytes(moved), static_cast<char*>(t.raw_data()));
+        return t;
+      }
       if (place.kind != Place::Kind::kRow) {
         return place.kind == Place::Kind::kRoot ? inspection_.roots[place.index] : *place.tensor;
       }
@@ -1181,11 +1237,24 @@ class CallRun {
   // `place` holds. A row's first term is copied: most rows have one reader
   // (a node's state, its parent), so a cotangent is neither zero-filled
   // whole nor added to; the rows nothing reached are zeroed when its run
-  // takes it (Cotangent::Take).
+  // takes it (Cotangent::Take). A moved place's blocks add to their sources.
   void AddToPlace(LaneSums& sums, const Place& slot, int64_t elems, const float* src) {
     const Place& place = Chosen(slot);
+    if (place.kind == Place::Kind::kMoved) return AddToMoved(sums, place, src);
+    AddRange(sums, place, 0, elems, elems, src);
+  }
+
+  // Adds `src` to elements [from, from + n) of what `place` (not a moved
+  // one; `elems` elements a member) holds.
+  void AddRange(LaneSums& sums, const Place& place, int64_t from, int64_t n, int64_t elems, const float* src) {
+    const bool whole = from == 0 && n == elems;
     if (place.kind == Place::Kind::kRoot) {
-      AddInto(sums.root_grads[place.index], inspection_.roots[place.index].type(), src);
+      Tensor& grad = sums.root_grads[place.index];
+      const TensorType type = inspection_.roots[place.index].type();
+      if (whole) return AddInto(grad, type, src);
+      if (!grad.defined()) grad = Tensor::Zeros(type.dtype, type.shape);
+      float* dst = grad.data<float>() + from;
+      for (int64_t i = 0; i < n; ++i) dst[i] += src[i];
     } else if (place.kind == Place::Kind::kRow) {
       const int row = RowIndex(place.index);  // first: a skipped run has no variant
       int r = inspection_.si_run[place.index];
@@ -1200,11 +1269,36 @@ class CallRun {
       float* dst = c.tensor.data<float>() + row * elems;
       if (!c.written[row]) {
         c.written[row] = 1;
-        std::memcpy(dst, src, elems * sizeof(float));
-        return;
+        if (whole) {
+          std::memcpy(dst, src, elems * sizeof(float));
+          return;
+        }
+        std::fill_n(dst, elems, 0.0f);
       }
-      for (int64_t i = 0; i < elems; ++i) dst[i] += src[i];
+      dst += from;
+      for (int64_t i = 0; i < n; ++i) dst[i] += src[i];
     }  // structure tensors and constants take no gradient
+  }
+
+  // Adds `src` (the moved value's elements) to the places its blocks came from.
+  void AddToMoved(LaneSums& sums, const Place& place, const float* src) {
+    for (const MovedPlace::Block& b : inspection_.moved[place.index].blocks) {
+      const Place& source = Chosen(b.source);
+      const float* part = src + b.to / static_cast<int64_t>(sizeof(float));
+      const int64_t from = b.from / static_cast<int64_t>(sizeof(float)), n = b.bytes / static_cast<int64_t>(sizeof(float));
+      if (source.kind != Place::Kind::kMoved) {
+        AddRange(sums, source, from, n, SourceBytes(source) / static_cast<int64_t>(sizeof(float)), part);
+        continue;
+      }
+      const int64_t whole = RowBytes(inspection_.moved[source.index].type) / static_cast<int64_t>(sizeof(float));
+      if (from == 0 && n == whole) {
+        AddToMoved(sums, source, part);
+      } else {  // a block of a concatenation of concatenations: zeros around it
+        std::vector<float> all(static_cast<size_t>(whole), 0.0f);
+        std::copy_n(part, n, all.begin() + from);
+        AddToMoved(sums, source, all.data());
+      }
+    }
   }
 
   // The runs in reverse, each its segment's VJP on the cotangents its

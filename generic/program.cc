@@ -43,6 +43,8 @@ template <typename F>
 void ForEachRow(const Inspection& s, const Place& place, F&& f) {
   if (place.kind == Place::Kind::kRow) {
     f(place.index);
+  } else if (place.kind == Place::Kind::kMoved) {
+    for (const MovedPlace::Block& b : s.moved[place.index].blocks) ForEachRow(s, b.source, f);
   } else if (place.kind == Place::Kind::kSelect) {
     const SelectPlace& sel = s.selects[place.index];
     ForEachRow(s, sel.cond, f);
@@ -406,6 +408,7 @@ std::vector<SegmentCode*> SegmentTable::codes() const {
 
 int GenericProgram::AddCell(Cell cell) {
   for (Segment& seg : cell.segments) {
+    if ((seg.moves = MovesOf(seg.program))) continue;  // placed, not run
     // Instances of one segment program batch together only when they share
     // the same entry tensors (two layers' cells may be alike but for their
     // weights): the run's id is the program and those tensors.
@@ -987,6 +990,7 @@ Inspection GenericProgram::Walked(const std::string& encoded, std::vector<const 
   // time). An instance placed earlier is asked for a tensor it put in a
   // structure it built: its inputs, segments and results stay where they are.
   std::vector<Place> scratch;  // the slots of selects and guards being placed
+  std::vector<Place> moved_out;  // the outputs of segments that only move bytes
   auto resolve = [&](auto& self, int id, int v, std::vector<Place>& out) -> void {
     const Instance& inst = w.instances[id];
     const Source& s = inst.cell->sources[v];
@@ -1002,9 +1006,15 @@ Inspection GenericProgram::Walked(const std::string& encoded, std::vector<const 
         }
         return;
       }
-      case Source::Kind::kSegment:
-        out.emplace_back(Place::Kind::kRow, seg_si[inst.segments + s.index], s.output, nullptr);
+      case Source::Kind::kSegment: {
+        const int si = seg_si[inst.segments + s.index];
+        if (si <= -2) {  // a segment that only moves bytes: its outputs' places
+          out.push_back(moved_out[-2 - si + s.output]);
+        } else {
+          out.emplace_back(Place::Kind::kRow, si, s.output, nullptr);
+        }
         return;
+      }
       case Source::Kind::kCall: {
         const int child = w.children[inst.children + s.index];
         if (child < 0) {  // a frontier: no instance, no slot
@@ -1080,6 +1090,30 @@ Inspection GenericProgram::Walked(const std::string& encoded, std::vector<const 
     inst.guards = static_cast<int>(guard_of.size());
     guard_of.resize(guard_of.size() + cell.guards.size(), -1);
     for (const Step& step : cell.steps) {
+      if (!step.is_call && cell.segments[step.index].moves) {
+        // No instance: its outputs are blocks of its inputs' places.
+        const Segment& seg = cell.segments[step.index];
+        const SegmentMoves& moves = *seg.moves;
+        std::vector<Place> node(moves.nodes.size());
+        const size_t mark = scratch.size();
+        for (int v : seg.inputs) resolve(resolve, id, v, scratch);
+        for (size_t k = 0; k < moves.nodes.size(); ++k) {
+          const MoveNode& n = moves.nodes[k];
+          if (n.input >= 0) {
+            node[k] = scratch[mark + n.input];
+            continue;
+          }
+          MovedPlace m;
+          m.type = n.type;
+          for (const MoveBlock& b : n.blocks) m.blocks.push_back({node[b.source], b.from, b.to, b.bytes});
+          inspection.moved.push_back(std::move(m));
+          node[k] = Place{Place::Kind::kMoved, static_cast<int32_t>(inspection.moved.size()) - 1, 0, nullptr};
+        }
+        scratch.resize(mark);
+        seg_si[inst.segments + step.index] = -2 - static_cast<int>(moved_out.size());
+        for (int o : moves.outputs) moved_out.push_back(node[o]);
+        continue;
+      }
       if (!step.is_call) {
         const Segment& seg = cell.segments[step.index];
         int si = static_cast<int>(si_level.size());

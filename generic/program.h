@@ -54,9 +54,11 @@ namespace pejit::generic {
 struct Place {
   // kFrontier: the result of a loop's call past the depth unrolled, which
   // a run that reads it asks to unroll deeper (Deeper).
-  enum class Kind : uint8_t { kRoot, kRow, kStruct, kConstant, kSelect, kFrontier };
+  // kMoved: bytes of other places (Inspection::moved), what a segment that
+  // only moves bytes made (generic/moves.h).
+  enum class Kind : uint8_t { kRoot, kRow, kStruct, kConstant, kSelect, kFrontier, kMoved };
   Kind kind = Kind::kRoot;
-  int32_t index = 0;               // kRoot: entry-argument tensor leaf; kRow: segment instance; kSelect: Inspection::selects; kFrontier: Inspection::frontiers
+  int32_t index = 0;               // kRoot: entry-argument tensor leaf; kRow: segment instance; kSelect: Inspection::selects; kFrontier: Inspection::frontiers; kMoved: Inspection::moved
   int32_t output = 0;              // kRow: output of that instance's segment
   const Tensor* tensor = nullptr;  // kStruct, kConstant
 };
@@ -206,6 +208,17 @@ struct GuardPlace {
   bool chained = false;
 };
 
+// A moved place's value: bytes [from, from + bytes) of `source` at [to, to +
+// bytes), the blocks in order of `to` covering every byte of `type`.
+struct MovedPlace {
+  struct Block {
+    Place source;
+    int64_t from = 0, to = 0, bytes = 0;
+  };
+  std::vector<Block> blocks;
+  TensorType type;
+};
+
 // A loop's call the walk did not unroll: the callee's instance key, and how
 // many iterations of it the walk had unrolled there.
 struct Frontier {
@@ -243,6 +256,7 @@ struct Inspection {
   std::vector<GuardPlace> guards;
   std::vector<SelectPlace> selects;   // Place::Kind::kSelect
   std::vector<Frontier> frontiers;    // Place::Kind::kFrontier
+  std::vector<MovedPlace> moved;      // Place::Kind::kMoved
   // In execution order: a run reads only earlier runs' rows. A run of
   // guarded instances runs those whose guards hold, packed into the first
   // rows (its rows then a smaller bucket), or not at all.

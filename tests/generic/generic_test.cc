@@ -11,6 +11,7 @@
 // LLVM.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -201,7 +202,7 @@ def @loss(%a: Tree, %b: Tree, %emb: Tensor[(?, ?), f32], %w1: Tensor[(?, ?), f32
   Value Node(Value l, Value r) const { return Value::Adt(tree, 1, {std::move(l), std::move(r)}); }
   static Value Matrix(int64_t rows, int64_t cols, float scale) {
     std::vector<float> v(rows * cols);
-    for (size_t i = 0; i < v.size(); ++i) v[i] = scale * static_cast<float>((i * 37 % 11) - 5) / 10.0f;
+    for (size_t i = 0; i < v.size(); ++i) v[i] = scale * static_cast<float>(static_cast<int>(i * 37 % 11) - 5) / 10.0f;
     return Value(Tensor::FromVector<float>({rows, cols}, v));
   }
   // The loss and its gradients wrt the two weights, by the interpreter and by `program`.
@@ -673,6 +674,79 @@ def @loss(%t: Tree, %emb: Tensor[(?, ?), f32], %w: Tensor[(?, ?), f32], %out: Te
     EXPECT_LE(ops["take"], 1) << PrintFunction("forward", forward);  // not per row
   }
   ExpectTheInterpretersGradients(module, args, {1, 2, 3}, inspection);
+}
+
+// A recursion that builds a matrix of its leaves' rows (concatenations
+// returned from cell to cell) and a segment that only cuts and joins rows
+// before a call run no code: they are places (generic/moves.h) whose bytes
+// runs read and whose cotangents go back to where the bytes came from,
+// whole rows or parts of rows, with the interpreter's values and gradients.
+TEST(GenericTier, SegmentsThatOnlyMoveBytesArePlacesWithTheInterpretersAnswers) {
+  Module m;
+  m.AddSource(R"(
+type Tree { Leaf(Tensor[(), i64]), Node(Tree, Tree) }
+def @rows(%t: Tree, %emb: Tensor[(?, ?), f32], %w: Tensor[(?, ?), f32]) -> Tensor[(?, ?), f32] {
+  match (%t) {
+    Leaf(%x) => tanh(matmul(take(%emb, reshape(%x, shape=[1])), %w)),
+    Node(%l, %r) => concat(@rows(%l, %emb, %w), @rows(%r, %emb, %w), axis=0),
+  }
+}
+def @head(%t: Tree, %m: Tensor[(?, ?), f32], %v: Tensor[(?, ?), f32]) -> Tensor[(), f32] {
+  match (%t) {
+    _ => sum(tanh(matmul(%m, %v))),
+  }
+}
+def @square(%t: Tree, %w: Tensor[(?, ?), f32]) -> Tensor[(?, ?), f32] {
+  match (%t) {
+    _ => tanh(mul(%w, %w)),
+  }
+}
+def @loss(%t: Tree, %emb: Tensor[(?, ?), f32], %w: Tensor[(?, ?), f32], %v: Tensor[(?, ?), f32],
+          %u: Tensor[(?, ?), f32]) -> Tensor[(), f32] {
+  match (%t) {
+    Leaf(%x) => sum(@rows(%t, %emb, %w)),
+    Node(%l, %r) => {
+      let %all = @rows(%t, %emb, %w);
+      # rows 1 and 2 of each side's matrix side by side, and the last two
+      # columns of a run's matrix: blocks that are parts of moved places and of rows
+      let %cut = slice(concat(@rows(%l, %emb, %w), @rows(%r, %emb, %w), axis=1), axes=[0], begins=[1], ends=[3]);
+      let %cols = slice(@square(%t, %w), axes=[1], begins=[1], ends=[3]);
+      add(add(@head(%t, %cut, %v), @head(%t, %cols, %u)), sum(mul(%all, %all)))
+    },
+  }
+}
+def @matrix(%t: Tree, %emb: Tensor[(?, ?), f32], %w: Tensor[(?, ?), f32]) -> Tensor[(?, ?), f32] {
+  @rows(%t, %emb, %w)
+}
+)", "moves.pj");
+  Snapshot module = m.snapshot();
+  TypeDefPtr tree = module->FindType("Tree");
+  auto leaf = [&](int64_t i) { return Value::Adt(tree, 0, {Value(Tensor::FromVector<int64_t>({}, {i}))}); };
+  auto node = [&](Value l, Value r) { return Value::Adt(tree, 1, {std::move(l), std::move(r)}); };
+  Value t = node(node(node(leaf(0), leaf(1)), node(leaf(2), leaf(3))), node(node(leaf(1), node(leaf(0), leaf(2))), leaf(3)));
+  std::vector<Value> args = {t, TwoEncoders::Matrix(4, 3, 1.0f), TwoEncoders::Matrix(3, 3, 0.8f),
+                             TwoEncoders::Matrix(6, 2, 0.6f), TwoEncoders::Matrix(2, 2, 0.7f)};
+  GenericProgram program(module, "loss");
+  Inspection inspection = program.Inspect(args);
+  EXPECT_GE(inspection.moved.size(), 7u);  // a concatenation per inner node, and the cuts
+  for (const generic::Run& run : inspection.runs) {
+    std::set<std::string> ops;
+    PostOrderVisit(run.code->program->body, [&](const Expr& e) {
+      if (auto* call = As<OpCallNode>(e)) ops.insert(call->op->name);
+    });
+    EXPECT_FALSE(ops.empty() || std::all_of(ops.begin(), ops.end(), [](const std::string& op) {
+      return op == "concat" || op == "slice" || op == "reshape";
+    })) << PrintFunction("segment", run.code->program);
+  }
+  ExpectTheInterpretersGradients(module, args, {1, 2, 3, 4}, inspection);
+  // A result that is a moved place: its rows gathered into the value.
+  GenericProgram matrix(module, "matrix");
+  std::vector<Value> margs(args.begin(), args.begin() + 3);
+  Inspection mi;
+  Execution got = InspectAndExecute(matrix, margs, ExecuteOptions{}, mi);
+  Value want = Interpreter().Call(*module, "matrix", margs);
+  EXPECT_TRUE(ValueAllClose(got.value, want, 1e-5, 1e-6)) << got.value.ToString() << " vs " << want.ToString();
+  EXPECT_EQ(got.native_runs + got.baseline_runs, 1);  // the leaves; the concatenations ran nothing
 }
 
 // For each segment program, the longest chain of its instances in which
