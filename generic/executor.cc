@@ -627,6 +627,7 @@ class CallRun {
         n_runs_(inspection.runs.size()),
         outputs_(n_runs_),
         inputs_(n_runs_),
+        refs_(n_runs_),
         variants_(n_runs_),
         lanes_(static_cast<size_t>(std::max(inspection.lanes, 1))) {
     if (!inspection.si_guard.empty()) {  // rows move as branches' runs pack the instances that take them
@@ -670,6 +671,13 @@ class CallRun {
   Execution& result() { return result_; }
 
  private:
+  // Where a member's per-row input came from (Gather): row `row` of run
+  // `run`'s output place->output, or (run -1) the place itself.
+  struct RowRef {
+    int run = -1, row = -1;
+    const Place* place = nullptr;
+  };
+
   // A run's (or piece's) two factors of a weight's gradient product, `rows` rows each.
   struct RowFactor {
     Tensor lhs, rhs;
@@ -997,7 +1005,7 @@ class CallRun {
   // A view of that output, not a copy; undefined otherwise. Nothing writes
   // into a run's outputs after its run.
   Tensor RowsInPlace(const SegmentCode& code, size_t p, std::span<const int> members, int first, int count,
-                     int64_t rows) const {
+                     int64_t rows, RowRef* refs) const {
     if (count != rows) return Tensor();
     const Place& head = Chosen(Slot(members[first], code, p));
     if (head.kind != Place::Kind::kRow) return Tensor();
@@ -1007,12 +1015,14 @@ class CallRun {
     const TensorType& member = code.inputs[p];
     const int64_t bytes = RowBytes(member);
     if (out.dtype() != member.dtype || static_cast<int64_t>(out.nbytes()) < (row0 + rows) * bytes) return Tensor();
+    if (refs) refs[0] = {source, row0, &head};
     for (int i = 1; i < count; ++i) {
       const Place& place = Chosen(Slot(members[first + i], code, p));
       if (place.kind != Place::Kind::kRow || place.output != head.output || inspection_.si_run[place.index] != source ||
           RowIndex(place.index) != row0 + i) {
         return Tensor();
       }
+      if (refs) refs[i] = {source, row0 + i, &place};
     }
     return Tensor::Wrap(static_cast<char*>(const_cast<void*>(out.raw_data())) + row0 * bytes, member.dtype,
                         Prepend(rows, member.shape), std::make_shared<Tensor>(out));
@@ -1020,12 +1030,15 @@ class CallRun {
 
   // The inputs of members [first, first + count) of `run` for variant `v`,
   // stacked to its rows (padded with copies of the first), its padded
-  // inputs' masks appended.
+  // inputs' masks appended. With `refs`, where each member's per-row input
+  // came from (RowRefs: input p's of member i at p * count + i), for the
+  // backward to add its cotangents without resolving the slots again.
   std::vector<Tensor> Gather(const generic::Run& run, std::span<const int> members, int first, int count,
-                             const SegmentCode::Variant& v) const {
+                             const SegmentCode::Variant& v, std::vector<RowRef>* refs = nullptr) const {
     const SegmentCode& code = *run.code;
     const int64_t rows = v.rows;
     std::vector<Tensor> in(code.inputs.size()), masks;
+    if (refs) refs->assign(code.inputs.size() * static_cast<size_t>(count), RowRef{});
     for (size_t p = 0; p < code.inputs.size(); ++p) {
       const TensorType& member = code.inputs[p];
       const int64_t bytes = RowBytes(member);
@@ -1037,7 +1050,8 @@ class CallRun {
         GatherPadded(code, v, p, members, first, count, in, masks);
         continue;
       }
-      if (Tensor view = RowsInPlace(code, p, members, first, count, rows); view.defined()) {
+      RowRef* ref = refs ? refs->data() + p * count : nullptr;
+      if (Tensor view = RowsInPlace(code, p, members, first, count, rows, ref); view.defined()) {
         in[p] = std::move(view);
         continue;
       }
@@ -1046,6 +1060,14 @@ class CallRun {
       for (int64_t i = 0; i < rows; ++i) {
         int si = members[first + (i < count ? i : 0)];
         const Place& place = Chosen(Slot(si, code, p));
+        if (place.kind == Place::Kind::kRow) {
+          const int source = inspection_.si_run[place.index], row = RowIndex(place.index);
+          std::memcpy(dst + i * bytes, static_cast<const char*>(outputs_[source][place.output].raw_data()) + row * bytes,
+                      bytes);
+          if (ref && i < count) ref[i] = {source, row, &place};
+          continue;
+        }
+        if (ref && i < count) ref[i] = {-1, -1, &place};
         if (place.kind == Place::Kind::kMoved) {
           CopyPlace(place, bytes, dst + i * bytes);
         } else {
@@ -1102,7 +1124,8 @@ class CallRun {
       if (!own.native.load()) Missing(code, own);
     }
     variants_[r] = variant;
-    std::vector<Tensor> in = Gather(run, members, 0, static_cast<int>(members.size()), *variant);
+    std::vector<Tensor> in = Gather(run, members, 0, static_cast<int>(members.size()), *variant,
+                                    options_.grad ? &refs_[r] : nullptr);
     ++(variant->native.load() ? lanes_[run.lane].native_runs : lanes_[run.lane].baseline_runs);
     outputs_[r] = RunForward(run, *variant, in);
     if (options_.grad) inputs_[r] = std::move(in);
@@ -1257,27 +1280,33 @@ class CallRun {
       for (int64_t i = 0; i < n; ++i) dst[i] += src[i];
     } else if (place.kind == Place::Kind::kRow) {
       const int row = RowIndex(place.index);  // first: a skipped run has no variant
-      int r = inspection_.si_run[place.index];
-      std::vector<Cotangent>& cot = cotangents_[r];
-      if (cot.empty()) cot.resize(inspection_.runs[r].code->outputs.size());
-      Cotangent& c = cot[place.output];
-      if (!c.tensor.defined()) {
-        const TensorType& out = inspection_.runs[r].code->outputs[place.output];
-        c.tensor = Tensor::Empty(out.dtype, Prepend(variants_[r]->rows, out.shape));
-        c.written.assign(variants_[r]->rows, 0);
-      }
-      float* dst = c.tensor.data<float>() + row * elems;
-      if (!c.written[row]) {
-        c.written[row] = 1;
-        if (whole) {
-          std::memcpy(dst, src, elems * sizeof(float));
-          return;
-        }
-        std::fill_n(dst, elems, 0.0f);
-      }
-      dst += from;
-      for (int64_t i = 0; i < n; ++i) dst[i] += src[i];
+      AddToRow(inspection_.si_run[place.index], place.output, row, elems, src, from, n);
     }  // structure tensors and constants take no gradient
+  }
+
+  // Adds `src` to elements [from, from + n) (n < 0: all `elems`) of row
+  // `row` of run `r`'s output `output`'s cotangent.
+  void AddToRow(int r, int output, int row, int64_t elems, const float* src, int64_t from = 0, int64_t n = -1) {
+    std::vector<Cotangent>& cot = cotangents_[r];
+    if (cot.empty()) cot.resize(inspection_.runs[r].code->outputs.size());
+    Cotangent& c = cot[output];
+    if (!c.tensor.defined()) {
+      const TensorType& out = inspection_.runs[r].code->outputs[output];
+      c.tensor = Tensor::Empty(out.dtype, Prepend(variants_[r]->rows, out.shape));
+      c.written.assign(variants_[r]->rows, 0);
+    }
+    if (n < 0) n = elems;
+    float* dst = static_cast<float*>(c.tensor.raw_data()) + row * elems;
+    if (!c.written[row]) {
+      c.written[row] = 1;
+      if (from == 0 && n == elems) {
+        std::memcpy(dst, src, elems * sizeof(float));
+        return;
+      }
+      std::fill_n(dst, elems, 0.0f);
+    }
+    dst += from;
+    for (int64_t i = 0; i < n; ++i) dst[i] += src[i];
   }
 
   // Adds `src` (the moved value's elements) to the places its blocks came from.
@@ -1348,7 +1377,7 @@ class CallRun {
     for (int k = 0; k < variant.residuals; ++k) in.push_back(std::move(outputs_[r][first_residual + k]));
     AppendPacks(run, variant.backward_packs, in);
     std::vector<Tensor> grads = RunProgram(*backward, variant.backward_outputs, in, in);
-    AddGrads(run, variant, grads, Members(r));
+    AddGrads(run, variant, grads, Members(r), refs_[r].empty() ? nullptr : &refs_[r]);
     cotangents_[r].clear();
   }
 
@@ -1385,7 +1414,7 @@ class CallRun {
   // grad_inputs..., factor pairs...), to its members' slots and the
   // weights' gradients (row i of a gradient is members[i]'s).
   void AddGrads(const generic::Run& run, const SegmentCode::Variant& variant, std::vector<Tensor>& grads,
-                std::span<const int> members) {
+                std::span<const int> members, const std::vector<RowRef>* refs = nullptr) {
     const SegmentCode& code = *run.code;
     LaneSums& sums = lanes_[run.lane];
     for (size_t g = 0; g < variant.grad_inputs.size(); ++g) {
@@ -1398,9 +1427,19 @@ class CallRun {
         continue;
       }
       const int64_t elems = NumElements(member.shape);
-      for (size_t i = 0; i < members.size(); ++i) {
-        AddToPlace(sums, Slot(members[i], code, p), elems, grad.data<float>() + i * elems);
+      const float* rows = grad.data<float>();
+      if (refs) {
+        const RowRef* ref = refs->data() + p * members.size();
+        for (size_t i = 0; i < members.size(); ++i) {
+          if (ref[i].run >= 0) {
+            AddToRow(ref[i].run, ref[i].place->output, ref[i].row, elems, rows + i * elems);
+          } else {
+            AddToPlace(sums, ref[i].place ? *ref[i].place : Slot(members[i], code, p), elems, rows + i * elems);
+          }
+        }
+        continue;
       }
+      for (size_t i = 0; i < members.size(); ++i) AddToPlace(sums, Slot(members[i], code, p), elems, rows + i * elems);
     }
     // Padding rows add exact zeros: their cotangents are zero, their
     // forward values copies of a real row's.
@@ -1585,6 +1624,7 @@ class CallRun {
   const size_t n_runs_;
   Execution result_;
   std::vector<std::vector<Tensor>> outputs_, inputs_;  // per run; inputs kept in grad mode
+  std::vector<std::vector<RowRef>> refs_;              // per run in grad mode: where its inputs came from (Gather)
   std::vector<SegmentCode::Variant*> variants_;
   // Grad mode, a run in pieces (ForwardInNativePieces): per piece, the
   // variant that ran it, its members [first, first + count) of the run's,
