@@ -672,9 +672,9 @@ class CallRun {
 
  private:
   // Where a member's per-row input came from (Gather): row `row` of run
-  // `run`'s output place->output, or (run -1) the place itself.
+  // `run`'s output `output`, or (run -1) the place itself.
   struct RowRef {
-    int run = -1, row = -1;
+    int run = -1, row = -1, output = -1;
     const Place* place = nullptr;
   };
 
@@ -1004,27 +1004,39 @@ class CallRun {
   // a NaN there times a zero cotangent is a NaN in a weight's gradient).
   // A view of that output, not a copy; undefined otherwise. Nothing writes
   // into a run's outputs after its run.
+  // `sources`: where the walk placed them (Inspection::run_sources), or null.
   Tensor RowsInPlace(const SegmentCode& code, size_t p, std::span<const int> members, int first, int count,
-                     int64_t rows, RowRef* refs) const {
+                     int64_t rows, RowRef* refs, const RowSource* sources) const {
     if (count != rows) return Tensor();
-    const Place& head = Chosen(Slot(members[first], code, p));
-    if (head.kind != Place::Kind::kRow) return Tensor();
-    const int source = inspection_.si_run[head.index];
-    const int row0 = RowIndex(head.index);
-    const Tensor& out = outputs_[source][head.output];
+    RowSource head;
+    if (sources) {
+      head = sources[0];
+      if (head.run < 0) return Tensor();
+      for (int i = 1; i < count; ++i) {
+        if (sources[i].run != head.run || sources[i].output != head.output || sources[i].row != head.row + i) {
+          return Tensor();
+        }
+      }
+    } else {
+      const Place& place = Chosen(Slot(members[first], code, p));
+      if (place.kind != Place::Kind::kRow) return Tensor();
+      head = {inspection_.si_run[place.index], RowIndex(place.index), place.output};
+      for (int i = 1; i < count; ++i) {
+        const Place& next = Chosen(Slot(members[first + i], code, p));
+        if (next.kind != Place::Kind::kRow || next.output != head.output || inspection_.si_run[next.index] != head.run ||
+            RowIndex(next.index) != head.row + i) {
+          return Tensor();
+        }
+      }
+    }
+    const Tensor& out = outputs_[head.run][head.output];
     const TensorType& member = code.inputs[p];
     const int64_t bytes = RowBytes(member);
-    if (out.dtype() != member.dtype || static_cast<int64_t>(out.nbytes()) < (row0 + rows) * bytes) return Tensor();
-    if (refs) refs[0] = {source, row0, &head};
-    for (int i = 1; i < count; ++i) {
-      const Place& place = Chosen(Slot(members[first + i], code, p));
-      if (place.kind != Place::Kind::kRow || place.output != head.output || inspection_.si_run[place.index] != source ||
-          RowIndex(place.index) != row0 + i) {
-        return Tensor();
-      }
-      if (refs) refs[i] = {source, row0 + i, &place};
+    if (out.dtype() != member.dtype || static_cast<int64_t>(out.nbytes()) < (head.row + rows) * bytes) return Tensor();
+    if (refs) {
+      for (int i = 0; i < count; ++i) refs[i] = {head.run, head.row + i, head.output, nullptr};
     }
-    return Tensor::Wrap(static_cast<char*>(const_cast<void*>(out.raw_data())) + row0 * bytes, member.dtype,
+    return Tensor::Wrap(static_cast<char*>(const_cast<void*>(out.raw_data())) + head.row * bytes, member.dtype,
                         Prepend(rows, member.shape), std::make_shared<Tensor>(out));
   }
 
@@ -1033,8 +1045,11 @@ class CallRun {
   // inputs' masks appended. With `refs`, where each member's per-row input
   // came from (RowRefs: input p's of member i at p * count + i), for the
   // backward to add its cotangents without resolving the slots again.
+  // `r`: the run's index, when the members are all of its members (then
+  // the walk's Inspection::run_sources say where most rows lie); else -1.
   std::vector<Tensor> Gather(const generic::Run& run, std::span<const int> members, int first, int count,
-                             const SegmentCode::Variant& v, std::vector<RowRef>* refs = nullptr) const {
+                             const SegmentCode::Variant& v, std::vector<RowRef>* refs = nullptr,
+                             int r = -1) const {
     const SegmentCode& code = *run.code;
     const int64_t rows = v.rows;
     std::vector<Tensor> in(code.inputs.size()), masks;
@@ -1051,23 +1066,34 @@ class CallRun {
         continue;
       }
       RowRef* ref = refs ? refs->data() + p * count : nullptr;
-      if (Tensor view = RowsInPlace(code, p, members, first, count, rows, ref); view.defined()) {
+      const RowSource* sources =
+          r >= 0 && !inspection_.run_sources.empty()
+              ? inspection_.run_sources.data() + inspection_.run_source_begin[r] + code.input_slot[p] * count
+              : nullptr;
+      if (Tensor view = RowsInPlace(code, p, members, first, count, rows, ref, sources); view.defined()) {
         in[p] = std::move(view);
         continue;
       }
       Tensor stacked = Tensor::Empty(member.dtype, Prepend(rows, member.shape));
       char* dst = static_cast<char*>(stacked.raw_data());
       for (int64_t i = 0; i < rows; ++i) {
-        int si = members[first + (i < count ? i : 0)];
-        const Place& place = Chosen(Slot(si, code, p));
+        const int64_t m = i < count ? i : 0;
+        if (sources && sources[m].run >= 0) {
+          const RowSource& s = sources[m];
+          std::memcpy(dst + i * bytes, static_cast<const char*>(outputs_[s.run][s.output].raw_data()) + s.row * bytes,
+                      bytes);
+          if (ref && i < count) ref[i] = {s.run, s.row, s.output, nullptr};
+          continue;
+        }
+        const Place& place = Chosen(Slot(members[first + m], code, p));
         if (place.kind == Place::Kind::kRow) {
           const int source = inspection_.si_run[place.index], row = RowIndex(place.index);
           std::memcpy(dst + i * bytes, static_cast<const char*>(outputs_[source][place.output].raw_data()) + row * bytes,
                       bytes);
-          if (ref && i < count) ref[i] = {source, row, &place};
+          if (ref && i < count) ref[i] = {source, row, place.output, nullptr};
           continue;
         }
-        if (ref && i < count) ref[i] = {-1, -1, &place};
+        if (ref && i < count) ref[i] = {-1, -1, -1, &place};
         if (place.kind == Place::Kind::kMoved) {
           CopyPlace(place, bytes, dst + i * bytes);
         } else {
@@ -1125,7 +1151,7 @@ class CallRun {
     }
     variants_[r] = variant;
     std::vector<Tensor> in = Gather(run, members, 0, static_cast<int>(members.size()), *variant,
-                                    options_.grad ? &refs_[r] : nullptr);
+                                    options_.grad ? &refs_[r] : nullptr, static_cast<int>(r));
     ++(variant->native.load() ? lanes_[run.lane].native_runs : lanes_[run.lane].baseline_runs);
     outputs_[r] = RunForward(run, *variant, in);
     if (options_.grad) inputs_[r] = std::move(in);
@@ -1432,7 +1458,7 @@ class CallRun {
         const RowRef* ref = refs->data() + p * members.size();
         for (size_t i = 0; i < members.size(); ++i) {
           if (ref[i].run >= 0) {
-            AddToRow(ref[i].run, ref[i].place->output, ref[i].row, elems, rows + i * elems);
+            AddToRow(ref[i].run, ref[i].output, ref[i].row, elems, rows + i * elems);
           } else {
             AddToPlace(sums, ref[i].place ? *ref[i].place : Slot(members[i], code, p), elems, rows + i * elems);
           }

@@ -962,6 +962,27 @@ static void ScheduleRuns(const std::vector<int>& si_level, std::vector<int> si_c
   RunPredecessors(inspection);
 }
 
+// Inspection::run_sources: per run, where its members' per-row inputs lie.
+static void PlaceRunSources(Inspection& s) {
+  if (!s.si_guard.empty()) return;
+  s.run_source_begin.assign(1, 0);
+  for (const Run& run : s.runs) {
+    const SegmentCode& code = *run.code;
+    for (size_t p = 0; p < code.inputs.size(); ++p) {
+      if (code.shared[p]) continue;
+      for (int si : run.members) {
+        const Place& place = s.si_inputs[s.si_input_begin[si] + code.input_slot[p]];
+        if (place.kind == Place::Kind::kRow) {
+          s.run_sources.push_back({s.si_run[place.index], s.si_row[place.index], place.output});
+        } else {
+          s.run_sources.push_back({});
+        }
+      }
+    }
+    s.run_source_begin.push_back(static_cast<int>(s.run_sources.size()));
+  }
+}
+
 Inspection GenericProgram::Walked(const std::string& encoded, std::vector<const Value*> structures) {
   Inspection inspection;
   Walker w;
@@ -1194,6 +1215,7 @@ Inspection GenericProgram::Walked(const std::string& encoded, std::vector<const 
   inspection.levels = si_level.empty() ? 0 : *std::max_element(si_level.begin(), si_level.end()) + 1;
   ScheduleRuns(si_level, std::move(si_code), codes_, run_roots_, options_, inspection);
   for (Run& run : inspection.runs) run.rows = RowBucket(static_cast<int64_t>(run.members.size()));
+  PlaceRunSources(inspection);
   return inspection;
 }
 

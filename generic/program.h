@@ -208,6 +208,13 @@ struct GuardPlace {
   bool chained = false;
 };
 
+// Where a run's member reads a per-row input, as the walk placed it: row
+// `row` of run `run`'s output `output`; run -1 where the slot is anything
+// else (resolved when the run gathers it).
+struct RowSource {
+  int32_t run = -1, row = -1, output = -1;
+};
+
 // A moved place's value: bytes [from, from + bytes) of `source` at [to, to +
 // bytes), the blocks in order of `to` covering every byte of `type`.
 struct MovedPlace {
@@ -276,6 +283,13 @@ struct Inspection {
   // (ScheduleRuns' cost model; lanes where above 1); else 0.
   double lane_work = 0, others_cores = 0, lanes_gain = 0;
   std::string lanes_why;  // then, why it was not cut (empty: it was)
+  // Per run, per row input (SegmentCode::input_slot order), per member:
+  // where it lies, for the executor to gather and to add cotangents to
+  // without resolving the slots (random reads: an executor's tenth). Empty
+  // when instances are guarded: their rows move as branches pack them.
+  // Run r's are run_sources[run_source_begin[r] ..].
+  std::vector<int> run_source_begin;
+  std::vector<RowSource> run_sources;
   std::vector<Place> result;           // the entry result's tensor leaves, depth first
   // What the walk's data ops (generic/cell.h's DataOp) made, read as kStruct
   // slots: shared, so that the slots stay valid as the inspection moves.
