@@ -998,8 +998,9 @@ class CallRun {
   // Input `p` of members [first, first + count), `rows` rows, where an
   // earlier run's output holds it already: rows row0 .. row0 + count - 1 of
   // one output, in the members' order (a cell's segment after a call reads
-  // the segment before it; a sequence's step the step before; 44% of a
-  // Tree-LSTM's inputs), and no padding rows (the rows past a run's
+  // the segment before it; a sequence's step the step before; a run whose
+  // rows are not a bucket pads, so 0-6% of a Tree-LSTM's rows in
+  // bench/generic), and no padding rows (the rows past a run's
   // members may hold anything: a run in pieces leaves them unwritten, and
   // a NaN there times a zero cotangent is a NaN in a weight's gradient).
   // A view of that output, not a copy; undefined otherwise. Nothing writes
