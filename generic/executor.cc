@@ -910,6 +910,25 @@ class CallRun {
     if (RowBytes(moved.type) != bytes) {
       throw Refusal("generic: " + moved.type.ToString() + " where the cell reads " + std::to_string(bytes) + " bytes");
     }
+    if (!moved.sum.empty()) {  // the first term, then each other one added to it
+      const int64_t n = bytes / static_cast<int64_t>(sizeof(float));
+      float* out = reinterpret_cast<float*>(dst);
+      CopyPlace(moved.sum[0], bytes, dst);
+      std::vector<float> term;
+      for (size_t k = 1; k < moved.sum.size(); ++k) {
+        const Place& t = Chosen(moved.sum[k]);
+        const float* x;
+        if (t.kind == Place::Kind::kMoved) {
+          term.resize(static_cast<size_t>(n));
+          CopyPlace(t, bytes, reinterpret_cast<char*>(term.data()));
+          x = term.data();
+        } else {
+          x = reinterpret_cast<const float*>(RowOf(t, bytes));
+        }
+        for (int64_t i = 0; i < n; ++i) out[i] += x[i];
+      }
+      return;
+    }
     for (const MovedPlace::Block& b : moved.blocks) {
       const Place& source = Chosen(b.source);
       if (source.kind == Place::Kind::kMoved) {  // a concatenation of concatenations: copied whole, then cut
@@ -1336,9 +1355,12 @@ class CallRun {
     for (int64_t i = 0; i < n; ++i) dst[i] += src[i];
   }
 
-  // Adds `src` (the moved value's elements) to the places its blocks came from.
+  // Adds `src` (the moved value's elements) to the places its blocks came
+  // from, or to each term of a sum.
   void AddToMoved(LaneSums& sums, const Place& place, const float* src) {
-    for (const MovedPlace::Block& b : inspection_.moved[place.index].blocks) {
+    const MovedPlace& moved = inspection_.moved[place.index];
+    for (const Place& term : moved.sum) AddToPlace(sums, term, NumElements(moved.type.shape), src);
+    for (const MovedPlace::Block& b : moved.blocks) {
       const Place& source = Chosen(b.source);
       const float* part = src + b.to / static_cast<int64_t>(sizeof(float));
       const int64_t from = b.from / static_cast<int64_t>(sizeof(float)), n = b.bytes / static_cast<int64_t>(sizeof(float));

@@ -20,7 +20,7 @@ std::optional<SegmentMoves> MovesOf(const Func& program) {
   std::unordered_map<const ExprNode*, int> node_of;  // variable -> node
   for (size_t i = 0; i < s.params.size(); ++i) {
     node_of[s.params[i].get()] = static_cast<int>(i);
-    moves.nodes.push_back({static_cast<int>(i), {}, AsTensor(s.params[i]->annotation)->type});
+    moves.nodes.push_back({static_cast<int>(i), {}, {}, AsTensor(s.params[i]->annotation)->type});
   }
   auto operand = [&](const Expr& e) -> int {
     auto it = node_of.find(e.get());
@@ -35,8 +35,16 @@ std::optional<SegmentMoves> MovesOf(const Func& program) {
     }
     auto* call = As<OpCallNode>(b.value);
     const TensorTypeNode* t = AsTensor(b.var->annotation);
-    if (!call || call->op->moves == MoveKind::kNone || !t || !t->type.IsFullyKnown()) return std::nullopt;
+    if (!call || !t || !t->type.IsFullyKnown()) return std::nullopt;
     const TensorType type = t->type;
+    if (call->op->name == "add" && type.dtype == DType::kF32 && call->args.size() == 2) {
+      const int x = operand(call->args[0]), y = operand(call->args[1]);
+      if (x < 0 || y < 0 || moves.nodes[x].type != type || moves.nodes[y].type != type) return std::nullopt;
+      node_of[b.var.get()] = static_cast<int>(moves.nodes.size());
+      moves.nodes.push_back({-1, {}, {x, y}, type});
+      continue;
+    }
+    if (call->op->moves == MoveKind::kNone) return std::nullopt;
     const int64_t bytes = NumElements(type.shape) * static_cast<int64_t>(SizeOf(type.dtype));
     const int first = operand(call->args[0]);
     if (first < 0) return std::nullopt;

@@ -11,7 +11,11 @@
 // segment's outputs *moved places* instead (Inspection::moved): lists of
 // byte blocks of its inputs' places, read where a run gathers its inputs
 // and written where a backward adds its cotangents (generic/executor.h).
-// No code runs them, and they add no level to the chain of runs.
+// No code runs them, and they add no level to the chain of runs. A
+// segment that only adds whole values (a minibatch's losses summed by a
+// recursion over its list, a Child-Sum Tree-LSTM's children's states) is
+// a place too: its value is summed where a run reads it, in the order the
+// segment would add, and its cotangent goes to every term.
 #pragma once
 
 #include <cstdint>
@@ -29,11 +33,14 @@ struct MoveBlock {
   int64_t from = 0, to = 0, bytes = 0;
 };
 
-// A value of the segment: one of its inputs as it is, or blocks of earlier
-// nodes (in order of `to`, covering every byte of `type`).
+// A value of the segment: one of its inputs as it is, blocks of earlier
+// nodes (in order of `to`, covering every byte of `type`), or the
+// elementwise sum of earlier nodes (`sum`, f32, each of `type`, added as
+// `add(sum[0], sum[1])` adds them).
 struct MoveNode {
   int input = -1;
   std::vector<MoveBlock> blocks;
+  std::vector<int> sum;
   TensorType type;
 };
 
@@ -44,8 +51,10 @@ struct SegmentMoves {
 
 // The moves `program` (a segment's: parameters, then operator calls, then a
 // tuple of outputs) makes of its inputs, when every operation only moves
-// bytes and every type is fully known; nullopt otherwise (the segment
-// computes: it runs). A view (reshape) is its operand's node: the same bytes.
+// bytes, or adds two f32 values of its result's type (a sum over a list
+// written as a recursion, `add(%x, @sum(%rest))`, or a child-sum), and
+// every type is fully known; nullopt otherwise (the segment computes: it
+// runs). A view (reshape) is its operand's node: the same bytes.
 std::optional<SegmentMoves> MovesOf(const Func& program);
 
 }  // namespace pejit::generic

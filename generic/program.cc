@@ -45,6 +45,7 @@ void ForEachRow(const Inspection& s, const Place& place, F&& f) {
     f(place.index);
   } else if (place.kind == Place::Kind::kMoved) {
     for (const MovedPlace::Block& b : s.moved[place.index].blocks) ForEachRow(s, b.source, f);
+    for (const Place& term : s.moved[place.index].sum) ForEachRow(s, term, f);
   } else if (place.kind == Place::Kind::kSelect) {
     const SelectPlace& sel = s.selects[place.index];
     ForEachRow(s, sel.cond, f);
@@ -1127,6 +1128,7 @@ Inspection GenericProgram::Walked(const std::string& encoded, std::vector<const 
           MovedPlace m;
           m.type = n.type;
           for (const MoveBlock& b : n.blocks) m.blocks.push_back({node[b.source], b.from, b.to, b.bytes});
+          for (int term : n.sum) m.sum.push_back(node[term]);
           inspection.moved.push_back(std::move(m));
           node[k] = Place{Place::Kind::kMoved, static_cast<int32_t>(inspection.moved.size()) - 1, 0, nullptr};
         }

@@ -216,13 +216,16 @@ struct RowSource {
 };
 
 // A moved place's value: bytes [from, from + bytes) of `source` at [to, to +
-// bytes), the blocks in order of `to` covering every byte of `type`.
+// bytes), the blocks in order of `to` covering every byte of `type`; or,
+// with `sum`, the elementwise sum of those places' values (f32, each of
+// `type`), added as add(sum[0], sum[1]) would.
 struct MovedPlace {
   struct Block {
     Place source;
     int64_t from = 0, to = 0, bytes = 0;
   };
   std::vector<Block> blocks;
+  std::vector<Place> sum;
   TensorType type;
 };
 

@@ -752,6 +752,16 @@ def @matrix(%t: Tree, %emb: Tensor[(?, ?), f32], %w: Tensor[(?, ?), f32]) -> Ten
 // For each segment program, the longest chain of its instances in which
 // each depends (through any others) on the one before: no inspection can run
 // the program fewer times.
+// Calls f(si) for each segment instance whose row `place` reads, through
+// moved places (generic/moves.h) too.
+template <typename F>
+void ForEachRowRead(const Inspection& s, const Place& place, F&& f) {
+  if (place.kind == Place::Kind::kRow) f(place.index);
+  if (place.kind != Place::Kind::kMoved) return;
+  for (const MovedPlace::Block& b : s.moved[place.index].blocks) ForEachRowRead(s, b.source, f);
+  for (const Place& term : s.moved[place.index].sum) ForEachRowRead(s, term, f);
+}
+
 std::map<const SegmentCode*, int> FewestRuns(const Inspection& s) {
   const size_t n = s.si_run.size();
   std::map<const SegmentCode*, int> fewest;
@@ -761,7 +771,7 @@ std::map<const SegmentCode*, int> FewestRuns(const Inspection& s) {
     for (size_t i = 0; i < n; ++i) {
       int longest = 0;
       for (int k = s.si_input_begin[i]; k < s.si_input_begin[i + 1]; ++k) {
-        if (s.si_inputs[k].kind == Place::Kind::kRow) longest = std::max(longest, chain[s.si_inputs[k].index]);
+        ForEachRowRead(s, s.si_inputs[k], [&](int before) { longest = std::max(longest, chain[before]); });
       }
       chain[i] = longest + (s.runs[s.si_run[i]].code == code ? 1 : 0);
       best = std::max(best, chain[i]);

@@ -1,5 +1,6 @@
-// A segment that only moves its inputs' bytes (generic/moves.h) is described
-// by its moves; one that computes anything is not.
+// A segment that only moves its inputs' bytes or adds whole values
+// (generic/moves.h) is described by its moves; one that computes anything
+// else is not.
 #include <gtest/gtest.h>
 
 #include "generic/moves.h"
@@ -66,6 +67,24 @@ TEST(MovesOf, AReshapeIsItsOperandAndASliceOfAConcatenationReadsItsBlocks) {
   EXPECT_EQ(low.blocks[0].source, 2);
   EXPECT_EQ(low.blocks[0].from, 16);
   EXPECT_EQ(low.blocks[0].bytes, 16);
+}
+
+TEST(MovesOf, AnAddOfTwoWholeF32ValuesIsASumAndABroadcastOneRuns) {
+  Var a = Param("a", 1, 4), b = Param("b", 1, 4), c = Param("c", 1, 4);
+  std::optional<SegmentMoves> moves =
+      MovesOf(Segment({a, b, c}, [&](StraightEmitter& out) -> std::vector<Expr> {
+        Var bc = out.Op("add", {b, c}, {}, {});
+        return {out.Op("add", {a, bc}, {}, {})};  // a + (b + c), as a recursion over a list sums
+      }));
+  ASSERT_TRUE(moves);
+  const MoveNode& top = moves->nodes[moves->outputs[0]];
+  ASSERT_EQ(top.sum.size(), 2u);
+  EXPECT_EQ(top.sum[0], 0);
+  EXPECT_EQ(moves->nodes[top.sum[1]].sum, (std::vector<int>{1, 2}));
+  Var bias = MakeVar("bias", TensorTy(DType::kF32, {4}));
+  EXPECT_FALSE(MovesOf(Segment({a, bias}, [&](StraightEmitter& out) -> std::vector<Expr> {
+    return {out.Op("add", {a, bias}, {}, {})};
+  })));
 }
 
 TEST(MovesOf, ASegmentThatComputesOrReadsAConstantRuns) {
