@@ -1098,27 +1098,20 @@ class CallRun {
       char* dst = static_cast<char*>(stacked.raw_data());
       for (int64_t i = 0; i < rows; ++i) {
         const int64_t m = i < count ? i : 0;
-        if (sources && sources[m].run >= 0) {
-          const RowSource& s = sources[m];
+        RowSource s = sources ? sources[m] : RowSource{};
+        const Place* place = nullptr;
+        if (s.run < 0) {
+          place = &Chosen(Slot(members[first + m], code, p));
+          if (place->kind == Place::Kind::kRow) s = {inspection_.si_run[place->index], RowIndex(place->index), place->output};
+        }
+        if (s.run >= 0) {  // a row of an earlier run's output
           std::memcpy(dst + i * bytes, static_cast<const char*>(outputs_[s.run][s.output].raw_data()) + s.row * bytes,
                       bytes);
           if (ref && i < count) ref[i] = {s.run, s.row, s.output, nullptr};
           continue;
         }
-        const Place& place = Chosen(Slot(members[first + m], code, p));
-        if (place.kind == Place::Kind::kRow) {
-          const int source = inspection_.si_run[place.index], row = RowIndex(place.index);
-          std::memcpy(dst + i * bytes, static_cast<const char*>(outputs_[source][place.output].raw_data()) + row * bytes,
-                      bytes);
-          if (ref && i < count) ref[i] = {source, row, place.output, nullptr};
-          continue;
-        }
-        if (ref && i < count) ref[i] = {-1, -1, -1, &place};
-        if (place.kind == Place::Kind::kMoved) {
-          CopyPlace(place, bytes, dst + i * bytes);
-        } else {
-          std::memcpy(dst + i * bytes, RowOf(place, bytes), bytes);
-        }
+        if (ref && i < count) ref[i] = {-1, -1, -1, place};
+        CopyPlace(*place, bytes, dst + i * bytes);
       }
       in[p] = std::move(stacked);
     }
