@@ -122,7 +122,8 @@ struct Segment {
   std::vector<int> outputs;   // value ids
   int code = -1;              // its run id: program and shared tensors (GenericProgram's numbering)
   // Filled by GenericProgram: a program that only moves its inputs' bytes
-  // (generic/moves.h) is not run; its outputs are places made of its inputs'.
+  // or adds whole values (generic/moves.h) is not run; its outputs are
+  // places made of its inputs'.
   std::optional<SegmentMoves> moves;
   int guard = -1;             // a branch's segment: it runs where Cell::guards[guard] holds
 };

@@ -671,10 +671,10 @@ class CallRun {
   Execution& result() { return result_; }
 
  private:
-  // Where a member's per-row input came from (Gather): row `row` of run
-  // `run`'s output `output`, or (run -1) the place itself.
+  // Where a member's per-row input came from (Gather): a row of an earlier
+  // run's output, or (source.run -1) the place itself.
   struct RowRef {
-    int run = -1, row = -1, output = -1;
+    RowSource source;
     const Place* place = nullptr;
   };
 
@@ -1054,7 +1054,7 @@ class CallRun {
     const int64_t bytes = RowBytes(member);
     if (out.dtype() != member.dtype || static_cast<int64_t>(out.nbytes()) < (head.row + rows) * bytes) return Tensor();
     if (refs) {
-      for (int i = 0; i < count; ++i) refs[i] = {head.run, head.row + i, head.output, nullptr};
+      for (int i = 0; i < count; ++i) refs[i] = {{head.run, head.row + i, head.output}, nullptr};
     }
     return Tensor::Wrap(static_cast<char*>(const_cast<void*>(out.raw_data())) + head.row * bytes, member.dtype,
                         Prepend(rows, member.shape), std::make_shared<Tensor>(out));
@@ -1107,10 +1107,10 @@ class CallRun {
         if (s.run >= 0) {  // a row of an earlier run's output
           std::memcpy(dst + i * bytes, static_cast<const char*>(outputs_[s.run][s.output].raw_data()) + s.row * bytes,
                       bytes);
-          if (ref && i < count) ref[i] = {s.run, s.row, s.output, nullptr};
+          if (ref && i < count) ref[i] = {s, nullptr};
           continue;
         }
-        if (ref && i < count) ref[i] = {-1, -1, -1, place};
+        if (ref && i < count) ref[i] = {{}, place};
         CopyPlace(*place, bytes, dst + i * bytes);
       }
       in[p] = std::move(stacked);
@@ -1473,8 +1473,8 @@ class CallRun {
       if (refs) {
         const RowRef* ref = refs->data() + p * members.size();
         for (size_t i = 0; i < members.size(); ++i) {
-          if (ref[i].run >= 0) {
-            AddToRow(ref[i].run, ref[i].output, ref[i].row, elems, rows + i * elems);
+          if (const RowSource& s = ref[i].source; s.run >= 0) {
+            AddToRow(s.run, s.output, s.row, elems, rows + i * elems);
           } else {
             AddToPlace(sums, ref[i].place ? *ref[i].place : Slot(members[i], code, p), elems, rows + i * elems);
           }

@@ -45,12 +45,11 @@ std::optional<SegmentMoves> MovesOf(const Func& program) {
       continue;
     }
     if (call->op->moves == MoveKind::kNone) return std::nullopt;
-    const int64_t bytes = NumElements(type.shape) * static_cast<int64_t>(SizeOf(type.dtype));
+    const int64_t bytes = NumBytes(type);
     const int first = operand(call->args[0]);
     if (first < 0) return std::nullopt;
     const std::optional<int64_t> view = ViewOffset(*call, type);
-    if (view && *view == 0 && NumElements(moves.nodes[first].type.shape) * SizeOf(moves.nodes[first].type.dtype) ==
-                                  static_cast<size_t>(bytes)) {
+    if (view && *view == 0 && NumBytes(moves.nodes[first].type) == bytes) {
       node_of[b.var.get()] = first;  // the same bytes, seen in another shape
       continue;
     }

@@ -1013,6 +1013,7 @@ Inspection GenericProgram::Walked(const std::string& encoded, std::vector<const 
   // structure it built: its inputs, segments and results stay where they are.
   std::vector<Place> scratch;  // the slots of selects and guards being placed
   std::vector<Place> moved_out;  // the outputs of segments that only move bytes
+  std::vector<Place> move_nodes;  // the nodes of the one being placed
   auto resolve = [&](auto& self, int id, int v, std::vector<Place>& out) -> void {
     const Instance& inst = w.instances[id];
     const Source& s = inst.cell->sources[v];
@@ -1116,7 +1117,8 @@ Inspection GenericProgram::Walked(const std::string& encoded, std::vector<const 
         // No instance: its outputs are blocks of its inputs' places.
         const Segment& seg = cell.segments[step.index];
         const SegmentMoves& moves = *seg.moves;
-        std::vector<Place> node(moves.nodes.size());
+        std::vector<Place>& node = move_nodes;
+        node.assign(moves.nodes.size(), Place{});
         const size_t mark = scratch.size();
         for (int v : seg.inputs) resolve(resolve, id, v, scratch);
         for (size_t k = 0; k < moves.nodes.size(); ++k) {

@@ -54,8 +54,8 @@ namespace pejit::generic {
 struct Place {
   // kFrontier: the result of a loop's call past the depth unrolled, which
   // a run that reads it asks to unroll deeper (Deeper).
-  // kMoved: bytes of other places (Inspection::moved), what a segment that
-  // only moves bytes made (generic/moves.h).
+  // kMoved: bytes or a sum of other places (Inspection::moved), what a
+  // segment that only moves bytes or adds made (generic/moves.h).
   enum class Kind : uint8_t { kRoot, kRow, kStruct, kConstant, kSelect, kFrontier, kMoved };
   Kind kind = Kind::kRoot;
   int32_t index = 0;               // kRoot: entry-argument tensor leaf; kRow: segment instance; kSelect: Inspection::selects; kFrontier: Inspection::frontiers; kMoved: Inspection::moved
