@@ -64,6 +64,7 @@
 #include <new>
 #include <random>
 
+#include "ir/module.h"
 #include "ir/visitor.h"
 #include "jit/image.h"
 #include "jit/native_executable.h"
@@ -478,6 +479,15 @@ class MachineCodeCompiler : public llvm::orc::IRCompileLayer::IRCompiler {
   llvm::orc::JITTargetMachineBuilder host_;
 };
 
+// opt_level 1 (compiler.h). A fused kernel arrives as loops over memory
+// (allocas for its indices): SROA makes them registers, the loop vectorizer
+// makes the vector code the kernel's speed depends on, InstCombine and
+// SimplifyCFG clean up around it. Without interleaving, whose wider loop
+// bodies cost the quick code generator more time than they gained.
+constexpr const char* kLoopPipeline =
+    "function(sroa,instcombine,simplifycfg,loop-simplify,lcssa,loop-vectorize<interleave-forced-only>,"
+    "instcombine,simplifycfg)";
+
 void Optimize(llvm::Module& m, llvm::TargetMachine& tm, int level) {
   llvm::LoopAnalysisManager lam;
   llvm::FunctionAnalysisManager fam;
@@ -495,9 +505,16 @@ void Optimize(llvm::Module& m, llvm::TargetMachine& tm, int level) {
   pb.registerFunctionAnalyses(fam);
   pb.registerLoopAnalyses(lam);
   pb.crossRegisterProxies(lam, fam, cgam, mam);
-  llvm::OptimizationLevel o = level <= 0 ? llvm::OptimizationLevel::O0 : level == 1 ? llvm::OptimizationLevel::O1
-                              : level == 2 ? llvm::OptimizationLevel::O2 : llvm::OptimizationLevel::O3;
-  llvm::ModulePassManager mpm = level <= 0 ? pb.buildO0DefaultPipeline(o) : pb.buildPerModuleDefaultPipeline(o);
+  llvm::ModulePassManager mpm;
+  if (level <= 0) {
+    mpm = pb.buildO0DefaultPipeline(llvm::OptimizationLevel::O0);
+  } else if (level == 1) {
+    if (auto err = pb.parsePassPipeline(mpm, kLoopPipeline)) {
+      throw JitFailure("the loop pipeline: " + llvm::toString(std::move(err)));
+    }
+  } else {
+    mpm = pb.buildPerModuleDefaultPipeline(level == 2 ? llvm::OptimizationLevel::O2 : llvm::OptimizationLevel::O3);
+  }
   mpm.run(m, mam);
 }
 
@@ -512,6 +529,9 @@ std::string Assembly(const llvm::Module& m, llvm::TargetMachine& tm) {
 }
 
 std::once_flag g_llvm_init;
+
+// Whether this thread compiled a module: its share of LLVM is set up.
+thread_local bool t_compiled = false;
 
 }  // namespace
 
@@ -600,6 +620,29 @@ std::string StoreKey(const Func& program, const CompileOptions& options) {
 }
 
 }  // namespace
+
+bool JitSession::WarmUp() {
+  if (t_compiled) return false;
+  Module m;
+  m.AddSource(
+      "def @warm_up(%x: Tensor[(8, 64), f32]) -> (Tensor[(8, 64), f32], Tensor[(8, 64), f32]) {\n"
+      "  let %s: Tensor[(8, 64), f32] = sigmoid(%x);\n"
+      "  let %m: Tensor[(8, 64), f32] = mul(%x, %s);\n"
+      "  let %y: Tensor[(8, 64), f32] = tanh(%m);\n"
+      "  let %e: Tensor[(8, 64), f32] = exp(%x);\n"
+      "  let %z: Tensor[(8, 64), f32] = add(%x, %e);\n"
+      "  (%y, %z)\n"
+      "}\n",
+      "<warm-up>");
+  const Func program = m.snapshot()->Get("warm_up").func;
+  CompileOptions quick;
+  quick.opt_level = 1;
+  Compile(program, quick);
+  CompileOptions optimized;
+  optimized.optimize_machine_code = true;
+  Compile(program, optimized);
+  return true;
+}
 
 ExecutablePtr JitSession::Kept(const Func& program, const CompileOptions& options) {
   return options.store ? options.store->Load(StoreKey(program, options), options) : nullptr;
@@ -719,6 +762,7 @@ ExecutablePtr JitSession::Compile(const Func& program, const CompileOptions& opt
     std::vector<std::pair<std::string, KernelFn>> made;
     for (const auto& [key, name] : emitted) made.emplace_back(key, Unwrap(jit.lookup(name), "compiling " + name).toPtr<KernelFn>());
     r.machine_code_ms = Ms(t0);
+    t_compiled = true;
     {
       std::lock_guard<std::mutex> lock(state_->object_mu);
       own->object = state_->objects[prefix];

@@ -25,7 +25,13 @@ class CodeStore;
 
 struct CompileOptions {
   LowerOptions lower;
-  int opt_level = 3;  // 0-3, the new pass manager's default pipelines
+  // LLVM's IR optimization: 0 none (scalar code, ~20x slower kernels);
+  // 1 the loop pipeline, only what a fused kernel's loops need (SROA,
+  // InstCombine, SimplifyCFG, loop vectorization without interleaving):
+  // kernels as fast as at 2-3 for about half the IR time (bench/jit's
+  // BM_CompileSmallProgram and BM_FusedTanhKernel, bench/RESULTS.md); 2-3
+  // the new pass manager's default pipelines.
+  int opt_level = 3;
   // The IR arrives optimized and vectorized (opt_level); machine code is made
   // by fast instruction selection and register allocation unless this asks
   // for LLVM's optimizing code generator (-O2). That takes 4-5x as long (a
@@ -81,6 +87,14 @@ class JitSession {
   // What options.store kept for `program` (as Compile would find it),
   // linked; null when it kept nothing or there is no store. Never compiles.
   ExecutablePtr Kept(const Func& program, const CompileOptions& options);
+
+  // Builds the calling thread's share of LLVM (its TargetMachines, the
+  // code of the passes and code generators, paged in) by compiling a
+  // throwaway program, quick and optimized: 10-20 ms that the thread's
+  // first real compile would otherwise pay. For a worker idle at start.
+  // False, doing nothing, on a thread that compiled before. Throws
+  // JitFailure.
+  bool WarmUp();
 
   struct LoadReport {
     int objects_linked = 0;  // object files linked now (the others a live executable had)

@@ -220,6 +220,7 @@ class EngineImpl {
   bool Promote(Request& r, const SlotPtr& slot, JobPriority priority);
   void Spawn();
   void WorkerTask();
+  void WarmUp();
   // `waited`: a caller waits for this job (wait_ready, policy sync), which
   // then compiles native code at once rather than baseline code first.
   void RunJob(Job& job, bool waited);

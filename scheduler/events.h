@@ -51,6 +51,7 @@ namespace pejit {
   X(kCacheLoad, "cache-load", "a specialization was loaded from the persistent code cache; the span is the load; mode, bytes, objects_linked, code_bytes") \
   X(kCacheStore, "cache-store", "a specialization was written to the persistent code cache; the span is the write; job, bytes, evicted") \
   X(kCacheRefused, "cache-refused", "an entry of the persistent code cache was refused (and removed) or could not be written; reason") \
+  X(kWarmUp, "warm-up", "a worker set LLVM up before any job, on a throwaway program, so that the first compile a call waits for does not pay for it; the span is the set-up; state (set-up, or ready: the worker had compiled before), error") \
   X(kStop, "stop", "an engine was destroyed; the span is its life")
 
 enum class EventKind : uint8_t {

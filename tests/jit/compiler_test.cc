@@ -240,6 +240,39 @@ TEST_F(CompilerTest, ElementwiseLoopsAreVectorized) {
   EXPECT_NE(r.llvm_ir.find(" x float>"), std::string::npos) << r.llvm_ir;
 }
 
+// opt_level 1, the loop pipeline a variant's quick code gets: its loops
+// still vectorize, and with no fast-math flags no pass may reorder float
+// arithmetic, so the Tree-LSTM's loss and gradients come out in the same
+// bits as at LLVM's O3.
+TEST_F(CompilerTest, TheLoopPipelineVectorizesAndGivesO3sBits) {
+  Snapshot s = Load(std::string(treelstm::ModelSource()));
+  treelstm::Batch b = treelstm::GeneratedListOpsBatch(11, 6, *s);
+  Rng rng(6);
+  std::vector<Value> args = {b.trees, b.labels, treelstm::InitParams(rng, {listops::kVocabularySize, 16, 12, 10})};
+  CompileOptions loop;
+  loop.opt_level = 1;
+  loop.keep_ir = true;
+  CompileReport r = CheckCompiled(s, "loss", args, loop);
+  EXPECT_NE(r.llvm_ir.find(" x float>"), std::string::npos) << "no vector code at opt_level 1";
+  Residual residual = PartialEvaluate(*s, "loss", args);
+  std::vector<Tensor> got = session_->Compile(residual.main, loop)->Run(Flatten(args));
+  std::vector<Tensor> want = session_->Compile(residual.main, CompileOptions{})->Run(Flatten(args));
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i) EXPECT_TRUE(Equal(got[i], want[i])) << "result " << i;
+}
+
+// A thread's first compile sets LLVM up for it; WarmUp does so ahead, once.
+TEST_F(CompilerTest, WarmUpSetsUpAThreadThatNeverCompiledAndOnlyThat) {
+  bool first = false, second = true;
+  std::thread fresh([&] {
+    first = session_->WarmUp();
+    second = session_->WarmUp();
+  });
+  fresh.join();
+  EXPECT_TRUE(first) << "a thread that never compiled";
+  EXPECT_FALSE(second) << "a thread whose share of LLVM is set up";
+}
+
 // exp, tanh and sigmoid of f32 are inline arithmetic in compiled code (so
 // that loops of them vectorize), not libm: within a few units in the last
 // place of the correctly rounded result over the whole range, with libm's

@@ -415,6 +415,26 @@ TEST(Tracing, TheTraceFileIsCompleteOnceTheEngineIsDestroyed) {
             kThreads * kCalls);
 }
 
+// LLVM is set up on the worker while the first calls run on tier 0, so that
+// the first compile a call waits for is only that compile; an engine that
+// never compiles leaves it alone.
+TEST(Tracing, AWorkerSetsLlvmUpAtTheStartOfAnEngineThatCompiles) {
+  for (Policy policy : {Policy::Eager(), Policy::Sync(), Policy::Interpreter()}) {
+    auto events = std::make_shared<RecordingSink>();
+    Engine engine(Options(policy, [&](EngineOptions& o) { o.events = events; }));
+    engine.drain();
+    const std::vector<Event> warm_ups = events->Of(EventKind::kWarmUp);
+    if (policy.kind == Policy::Kind::kInterpreter) {
+      EXPECT_TRUE(warm_ups.empty());
+      continue;
+    }
+    ASSERT_EQ(warm_ups.size(), 1u) << policy.ToString();
+    EXPECT_EQ(warm_ups[0].Text("error"), "");
+    EXPECT_TRUE(warm_ups[0].Text("state") == "set-up" || warm_ups[0].Text("state") == "ready")
+        << warm_ups[0].Text("state");
+  }
+}
+
 TEST(Tracing, ABadPejitLogIsAWarningNotACrash) {
   CapturedPejitLog log;
   const char* old = std::getenv("PEJIT_LOG");
