@@ -638,9 +638,6 @@ bool JitSession::WarmUp() {
   CompileOptions quick;
   quick.opt_level = 1;
   Compile(program, quick);
-  CompileOptions optimized;
-  optimized.optimize_machine_code = true;
-  Compile(program, optimized);
   return true;
 }
 

@@ -89,11 +89,12 @@ class JitSession {
   ExecutablePtr Kept(const Func& program, const CompileOptions& options);
 
   // Builds the calling thread's share of LLVM (its TargetMachines, the
-  // code of the passes and code generators, paged in) by compiling a
-  // throwaway program, quick and optimized: 10-20 ms that the thread's
-  // first real compile would otherwise pay. For a worker idle at start.
-  // False, doing nothing, on a thread that compiled before. Throws
-  // JitFailure.
+  // code of the passes and the code generator, paged in) by compiling a
+  // throwaway program as quick code: 10-20 ms that the thread's first real
+  // compile would otherwise pay. For a worker idle at start. (Optimized
+  // code comes later and in the background: not warmed, which halved the
+  // warm-up.) False, doing nothing, on a thread that compiled before.
+  // Throws JitFailure.
   bool WarmUp();
 
   struct LoadReport {
