@@ -139,38 +139,29 @@ EngineImpl::EngineImpl(EngineOptions opts)
     e.fields.push_back({"workers", static_cast<int64_t>(workers)});
     Emit(e);
   }
-  if (jit_ && options.policy.kind != Policy::Kind::kInterpreter) WarmUp();
+  if (jit_ && options.policy.kind != Policy::Kind::kInterpreter) {
+    HandToWorker(/*job=*/false, &EngineImpl::WarmUp);
+  }
 }
 
 // LLVM set up on a worker while the first calls run on tier 0: the first
 // compile a call waits for (a generic segment's quick code) would otherwise
 // pay 10-20 ms of LLVM's own set-up on the worker that compiles it.
 void EngineImpl::WarmUp() {
-  {
-    std::lock_guard<std::mutex> lock(tasks_mu_);
-    ++outstanding_;
+  const int64_t start = NowMicros();
+  std::string error;
+  bool warmed = true;
+  try {
+    warmed = jit_->WarmUp();
+  } catch (const std::exception& e) {
+    error = e.what();  // the first real compile meets it again and says so for its job
   }
-  TsanRelease(&task_handoff);
-  arena_.enqueue([this] {
-    TsanAcquire(&task_handoff);
-    const int64_t start = NowMicros();
-    std::string error;
-    bool warmed = true;
-    try {
-      warmed = jit_->WarmUp();
-    } catch (const std::exception& e) {
-      error = e.what();  // the first real compile meets it again and says so for its job
-    }
-    if (On(EventKind::kWarmUp)) {
-      Event e = Make(EventKind::kWarmUp, "", nullptr, start, NowMicros() - start);
-      e.fields.push_back({"state", std::string(warmed ? "set-up" : "ready")});
-      if (!error.empty()) e.fields.push_back({"error", error});
-      Emit(e);
-    }
-    std::lock_guard<std::mutex> lock(tasks_mu_);
-    --outstanding_;
-    tasks_cv_.notify_all();
-  });
+  if (On(EventKind::kWarmUp)) {
+    Event e = Make(EventKind::kWarmUp, "", nullptr, start, NowMicros() - start);
+    e.fields.push_back({"state", std::string(warmed ? "set-up" : "ready")});
+    if (!error.empty()) e.fields.push_back({"error", error});
+    Emit(e);
+  }
 }
 
 EngineImpl::~EngineImpl() {
@@ -679,28 +670,33 @@ void EngineImpl::Enqueue(Request& r, const SlotPtr& slot, JobPriority priority) 
 }
 
 void EngineImpl::Spawn() {
+  // One task per queued job; each takes whichever job is most urgent when it
+  // starts, so TBB's own (FIFO) order does not matter.
+  HandToWorker(/*job=*/true, &EngineImpl::RunOneJob);
+}
+
+void EngineImpl::RunOneJob() { RunOneWaiting(/*background=*/true); }
+
+void EngineImpl::HandToWorker(bool job, void (EngineImpl::*body)()) {
   {
     std::lock_guard<std::mutex> lock(tasks_mu_);
     ++outstanding_;
-    jobs_in_flight_.fetch_add(1, std::memory_order_relaxed);
+    if (job) jobs_in_flight_.fetch_add(1, std::memory_order_relaxed);
   }
-  // One task per queued job; each takes whichever job is most urgent when it
-  // starts, so TBB's own (FIFO) order does not matter.
   TsanRelease(&task_handoff);
-  arena_.enqueue([this] {
+  // The task holds nothing to destroy after its last touch of `this` (no
+  // std::function: TBB frees the task after it returns, by then the engine
+  // may be gone).
+  arena_.enqueue([this, job, body] {
     TsanAcquire(&task_handoff);
-    WorkerTask();
+    (this->*body)();
+    // The last touch of `this`: under the lock, so the destructor cannot see
+    // zero and free the engine before notify_all returns.
+    std::lock_guard<std::mutex> lock(tasks_mu_);
+    if (job) jobs_in_flight_.fetch_sub(1, std::memory_order_relaxed);
+    --outstanding_;
+    tasks_cv_.notify_all();  // the destructor waits for 0, Drain for any change
   });
-}
-
-void EngineImpl::WorkerTask() {
-  RunOneWaiting(/*background=*/true);
-  // The last touch of `this`: under the lock, so the destructor cannot see
-  // zero and free the engine before notify_all returns.
-  std::lock_guard<std::mutex> lock(tasks_mu_);
-  jobs_in_flight_.fetch_sub(1, std::memory_order_relaxed);
-  --outstanding_;
-  tasks_cv_.notify_all();  // the destructor waits for 0, Drain for any change
 }
 
 bool EngineImpl::RunOneWaiting(bool background) {

@@ -219,8 +219,12 @@ class EngineImpl {
   void Enqueue(Request& r, const SlotPtr& slot, JobPriority priority);
   bool Promote(Request& r, const SlotPtr& slot, JobPriority priority);
   void Spawn();
-  void WorkerTask();
-  void WarmUp();
+  // Runs `body` on a worker, counted in outstanding_ (which the destructor
+  // and Drain wait for) and, for a job's task, in jobs_in_flight_.
+  void HandToWorker(bool job, void (EngineImpl::*body)());
+  void RunOneJob();  // a job's task: the most urgent work when it starts
+  void WarmUp();     // LLVM set up on the worker (JitSession::WarmUp), traced
+
   // `waited`: a caller waits for this job (wait_ready, policy sync), which
   // then compiles native code at once rather than baseline code first.
   void RunJob(Job& job, bool waited);

@@ -749,9 +749,6 @@ def @matrix(%t: Tree, %emb: Tensor[(?, ?), f32], %w: Tensor[(?, ?), f32]) -> Ten
   EXPECT_EQ(got.native_runs + got.baseline_runs, 1);  // the leaves; the concatenations ran nothing
 }
 
-// For each segment program, the longest chain of its instances in which
-// each depends (through any others) on the one before: no inspection can run
-// the program fewer times.
 // Calls f(si) for each segment instance whose row `place` reads, through
 // moved places (generic/moves.h) too.
 template <typename F>
@@ -762,6 +759,9 @@ void ForEachRowRead(const Inspection& s, const Place& place, F&& f) {
   for (const Place& term : s.moved[place.index].sum) ForEachRowRead(s, term, f);
 }
 
+// For each segment program, the longest chain of its instances in which
+// each depends (through any others) on the one before: no inspection can run
+// the program fewer times.
 std::map<const SegmentCode*, int> FewestRuns(const Inspection& s) {
   const size_t n = s.si_run.size();
   std::map<const SegmentCode*, int> fewest;
