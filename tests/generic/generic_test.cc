@@ -1440,7 +1440,9 @@ INSTANTIATE_TEST_SUITE_P(Models, GenericTest,
                                            Model{"typed_ast", "tests/generic/models/typed_ast.pj", "tests/generic/typed_ast_calls.jsonl", {1}},
                                            Model{"nmn", "tests/generic/models/nmn.pj", "tests/generic/nmn_calls.jsonl", {1}},
                                            Model{"dag", "tests/generic/models/dag.pj", "tests/generic/dag_calls.jsonl", {1}},
-                                           Model{"act", "tests/generic/models/act.pj", "tests/generic/act_calls.jsonl", {1}}),
+                                           Model{"act", "tests/generic/models/act.pj", "tests/generic/act_calls.jsonl", {1}},
+                                           Model{"spinn", "tests/generic/models/spinn.pj", "tests/generic/spinn_calls.jsonl", {1}},
+                                           Model{"gnn", "tests/generic/models/gnn.pj", "tests/generic/gnn_calls.jsonl", {2}}),
                          [](const auto& info) { return info.param.name; });
 
 }  // namespace

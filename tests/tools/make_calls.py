@@ -7,8 +7,8 @@ call. Deterministic for a seed.
     make_calls.py MODEL CALLS SEED > calls.jsonl
 
 MODEL is treelstm (examples/treelstm/treelstm.pj, @loss), seq_lstm or
-tree_rnn (tests/tools/testdata, @loss), or char_lm, typed_ast, nmn, dag or act
-(tests/generic/models, @loss)."""
+tree_rnn (tests/tools/testdata, @loss), or char_lm, typed_ast, nmn, dag, act,
+spinn or gnn (tests/generic/models, @loss)."""
 import argparse
 import json
 import random
@@ -48,6 +48,20 @@ def binary_tree(rng, depth, vocab, classes):
         return {"ctor": "Leaf", "fields": [i64(rng.randrange(vocab)), i64(rng.randrange(classes))]}
     return {"ctor": "Node", "fields": [binary_tree(rng, depth - 1, vocab, classes),
                                        binary_tree(rng, depth - 1, vocab, classes), i64(rng.randrange(classes))]}
+
+
+def spinn_ops(rng, depth, vocab, out):
+    """The transitions of a random binary parse (spinn.pj): its leaves shifted, each node reduced."""
+    if depth == 0 or rng.random() < 0.35:
+        out.append({"ctor": "Shift", "fields": [i64(rng.randrange(vocab))]})
+        return
+    spinn_ops(rng, depth - 1, vocab, out)
+    spinn_ops(rng, depth - 1, vocab, out)
+    out.append({"ctor": "Reduce", "fields": []})
+
+
+def nat(n):
+    return {"ctor": "Z", "fields": []} if n == 0 else {"ctor": "S", "fields": [nat(n - 1)]}
 
 
 def ast_expr(rng, depth, vocab):
@@ -93,7 +107,8 @@ def dag_parse(rng, leaves, n):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("model", choices=["treelstm", "seq_lstm", "tree_rnn", "char_lm", "typed_ast", "nmn", "dag", "act"])
+    parser.add_argument("model", choices=["treelstm", "seq_lstm", "tree_rnn", "char_lm", "typed_ast", "nmn", "dag", "act",
+                                                     "spinn", "gnn"])
     parser.add_argument("calls", type=int, help="calls (lines) to write")
     parser.add_argument("seed", type=int)
     args = parser.parse_args()
@@ -160,6 +175,30 @@ def main():
         for _ in range(calls):
             examples = [[uniform(rng, 1, h, scale=1.0), i64(rng.randrange(c))] for _ in range(rng.randint(1, 4))]
             print(json.dumps([cons_list(examples), params]))
+    elif model == "spinn":
+        v = 12
+        params = [uniform(rng, v, h), uniform(rng, 2 * h, h), uniform(rng, 2 * h), uniform(rng, 5 * h, 2 * h),
+                  uniform(rng, 5 * h), uniform(rng, c, h), uniform(rng, c)]
+        for _ in range(calls):
+            examples = []
+            for _ in range(rng.randint(1, 3)):
+                ops = []
+                spinn_ops(rng, 4, v, ops)
+                if rng.random() < 0.1:
+                    ops.append({"ctor": "Reduce", "fields": []})  # one reduce too many: the stack as it stands
+                examples.append([cons_list(ops), i64(rng.randrange(c))])
+            print(json.dumps([cons_list(examples), params]))
+    elif model == "gnn":
+        params = [uniform(rng, h, e), uniform(rng, h, h), uniform(rng, h, h), uniform(rng, h), uniform(rng, c, h),
+                  uniform(rng, c)]
+        for _ in range(calls):
+            graphs = []
+            for _ in range(rng.randint(1, 3)):
+                n = rng.randint(1, 5)  # each graph its own node count
+                rows = [[1.0 if i == j or rng.random() < 0.4 else 0.0 for j in range(n)] for i in range(n)]
+                adj = [x / sum(row) for row in rows for x in row]
+                graphs.append([uniform(rng, n, e, scale=1.0), tensor("f32", [n, n], adj), i64(rng.randrange(c))])
+            print(json.dumps([cons_list(graphs), nat(rng.randint(0, 3)), params]))
     else:  # tree_rnn
         v = 20
         params = [uniform(rng, v, h), uniform(rng, h, 2 * h), uniform(rng, h), uniform(rng, c, h), uniform(rng, c)]
