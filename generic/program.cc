@@ -348,6 +348,7 @@ SegmentCode* SegmentTable::Intern(const Func& program, const std::vector<bool>& 
   Func keyed = program;
   std::vector<bool> padded(shared.size(), false);
   bool joins_only = false;
+  std::string unpadded;
   for (size_t i = 0; i < shared.size(); ++i) {
     const TensorType& t = AsTensor(program->params[i]->annotation)->type;
     if (shared[i] || !data[i] || t.rank() == 0 || t.shape[0] < 1) continue;
@@ -356,8 +357,11 @@ SegmentCode* SegmentTable::Intern(const Func& program, const std::vector<bool>& 
       keyed = PadSegment(program, probe);
       padded[i] = true;
       joins_only |= t.shape[0] == 1;
-    } catch (const Refusal&) {
+    } catch (const Refusal& e) {
       probe[i] = {};
+      if (unpadded.empty() && t.shape[0] > 1) {
+        unpadded = "input " + std::to_string(i) + " " + t.ToString() + ": " + e.what();
+      }
     }
   }
   auto key_of = [&](const Func& f, const std::vector<bool>& pads) {
@@ -383,6 +387,7 @@ SegmentCode* SegmentTable::Intern(const Func& program, const std::vector<bool>& 
   code.shared = shared;
   code.data = data;
   if (std::find(padded.begin(), padded.end(), true) != padded.end()) code.padded = std::move(padded);
+  if (code.padded.empty()) code.unpadded = std::move(unpadded);
   int per_row = 0, once = 0;
   for (bool s : shared) code.input_slot.push_back(s ? once++ : per_row++);
   for (const Var& p : program->params) code.inputs.push_back(AsTensor(p->annotation)->type);

@@ -101,6 +101,11 @@ struct SegmentCode {
   // a data input whose first axis is its example's length, so that one
   // program serves every length. Empty when none is.
   std::vector<bool> padded;
+  // Why a data input whose first axis may be its example's length (above
+  // 1) is not padded, the first refusal of PadSegment: this program then
+  // serves one length only, and every length the data holds makes another
+  // (the trace's generic-compile events say so). Empty otherwise.
+  std::string unpadded;
   // Per input, where a run finds it: a per-row input's place among an
   // instance's slots (Inspection::si_inputs), a shared input's among the run's
   // entry tensors (Run::shared_roots). Shared inputs are stored once per

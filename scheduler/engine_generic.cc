@@ -263,6 +263,7 @@ void EngineImpl::EmitGenericCompile(const std::string& entry, generic::CodeGen c
     }
     e.fields.push_back({"padded", padded});
   }
+  if (!code.unpadded.empty()) e.fields.push_back({"unpadded", code.unpadded});
   Emit(e);
 }
 

@@ -45,7 +45,7 @@ namespace pejit {
   X(kEvict, "evict", "a slot left the code cache; reason (budget, entry-max, tracked-max), state, bytes")       \
   X(kEdit, "edit", "the module was edited; kind (add, replace, remove), definitions, affected, slots, retained")   \
   X(kInvalidate, "invalidate", "a module edit dropped an entry's slots; definitions, slots")                    \
-  X(kGenericCompile, "generic-compile", "a segment of the generic tier got native code; the span is the compile; segment, rows, ops, padded") \
+  X(kGenericCompile, "generic-compile", "a segment of the generic tier got native code; the span is the compile; segment, rows, ops, padded, unpadded") \
   X(kGenericInspect, "generic-inspect", "a worker walked a prefetched call's structure ahead of it; the span is the walk; inspect_us, new_cells, variants, queued") \
   X(kGenericRefused, "generic-refused", "the generic tier declined an entry or a call, which takes the other tiers; mode, reason") \
   X(kCacheLoad, "cache-load", "a specialization was loaded from the persistent code cache; the span is the load; mode, bytes, objects_linked, code_bytes") \

@@ -1391,8 +1391,10 @@ def @loss(%xs: List[Example], %w: Tensor[(4, 4), f32]) -> Tensor[(), f32] {
 }
 
 // A program the padding cannot serve keeps one program per length, with the
-// same answers: here a concatenation along the per-example axis (of a value
-// the segment computes: one of data alone is the inspector's, DataOp).
+// same answers, and says why (SegmentCode::unpadded, the trace's
+// generic-compile events): here a concatenation along the per-example axis
+// (of a value the segment computes: one of data alone is the inspector's,
+// DataOp).
 TEST(GenericTier, APaddingTheProgramDoesNotAllowKeepsOneProgramPerLength) {
   Module m;
   m.AddSource(R"(
@@ -1422,6 +1424,8 @@ def @loss(%xs: List[Tensor[(?, 4), f32]], %w: Tensor[(4, 4), f32]) -> Tensor[(),
   for (const generic::Run& run : inspection.runs) {
     if (PrintFunction("s", run.code->program).find("concat(") == std::string::npos) continue;
     EXPECT_TRUE(run.code->padded.empty());
+    EXPECT_NE(run.code->unpadded.find("pad: concat along a per-example axis"), std::string::npos)
+        << run.code->unpadded;
     per_length.insert(run.code);
   }
   EXPECT_EQ(per_length.size(), 3u) << "lengths 2, 3 and 5";

@@ -107,6 +107,50 @@ def @loss(%xs: List[Tensor[(?, 4), f32]], %w: Tensor[(4, 4), f32]) -> Tensor[(),
   EXPECT_EQ(paddings, (std::set<std::string>{"8m", "10m", "7"}));
 }
 
+// A per-example length the padding cannot serve (a recursion passing a
+// value of that length on: its readers read each instance's own) keeps one
+// program per length, with the interpreter's answers, and each compile of
+// one says why in the trace.
+TEST(GenericEngine, ALengthThePaddingCannotServeSaysWhyInEachCompile) {
+  auto events = std::make_shared<RecordingSink>();
+  Engine engine(GenericOptions(Policy::Sync(), events));
+  engine.module().AddSource(R"(
+type Nat { Z, S(Nat) }
+def @rounds(%k: Nat, %h: Tensor[(?, 4), f32], %w: Tensor[(4, 4), f32]) -> Tensor[(?, 4), f32] {
+  match (%k) {
+    Z => %h,
+    S(%k1) => @rounds(%k1, tanh(matmul(%h, %w)), %w),
+  }
+}
+def @loss(%xs: List[Tensor[(?, 4), f32]], %w: Tensor[(4, 4), f32]) -> Tensor[(), f32] {
+  match (%xs) {
+    Nil => 0f32,
+    Cons(%x, %rest) => add(sum(mean(@rounds(S(S(Z)), %x, %w), axes=[0])), @loss(%rest, %w)),
+  }
+}
+)", "unpadded.pj");
+  Snapshot s = engine.module().snapshot();
+  TypeDefPtr list = s->FindType("List");
+  Rng rng(6);
+  Value w = RandomMatrix(rng, 4, 4);
+  Entry loss = engine.entry("loss");
+  Value xs = Value::Adt(list, 0, {});
+  for (int64_t n : {3, 5, 3}) xs = Value::Adt(list, 1, {RandomMatrix(rng, n, 4), xs});
+  std::vector<Value> args = {xs, w};
+  ExpectTheInterpretersGradient(loss, *s, args);
+  EXPECT_EQ(loss.stats().calls_generic, 1);
+  EXPECT_EQ(engine.stats().generic_padded_segments, 0);
+  std::set<std::string> why;
+  for (const Event& e : events->Of(EventKind::kGenericCompile, "loss")) {
+    EXPECT_FALSE(e.Find("padded"));
+    if (e.Find("unpadded")) why.insert(e.Text("unpadded"));
+  }
+  ASSERT_EQ(why.size(), 2u) << "lengths 3 and 5, each its own program";
+  for (const std::string& w : why) {
+    EXPECT_NE(w.find("pad: the segment's result has the per-example length"), std::string::npos) << w;
+  }
+}
+
 // Under policy eager a worker gives each segment variant native code
 // twice: quick code first, then optimized code replacing it once nothing
 // else waits. Every call has the interpreter's answers meanwhile.
