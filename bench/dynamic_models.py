@@ -28,6 +28,11 @@ Models (the .pj files the tests check against the interpreter):
   dag             a DAG encoder: parses whose leaves `take` rows of each example's sentence
                   matrix (5-25 rows, each example its own), attention over the rows at the
                   root (tests/generic/models/dag.pj)
+  spinn           a SPINN shift-reduce encoder: each example its transitions, the stack a list
+                  the program builds, a binary Tree-LSTM cell at each reduce
+                  (tests/generic/models/spinn.pj)
+  gnn             a graph network: graphs of 5-25 nodes (each its own count), 3 rounds of
+                  message passing over the adjacency, a mean readout (tests/generic/models/gnn.pj)
 
 A policy may carry replay's flags after slashes: `sync/no-batch` compiles
 each example's operations, branches and loops apart (what batching gives).
@@ -64,6 +69,8 @@ MODELS = {
     "typed_ast": "tests/generic/models/typed_ast.pj",
     "nmn": "tests/generic/models/nmn.pj",
     "dag": "tests/generic/models/dag.pj",
+    "spinn": "tests/generic/models/spinn.pj",
+    "gnn": "tests/generic/models/gnn.pj",
 }
 
 
@@ -152,6 +159,46 @@ def dag_calls(rng, minibatches, batch, hidden, classes=5, lengths=(5, 25)):
     return lines
 
 
+def spinn_calls(rng, minibatches, batch, hidden, vocab=1000, classes=5):
+    params = [uniform(rng, vocab, hidden), uniform(rng, 2 * hidden, hidden), uniform(rng, 2 * hidden),
+              uniform(rng, 5 * hidden, 2 * hidden), uniform(rng, 5 * hidden), uniform(rng, classes, hidden),
+              uniform(rng, classes)]
+
+    def transitions(tree, out):  # a binary_tree's leaves shifted, its nodes reduced
+        if tree["ctor"] == "Leaf":
+            out.append({"ctor": "Shift", "fields": [tree["fields"][0]]})
+            return
+        transitions(tree["fields"][0], out)
+        transitions(tree["fields"][1], out)
+        out.append({"ctor": "Reduce", "fields": []})
+
+    lines = []
+    for _ in range(minibatches):
+        examples = []
+        for _ in range(batch):
+            ops = []
+            transitions(binary_tree(rng, rng.randint(2, 20), vocab, classes), ops)
+            examples.append([cons_list(ops), i64(rng.randrange(classes))])
+        lines.append(json.dumps([cons_list(examples), params]))
+    return lines
+
+
+def gnn_calls(rng, minibatches, batch, hidden, features=16, classes=5, nodes=(5, 25), rounds=3):
+    params = [uniform(rng, hidden, features), uniform(rng, hidden, hidden), uniform(rng, hidden, hidden),
+              uniform(rng, hidden), uniform(rng, classes, hidden), uniform(rng, classes)]
+    lines = []
+    for _ in range(minibatches):
+        graphs = []
+        for _ in range(batch):
+            n = rng.randint(*nodes)  # each graph its own node count
+            rows = [[1.0 if i == j or rng.random() < 0.2 else 0.0 for j in range(n)] for i in range(n)]
+            adj = [round(x / sum(row), 6) for row in rows for x in row]
+            graphs.append([uniform(rng, n, features, scale=1.0), tensor("f32", [n, n], adj),
+                           i64(rng.randrange(classes))])
+        lines.append(json.dumps([cons_list(graphs), make_calls.nat(rounds), params]))
+    return lines
+
+
 def tree_rnn_gated_calls(rng, minibatches, batch, hidden):
     """tree_rnn's minibatches, under a name of their own: the peer differs."""
     return tree_rnn_calls(rng, minibatches, batch, hidden)
@@ -159,14 +206,15 @@ def tree_rnn_gated_calls(rng, minibatches, batch, hidden):
 
 CALLS = {"tree_rnn": tree_rnn_calls, "tree_rnn_fold": tree_rnn_calls, "tree_rnn_map": tree_rnn_calls,
          "tree_rnn_gated": tree_rnn_gated_calls, "char_lm": char_lm_calls, "act": act_calls,
-         "typed_ast": typed_ast_calls, "nmn": nmn_calls, "dag": dag_calls}
+         "typed_ast": typed_ast_calls, "nmn": nmn_calls, "dag": dag_calls, "spinn": spinn_calls,
+         "gnn": gnn_calls}
 
 
 # Gradients of the parameters only, as training takes them, where the
 # minibatch holds float tensors too (a feature map, a sentence matrix); the
 # older models keep replay's default (every argument that can hold a float:
 # ACT's gradients include its input rows').
-WRT = {"nmn": "1", "dag": "1", "act": "1"}
+WRT = {"nmn": "1", "dag": "1", "act": "1", "spinn": "1", "gnn": "2"}
 
 
 def run_pejit(pejit, model, calls, policy, epochs, seed):
@@ -462,6 +510,80 @@ def loss_of(batch):
     return total
 '''
 
+# Eager, an example at a time: its transitions on a Python list as the stack.
+SPINN_PEER = r'''
+first = json.loads(lines[0])
+params = [tensor_of(p).requires_grad_() for p in first[1]]
+emb, w_leaf, b_leaf, w, b, w_out, b_out = params
+
+def transitions(v):
+    return [op["fields"][0]["data"][0] if op["ctor"] == "Shift" else None for op in unlist(v)]
+
+batches = []
+for line in lines:
+    examples = unlist(json.loads(line)[0])
+    batches.append([(transitions(e[0]), torch.tensor([e[1]["data"][0]])) for e in examples])
+
+def leaf(t):
+    g0, g1 = (emb[t:t + 1] @ w_leaf.T + b_leaf).chunk(2, 1)
+    c = torch.tanh(g0)
+    return torch.sigmoid(g1) * torch.tanh(c), c
+
+def compose(l, r):
+    g = (torch.cat([l[0], r[0]], 1) @ w.T + b).chunk(5, 1)
+    c = torch.sigmoid(g[0]) * torch.tanh(g[4]) + torch.sigmoid(g[1]) * l[1] + torch.sigmoid(g[2]) * r[1]
+    return torch.sigmoid(g[3]) * torch.tanh(c), c
+
+def loss_of(batch):
+    total = 0
+    for ops, label in batch:
+        stack = []
+        for t in ops:
+            if t is not None:
+                stack.append(leaf(t))
+            else:
+                right, left = stack.pop(), stack.pop()
+                stack.append(compose(left, right))
+        total = total + torch.nn.functional.cross_entropy(stack[-1][0] @ w_out.T + b_out, label, reduction="sum")
+    return total
+'''
+
+# Padded: a minibatch's graphs as one (graphs, most nodes, ...) batch, the
+# adjacency zero past each graph's nodes and the readout's mean masked.
+GNN_PEER = r'''
+first = json.loads(lines[0])
+params = [tensor_of(p).requires_grad_() for p in first[2]]
+w_in, w_msg, w_self, b, w_out, b_out = params
+
+def rounds(v):
+    k = 0
+    while v["ctor"] == "S":
+        v, k = v["fields"][0], k + 1
+    return k
+
+batches = []
+for line in lines:
+    call = json.loads(line)
+    graphs = unlist(call[0])
+    most = max(g[0]["shape"][0] for g in graphs)
+    x = torch.zeros(len(graphs), most, graphs[0][0]["shape"][1])
+    adj = torch.zeros(len(graphs), most, most)
+    mask = torch.zeros(len(graphs), most, 1)
+    for i, g in enumerate(graphs):
+        n = g[0]["shape"][0]
+        x[i, :n], adj[i, :n, :n], mask[i, :n] = tensor_of(g[0]), tensor_of(g[1]), 1
+    labels = torch.tensor([g[2]["data"][0] for g in graphs])
+    batches.append((x, adj, mask, mask.sum(1), labels, rounds(call[1])))
+
+def loss_of(batch):
+    x, adj, mask, nodes, labels, k = batch
+    h = torch.tanh(x @ w_in.T)
+    for _ in range(k):
+        h = h + torch.relu(h @ w_self.T + b + (adj @ h) @ w_msg.T)
+    readout = (h * mask).sum(1) / nodes
+    return torch.nn.functional.cross_entropy(readout @ w_out.T + b_out, labels, reduction="sum")
+'''
+
 PEER_TAIL = r'''
 rates = []
 for epoch in range(epochs):
@@ -478,7 +600,8 @@ print(json.dumps({"calls_per_s": rates, "threads": torch.get_num_threads(), "bla
 PEERS = {"tree_rnn_calls": ("level-batched", TREE_PEER), "tree_rnn_gated_calls": ("level-batched, masked", GATED_PEER),
          "act_calls": ("masked", ACT_PEER),
          "char_lm_calls": ("padded", CHAR_PEER), "nmn_calls": ("eager", NMN_PEER), "dag_calls": ("eager", DAG_PEER),
-         "typed_ast_calls": ("eager", AST_PEER)}
+         "typed_ast_calls": ("eager", AST_PEER), "spinn_calls": ("eager", SPINN_PEER),
+         "gnn_calls": ("padded", GNN_PEER)}
 
 
 def run_torch(peer, calls, epochs, threads):
@@ -499,8 +622,8 @@ def main():
     parser.add_argument("--policies", default="interpreter,eager,sync")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--torch", action="store_true",
-                        help="also the PyTorch peers (tree models level-batched, act masked, char_lm padded, "
-                             "nmn, dag and typed_ast eager), on 1 and 2 threads")
+                        help="also the PyTorch peers (tree models level-batched, act masked, char_lm and gnn "
+                             "padded, nmn, dag, typed_ast and spinn eager), on 1 and 2 threads")
     parser.add_argument("--pejit", default=os.path.join(ROOT, "bazel-bin/tools/pejit"))
     o = parser.parse_args()
     results = {"minibatches": o.minibatches, "batch": o.batch, "hidden": o.hidden, "epochs": o.epochs, "runs": []}
