@@ -387,7 +387,7 @@ SegmentCode* SegmentTable::Intern(const Func& program, const std::vector<bool>& 
   code.shared = shared;
   code.data = data;
   if (std::find(padded.begin(), padded.end(), true) != padded.end()) code.padded = std::move(padded);
-  if (code.padded.empty()) code.unpadded = std::move(unpadded);
+  code.unpadded = std::move(unpadded);
   int per_row = 0, once = 0;
   for (bool s : shared) code.input_slot.push_back(s ? once++ : per_row++);
   for (const Var& p : program->params) code.inputs.push_back(AsTensor(p->annotation)->type);

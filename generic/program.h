@@ -103,8 +103,9 @@ struct SegmentCode {
   std::vector<bool> padded;
   // Why a data input whose first axis may be its example's length (above
   // 1) is not padded, the first refusal of PadSegment: this program then
-  // serves one length only, and every length the data holds makes another
-  // (the trace's generic-compile events say so). Empty otherwise.
+  // serves that input's one length only (whatever other inputs pad), and
+  // every length the data holds makes another (the trace's
+  // generic-compile events say so). Empty otherwise.
   std::string unpadded;
   // Per input, where a run finds it: a per-row input's place among an
   // instance's slots (Inspection::si_inputs), a shared input's among the run's
