@@ -163,21 +163,12 @@ def spinn_calls(rng, minibatches, batch, hidden, vocab=1000, classes=5):
     params = [uniform(rng, vocab, hidden), uniform(rng, 2 * hidden, hidden), uniform(rng, 2 * hidden),
               uniform(rng, 5 * hidden, 2 * hidden), uniform(rng, 5 * hidden), uniform(rng, classes, hidden),
               uniform(rng, classes)]
-
-    def transitions(tree, out):  # a binary_tree's leaves shifted, its nodes reduced
-        if tree["ctor"] == "Leaf":
-            out.append({"ctor": "Shift", "fields": [tree["fields"][0]]})
-            return
-        transitions(tree["fields"][0], out)
-        transitions(tree["fields"][1], out)
-        out.append({"ctor": "Reduce", "fields": []})
-
     lines = []
     for _ in range(minibatches):
         examples = []
         for _ in range(batch):
             ops = []
-            transitions(binary_tree(rng, rng.randint(2, 20), vocab, classes), ops)
+            make_calls.spinn_transitions(binary_tree(rng, rng.randint(2, 20), vocab, classes), ops)
             examples.append([cons_list(ops), i64(rng.randrange(classes))])
         lines.append(json.dumps([cons_list(examples), params]))
     return lines
@@ -191,10 +182,8 @@ def gnn_calls(rng, minibatches, batch, hidden, features=16, classes=5, nodes=(5,
         graphs = []
         for _ in range(batch):
             n = rng.randint(*nodes)  # each graph its own node count
-            rows = [[1.0 if i == j or rng.random() < 0.2 else 0.0 for j in range(n)] for i in range(n)]
-            adj = [round(x / sum(row), 6) for row in rows for x in row]
-            graphs.append([uniform(rng, n, features, scale=1.0), tensor("f32", [n, n], adj),
-                           i64(rng.randrange(classes))])
+            adj = make_calls.adjacency(rng, n, 0.2)
+            graphs.append([uniform(rng, n, features, scale=1.0), adj, i64(rng.randrange(classes))])
         lines.append(json.dumps([cons_list(graphs), make_calls.nat(rounds), params]))
     return lines
 

@@ -37,6 +37,15 @@ void ExpectTheInterpretersGradient(const Entry& loss, const ModuleSnapshot& s, c
   EXPECT_TRUE(Close(got.grads[0], want.grads[0]));
 }
 
+// A List of random (n, 4) matrices, one per length n: each example's
+// tensor of its own length, the list built back to front.
+Value MatricesOfLengths(const ModuleSnapshot& s, Rng& rng, const std::vector<int64_t>& lengths) {
+  TypeDefPtr list = s.FindType("List");
+  Value xs = Value::Adt(list, 0, {});
+  for (int64_t n : lengths) xs = Value::Adt(list, 1, {RandomMatrix(rng, n, 4), xs});
+  return xs;
+}
+
 TEST(GenericEngine, EveryNewStructureRunsGenericCodeFromItsFirstCall) {
   auto events = std::make_shared<RecordingSink>();
   Engine engine(GenericOptions(Policy::Sync(), events));
@@ -86,14 +95,11 @@ def @loss(%xs: List[Tensor[(?, 4), f32]], %w: Tensor[(4, 4), f32]) -> Tensor[(),
 }
 )", "lengths.pj");
   Snapshot s = engine.module().snapshot();
-  TypeDefPtr list = s->FindType("List");
   Rng rng(5);
   Value w = RandomMatrix(rng, 4, 4);
   Entry loss = engine.entry("loss");
   for (const std::vector<int64_t>& lengths : std::vector<std::vector<int64_t>>{{3, 8, 5}, {2, 6, 6, 9}, {7, 7}}) {
-    Value xs = Value::Adt(list, 0, {});
-    for (int64_t n : lengths) xs = Value::Adt(list, 1, {RandomMatrix(rng, n, 4), xs});
-    std::vector<Value> args = {xs, w};
+    std::vector<Value> args = {MatricesOfLengths(*s, rng, lengths), w};
     ExpectTheInterpretersGradient(loss, *s, args);
   }
   EXPECT_EQ(loss.stats().calls_generic, 3);
@@ -130,13 +136,10 @@ def @loss(%xs: List[Tensor[(?, 4), f32]], %w: Tensor[(4, 4), f32]) -> Tensor[(),
 }
 )", "unpadded.pj");
   Snapshot s = engine.module().snapshot();
-  TypeDefPtr list = s->FindType("List");
   Rng rng(6);
   Value w = RandomMatrix(rng, 4, 4);
   Entry loss = engine.entry("loss");
-  Value xs = Value::Adt(list, 0, {});
-  for (int64_t n : {3, 5, 3}) xs = Value::Adt(list, 1, {RandomMatrix(rng, n, 4), xs});
-  std::vector<Value> args = {xs, w};
+  std::vector<Value> args = {MatricesOfLengths(*s, rng, {3, 5, 3}), w};
   ExpectTheInterpretersGradient(loss, *s, args);
   EXPECT_EQ(loss.stats().calls_generic, 1);
   EXPECT_EQ(engine.stats().generic_padded_segments, 0);

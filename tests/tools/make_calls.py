@@ -50,14 +50,21 @@ def binary_tree(rng, depth, vocab, classes):
                                        binary_tree(rng, depth - 1, vocab, classes), i64(rng.randrange(classes))]}
 
 
-def spinn_ops(rng, depth, vocab, out):
-    """The transitions of a random binary parse (spinn.pj): its leaves shifted, each node reduced."""
-    if depth == 0 or rng.random() < 0.35:
-        out.append({"ctor": "Shift", "fields": [i64(rng.randrange(vocab))]})
+def spinn_transitions(tree, out):
+    """A binary_tree's transitions for spinn.pj, appended to out: its leaves' words shifted, each node reduced."""
+    if tree["ctor"] == "Leaf":
+        out.append({"ctor": "Shift", "fields": [tree["fields"][0]]})
         return
-    spinn_ops(rng, depth - 1, vocab, out)
-    spinn_ops(rng, depth - 1, vocab, out)
+    spinn_transitions(tree["fields"][0], out)
+    spinn_transitions(tree["fields"][1], out)
     out.append({"ctor": "Reduce", "fields": []})
+
+
+def adjacency(rng, n, density):
+    """A random graph's (n, n) adjacency for gnn.pj: self-loops, each other edge with probability
+    `density`, rows normalized to sum to 1."""
+    rows = [[1.0 if i == j or rng.random() < density else 0.0 for j in range(n)] for i in range(n)]
+    return tensor("f32", [n, n], [round(x / sum(row), 6) for row in rows for x in row])
 
 
 def nat(n):
@@ -183,7 +190,7 @@ def main():
             examples = []
             for _ in range(rng.randint(1, 3)):
                 ops = []
-                spinn_ops(rng, 4, v, ops)
+                spinn_transitions(binary_tree(rng, 4, v, c), ops)
                 if rng.random() < 0.1:
                     ops.append({"ctor": "Reduce", "fields": []})  # one reduce too many: the stack as it stands
                 examples.append([cons_list(ops), i64(rng.randrange(c))])
@@ -195,9 +202,8 @@ def main():
             graphs = []
             for _ in range(rng.randint(1, 3)):
                 n = rng.randint(1, 5)  # each graph its own node count
-                rows = [[1.0 if i == j or rng.random() < 0.4 else 0.0 for j in range(n)] for i in range(n)]
-                adj = [x / sum(row) for row in rows for x in row]
-                graphs.append([uniform(rng, n, e, scale=1.0), tensor("f32", [n, n], adj), i64(rng.randrange(c))])
+                adj = adjacency(rng, n, 0.4)
+                graphs.append([uniform(rng, n, e, scale=1.0), adj, i64(rng.randrange(c))])
             print(json.dumps([cons_list(graphs), nat(rng.randint(0, 3)), params]))
     else:  # tree_rnn
         v = 20
