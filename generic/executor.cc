@@ -380,7 +380,7 @@ Programs MakePrograms(const SegmentCode& code, int64_t rows, bool grad, const st
   Func program = code.program;
   std::vector<bool> shared = code.shared, data = code.data;
   if (!pads.empty()) {  // the masks it appends are data
-    program = RunPass(shown, "pad", [&] { return PadSegment(code.program, pads); });
+    program = RunPass(shown, "pad", [&] { return PadSegment(code.program, pads).program; });
     for (const PadTo& pad : pads) {
       if (!pad.masked) continue;
       shared.push_back(false);
@@ -632,6 +632,8 @@ class CallRun {
         inputs_(n_runs_),
         refs_(n_runs_),
         variants_(n_runs_),
+        out_types_(n_runs_),
+        lengths_(n_runs_),
         lanes_(static_cast<size_t>(std::max(inspection.lanes, 1))) {
     if (!inspection.si_guard.empty()) {  // rows move as branches' runs pack the instances that take them
       rows_ = inspection.si_row;
@@ -887,8 +889,9 @@ class CallRun {
       case Place::Kind::kConstant: t = place.tensor; break;
       case Place::Kind::kRow: {
         const int row = RowIndex(place.index);  // first: a skipped run has no outputs
-        const Tensor& out = outputs_[inspection_.si_run[place.index]][place.output];
-        return static_cast<const char*>(out.raw_data()) + row * bytes;
+        const int r = inspection_.si_run[place.index];
+        const Tensor& out = outputs_[r][place.output];
+        return static_cast<const char*>(out.raw_data()) + row * RowBytes(OutType(r, place.output));
       }
       case Place::Kind::kMoved: throw std::logic_error("generic: a moved place read as one row");
       case Place::Kind::kSelect:
@@ -955,7 +958,7 @@ class CallRun {
       case Place::Kind::kRoot: return static_cast<int64_t>(inspection_.roots[place.index].nbytes());
       case Place::Kind::kStruct:
       case Place::Kind::kConstant: return static_cast<int64_t>(place.tensor->nbytes());
-      case Place::Kind::kRow: return RowBytes(inspection_.runs[inspection_.si_run[place.index]].code->outputs[place.output]);
+      case Place::Kind::kRow: return RowBytes(ValueType(place));
       default: throw std::logic_error("generic: the bytes of a place that holds none");
     }
   }
@@ -976,45 +979,138 @@ class CallRun {
     return inspection_.si_inputs[inspection_.si_input_begin[si] + code.input_slot[p]];
   }
 
-  // The tensor a padded input's slot holds: data, from the structure.
-  const Tensor& DataTensor(const Place& slot) const {
+  // Run r's output o as its rows hold it: an output of the per-example
+  // length (SegmentCode::output_length) at the run's extent.
+  const TensorType& OutType(int r, int o) const {
+    const std::vector<TensorType>& padded = out_types_[r];
+    return padded.empty() ? inspection_.runs[r].code->outputs[o] : padded[o];
+  }
+
+  // The type of one member's value at a run's row (`place` a kRow): an
+  // output of the per-example length at that member's length.
+  TensorType ValueType(const Place& place) const {
+    const int r = inspection_.si_run[place.index];
+    TensorType t = inspection_.runs[r].code->outputs[place.output];
+    if (!lengths_[r].empty() && !lengths_[r][place.output].empty()) {
+      t.shape[0] = lengths_[r][place.output][RowIndex(place.index)];
+    }
+    return t;
+  }
+
+  // The length (first axis) of what `slot` holds; -1 for a scalar.
+  int64_t LengthOf(const Place& slot) const {
     const Place& place = Chosen(slot);
-    if (place.kind == Place::Kind::kRoot) return inspection_.roots[place.index];
-    if (place.kind == Place::Kind::kStruct || place.kind == Place::Kind::kConstant) return *place.tensor;
-    throw std::logic_error("generic: a padded input that a run computes");
+    const Shape* shape = nullptr;
+    switch (place.kind) {
+      case Place::Kind::kRoot: shape = &inspection_.roots[place.index].shape(); break;
+      case Place::Kind::kStruct:
+      case Place::Kind::kConstant: shape = &place.tensor->shape(); break;
+      case Place::Kind::kMoved: shape = &inspection_.moved[place.index].type.shape; break;
+      case Place::Kind::kRow: return ValueType(place).shape.empty() ? -1 : ValueType(place).shape[0];
+      default: throw std::logic_error("generic: the length of a place that holds none");
+    }
+    return shape->empty() ? -1 : (*shape)[0];
   }
 
   // The padding a run of `members` takes (generic/pad.h).
   std::vector<PadTo> Padding(const generic::Run& run, std::span<const int> members) const {
     const SegmentCode& code = *run.code;
     return RunPadding(code, static_cast<int>(members.size()),
-                      [&](int m, int p) { return DataTensor(Slot(members[m], code, p)).shape()[0]; });
+                      [&](int m, int p) { return LengthOf(Slot(members[m], code, p)); });
+  }
+
+  // Run r's outputs of the per-example length at the extent of `pads`,
+  // and each member's length of them (its length of the input the output
+  // has it from).
+  void SetPaddedOutputs(size_t r, std::span<const int> members, const std::vector<PadTo>& pads) {
+    const SegmentCode& code = *inspection_.runs[r].code;
+    if (pads.empty() || std::all_of(code.output_length.begin(), code.output_length.end(), [](int p) { return p < 0; })) {
+      return;
+    }
+    out_types_[r] = code.outputs;
+    lengths_[r].assign(code.outputs.size(), {});
+    for (size_t o = 0; o < code.outputs.size(); ++o) {
+      const int p = code.output_length[o];
+      if (p < 0) continue;
+      out_types_[r][o].shape[0] = pads[p].extent;
+      for (int si : members) lengths_[r][o].push_back(static_cast<int32_t>(LengthOf(Slot(si, code, p))));
+    }
+  }
+
+  // Copies the box `from` of row-major `src` into the corner of row-major
+  // `dst` of shape `to` (each axis of `to` at least `from`'s).
+  static void CopyBox(const char* src, const Shape& from, char* dst, const Shape& to, int64_t item, size_t axis = 0) {
+    if (axis + 1 >= from.size()) {
+      std::memcpy(dst, src, (from.empty() ? 1 : from.back()) * item);
+      return;
+    }
+    int64_t src_step = item, dst_step = item;
+    for (size_t a = axis + 1; a < from.size(); ++a) {
+      src_step *= from[a];
+      dst_step *= to[a];
+    }
+    for (int64_t i = 0; i < from[axis]; ++i) CopyBox(src + i * src_step, from, dst + i * dst_step, to, item, axis + 1);
+  }
+
+  // Member i's mask of a padded input: true at the positions of its length.
+  static void FillMask(Tensor& mask, int64_t i, int64_t extent, int64_t n) {
+    std::fill_n(mask.data<bool>() + i * extent, n, true);
   }
 
   // Padded input `p` of members [first, first + count) (rows past count
   // copies of the first), zeros past each member's length, and its mask
-  // when the variant takes one.
+  // when the variant takes one. A member's value is data (its padded axes
+  // all of its length) or a run's output, read as its first rows.
   void GatherPadded(const SegmentCode& code, const SegmentCode::Variant& v, size_t p, std::span<const int> members,
                     int first, int count, std::vector<Tensor>& in, std::vector<Tensor>& masks) const {
     const PadTo pad = v.pads[p];
-    TensorType member = code.inputs[p];
-    member.shape[0] = pad.extent;
-    const int64_t bytes = RowBytes(member), item = bytes / pad.extent;
+    const TensorType member = PaddedInput(code, v, p);
+    const int64_t bytes = RowBytes(member), item = SizeOf(member.dtype);
     Tensor stacked = Tensor::Zeros(member.dtype, Prepend(v.rows, member.shape));
     Tensor mask = pad.masked ? Tensor::Zeros(DType::kBool, {v.rows, pad.extent}) : Tensor();
+    std::vector<char> moved;
     for (int64_t i = 0; i < v.rows; ++i) {
-      const Tensor& t = DataTensor(Slot(members[first + (i < count ? i : 0)], code, p));
-      const int64_t n = t.rank() == 0 ? -1 : t.shape()[0];
-      if (n < 0 || n > pad.extent || static_cast<int64_t>(t.nbytes()) != n * item || (pad.masked && n == 0)) {
-        // A masked reduction of nothing would read only its fill (a softmax of -inf).
-        throw Refusal("generic: a tensor of " + t.type().ToString() + " where the segment reads up to " +
-                      member.ToString() + (n == 0 ? " (an empty length is not padded)" : ""));
+      const Place& place = Chosen(Slot(members[first + (i < count ? i : 0)], code, p));
+      Shape shape = place.kind == Place::Kind::kRow ? ValueType(place).shape : Shape{};
+      const char* src = nullptr;
+      if (place.kind == Place::Kind::kRow) {
+        src = RowOf(place, RowBytes(ValueType(place)));
+      } else if (place.kind == Place::Kind::kMoved) {
+        const TensorType& t = inspection_.moved[place.index].type;
+        shape = t.shape;
+        moved.resize(static_cast<size_t>(RowBytes(t)));
+        CopyPlace(place, RowBytes(t), moved.data());
+        src = moved.data();
+      } else {
+        const Tensor& t = place.kind == Place::Kind::kRoot ? inspection_.roots[place.index] : *place.tensor;
+        shape = t.shape();
+        src = static_cast<const char*>(t.raw_data());
       }
-      std::memcpy(static_cast<char*>(stacked.raw_data()) + i * bytes, t.raw_data(), n * item);
-      if (pad.masked) std::fill_n(mask.data<bool>() + i * pad.extent, n, true);
+      const int64_t n = shape.empty() ? -1 : shape[0];
+      bool fits = n >= 0 && n <= pad.extent && shape.size() == member.shape.size() && !(pad.masked && n == 0);
+      for (size_t a = 0; fits && a < shape.size(); ++a) {
+        fits = pad.axes >> a & 1 ? shape[a] == n : shape[a] == member.shape[a];
+      }
+      if (!fits) {
+        // A masked reduction of nothing would read only its fill (a softmax of -inf).
+        throw Refusal("generic: a tensor of " + TensorType{member.dtype, shape}.ToString() +
+                      " where the segment reads up to " + member.ToString() +
+                      (n == 0 ? " (an empty length is not padded)" : ""));
+      }
+      CopyBox(src, shape, static_cast<char*>(stacked.raw_data()) + i * bytes, member.shape, item);
+      if (pad.masked) FillMask(mask, i, pad.extent, n);
     }
     in[p] = std::move(stacked);
     if (pad.masked) masks.push_back(std::move(mask));
+  }
+
+  // Input p of a variant that pads it, as one row holds it.
+  static TensorType PaddedInput(const SegmentCode& code, const SegmentCode::Variant& v, size_t p) {
+    TensorType t = code.inputs[p];
+    for (size_t a = 0; a < t.shape.size(); ++a) {
+      if (v.pads[p].axes >> a & 1) t.shape[a] = v.pads[p].extent;
+    }
+    return t;
   }
 
   // Input `p` of members [first, first + count), `rows` rows, where an
@@ -1028,8 +1124,8 @@ class CallRun {
   // A view of that output, not a copy; undefined otherwise. Nothing writes
   // into a run's outputs after its run.
   // `sources`: where the walk placed them (Inspection::run_sources), or null.
-  Tensor RowsInPlace(const SegmentCode& code, size_t p, std::span<const int> members, int first, int count,
-                     int64_t rows, RowRef* refs, const RowSource* sources) const {
+  Tensor RowsInPlace(const TensorType& member, const SegmentCode& code, size_t p, std::span<const int> members,
+                     int first, int count, int64_t rows, RowRef* refs, const RowSource* sources) const {
     if (count != rows) return Tensor();
     RowSource head;
     if (sources) {
@@ -1053,9 +1149,11 @@ class CallRun {
       }
     }
     const Tensor& out = outputs_[head.run][head.output];
-    const TensorType& member = code.inputs[p];
     const int64_t bytes = RowBytes(member);
-    if (out.dtype() != member.dtype || static_cast<int64_t>(out.nbytes()) < (head.row + rows) * bytes) return Tensor();
+    if (out.dtype() != member.dtype || RowBytes(OutType(head.run, head.output)) != bytes ||
+        static_cast<int64_t>(out.nbytes()) < (head.row + rows) * bytes) {
+      return Tensor();
+    }
     if (refs) {
       for (int i = 0; i < count; ++i) refs[i] = {{head.run, head.row + i, head.output}, nullptr};
     }
@@ -1084,16 +1182,32 @@ class CallRun {
         in[p] = inspection_.roots.at(SharedRoot(run, p));
         continue;
       }
-      if (!v.pads.empty() && v.pads[p].extent > 0) {
-        GatherPadded(code, v, p, members, first, count, in, masks);
-        continue;
-      }
       RowRef* ref = refs ? refs->data() + p * count : nullptr;
       const RowSource* sources =
           r >= 0 && !inspection_.run_sources.empty()
               ? inspection_.run_sources.data() + inspection_.run_source_begin[r] + code.input_slot[p] * count
               : nullptr;
-      if (Tensor view = RowsInPlace(code, p, members, first, count, rows, ref, sources); view.defined()) {
+      if (!v.pads.empty() && v.pads[p].extent > 0) {
+        // A run's output of the per-example length at this extent is read
+        // in place (zeros past the lengths); else gathered and padded.
+        const PadTo pad = v.pads[p];
+        Tensor view = pad.axes == 1 ? RowsInPlace(PaddedInput(code, v, p), code, p, members, first, count, rows,
+                                                  ref, sources)
+                                    : Tensor();
+        if (!view.defined()) {
+          if (ref) std::fill_n(ref, count, RowRef{});
+          GatherPadded(code, v, p, members, first, count, in, masks);
+          continue;
+        }
+        in[p] = std::move(view);
+        if (pad.masked) {
+          Tensor mask = Tensor::Zeros(DType::kBool, {rows, pad.extent});
+          for (int i = 0; i < count; ++i) FillMask(mask, i, pad.extent, LengthOf(Slot(members[first + i], code, p)));
+          masks.push_back(std::move(mask));
+        }
+        continue;
+      }
+      if (Tensor view = RowsInPlace(member, code, p, members, first, count, rows, ref, sources); view.defined()) {
         in[p] = std::move(view);
         continue;
       }
@@ -1107,8 +1221,10 @@ class CallRun {
           place = &Chosen(Slot(members[first + m], code, p));
           if (place->kind == Place::Kind::kRow) s = {inspection_.si_run[place->index], RowIndex(place->index), place->output};
         }
-        if (s.run >= 0) {  // a row of an earlier run's output
-          std::memcpy(dst + i * bytes, static_cast<const char*>(outputs_[s.run][s.output].raw_data()) + s.row * bytes,
+        if (s.run >= 0) {  // a row of an earlier run's output (its first rows, of one of per-example length)
+          std::memcpy(dst + i * bytes,
+                      static_cast<const char*>(outputs_[s.run][s.output].raw_data()) +
+                          s.row * RowBytes(OutType(s.run, s.output)),
                       bytes);
           if (ref && i < count) ref[i] = {s, nullptr};
           continue;
@@ -1137,6 +1253,7 @@ class CallRun {
     const int64_t rows = members.size() == run.members.size() ? run.rows : RowBucket(static_cast<int64_t>(members.size()));
     SegmentCode& code = *run.code;
     const std::vector<PadTo> pads = Padding(run, members);
+    SetPaddedOutputs(r, members, pads);
     SegmentCode::Variant& own = VariantEntry(code, rows, options_.grad, pads);
     if (options_.compile_now && !own.native.load()) {
       const auto start = std::chrono::steady_clock::now();
@@ -1232,11 +1349,12 @@ class CallRun {
       }
       if (out.empty()) {
         for (size_t o = 0; o < code.outputs.size(); ++o) {
-          out.push_back(Tensor::Empty(code.outputs[o].dtype, Prepend(run_rows, code.outputs[o].shape)));
+          const TensorType& t = OutType(static_cast<int>(r), static_cast<int>(o));
+          out.push_back(Tensor::Empty(t.dtype, Prepend(run_rows, t.shape)));
         }
       }
       for (size_t o = 0; o < code.outputs.size(); ++o) {
-        const int64_t bytes = RowBytes(code.outputs[o]);
+        const int64_t bytes = RowBytes(OutType(static_cast<int>(r), static_cast<int>(o)));
         std::memcpy(static_cast<char*>(out[o].raw_data()) + first * bytes, piece[o].raw_data(), count * bytes);
       }
       first += count;
@@ -1272,7 +1390,7 @@ class CallRun {
       auto type_of = [&](const Place& slot) {
         const Place& place = Chosen(slot);
         if (place.kind != Place::Kind::kRow) return TensorType{};
-        const TensorType& t = inspection_.runs[inspection_.si_run[place.index]].code->outputs[place.output];
+        const TensorType t = ValueType(place);
         if (!t.IsFullyKnown()) throw Refusal("generic: a result row of type " + t.ToString() + " in a structure");
         return t;
       };
@@ -1332,20 +1450,24 @@ class CallRun {
     std::vector<Cotangent>& cot = cotangents_[r];
     if (cot.empty()) cot.resize(inspection_.runs[r].code->outputs.size());
     Cotangent& c = cot[output];
+    const TensorType& out = OutType(r, output);
     if (!c.tensor.defined()) {
-      const TensorType& out = inspection_.runs[r].code->outputs[output];
       c.tensor = Tensor::Empty(out.dtype, Prepend(variants_[r]->rows, out.shape));
       c.written.assign(variants_[r]->rows, 0);
     }
     if (n < 0) n = elems;
-    float* dst = static_cast<float*>(c.tensor.raw_data()) + row * elems;
+    // A row of an output of the per-example length holds more than a
+    // member's value: zeros past it.
+    const int64_t stride = NumElements(out.shape);
+    float* dst = static_cast<float*>(c.tensor.raw_data()) + row * stride;
     if (!c.written[row]) {
       c.written[row] = 1;
       if (from == 0 && n == elems) {
         std::memcpy(dst, src, elems * sizeof(float));
+        std::fill(dst + elems, dst + stride, 0.0f);
         return;
       }
-      std::fill_n(dst, elems, 0.0f);
+      std::fill_n(dst, stride, 0.0f);
     }
     dst += from;
     for (int64_t i = 0; i < n; ++i) dst[i] += src[i];
@@ -1416,7 +1538,8 @@ class CallRun {
     std::vector<Tensor> in = std::move(inputs_[r]);
     for (int o : variant.grad_outputs) {
       Tensor c = cotangents_[r][o].Take();
-      in.push_back(c.defined() ? c : Tensor::Zeros(code.outputs[o].dtype, Prepend(variant.rows, code.outputs[o].shape)));
+      const TensorType& t = OutType(static_cast<int>(r), o);
+      in.push_back(c.defined() ? c : Tensor::Zeros(t.dtype, Prepend(variant.rows, t.shape)));
     }
     const size_t first_residual = code.outputs.size();
     for (int k = 0; k < variant.residuals; ++k) in.push_back(std::move(outputs_[r][first_residual + k]));
@@ -1439,9 +1562,10 @@ class CallRun {
       if (!v.backward_code) continue;  // nothing it reads takes a gradient (as BackwardRun)
       std::vector<Tensor> in = std::move(piece.inputs);
       for (int o : v.grad_outputs) {
-        Tensor c = Tensor::Zeros(code.outputs[o].dtype, Prepend(v.rows, code.outputs[o].shape));
+        const TensorType& t = OutType(static_cast<int>(r), o);
+        Tensor c = Tensor::Zeros(t.dtype, Prepend(v.rows, t.shape));
         if (cot[o].defined()) {
-          const int64_t bytes = RowBytes(code.outputs[o]);
+          const int64_t bytes = RowBytes(t);
           std::memcpy(c.raw_data(), static_cast<const char*>(cot[o].raw_data()) + piece.first * bytes,
                       piece.count * bytes);
         }
@@ -1471,8 +1595,23 @@ class CallRun {
         AddInto(sums.root_grads[root], inspection_.roots[root].type(), grad.data<float>());
         continue;
       }
-      const int64_t elems = NumElements(member.shape);
       const float* rows = grad.data<float>();
+      if (!variant.pads.empty() && variant.pads[p].extent > 0) {
+        // Each member's gradient is the first rows of its row (its length).
+        const int64_t stride = grad.numel() / grad.shape()[0], item = stride / variant.pads[p].extent;
+        for (size_t i = 0; i < members.size(); ++i) {
+          const Place& slot = Slot(members[i], code, p);
+          const int64_t elems = LengthOf(slot) * item;
+          const RowSource* s = refs ? &(*refs)[p * members.size() + i].source : nullptr;
+          if (s && s->run >= 0) {
+            AddToRow(s->run, s->output, s->row, elems, rows + i * stride);
+          } else {
+            AddToPlace(sums, slot, elems, rows + i * stride);
+          }
+        }
+        continue;
+      }
+      const int64_t elems = NumElements(member.shape);
       if (refs) {
         const RowRef* ref = refs->data() + p * members.size();
         for (size_t i = 0; i < members.size(); ++i) {
@@ -1671,6 +1810,11 @@ class CallRun {
   std::vector<std::vector<Tensor>> outputs_, inputs_;  // per run; inputs kept in grad mode
   std::vector<std::vector<RowRef>> refs_;              // per run in grad mode: where its inputs came from (Gather)
   std::vector<SegmentCode::Variant*> variants_;
+  // Per run whose segment has outputs of the per-example length
+  // (SegmentCode::output_length), set by its forward: its outputs' types at
+  // its extent, and per such output each row's length; empty otherwise.
+  std::vector<std::vector<TensorType>> out_types_;
+  std::vector<std::vector<std::vector<int32_t>>> lengths_;
   // Grad mode, a run in pieces (ForwardInNativePieces): per piece, the
   // variant that ran it, its members [first, first + count) of the run's,
   // and what its backward reads. Per run; empty (all of it) unless some run

@@ -60,11 +60,19 @@ class Padder {
       const Var& old = s_.params[p];
       TensorType t = TensorTypeOf(old);
       if (t.rank() == 0) Refuse("parameter %" + old->name, "is a scalar: it has no length to pad");
-      t.shape[0] = to_[p].extent;
-      Var v = MakeVar(old->name, TensorTy(t));
+      if (to_[p].axes == 0 || to_[p].axes >> t.rank() != 0) {
+        Refuse("parameter %" + old->name, "has no axes " + std::to_string(to_[p].axes) + " to pad");
+      }
       Pads pads;
       pads.dims.assign(t.rank(), -1);
-      pads.dims[0] = static_cast<int>(p);
+      const int64_t length = t.shape[0];
+      for (int a = 0; a < t.rank(); ++a) {
+        if (!(to_[p].axes >> a & 1)) continue;
+        if (t.shape[a] != length) Refuse("parameter %" + old->name, "pads axes of different lengths");
+        t.shape[a] = to_[p].extent;
+        pads.dims[a] = static_cast<int>(p);
+      }
+      Var v = MakeVar(old->name, TensorTy(t));
       subst_[old.get()] = v;
       pads_[v.get()] = std::move(pads);
       s_.params[p] = v;
@@ -76,13 +84,19 @@ class Padder {
     s_.params.insert(s_.params.end(), appended.begin(), appended.end());
   }
 
-  Func Run() {
+  PaddedSegment Run() {
     std::vector<Binding> bindings = std::move(s_.bindings);
     s_.bindings.clear();
     for (const Binding& b : bindings) Bind(b);
     s_.result = Substitute(s_.result, subst_);
-    CheckResult(s_.result);
-    return Recompose(s_);
+    PaddedSegment out;
+    auto* tuple = As<TupleNode>(s_.result);
+    if (!tuple) throw std::logic_error("pad: a segment whose result is not a tuple");
+    std::vector<Expr> fields;
+    for (const Expr& f : tuple->fields) fields.push_back(Result(f, out.lengths));
+    s_.result = MakeTuple(std::move(fields));
+    out.program = Recompose(s_);
+    return out;
   }
 
  private:
@@ -97,12 +111,20 @@ class Padder {
     return it != pads_.end() && it->second.any() ? &it->second : nullptr;
   }
 
-  void CheckResult(const Expr& result) const {
-    if (auto* t = As<TupleNode>(result)) {
-      for (const Expr& f : t->fields) CheckResult(f);
-    } else if (PadsOf(result)) {
-      Refuse("the segment's result", "has the per-example length (its readers read each instance's own)");
+  // A result of the per-example length: along its first axis only (its
+  // readers read an instance's value as its first rows), zeros past it.
+  Expr Result(const Expr& field, std::vector<int>& lengths) {
+    const Pads* p = PadsOf(field);
+    if (!p) {
+      lengths.push_back(-1);
+      return field;
     }
+    for (size_t a = 1; a < p->dims.size(); ++a) {
+      if (p->dims[a] >= 0) Refuse("the segment's result", "has the per-example length along an axis but its first");
+    }
+    if (p->dims[0] < 0) Refuse("the segment's result", "has the per-example length along an axis but its first");
+    lengths.push_back(p->dims[0]);
+    return Masked(field, Fill::kZero);
   }
 
   // Binds `op(args)` to a fresh variable and returns it.
@@ -510,7 +532,7 @@ class Padder {
 
 }  // namespace
 
-Func PadSegment(const Func& program, const std::vector<PadTo>& pads) {
+PaddedSegment PadSegment(const Func& program, const std::vector<PadTo>& pads) {
   return Padder(program, pads).Run();
 }
 

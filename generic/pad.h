@@ -14,12 +14,15 @@
 //   - a reduction along a padded axis reads its identity there (-inf
 //     before a max, a softmax, a logsumexp; zeros before a sum or a
 //     contraction), and a mean divides by the true length;
-//   - an operation whose derivative at zero is infinite (log, sqrt, pow, a
-//     division by a padded value) or whose meaning depends on the length
-//     (slicing or concatenating along a padded axis, reshaping one into
-//     another, randomness) is refused, and so is a segment whose outputs
-//     have a padded axis (what it returns is read per instance): such a
-//     segment keeps one program per length.
+//   - an operation whose meaning depends on the length (slicing or
+//     concatenating along a padded axis, reshaping one into another,
+//     randomness) is refused: such a segment keeps one program per length.
+// A result may have the per-example length along its first axis (a graph
+// network's node states, passed from round to round): it holds zeros past
+// it, and the executor reads each instance's rows of it, so that values of
+// per-example length flow from run to run at whatever extent each run pads
+// to. A parameter may have the length along several axes (an adjacency
+// matrix (n, n)); a result only along its first.
 // Zeros at every operation's input keep the backward pass exact too: a
 // cotangent past the lengths is zero, and what multiplies it is finite.
 #pragma once
@@ -32,21 +35,30 @@
 
 namespace pejit::generic {
 
-// How one parameter of a segment is padded: its first axis at `extent`
-// (0: the parameter is not padded); `masked` when the instances' lengths
-// differ, so that some are shorter than `extent`.
+// How one parameter of a segment is padded: the axes in `axes` (bit a:
+// axis a; all of one length) at `extent` (0: the parameter is not padded);
+// `masked` when some instance's length is shorter than `extent`.
 struct PadTo {
   int64_t extent = 0;
   bool masked = false;
+  uint32_t axes = 1;
   friend bool operator==(const PadTo&, const PadTo&) = default;
 };
 
-// `program` (a straight-line segment over one instance) with its parameters
-// padded as `pads` says (one per parameter, or fewer: the rest unpadded).
-// One bool parameter `(extent,)` is appended per masked parameter, in their
-// order, true at the positions its instance has. Throws Refusal naming the
-// operation that cannot be padded.
-Func PadSegment(const Func& program, const std::vector<PadTo>& pads);
+struct PaddedSegment {
+  Func program;
+  // Per result (the fields of the segment's result tuple): the parameter
+  // whose length its first axis has, zeros past it; -1 where none.
+  std::vector<int> lengths;
+};
+
+// `program` (a straight-line segment over one instance, returning a tuple)
+// with its parameters padded as `pads` says (one per parameter, or fewer:
+// the rest unpadded). One bool parameter `(extent,)` is appended per masked
+// parameter, in their order, true at the positions its instance has (along
+// each of its padded axes). Throws Refusal naming the operation that cannot
+// be padded.
+PaddedSegment PadSegment(const Func& program, const std::vector<PadTo>& pads);
 
 // The extent a padded program is keyed by: segments whose programs differ
 // only in their padded lengths have one key, the text of their program with

@@ -314,7 +314,7 @@ int GenericProgram::segment_codes() const {
 std::vector<int64_t> PadKey(const std::vector<PadTo>& pads) {
   std::vector<int64_t> key;
   for (const PadTo& p : pads) {
-    if (p.extent > 0) key.push_back(p.extent * 2 + (p.masked ? 1 : 0));
+    if (p.extent > 0) key.push_back((p.extent * 2 + (p.masked ? 1 : 0)) << 8 | p.axes);
   }
   return key;
 }
@@ -323,60 +323,127 @@ std::vector<PadTo> RunPadding(const SegmentCode& code, int members, const std::f
   std::vector<PadTo> pads;
   if (code.padded.empty()) return pads;
   pads.resize(code.padded.size());
+  std::vector<std::pair<int64_t, int64_t>> range(code.padded.size(), {INT64_MAX, 0});  // shortest, longest
+  int64_t shortest = INT64_MAX, longest = 0;
   for (size_t p = 0; p < code.padded.size(); ++p) {
     if (!code.padded[p]) continue;
-    int64_t shortest = INT64_MAX, longest = 0;
     for (int m = 0; m < members; ++m) {
       const int64_t n = length(m, static_cast<int>(p));
-      shortest = std::min(shortest, n);
-      longest = std::max(longest, n);
+      range[p] = {std::min(range[p].first, n), std::max(range[p].second, n)};
     }
-    pads[p] = shortest == longest && longest >= 2 ? PadTo{longest, false} : PadTo{PadBucket(longest), true};
+    shortest = std::min(shortest, range[p].first);
+    longest = std::max(longest, range[p].second);
+  }
+  const int64_t extent = shortest == longest && longest >= 2 ? longest : PadBucket(longest);
+  for (size_t p = 0; p < code.padded.size(); ++p) {
+    if (code.padded[p]) pads[p] = {extent, range[p].first != extent, code.padded[p]};
   }
   return pads;
 }
 
-SegmentCode* SegmentTable::Intern(const Func& program, const std::vector<bool>& shared, const std::vector<bool>& data) {
-  // A data input whose first axis may be its example's length is padded
-  // when the program allows it (generic/pad.h): one at a time, each kept
-  // if the program pads with it and those before. The key is the program
-  // padded, so that every length of it has one code. A length of 1 joins
-  // the code longer ones made, but makes none: an axis of 1 is more often
-  // a row than a length (a leaf's token vector), and padding every run of
-  // rows to 2 would double its work.
-  std::vector<PadTo> probe(shared.size());
-  Func keyed = program;
-  std::vector<bool> padded(shared.size(), false);
-  bool joins_only = false;
-  std::string unpadded;
-  for (size_t i = 0; i < shared.size(); ++i) {
+namespace {
+
+// How a segment program pads (generic/pad.h): the program padded at the
+// key extent, per input its axes padded (0: none), and per input why it
+// was not, where padding it was tried.
+struct Probed {
+  PaddedSegment keyed;
+  std::vector<uint32_t> padded;
+  std::vector<std::string> why;
+};
+
+// Pads every input whose first axis may be its example's length, as far as
+// the program allows it: a data input along every axis of that length
+// first (an adjacency (n, n)), then along its first; an input of length 1
+// only with `ones`. Inputs that pad only together (a graph's adjacency
+// times its node states) are tried all at once first; else one at a time,
+// each kept if the program pads with it and those before, again while one
+// more pads.
+Probed ProbePadding(const Func& program, const std::vector<bool>& shared, const std::vector<bool>& data, bool ones) {
+  const size_t n = shared.size();
+  Probed out{{program, {}}, std::vector<uint32_t>(n, 0), std::vector<std::string>(n)};
+  std::vector<std::vector<uint32_t>> tries(n);
+  for (size_t i = 0; i < n; ++i) {
     const TensorType& t = AsTensor(program->params[i]->annotation)->type;
-    if (shared[i] || !data[i] || t.rank() == 0 || t.shape[0] < 1) continue;
-    probe[i] = {kPadKeyExtent, true};
+    if (shared[i] || t.rank() == 0 || t.shape[0] < (ones ? 1 : 2)) continue;
+    uint32_t all = 0;
+    for (int a = 0; a < t.rank(); ++a) all |= data[i] && t.shape[a] == t.shape[0] ? 1u << a : 0u;
+    tries[i] = all > 1 ? std::vector<uint32_t>{all, 1} : std::vector<uint32_t>{1};
+  }
+  std::vector<PadTo> probe(n);
+  auto keep = [&] {
+    for (size_t i = 0; i < n; ++i) out.padded[i] = probe[i].extent ? probe[i].axes : 0;
+  };
+  for (size_t k = 0; k < 2; ++k) {
+    for (size_t i = 0; i < n; ++i) {
+      probe[i] = tries[i].empty() ? PadTo{} : PadTo{kPadKeyExtent, true, tries[i][std::min(k, tries[i].size() - 1)]};
+    }
     try {
-      keyed = PadSegment(program, probe);
-      padded[i] = true;
-      joins_only |= t.shape[0] == 1;
-    } catch (const Refusal& e) {
-      probe[i] = {};
-      if (unpadded.empty() && t.shape[0] > 1) {
-        unpadded = "input " + std::to_string(i) + " " + t.ToString() + ": " + e.what();
+      out.keyed = PadSegment(program, probe);
+      keep();
+      return out;
+    } catch (const Refusal&) {
+      probe.assign(n, PadTo{});
+    }
+  }
+  for (bool again = true; again;) {
+    again = false;
+    for (size_t i = 0; i < n; ++i) {
+      for (size_t k = 0; k < tries[i].size() && !probe[i].extent; ++k) {
+        probe[i] = {kPadKeyExtent, true, tries[i][k]};
+        try {
+          out.keyed = PadSegment(program, probe);
+          again = true;
+        } catch (const Refusal& e) {
+          probe[i] = {};
+          out.why[i] = e.what();
+        }
       }
     }
   }
-  auto key_of = [&](const Func& f, const std::vector<bool>& pads) {
+  keep();
+  return out;
+}
+
+}  // namespace
+
+SegmentCode* SegmentTable::Intern(const Func& program, const std::vector<bool>& shared, const std::vector<bool>& data) {
+  // The key is the program padded (ProbePadding), so that every length of
+  // it has one code. A length of 1 joins the code longer ones made, but
+  // makes none: an axis of 1 is more often a row than a length (a leaf's
+  // token vector, a recursion's state row), and padding every run of rows
+  // to 2 would double its work.
+  Probed probed = ProbePadding(program, shared, data, /*ones=*/false);
+  std::optional<Probed> joined;
+  for (size_t i = 0; i < shared.size() && !joined; ++i) {
+    const TensorType& t = AsTensor(program->params[i]->annotation)->type;
+    if (!shared[i] && t.rank() > 0 && t.shape[0] == 1) joined = ProbePadding(program, shared, data, /*ones=*/true);
+  }
+  std::string unpadded;
+  for (size_t i = 0; i < shared.size() && unpadded.empty(); ++i) {
+    if (!probed.padded[i] && !probed.why[i].empty()) {
+      unpadded = "input " + std::to_string(i) + " " + AsTensor(program->params[i]->annotation)->type.ToString() +
+                 ": " + probed.why[i];
+    }
+  }
+  auto key_of = [&](const Func& f, const std::vector<uint32_t>& pads) {
     std::string text = PrintFunction("segment", f);
-    for (size_t i = 0; i < shared.size(); ++i) text.push_back(shared[i] ? 's' : pads[i] ? 'p' : data[i] ? 'd' : 'r');
+    for (size_t i = 0; i < shared.size(); ++i) {
+      text.push_back(shared[i] ? 's' : pads[i] ? 'p' : data[i] ? 'd' : 'r');
+      if (pads[i]) text += std::to_string(pads[i]);
+    }
     PostOrderVisit(f->body, [&](const Expr& e) {  // the printer abbreviates large constants
       if (auto* c = As<ConstantNode>(e)) text.append(static_cast<const char*>(c->value.raw_data()), c->value.nbytes());
     });
     return text;
   };
-  std::string text = key_of(keyed, padded);
+  std::string text = key_of(probed.keyed.program, probed.padded);
   std::lock_guard lock(mu_);
-  if (joins_only && !by_text_.contains(text)) {
-    padded.assign(shared.size(), false);
-    text = key_of(program, padded);
+  if (joined && joined->padded != probed.padded) {
+    if (std::string with_ones = key_of(joined->keyed.program, joined->padded); by_text_.contains(with_ones)) {
+      probed = std::move(*joined);
+      text = std::move(with_ones);
+    }
   }
   auto [it, fresh] = by_text_.emplace(std::move(text), nullptr);
   if (!fresh) return it->second;
@@ -386,7 +453,10 @@ SegmentCode* SegmentTable::Intern(const Func& program, const std::vector<bool>& 
   code.program = program;
   code.shared = shared;
   code.data = data;
-  if (std::find(padded.begin(), padded.end(), true) != padded.end()) code.padded = std::move(padded);
+  if (std::any_of(probed.padded.begin(), probed.padded.end(), [](uint32_t axes) { return axes != 0; })) {
+    code.padded = std::move(probed.padded);
+    code.output_length = std::move(probed.keyed.lengths);
+  }
   code.unpadded = std::move(unpadded);
   int per_row = 0, once = 0;
   for (bool s : shared) code.input_slot.push_back(s ? once++ : per_row++);

@@ -97,15 +97,21 @@ struct SegmentCode {
   Func program;                    // over one instance
   std::vector<bool> shared;        // per input
   std::vector<bool> data;          // per input: never differentiated for (Segment::data)
-  // Per input: padded to the longest of a run's instances (generic/pad.h),
-  // a data input whose first axis is its example's length, so that one
-  // program serves every length. Empty when none is.
-  std::vector<bool> padded;
-  // Why a data input whose first axis may be its example's length (above
-  // 1) is not padded, the first refusal of PadSegment: this program then
-  // serves that input's one length only (whatever other inputs pad), and
-  // every length the data holds makes another (the trace's
-  // generic-compile events say so). Empty otherwise.
+  // Per input: the axes padded to the longest of a run's instances
+  // (generic/pad.h; PadTo::axes, 0: none), an input whose first axis is its
+  // example's length (a sentence's rows, a graph's nodes and, for data, the
+  // adjacency's both axes), so that one program serves every length. Empty
+  // when none is.
+  std::vector<uint32_t> padded;
+  // Per output, of a program that pads: the input whose length its first
+  // axis has (zeros past it), or -1. Such an output is stored at its run's
+  // extent, and each instance's value is its first rows.
+  std::vector<int> output_length;
+  // Why an input whose first axis may be its example's length (above 1) is
+  // not padded, the first refusal of PadSegment: this program then serves
+  // that input's one length only (whatever other inputs pad), and every
+  // length the data holds makes another (the trace's generic-compile
+  // events say so). Empty otherwise.
   std::string unpadded;
   // Per input, where a run finds it: a per-row input's place among an
   // instance's slots (Inspection::si_inputs), a shared input's among the run's
@@ -332,10 +338,11 @@ struct Ahead {
 // wastes at most a quarter.
 int64_t RowBucket(int64_t n);
 
-// The padding a run of `members` instances of `code` takes: per padded
-// input, exactly the members' length when they agree, else masked at
-// PadBucket of the longest. `length(m, p)`: member m's length of input p.
-// Empty when `code` pads nothing.
+// The padding a run of `members` instances of `code` takes: one extent
+// for every padded input (the program is typed with them equal), exactly
+// the members' length when they all agree, else PadBucket of the longest,
+// each input masked where a member's length is short of it. `length(m,
+// p)`: member m's length of input p. Empty when `code` pads nothing.
 std::vector<PadTo> RunPadding(const SegmentCode& code, int members, const std::function<int64_t(int, int)>& length);
 // A padded extent: RowBucket's, at least 2 (a unit axis would be taken for
 // one a reshape may drop).

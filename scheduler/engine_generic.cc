@@ -260,6 +260,13 @@ void EngineImpl::EmitGenericCompile(const std::string& entry, generic::CodeGen c
     for (const generic::PadTo& pad : variant.pads) {
       if (pad.extent == 0) continue;
       padded += (padded.empty() ? "" : ",") + std::to_string(pad.extent) + (pad.masked ? "m" : "");
+      if (pad.axes != 1) {  // an input of the length along several axes: "24m@0:1"
+        std::string axes;
+        for (int a = 0; a < 32; ++a) {
+          if (pad.axes >> a & 1) axes += (axes.empty() ? "@" : ":") + std::to_string(a);
+        }
+        padded += axes;
+      }
     }
     e.fields.push_back({"padded", padded});
   }

@@ -359,8 +359,9 @@ TEST(GenericTier, GradModeRunsARowCountPastEveryCompiledBucketInNativePieces) {
   EXPECT_TRUE(ValueAllClose(got.value, want.value, 1e-4, 1e-5));
   EXPECT_TRUE(ValueAllClose(CallResult(args, &wrt, got).grads[0], want.grads[0], 1e-4, 1e-5));
   // Runs on baseline code only where their segment has no native code of
-  // any row count (a segment the trained minibatch never ran); runs past
-  // every compiled bucket's padding ran in pieces.
+  // any row count at their padding (a segment the trained minibatch never
+  // ran, or a length it never had: the minibatch's roots, four times as
+  // many); runs past every compiled bucket's padding ran in pieces.
   int in_pieces = 0;
   for (size_t m = 0; m < got.missing_native.size(); ++m) {
     SegmentCode& code = *got.missing_codes[m];
@@ -368,7 +369,7 @@ TEST(GenericTier, GradModeRunsARowCountPastEveryCompiledBucketInNativePieces) {
     std::lock_guard lock(code.mu);
     int64_t largest_native = 0;
     for (const auto& [key, v] : code.variants) {
-      if (v->native.load()) largest_native = std::max(largest_native, v->rows);
+      if (v->native.load() && key.first == PadKey(own.pads)) largest_native = std::max(largest_native, v->rows);
     }
     if (own.made) {
       EXPECT_EQ(largest_native, 0) << "segment " << code.id << ": baseline code beside native code";
@@ -1429,6 +1430,77 @@ def @loss(%xs: List[Tensor[(?, 4), f32]], %w: Tensor[(4, 4), f32]) -> Tensor[(),
     per_length.insert(run.code);
   }
   EXPECT_EQ(per_length.size(), 3u) << "lengths 2, 3 and 5";
+}
+
+// Values of the per-example length that flow from run to run (a graph
+// network's node states, round after round, read beside the graph's
+// adjacency (n, n)) pad where they flow: each round is one run over every
+// graph of the minibatch, whatever their node counts, one program serves
+// every count (the adjacency padded along both axes), and the values and
+// gradients are the interpreter's. A mean over the nodes reads each
+// graph's own count.
+TEST(GenericTier, NodeStatesOfEveryGraphSizeRunEachRoundAsOnePaddedRun) {
+  Module m;
+  m.AddSource(R"(
+type Nat { Z, S(Nat) }
+type Graph = (Tensor[(?, 4), f32], Tensor[(?, ?), f32]);
+def @rounds(%k: Nat, %h: Tensor[(?, 4), f32], %adj: Tensor[(?, ?), f32], %w: Tensor[(4, 4), f32]) -> Tensor[(?, 4), f32] {
+  match (%k) {
+    Z => %h,
+    S(%k1) => @rounds(%k1, add(%h, relu(matmul(matmul(%adj, %h), %w))), %adj, %w),
+  }
+}
+def @loss(%gs: List[Graph], %w: Tensor[(4, 4), f32]) -> Tensor[(), f32] {
+  match (%gs) {
+    Nil => 0f32,
+    Cons(%g, %rest) => add(sum(mean(@rounds(S(S(S(Z))), tanh(%g.0), %g.1, %w), axes=[0])), @loss(%rest, %w)),
+  }
+}
+)", "graphs.pj");
+  Snapshot module = m.snapshot();
+  TypeDefPtr list = module->FindType("List");
+  std::mt19937 rng(9);
+  std::uniform_real_distribution<float> unit(-1.0f, 1.0f);
+  auto minibatch = [&](const std::vector<int64_t>& nodes) {
+    Value gs = Value::Adt(list, 0, {});
+    for (int64_t n : nodes) {
+      std::vector<float> x(n * 4), adj(n * n);
+      for (float& v : x) v = unit(rng);
+      for (float& v : adj) v = unit(rng) > 0.3f ? 0.0f : 1.0f / static_cast<float>(n);
+      gs = Value::Adt(list, 1, {Value::Tuple({Value(Tensor::FromVector<float>({n, 4}, x)),
+                                              Value(Tensor::FromVector<float>({n, n}, adj))}),
+                                gs});
+    }
+    return gs;
+  };
+  std::vector<float> w(16);
+  for (float& v : w) v = unit(rng) * 0.5f;
+  const Value weight(Tensor::FromVector<float>({4, 4}, w));
+  GenericProgram program(module, "loss");
+  std::set<const SegmentCode*> round_codes;
+  for (const std::vector<int64_t>& nodes :
+       std::vector<std::vector<int64_t>>{{3, 7, 2, 9, 5}, {4, 4, 8}, {6, 1, 11, 3, 2, 5}}) {
+    Inspection inspection;
+    ExpectTheInterpretersAnswers(program, {minibatch(nodes), weight}, inspection);
+    int round_runs = 0;
+    for (const generic::Run& run : inspection.runs) {
+      if (PrintFunction("s", run.code->program).find("relu(") == std::string::npos) continue;
+      ++round_runs;
+      EXPECT_EQ(run.members.size(), nodes.size());
+      round_codes.insert(run.code);
+      ASSERT_FALSE(run.code->padded.empty());
+      for (size_t i = 0; i < run.code->inputs.size(); ++i) {
+        const Shape& shape = run.code->inputs[i].shape;
+        if (run.code->shared[i]) continue;
+        EXPECT_EQ(run.code->padded[i], shape[1] == 4 ? 1u : 3u) << "node states along their first axis, adjacency along both";
+      }
+      EXPECT_TRUE(std::any_of(run.code->output_length.begin(), run.code->output_length.end(),
+                              [](int p) { return p >= 0; }))
+          << "the new states have the per-example length";
+    }
+    EXPECT_EQ(round_runs, 3);
+  }
+  EXPECT_EQ(round_codes.size(), 1u) << "one program for every node count";
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, GenericTest,
