@@ -710,14 +710,47 @@ Ahead GenericProgram::InspectAhead(const std::vector<Value>& args) {
   auto variants_of = [](const Inspection& s) {
     Ahead ahead;
     std::set<std::tuple<SegmentCode*, std::vector<int64_t>, int64_t>> seen;
+    // A padded input's length, where the walk knows it: a structure's
+    // tensor's, or a run's output's of the length it has from one (a
+    // graph's node states, round after round, from its features); -1
+    // where only the call knows it (an entry tensor, a select).
+    std::map<std::pair<int, int>, int64_t> known_rows;  // by instance and output
+    auto length_of = [&](const Place& at) {
+      std::vector<std::pair<int, int>> chain;  // rows whose length is the next place's
+      const Place* place = &at;
+      int64_t n = -1;
+      for (;;) {
+        auto first = [](const Shape& shape) { return shape.empty() ? int64_t{-1} : shape[0]; };
+        if (place->kind == Place::Kind::kStruct || place->kind == Place::Kind::kConstant) {
+          n = first(place->tensor->shape());
+        } else if (place->kind == Place::Kind::kMoved) {
+          n = first(s.moved[place->index].type.shape);
+        } else if (place->kind == Place::Kind::kRow) {
+          const std::pair<int, int> row{place->index, place->output};
+          if (auto it = known_rows.find(row); it != known_rows.end()) {
+            n = it->second;
+          } else {
+            const SegmentCode& code = *s.runs[s.si_run[place->index]].code;
+            const int p = code.output_length.empty() ? -1 : code.output_length[place->output];
+            if (p >= 0) {
+              chain.push_back(row);
+              place = &s.si_inputs[s.si_input_begin[place->index] + code.input_slot[p]];
+              continue;
+            }
+            n = first(code.outputs[place->output].shape);
+          }
+        }
+        break;
+      }
+      for (const auto& row : chain) known_rows[row] = n;
+      return n;
+    };
     for (const Run& run : s.runs) {
-      // A padded input's length, where the walk knows its tensor (a structure's).
       bool known = true;
       std::vector<PadTo> pads = RunPadding(*run.code, static_cast<int>(run.members.size()), [&](int m, int p) {
-        const Place& place = s.si_inputs[s.si_input_begin[run.members[m]] + run.code->input_slot[p]];
-        const bool held = place.kind == Place::Kind::kStruct || place.kind == Place::Kind::kConstant;
-        known = known && held;
-        return held ? place.tensor->shape()[0] : int64_t{1};
+        const int64_t n = length_of(s.si_inputs[s.si_input_begin[run.members[m]] + run.code->input_slot[p]]);
+        known = known && n >= 0;
+        return std::max<int64_t>(n, 1);
       });
       if (!known || !seen.emplace(run.code, PadKey(pads), run.rows).second) continue;
       ahead.variants.push_back({run.code, std::move(pads), run.rows});

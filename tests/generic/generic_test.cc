@@ -1480,12 +1480,24 @@ def @loss(%gs: List[Graph], %w: Tensor[(4, 4), f32]) -> Tensor[(), f32] {
   std::set<const SegmentCode*> round_codes;
   for (const std::vector<int64_t>& nodes :
        std::vector<std::vector<int64_t>>{{3, 7, 2, 9, 5}, {4, 4, 8}, {6, 1, 11, 3, 2, 5}}) {
+    const std::vector<Value> args = {minibatch(nodes), weight};
+    // A prefetch knows the rounds' padding from the features' lengths.
+    const Ahead ahead = program.InspectAhead(args);
+    const int64_t longest = *std::max_element(nodes.begin(), nodes.end());
+    const std::vector<PadTo> padding{{PadBucket(longest), true, 1}, {PadBucket(longest), true, 3}};
     Inspection inspection;
-    ExpectTheInterpretersAnswers(program, {minibatch(nodes), weight}, inspection);
+    ExpectTheInterpretersAnswers(program, args, inspection);
+    EXPECT_TRUE(inspection.kept);
     int round_runs = 0;
     for (const generic::Run& run : inspection.runs) {
       if (PrintFunction("s", run.code->program).find("relu(") == std::string::npos) continue;
       ++round_runs;
+      EXPECT_TRUE(std::any_of(ahead.variants.begin(), ahead.variants.end(), [&](const VariantRef& v) {
+        std::vector<PadTo> pads = v.pads;  // the node states' and the adjacency's, in either order
+        std::erase_if(pads, [](const PadTo& p) { return p.extent == 0; });
+        std::sort(pads.begin(), pads.end(), [](const PadTo& a, const PadTo& b) { return a.axes < b.axes; });
+        return v.code == run.code && v.rows == run.rows && pads == padding;
+      })) << "the prefetch's variants hold the round's";
       EXPECT_EQ(run.members.size(), nodes.size());
       round_codes.insert(run.code);
       ASSERT_FALSE(run.code->padded.empty());
