@@ -108,7 +108,10 @@ def test_the_gil_is_released_while_a_call_runs(how):
     engine.module.add_source(PROGRAM, "program.pj")
     x = np.ones((4, 3), dtype=np.float32)
     p = (np.ones((3, 2), dtype=np.float32), np.ones(2, dtype=np.float32))
-    entered, main_ran, completed, tries = threading.Event(), [], [], 200
+    # The loop ends as soon as the main thread ran: `tries` bounds only a
+    # failing run, and is large so that a passing one never reaches it (the
+    # main thread may miss a few of the GIL's releases before it wins one).
+    entered, main_ran, completed, tries = threading.Event(), [], [], 20000
 
     def drain():
         engine.entry("loss").prefetch(x[: 1 + len(completed) % 4], p)  # a compile for drain to wait for
