@@ -33,6 +33,9 @@ Models (the .pj files the tests check against the interpreter):
                   (tests/generic/models/spinn.pj)
   gnn             a graph network: graphs of 5-25 nodes (each its own count), 3 rounds of
                   message passing over the adjacency, a mean readout (tests/generic/models/gnn.pj)
+  attention       a self-attention encoder: sentences of 5-25 tokens (each its own length), 2
+                  layers of attention and feed-forward blocks with layer norms, weights shared,
+                  a mean readout (tests/generic/models/attention.pj)
 
 A policy may carry replay's flags after slashes: `sync/no-batch` compiles
 each example's operations, branches and loops apart (what batching gives).
@@ -71,6 +74,7 @@ MODELS = {
     "dag": "tests/generic/models/dag.pj",
     "spinn": "tests/generic/models/spinn.pj",
     "gnn": "tests/generic/models/gnn.pj",
+    "attention": "tests/generic/models/attention.pj",
 }
 
 
@@ -188,6 +192,19 @@ def gnn_calls(rng, minibatches, batch, hidden, features=16, classes=5, nodes=(5,
     return lines
 
 
+def attention_calls(rng, minibatches, batch, hidden, vocab=50, classes=5, tokens=(5, 25), layers=2):
+    params = make_calls.attention_params(rng, vocab, hidden, classes)
+    lines = []
+    for _ in range(minibatches):
+        sentences = []
+        for _ in range(batch):
+            n = rng.randint(*tokens)  # each sentence its own length
+            sentences.append([make_calls.tensor("i64", [n], [rng.randrange(vocab) for _ in range(n)]),
+                              i64(rng.randrange(classes))])
+        lines.append(json.dumps([cons_list(sentences), make_calls.nat(layers), params]))
+    return lines
+
+
 def tree_rnn_gated_calls(rng, minibatches, batch, hidden):
     """tree_rnn's minibatches, under a name of their own: the peer differs."""
     return tree_rnn_calls(rng, minibatches, batch, hidden)
@@ -196,14 +213,14 @@ def tree_rnn_gated_calls(rng, minibatches, batch, hidden):
 CALLS = {"tree_rnn": tree_rnn_calls, "tree_rnn_fold": tree_rnn_calls, "tree_rnn_map": tree_rnn_calls,
          "tree_rnn_gated": tree_rnn_gated_calls, "char_lm": char_lm_calls, "act": act_calls,
          "typed_ast": typed_ast_calls, "nmn": nmn_calls, "dag": dag_calls, "spinn": spinn_calls,
-         "gnn": gnn_calls}
+         "gnn": gnn_calls, "attention": attention_calls}
 
 
 # Gradients of the parameters only, as training takes them, where the
 # minibatch holds float tensors too (a feature map, a sentence matrix); the
 # older models keep replay's default (every argument that can hold a float:
 # ACT's gradients include its input rows').
-WRT = {"nmn": "1", "dag": "1", "act": "1", "spinn": "1", "gnn": "2"}
+WRT = {"nmn": "1", "dag": "1", "act": "1", "spinn": "1", "gnn": "2", "attention": "2"}
 
 
 def run_pejit(pejit, model, calls, policy, epochs, seed):
@@ -239,6 +256,12 @@ def unlist(v):
         out.append(v["fields"][0])
         v = v["fields"][1]
     return out
+
+def count(v):  # a Nat
+    k = 0
+    while v["ctor"] == "S":
+        v, k = v["fields"][0], k + 1
+    return k
 '''
 
 # Level-batched: the nodes of one height of every tree in one product.
@@ -544,12 +567,6 @@ first = json.loads(lines[0])
 params = [tensor_of(p).requires_grad_() for p in first[2]]
 w_in, w_msg, w_self, b, w_out, b_out = params
 
-def rounds(v):
-    k = 0
-    while v["ctor"] == "S":
-        v, k = v["fields"][0], k + 1
-    return k
-
 batches = []
 for line in lines:
     call = json.loads(line)
@@ -562,7 +579,7 @@ for line in lines:
         n = g[0]["shape"][0]
         x[i, :n], adj[i, :n, :n], mask[i, :n] = tensor_of(g[0]), tensor_of(g[1]), 1
     labels = torch.tensor([g[2]["data"][0] for g in graphs])
-    batches.append((x, adj, mask, mask.sum(1), labels, rounds(call[1])))
+    batches.append((x, adj, mask, mask.sum(1), labels, count(call[1])))
 
 def loss_of(batch):
     x, adj, mask, nodes, labels, k = batch
@@ -570,6 +587,39 @@ def loss_of(batch):
     for _ in range(k):
         h = h + torch.relu(h @ w_self.T + b + (adj @ h) @ w_msg.T)
     readout = (h * mask).sum(1) / nodes
+    return torch.nn.functional.cross_entropy(readout @ w_out.T + b_out, labels, reduction="sum")
+'''
+
+# Padded: a minibatch's sentences as one (sentences, longest, ...) batch,
+# the keys past each sentence's length masked and the readout's mean too.
+ATTENTION_PEER = r'''
+first = json.loads(lines[0])
+params = [tensor_of(p).requires_grad_() for p in first[2]]
+emb, wq, wk, wv, wo, w1, b1, w2, b2, g, beta, w_out, b_out = params
+
+batches = []
+for line in lines:
+    call = json.loads(line)
+    sentences = unlist(call[0])
+    longest = max(s[0]["shape"][0] for s in sentences)
+    tokens = torch.zeros(len(sentences), longest, dtype=torch.long)
+    mask = torch.zeros(len(sentences), longest, dtype=torch.bool)
+    for i, s in enumerate(sentences):
+        n = s[0]["shape"][0]
+        tokens[i, :n], mask[i, :n] = torch.tensor(s[0]["data"]), True
+    labels = torch.tensor([s[1]["data"][0] for s in sentences])
+    keys = torch.zeros(len(sentences), 1, longest).masked_fill(~mask[:, None, :], float("-inf"))
+    batches.append((tokens, keys, mask[:, :, None].float(), labels, count(call[1])))
+
+def loss_of(batch):
+    tokens, keys, rows, labels, k = batch
+    x = emb[tokens]
+    d = (x.shape[-1],)
+    for _ in range(k):
+        att = torch.softmax((x @ wq.T) @ (x @ wk.T).transpose(1, 2) * 0.125 + keys, -1)
+        a = torch.nn.functional.layer_norm(x + (att @ (x @ wv.T)) @ wo.T, d, g, beta, 1e-5)
+        x = torch.nn.functional.layer_norm(a + torch.relu(a @ w1.T + b1) @ w2.T + b2, d, g, beta, 1e-5)
+    readout = (x * rows).sum(1) / rows.sum(1)
     return torch.nn.functional.cross_entropy(readout @ w_out.T + b_out, labels, reduction="sum")
 '''
 
@@ -590,7 +640,7 @@ PEERS = {"tree_rnn_calls": ("level-batched", TREE_PEER), "tree_rnn_gated_calls":
          "act_calls": ("masked", ACT_PEER),
          "char_lm_calls": ("padded", CHAR_PEER), "nmn_calls": ("eager", NMN_PEER), "dag_calls": ("eager", DAG_PEER),
          "typed_ast_calls": ("eager", AST_PEER), "spinn_calls": ("eager", SPINN_PEER),
-         "gnn_calls": ("padded", GNN_PEER)}
+         "gnn_calls": ("padded", GNN_PEER), "attention_calls": ("padded", ATTENTION_PEER)}
 
 
 def run_torch(peer, calls, epochs, threads):
@@ -611,8 +661,8 @@ def main():
     parser.add_argument("--policies", default="interpreter,eager,sync")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--torch", action="store_true",
-                        help="also the PyTorch peers (tree models level-batched, act masked, char_lm and gnn "
-                             "padded, nmn, dag, typed_ast and spinn eager), on 1 and 2 threads")
+                        help="also the PyTorch peers (tree models level-batched, act masked, char_lm, gnn and "
+                             "attention padded, nmn, dag, typed_ast and spinn eager), on 1 and 2 threads")
     parser.add_argument("--pejit", default=os.path.join(ROOT, "bazel-bin/tools/pejit"))
     o = parser.parse_args()
     results = {"minibatches": o.minibatches, "batch": o.batch, "hidden": o.hidden, "epochs": o.epochs, "runs": []}

@@ -1749,33 +1749,22 @@ class CallRun {
   // without stacking them; otherwise stacked and reduced by sum_to.
   void SumRows() {
     for (auto& [key, terms] : row_sums_) {
-      const int64_t n = NumElements(key.second);
-      if (std::all_of(terms.begin(), terms.end(), [&](const Tensor& t) {
-            return t.rank() > 0 && t.shape()[0] > 0 && t.numel() == t.shape()[0] * n;
-          })) {
-        Tensor sum = Tensor::Zeros(DType::kF32, key.second);
-        float* dst = sum.data<float>();
-        for (const Tensor& t : terms) {
-          const float* src = t.data<float>();
-          for (int64_t row = 0; row < t.shape()[0]; ++row, src += n) {
-            for (int64_t i = 0; i < n; ++i) dst[i] += src[i];
-          }
-        }
-        AddInto(result_.root_grads[key.first], inspection_.roots[key.first].type(), dst);
-        continue;
-      }
-      int64_t rows = 0;
-      for (const Tensor& t : terms) rows += t.shape()[0];
-      Shape stacked = terms[0].shape();
-      stacked[0] = rows;
-      Tensor all = Tensor::Empty(DType::kF32, stacked);
-      char* at = static_cast<char*>(all.raw_data());
+      const Shape& shape = key.second;
+      const int64_t n = NumElements(shape);
+      Tensor sum = Tensor::Zeros(DType::kF32, shape);
+      float* dst = sum.data<float>();
+      // Term by term, in the runs' order: runs of one segment may pad to
+      // different extents, so that their terms' shapes differ.
       for (const Tensor& t : terms) {
-        std::memcpy(at, t.raw_data(), t.nbytes());
-        at += t.nbytes();
+        const Shape& of = t.shape();
+        const bool trailing = of.size() >= shape.size() && std::equal(shape.begin(), shape.end(), of.end() - shape.size());
+        Tensor reduced = trailing ? t : CallOp("sum_to", {t}, {{"shape", shape}});
+        const float* src = reduced.data<float>();
+        for (int64_t row = 0; row < reduced.numel() / std::max<int64_t>(n, 1); ++row, src += n) {
+          for (int64_t i = 0; i < n; ++i) dst[i] += src[i];
+        }
       }
-      Tensor grad = CallOp("sum_to", {all}, {{"shape", key.second}});
-      AddInto(result_.root_grads[key.first], inspection_.roots[key.first].type(), grad.data<float>());
+      AddInto(result_.root_grads[key.first], inspection_.roots[key.first].type(), dst);
     }
   }
 

@@ -1515,6 +1515,62 @@ def @loss(%gs: List[Graph], %w: Tensor[(4, 4), f32]) -> Tensor[(), f32] {
   EXPECT_EQ(round_codes.size(), 1u) << "one program for every node count";
 }
 
+// Self-attention over sentences of their own lengths, layer after layer
+// (a recursion over a Nat): each layer's output, of the sentence's length,
+// feeds the next layer's run, its attention scores (n, n) masked along both
+// axes, one program for every length; values and gradients are the
+// interpreter's.
+TEST(GenericTier, SelfAttentionLayersOverSentencesOfEveryLengthRunAsOnePaddedProgram) {
+  Module m;
+  m.AddSource(R"(
+type Nat { Z, S(Nat) }
+def @layers(%k: Nat, %x: Tensor[(?, 4), f32], %w: Tensor[(4, 4), f32]) -> Tensor[(?, 4), f32] {
+  match (%k) {
+    Z => %x,
+    S(%k1) => {
+      let %q = matmul(%x, %w);
+      let %att = softmax(matmul(%q, %x, transpose_b=true), axis=1);
+      @layers(%k1, layer_norm(add(%x, matmul(%att, %x)), ones(shape=[4]), zeros(shape=[4]), eps=0.001), %w)
+    },
+  }
+}
+def @loss(%xs: List[Tensor[(?, 4), f32]], %w: Tensor[(4, 4), f32]) -> Tensor[(), f32] {
+  match (%xs) {
+    Nil => 0f32,
+    Cons(%x, %rest) => add(sum(max(@layers(S(S(Z)), %x, %w), axes=[0])), @loss(%rest, %w)),
+  }
+}
+)", "attention.pj");
+  Snapshot module = m.snapshot();
+  std::mt19937 rng(10);
+  std::uniform_real_distribution<float> unit(-1.0f, 1.0f);
+  std::vector<float> w(16);
+  for (float& v : w) v = unit(rng);
+  const Value weight(Tensor::FromVector<float>({4, 4}, w));
+  TypeDefPtr list = module->FindType("List");
+  GenericProgram program(module, "loss");
+  std::set<const SegmentCode*> layer_codes;
+  for (const std::vector<int64_t>& lengths : std::vector<std::vector<int64_t>>{{3, 7, 2, 9}, {5, 5, 12, 4, 6}}) {
+    Value xs = Value::Adt(list, 0, {});
+    for (int64_t n : lengths) {
+      std::vector<float> rows(n * 4);
+      for (float& v : rows) v = unit(rng);
+      xs = Value::Adt(list, 1, {Value(Tensor::FromVector<float>({n, 4}, rows)), xs});
+    }
+    Inspection inspection;
+    ExpectTheInterpretersAnswers(program, {xs, weight}, inspection);
+    int layer_runs = 0;
+    for (const generic::Run& run : inspection.runs) {
+      if (PrintFunction("s", run.code->program).find("softmax(") == std::string::npos) continue;
+      ++layer_runs;
+      EXPECT_EQ(run.members.size(), lengths.size());
+      layer_codes.insert(run.code);
+    }
+    EXPECT_EQ(layer_runs, 2);
+  }
+  EXPECT_EQ(layer_codes.size(), 1u) << "one program for every length";
+}
+
 INSTANTIATE_TEST_SUITE_P(Models, GenericTest,
                          ::testing::Values(Model{"treelstm", "examples/treelstm/treelstm.pj", "tests/generic/treelstm_calls.jsonl", {2}},
                                            Model{"seq_lstm", "tests/tools/testdata/seq_lstm.pj", "tests/generic/seq_lstm_calls.jsonl", {2, 3}},
@@ -1530,7 +1586,8 @@ INSTANTIATE_TEST_SUITE_P(Models, GenericTest,
                                            Model{"dag", "tests/generic/models/dag.pj", "tests/generic/dag_calls.jsonl", {1}},
                                            Model{"act", "tests/generic/models/act.pj", "tests/generic/act_calls.jsonl", {1}},
                                            Model{"spinn", "tests/generic/models/spinn.pj", "tests/generic/spinn_calls.jsonl", {1}},
-                                           Model{"gnn", "tests/generic/models/gnn.pj", "tests/generic/gnn_calls.jsonl", {2}}),
+                                           Model{"gnn", "tests/generic/models/gnn.pj", "tests/generic/gnn_calls.jsonl", {2}},
+                                           Model{"attention", "tests/generic/models/attention.pj", "tests/generic/attention_calls.jsonl", {2}}),
                          [](const auto& info) { return info.param.name; });
 
 }  // namespace

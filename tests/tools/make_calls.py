@@ -8,7 +8,7 @@ call. Deterministic for a seed.
 
 MODEL is treelstm (examples/treelstm/treelstm.pj, @loss), seq_lstm or
 tree_rnn (tests/tools/testdata, @loss), or char_lm, typed_ast, nmn, dag, act,
-spinn or gnn (tests/generic/models, @loss)."""
+spinn, gnn or attention (tests/generic/models, @loss)."""
 import argparse
 import json
 import random
@@ -67,6 +67,14 @@ def adjacency(rng, n, density):
     return tensor("f32", [n, n], [round(x / sum(row), 6) for row in rows for x in row])
 
 
+def attention_params(rng, vocab, h, classes):
+    """attention.pj's P: embeddings, the attention's and feed-forward block's weights, the layer norm's, the classifier."""
+    return [uniform(rng, vocab, h, scale=1.0), uniform(rng, h, h), uniform(rng, h, h), uniform(rng, h, h),
+            uniform(rng, h, h), uniform(rng, 2 * h, h), uniform(rng, 2 * h), uniform(rng, h, 2 * h), uniform(rng, h),
+            tensor("f32", [h], [1.0] * h), tensor("f32", [h], [0.0] * h), uniform(rng, classes, h),
+            uniform(rng, classes)]
+
+
 def nat(n):
     return {"ctor": "Z", "fields": []} if n == 0 else {"ctor": "S", "fields": [nat(n - 1)]}
 
@@ -115,7 +123,7 @@ def dag_parse(rng, leaves, n):
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("model", choices=["treelstm", "seq_lstm", "tree_rnn", "char_lm", "typed_ast", "nmn", "dag", "act",
-                                                     "spinn", "gnn"])
+                                                     "spinn", "gnn", "attention"])
     parser.add_argument("calls", type=int, help="calls (lines) to write")
     parser.add_argument("seed", type=int)
     args = parser.parse_args()
@@ -205,6 +213,15 @@ def main():
                 adj = adjacency(rng, n, 0.4)
                 graphs.append([uniform(rng, n, e, scale=1.0), adj, i64(rng.randrange(c))])
             print(json.dumps([cons_list(graphs), nat(rng.randint(0, 3)), params]))
+    elif model == "attention":
+        v = 12
+        params = attention_params(rng, v, h, c)
+        for _ in range(calls):
+            sentences = []
+            for _ in range(rng.randint(1, 3)):
+                n = rng.randint(1, 6)  # each sentence its own length
+                sentences.append([tensor("i64", [n], [rng.randrange(v) for _ in range(n)]), i64(rng.randrange(c))])
+            print(json.dumps([cons_list(sentences), nat(rng.randint(0, 2)), params]))
     else:  # tree_rnn
         v = 20
         params = [uniform(rng, v, h), uniform(rng, h, 2 * h), uniform(rng, h), uniform(rng, c, h), uniform(rng, c)]
