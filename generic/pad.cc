@@ -133,7 +133,13 @@ class Padder {
     auto* c = As<OpCallNode>(call);
     std::vector<TensorType> in;
     for (const Expr& a : c->args) in.push_back(TensorTypeOf(a));
-    Var v = MakeVar("pad" + std::to_string(fresh_++), TensorTy(InferTypes(*c->op, in, c->attrs)[0]));
+    std::vector<TensorType> types;
+    try {
+      types = InferTypes(*c->op, in, c->attrs);
+    } catch (const OpError& e) {
+      Refuse(op, std::string("does not type at the padded length: ") + e.what());
+    }
+    Var v = MakeVar("pad" + std::to_string(fresh_++), TensorTy(types[0]));
     s_.bindings.push_back({v, call});
     return v;
   }
@@ -236,6 +242,8 @@ class Padder {
       if (Reduce(b, *call.op, attrs, args[0], *ps[0], out)) return;
     } else if (name == "softmax" || name == "log_softmax" || name == "argmax" || name == "argmin") {
       AlongAxis(name, attrs, args[0], *ps[0], out);
+    } else if (call.op->batch == BatchRule::kRowLoss) {
+      if (Loss(b, *call.op, attrs, args, ps, out)) return;
     } else {
       Move(name, attrs, args, ps, old, out);
     }
@@ -404,6 +412,35 @@ class Padder {
     }
     Expr scale = MakeConstant(Tensor::ScalarOf(t.dtype, fixed));
     count = !count ? scale : fixed != 1 ? Fresh("mul", {count, scale}) : count;
+    Emit(b, LookupOp("div"), {sum, count}, {}, &out);
+    return true;
+  }
+
+  // A loss over rows (cross_entropy, nll: scores (rows, classes), i64
+  // labels (rows,)) whose rows have the per-example length: each row's loss
+  // is its own (a padded label is 0, a class), and a mean reads the rows
+  // within the lengths only, their sum over their count. True when it
+  // bound b's variable itself.
+  bool Loss(const Binding& b, const OpDef& op, const Attrs& attrs, std::vector<Expr>& args,
+            std::vector<const Pads*>& ps, Pads& out) {
+    if (!ps[0] || !ps[1]) Refuse(op.name, "of scores and labels only one of which has the per-example length");
+    if (ps[0]->dims[1] >= 0) Refuse(op.name, "over classes of the per-example length");
+    const int row = ps[0]->dims[0];
+    if (!ps[0]->finite) args[0] = Masked(args[0], Fill::kZero);
+    if (!attrs.GetBool("mean")) {
+      out.dims = {row};
+      out.zero = false;
+      out.finite = true;
+      return false;
+    }
+    if (!masks_[row]) return false;  // every instance at the extent: the mean of its rows
+    Attrs each = attrs;
+    each.Set("mean", false);
+    Expr losses = Fresh(op.name, {args[0], args[1]}, each);
+    pads_[losses.get()] = Pads{{row}, false, true};
+    Expr sum = Fresh("sum", {Masked(losses, Fill::kZero)});
+    const DType dtype = TensorTypeOf(losses).dtype;
+    Expr count = Fresh("sum", {Fresh("cast", {masks_[row]}, {{"dtype", dtype}})});
     Emit(b, LookupOp("div"), {sum, count}, {}, &out);
     return true;
   }

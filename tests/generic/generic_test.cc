@@ -1321,7 +1321,9 @@ TEST(GenericTier, EverySentenceLengthRunsOneProgramAtTheLeavesAndAtTheRoot) {
 // the per-example axis (attention, a mean, a max, a logsumexp, a norm, a
 // log_softmax along it, X^T X), operations on the padding whose derivative
 // at zero is infinite (sqrt, log), and indices of per-example length
-// (an embedding bag). Lengths 1 to 9 run as one run per call (a length of 1
+// (an embedding bag), losses over rows with a label each (a tagger's: their
+// mean over the rows within the length, or each row's). Lengths 1 to 9 run
+// as one run per call (a length of 1
 // joins the program longer ones made); the gradient of the weight is the
 // interpreter's (a NaN from the padding would poison it).
 TEST(GenericTier, PerExampleLengthsRunAsOnePaddedProgramWithTheInterpretersAnswers) {
@@ -1344,7 +1346,8 @@ def @example(%e: Example, %w: Tensor[(4, 4), f32]) -> Tensor[(), f32] {
   let %j = sum(mul(matmul(transpose(%x), %k), %w));
   let %bag = sum(take(%w, %e.1), axes=[0]);
   let %l = sum(mul(%bag, sum(%k, axes=[0])));
-  add(add(add(add(%a, %b), add(%c, %d)), add(add(%f, %g), add(%h, %i))), add(%j, mul(0.1f32, %l)))
+  let %m = add(cross_entropy(%k, %e.1), sum(nll(log_softmax(%k, axis=1), %e.1, mean=false)));
+  add(add(add(add(%a, %b), add(%c, %d)), add(add(%f, %g), add(%h, %i))), add(add(%j, mul(0.1f32, %l)), %m))
 }
 def @loss(%xs: List[Example], %w: Tensor[(4, 4), f32]) -> Tensor[(), f32] {
   match (%xs) {
