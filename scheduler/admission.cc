@@ -38,6 +38,10 @@ Admission::Decision Admission::Decide(const Recurrence& r) {
   d.reason = std::string(d.admit ? "saves " : "would save ") + Ms(d.benefit_us) + " (" + Ms(d.saving_us) +
              " a call, a call every " + Ms(d.interval_us) + ", ready in " + Ms(ready_us) + ") " +
              (d.admit ? "> " : "<= ") + "a job's " + Ms(d.job_us);
+  if (d.admit && job_us_ == 0 && pending_ > 0) {
+    d.admit = false;
+    d.reason += ", but the entry's first job, not measured yet, is pending: its cost is only a prior until then";
+  }
   if (d.admit) ++pending_;
   return d;
 }

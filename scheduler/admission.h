@@ -28,6 +28,10 @@
 //                     50 ms admitted the Child-Sum Tree-LSTM's first three
 //                     largest minibatches, whose jobs took 400-800 ms of the
 //                     worker each (the steps meanwhile without a helper).
+// Until a job of the entry has been measured, one admitted job at a time:
+// the prior rate may be off by far (a self-attention encoder's jobs took
+// 200 us an operation, eight times the prior), and three jobs admitted at
+// once on it took a worker, and the steps' helper thread, for 0.3 s.
 // So a minibatch that repeats every step is specialized within a fraction of
 // a second, one that repeats every epoch only once the run has lasted many
 // epochs, and the queue never holds more admitted work than the horizon can

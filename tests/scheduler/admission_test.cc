@@ -50,6 +50,7 @@ TEST(Admission, PendingJobsDelayWhenTheNextWouldBeReadyAndEndingThemFreesTheQueu
   // Saves 1 ms a call, a call every 10 ms, 800 ms into the run: the k-th
   // job is ready after k jobs (50 ms each), and pays while it leaves more
   // than 50 calls before the horizon: 5 of them.
+  a.JobEnded(50 * kMs, 0, false);  // one measured: the estimate is no longer a prior alone
   const Admission::Recurrence r = Seen(50, 10 * kMs, 2 * kMs, 800 * kMs);
   int admitted = 0;
   for (int i = 0; i < 100 && a.Decide(r).admit; ++i) ++admitted;
@@ -66,6 +67,20 @@ TEST(Admission, ASpecializationNoFasterThanTheGenericCodeIsNeverAdmitted) {
   Admission::Decision d = a.Decide(Seen(1000, 2 * kMs, 2 * kMs, 100'000 * kMs));
   EXPECT_FALSE(d.admit) << d.reason;
   EXPECT_EQ(d.saving_us, 0);
+}
+
+// Before a job of the entry was measured, its cost is a prior: one job is
+// admitted, and the next only once it ended.
+TEST(Admission, UntilAJobWasMeasuredOneIsAdmittedAtATime) {
+  Admission a;
+  const Admission::Recurrence r = Seen(50, 10 * kMs, 2 * kMs, 800 * kMs);
+  EXPECT_TRUE(a.Decide(r).admit);
+  Admission::Decision second = a.Decide(r);
+  EXPECT_FALSE(second.admit);
+  EXPECT_NE(second.reason.find("first job, not measured yet, is pending"), std::string::npos) << second.reason;
+  a.JobEnded(50 * kMs, 0, true);
+  EXPECT_TRUE(a.Decide(r).admit);
+  EXPECT_TRUE(a.Decide(r).admit) << "measured: as many as the horizon repays";
 }
 
 // A job partially evaluates and compiles the whole call: its cost is
