@@ -1006,7 +1006,10 @@ class CallRun {
       case Place::Kind::kStruct:
       case Place::Kind::kConstant: shape = &place.tensor->shape(); break;
       case Place::Kind::kMoved: shape = &inspection_.moved[place.index].type.shape; break;
-      case Place::Kind::kRow: return ValueType(place).shape.empty() ? -1 : ValueType(place).shape[0];
+      case Place::Kind::kRow: {
+        const TensorType t = ValueType(place);
+        return t.shape.empty() ? -1 : t.shape[0];
+      }
       default: throw std::logic_error("generic: the length of a place that holds none");
     }
     return shape->empty() ? -1 : (*shape)[0];
@@ -1071,10 +1074,12 @@ class CallRun {
     std::vector<char> moved;
     for (int64_t i = 0; i < v.rows; ++i) {
       const Place& place = Chosen(Slot(members[first + (i < count ? i : 0)], code, p));
-      Shape shape = place.kind == Place::Kind::kRow ? ValueType(place).shape : Shape{};
+      Shape shape;
       const char* src = nullptr;
       if (place.kind == Place::Kind::kRow) {
-        src = RowOf(place, RowBytes(ValueType(place)));
+        const TensorType t = ValueType(place);
+        shape = t.shape;
+        src = RowOf(place, RowBytes(t));
       } else if (place.kind == Place::Kind::kMoved) {
         const TensorType& t = inspection_.moved[place.index].type;
         shape = t.shape;
@@ -1121,8 +1126,10 @@ class CallRun {
   // bench/generic), and no padding rows (the rows past a run's
   // members may hold anything: a run in pieces leaves them unwritten, and
   // a NaN there times a zero cotangent is a NaN in a weight's gradient).
-  // A view of that output, not a copy; undefined otherwise. Nothing writes
-  // into a run's outputs after its run.
+  // A view of that output, not a copy, each row of it `member` (a padded
+  // input's at the variant's extent: an output of the per-example length
+  // at the same extent, zeros past the lengths); undefined otherwise.
+  // Nothing writes into a run's outputs after its run.
   // `sources`: where the walk placed them (Inspection::run_sources), or null.
   Tensor RowsInPlace(const TensorType& member, const SegmentCode& code, size_t p, std::span<const int> members,
                      int first, int count, int64_t rows, RowRef* refs, const RowSource* sources) const {

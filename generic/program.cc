@@ -314,7 +314,7 @@ int GenericProgram::segment_codes() const {
 std::vector<int64_t> PadKey(const std::vector<PadTo>& pads) {
   std::vector<int64_t> key;
   for (const PadTo& p : pads) {
-    if (p.extent > 0) key.push_back((p.extent * 2 + (p.masked ? 1 : 0)) << 8 | p.axes);
+    if (p.extent > 0) key.push_back((p.extent * 2 + (p.masked ? 1 : 0)) << 32 | p.axes);
   }
   return key;
 }
@@ -438,12 +438,11 @@ SegmentCode* SegmentTable::Intern(const Func& program, const std::vector<bool>& 
     return text;
   };
   std::string text = key_of(probed.keyed.program, probed.padded);
+  std::string with_ones = joined && joined->padded != probed.padded ? key_of(joined->keyed.program, joined->padded) : "";
   std::lock_guard lock(mu_);
-  if (joined && joined->padded != probed.padded) {
-    if (std::string with_ones = key_of(joined->keyed.program, joined->padded); by_text_.contains(with_ones)) {
-      probed = std::move(*joined);
-      text = std::move(with_ones);
-    }
+  if (!with_ones.empty() && by_text_.contains(with_ones)) {
+    probed = std::move(*joined);
+    text = std::move(with_ones);
   }
   auto [it, fresh] = by_text_.emplace(std::move(text), nullptr);
   if (!fresh) return it->second;

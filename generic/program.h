@@ -170,7 +170,7 @@ struct SegmentCode {
   std::map<VariantKey, std::unique_ptr<Variant>> variants;
 };
 
-// A padding as a key: per padded input, its extent * 2 + masked.
+// A padding as a key: per padded input, (its extent * 2 + masked) << 32 | its axes.
 std::vector<int64_t> PadKey(const std::vector<PadTo>& pads);
 
 // Segment programs and their code, shared by every entry of an engine: a
