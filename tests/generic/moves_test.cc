@@ -6,6 +6,7 @@
 #include "generic/moves.h"
 #include "jit/batch_rules.h"
 #include "jit/straight.h"
+#include "tests/generic/segments.h"
 
 namespace pejit::generic {
 namespace {
@@ -14,17 +15,7 @@ Var Param(const std::string& name, int64_t rows, int64_t cols) {
   return MakeVar(name, TensorTy(DType::kF32, {rows, cols}));
 }
 
-// The segment program (params) -> (outputs...), its bindings emitted by `body`.
-template <typename Body>
-Func Segment(std::vector<Var> params, Body body) {
-  StraightEmitter out;
-  std::vector<Expr> results = body(out);
-  Straight s;
-  s.params = std::move(params);
-  s.bindings = std::move(out.bindings());
-  s.result = MakeTuple(std::move(results));
-  return Recompose(s);
-}
+using testing_segments::Segment;
 
 TEST(MovesOf, AConcatenationOfRowsIsEachInputWholeInTurn) {
   Var a = Param("a", 1, 4), b = Param("b", 3, 4);

@@ -14,6 +14,7 @@
 #include "jit/batch_rules.h"
 #include "jit/native_executable.h"
 #include "jit/straight.h"
+#include "tests/generic/segments.h"
 
 namespace pejit::generic {
 namespace {
@@ -22,17 +23,7 @@ Var Param(const std::string& name, Shape shape, DType dtype = DType::kF32) {
   return MakeVar(name, TensorTy(dtype, std::move(shape)));
 }
 
-// The segment program (params) -> (results...), its bindings emitted by `body`.
-template <typename Body>
-Func Segment(std::vector<Var> params, Body body) {
-  StraightEmitter out;
-  std::vector<Expr> results = body(out);
-  Straight s;
-  s.params = std::move(params);
-  s.bindings = std::move(out.bindings());
-  s.result = MakeTuple(std::move(results));
-  return Recompose(s);
-}
+using testing_segments::Segment;
 
 Tensor Random(std::mt19937& rng, Shape shape) {
   std::uniform_real_distribution<float> unit(-1.0f, 1.0f);
