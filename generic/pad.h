@@ -13,7 +13,8 @@
 //     before it, only where a value's padding may be other than zero);
 //   - a reduction along a padded axis reads its identity there (-inf
 //     before a max, a softmax, a logsumexp; zeros before a sum or a
-//     contraction), and a mean divides by the true length;
+//     contraction), and a mean divides by the true length, as the mean of
+//     a loss over rows (cross_entropy, nll of per-row labels) does;
 //   - an operation whose meaning depends on the length (slicing or
 //     concatenating along a padded axis, reshaping one into another,
 //     randomness) is refused: such a segment keeps one program per length.
