@@ -1459,6 +1459,12 @@ def @loss(%gs: List[Graph], %w: Tensor[(4, 4), f32]) -> Tensor[(), f32] {
     Cons(%g, %rest) => add(sum(mean(@rounds(S(S(S(Z))), tanh(%g.0), %g.1, %w), axes=[0])), @loss(%rest, %w)),
   }
 }
+def @states(%gs: List[Graph], %w: Tensor[(4, 4), f32]) -> List[Tensor[(?, 4), f32]] {
+  match (%gs) {
+    Nil => Nil,
+    Cons(%g, %rest) => Cons(@rounds(S(S(Z)), tanh(%g.0), %g.1, %w), @states(%rest, %w)),
+  }
+}
 )", "graphs.pj");
   Snapshot module = m.snapshot();
   TypeDefPtr list = module->FindType("List");
@@ -1514,6 +1520,10 @@ def @loss(%gs: List[Graph], %w: Tensor[(4, 4), f32]) -> Tensor[(), f32] {
           << "the new states have the per-example length";
     }
     EXPECT_EQ(round_runs, 3);
+    // An entry returning each graph's states (a List): each its own rows.
+    GenericProgram states(module, "states");
+    Execution got = Execute(states.Inspect(args), ExecuteOptions{});
+    EXPECT_TRUE(ValueAllClose(got.value, Interpreter().Call(*module, "states", args), 1e-5, 1e-6)) << got.value.ToString();
   }
   EXPECT_EQ(round_codes.size(), 1u) << "one program for every node count";
 }
