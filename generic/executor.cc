@@ -891,7 +891,7 @@ class CallRun {
         const int row = RowIndex(place.index);  // first: a skipped run has no outputs
         const int r = inspection_.si_run[place.index];
         const Tensor& out = outputs_[r][place.output];
-        return static_cast<const char*>(out.raw_data()) + row * RowBytes(OutType(r, place.output));
+        return static_cast<const char*>(out.raw_data()) + row * RowStride(r, place.output, bytes);
       }
       case Place::Kind::kMoved: throw std::logic_error("generic: a moved place read as one row");
       case Place::Kind::kSelect:
@@ -984,6 +984,13 @@ class CallRun {
   const TensorType& OutType(int r, int o) const {
     const std::vector<TensorType>& padded = out_types_[r];
     return padded.empty() ? inspection_.runs[r].code->outputs[o] : padded[o];
+  }
+
+  // The bytes between rows of run r's output o: `bytes`, a member's value,
+  // unless the output has the per-example length (then the run's extent's;
+  // looked up only then, as this is the gather's inner loop).
+  int64_t RowStride(int r, int o, int64_t bytes) const {
+    return out_types_[r].empty() ? bytes : RowBytes(out_types_[r][o]);
   }
 
   // The type of one member's value at a run's row (`place` a kRow): an
@@ -1231,7 +1238,7 @@ class CallRun {
         if (s.run >= 0) {  // a row of an earlier run's output (its first rows, of one of per-example length)
           std::memcpy(dst + i * bytes,
                       static_cast<const char*>(outputs_[s.run][s.output].raw_data()) +
-                          s.row * RowBytes(OutType(s.run, s.output)),
+                          s.row * RowStride(s.run, s.output, bytes),
                       bytes);
           if (ref && i < count) ref[i] = {s, nullptr};
           continue;
@@ -1750,18 +1757,18 @@ class CallRun {
     }
   }
 
-  // Row sums of every run, reduced once per weight and shape. Where each
-  // row is one term (a bias's gradient), the rows are added in the runs'
-  // order, as sum_to adds those of the terms stacked (the same bits),
-  // without stacking them; otherwise stacked and reduced by sum_to.
+  // Row sums of every run, reduced once per weight and shape, term by term
+  // in the runs' order: a term whose trailing axes are the shape (a bias's
+  // gradient) has its rows added as they are, another is reduced by
+  // sum_to first.
   void SumRows() {
     for (auto& [key, terms] : row_sums_) {
       const Shape& shape = key.second;
       const int64_t n = NumElements(shape);
       Tensor sum = Tensor::Zeros(DType::kF32, shape);
       float* dst = sum.data<float>();
-      // Term by term, in the runs' order: runs of one segment may pad to
-      // different extents, so that their terms' shapes differ.
+      // Not stacked: runs of one segment may pad to different extents, so
+      // that their terms' shapes differ.
       for (const Tensor& t : terms) {
         const Shape& of = t.shape();
         const bool trailing = of.size() >= shape.size() && std::equal(shape.begin(), shape.end(), of.end() - shape.size());

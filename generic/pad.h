@@ -10,7 +10,10 @@
 // padded with zeros and its true length given as a mask, and every value
 // the padded axes reach read as the instance's own program would:
 //   - each operation reads zeros past the lengths (a `where` with the mask
-//     before it, only where a value's padding may be other than zero);
+//     before it, only where a value's padding may be other than zero), and
+//     one whose derivative at zero is infinite (log, sqrt, a division by a
+//     padded value) reads through a `where` even then, so that its
+//     cotangent stops there;
 //   - a reduction along a padded axis reads its identity there (-inf
 //     before a max, a softmax, a logsumexp; zeros before a sum or a
 //     contraction), and a mean divides by the true length, as the mean of
